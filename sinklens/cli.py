@@ -1,0 +1,29 @@
+"""The `sinklens` command line: one sub-command per library function, nothing more."""
+from __future__ import annotations
+
+import argparse
+import sys
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="sinklens", description=__doc__)
+    p.add_argument("--version", action="store_true", help="print the version and exit")
+    p.add_subparsers(dest="command", metavar="COMMAND")
+    return p
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    if args.version:
+        from sinklens import __version__
+        print(__version__)
+        return 0
+    if not getattr(args, "func", None):
+        parser.print_help()
+        return 2
+    return int(args.func(args) or 0)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
