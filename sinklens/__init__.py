@@ -5,3 +5,10 @@ Public API (thin layer over the modules; see docs/design.md):
     sinklens.open_trace(path)          -> Trace
 """
 __version__ = "0.1.0"
+
+
+def open_trace(path):
+    """Open a trace file lazily (see sinklens.trace.reader.open_trace)."""
+    from sinklens.trace.reader import open_trace as _open_trace
+
+    return _open_trace(path)

@@ -1,0 +1,249 @@
+"""Read a trace lazily: the file is memory-mapped and each step's record batch is a zero-copy view,
+so asking for one step's received attention touches only that step's bytes.
+
+    t = sinklens.open_trace("run.arrow")
+    t.received(step=5)            # (L, H, S) float32
+    t.truncated                   # True when the run did not close the file (interrupted)
+
+Plain pyarrow reads the same file: `pyarrow.ipc.open_stream(path).read_all()` (docs/samplers.md).
+"""
+from __future__ import annotations
+
+import json
+import os
+import zlib
+
+import numpy as np
+import pyarrow as pa
+
+from sinklens.trace.schema import CHECKSUM_KEY, EOS_MARKER, META_KEY, SCHEMA_VERSION, VOCAB_KEY, TraceFormatError
+
+
+def _file_ends_with_eos(path: str) -> bool:
+    size = os.path.getsize(path)
+    if size < len(EOS_MARKER):
+        return False
+    with open(path, "rb") as f:
+        f.seek(size - len(EOS_MARKER))
+        return f.read() == EOS_MARKER
+
+
+class Trace:
+    """One run's trace. Steps are addressed by their global step number (the `step` column)."""
+
+    def __init__(self, path: str | os.PathLike):
+        self.path = os.fspath(path)
+        if not os.path.exists(self.path):
+            raise FileNotFoundError(f"no trace file at {self.path}")
+        closed_properly = _file_ends_with_eos(self.path)
+        self._mmap = pa.memory_map(self.path, "r")
+        try:
+            reader = pa.ipc.open_stream(self._mmap)
+        except (pa.ArrowInvalid, pa.ArrowIOError, OSError) as e:
+            raise TraceFormatError(f"{self.path} is not an Arrow IPC stream (corrupt or not a trace): {e}") from None
+        raw = (reader.schema.metadata or {}).get(META_KEY)
+        if raw is None:
+            raise TraceFormatError(f"{self.path} is an Arrow stream but not a sinklens trace "
+                                   f"(no '{META_KEY.decode()}' schema metadata)")
+        try:
+            self.meta: dict = json.loads(raw.decode("utf-8"))
+        except ValueError as e:
+            raise TraceFormatError(f"{self.path}: the sinklens metadata is not valid JSON: {e}") from None
+        version = self.meta.get("schema_version")
+        if version != SCHEMA_VERSION:
+            raise TraceFormatError(f"{self.path} has trace schema_version {version!r}; this sinklens "
+                                   f"(reads schema_version {SCHEMA_VERSION}) cannot read it")
+        self.schema = reader.schema
+        self._batches: list[pa.RecordBatch] = []
+        self._checksums: list[int | None] = []
+        self._verified: set[int] = set()
+        vocab = dict(self.meta.get("tokens_vocab") or {})
+        error = None
+        while True:
+            try:
+                batch, custom = reader.read_next_batch_with_custom_metadata()
+            except StopIteration:
+                break
+            except (pa.ArrowInvalid, pa.ArrowIOError, OSError) as e:
+                error = e
+                break
+            self._batches.append(batch)
+            crc = None if custom is None else custom.get(CHECKSUM_KEY.encode())
+            self._checksums.append(None if crc is None else int(crc))
+            if custom is not None and VOCAB_KEY.encode() in custom:
+                vocab.update(json.loads(custom[VOCAB_KEY.encode()].decode("utf-8")))
+        if error is not None and closed_properly:
+            # The stream ends with its marker yet a step cannot be read: damaged, not cut short.
+            raise TraceFormatError(f"{self.path} is corrupt: step {len(self._batches)} cannot be read ({error})")
+        self.truncated = error is not None or not closed_properly
+        self.meta["tokens_vocab"] = vocab
+        self._index = {}  # step number -> batch index
+        for i, b in enumerate(self._batches):
+            if b.num_rows == 0:
+                continue
+            self._index[int(b.column("step")[0].as_py())] = i
+
+    # ---- shape ---------------------------------------------------------------------------
+    @property
+    def steps(self) -> list[int]:
+        return sorted(self._index)
+
+    @property
+    def num_steps(self) -> int:
+        return len(self._index)
+
+    @property
+    def num_layers(self) -> int:
+        return int(self.meta.get("num_layers") or 0)
+
+    @property
+    def num_heads(self) -> int:
+        return int(self.meta.get("num_heads") or 0)
+
+    @property
+    def seq_len(self) -> int:
+        return int(self.meta.get("seq_len") or 0)
+
+    @property
+    def batch_size(self) -> int:
+        return int(self.meta.get("batch_size") or 0)
+
+    def __len__(self) -> int:
+        return self.num_steps
+
+    def __repr__(self) -> str:
+        return (f"Trace({self.path!r}, steps={self.num_steps}, layers={self.num_layers}, heads={self.num_heads}, "
+                f"batch={self.batch_size}, seq_len={self.seq_len}{', truncated' if self.truncated else ''})")
+
+    # ---- raw access ------------------------------------------------------------------------
+    def _batch(self, i: int) -> pa.RecordBatch:
+        """Batch i, its checksum verified the first time it is read (lazily: one step's bytes)."""
+        batch = self._batches[i]
+        if i not in self._verified:
+            want = self._checksums[i]
+            if want is not None and zlib.crc32(batch.serialize()) != want:
+                raise TraceFormatError(f"{self.path} is corrupt: the record batch of step "
+                                       f"{batch.column('step')[0].as_py()} fails its CRC-32 check")
+            self._verified.add(i)
+        return batch
+
+    def verify(self) -> None:
+        """Check every step's checksum now (reads the whole file); raises TraceFormatError."""
+        for i in range(len(self._batches)):
+            self._batch(i)
+
+    def _cell(self, column: str, step: int, row: int) -> np.ndarray | None:
+        """Zero-copy numpy view of one list cell (None when null)."""
+        if step not in self._index:
+            raise KeyError(f"step {step} is not in this trace (steps {self.steps[:3]}...{self.steps[-3:]})"
+                           if self._index else f"step {step}: this trace has no steps")
+        batch = self._batch(self._index[step])
+        if not 0 <= row < batch.num_rows:
+            raise IndexError(f"row {row} out of range: the trace has batch size {batch.num_rows}")
+        col = batch.column(column)
+        if col.null_count and not col[row].is_valid:
+            return None
+        start, end = col.offsets[row].as_py(), col.offsets[row + 1].as_py()
+        values = col.values.slice(start, end - start)
+        if pa.types.is_boolean(values.type):
+            return values.to_numpy(zero_copy_only=False)
+        if pa.types.is_struct(values.type):
+            return values
+        return values.to_numpy()
+
+    def tokens(self, step: int, row: int = 0) -> np.ndarray:
+        """(S,) int32 canvas fed to the model at `step`."""
+        return self._cell("tokens", step, row)
+
+    def is_masked(self, step: int, row: int = 0) -> np.ndarray:
+        """(S,) bool mask state fed to the model."""
+        return self._cell("is_masked", step, row)
+
+    def revealed(self, step: int, row: int = 0) -> np.ndarray:
+        """(S,) bool positions committed at `step`."""
+        return self._cell("revealed", step, row)
+
+    def attention_mask(self, step: int, row: int = 0) -> np.ndarray:
+        """(S,) bool real (non-pad) positions."""
+        return self._cell("attention_mask", step, row)
+
+    def query_positions(self, step: int, row: int = 0) -> np.ndarray:
+        """Absolute positions of the query rows whose attention was summed."""
+        return self._cell("query_positions", step, row)
+
+    def blocked(self, step: int, row: int = 0) -> np.ndarray:
+        """(N, 3) int (layer, head, position) keys blocked at `step` (empty when none)."""
+        cell = self._cell("blocked", step, row)
+        return np.zeros((0, 3), np.int32) if cell is None else cell.reshape(-1, 3)
+
+    def received(self, step: int, row: int = 0) -> np.ndarray:
+        """(L, H, S) float32 received attention r_j (column sums) at `step`."""
+        cell = self._cell("received", step, row)
+        if cell is None:
+            raise KeyError(f"step {step} has no received attention stored")
+        return cell.astype(np.float32).reshape(self.num_layers, self.num_heads, -1)
+
+    def received_groups(self, step: int, row: int = 0) -> np.ndarray | None:
+        """(G, L, H, S) float32 received attention per query group (meta['query_groups']), or None."""
+        cell = self._cell("received_groups", step, row)
+        if cell is None:
+            return None
+        return cell.astype(np.float32).reshape(-1, self.num_layers, self.num_heads, len(self.tokens(step, row)))
+
+    def received_all(self, row: int = 0, layers=None, heads=None, fill: float = np.nan) -> np.ndarray:
+        """(T, L', H', S) float32 over all steps; optional layer / head selections.
+
+        Steps with a shorter sequence (ARM decoding grows the prefix) are padded with `fill`
+        (NaN by default: the key did not exist yet) up to the longest step.
+        """
+        steps = self.steps
+        per_step = [self.received(s, row) for s in steps]
+        S = max((r.shape[-1] for r in per_step), default=self.seq_len)
+        L = self.num_layers if layers is None else len(np.atleast_1d(layers))
+        H = self.num_heads if heads is None else len(np.atleast_1d(heads))
+        out = np.full((len(steps), L, H, S), fill, dtype=np.float32)
+        for t, r in enumerate(per_step):
+            if layers is not None:
+                r = r[np.atleast_1d(layers)]
+            if heads is not None:
+                r = r[:, np.atleast_1d(heads)]
+            out[t, :, :, : r.shape[-1]] = r
+        return out
+
+    def map(self, step: int, layer: int, head: int, row: int = 0) -> np.ndarray:
+        """(S_q, S_k) float32 full attention map of a requested (layer, head) slice."""
+        cell = self._cell("maps", step, row)
+        available = [] if cell is None else [(m["layer"], m["head"]) for m in cell.to_pylist()]
+        if cell is not None:
+            for m in cell.to_pylist():
+                if m["layer"] == layer and m["head"] == head:
+                    s_k = len(self.tokens(step, row))
+                    return np.asarray(m["values"], dtype=np.float32).reshape(-1, s_k)
+        raise KeyError(f"no map for (layer {layer}, head {head}) at step {step}; stored slices: {available}")
+
+    def decode(self, ids) -> list[str]:
+        """Token strings from the trace's own vocabulary map (meta tokens_vocab)."""
+        vocab = self.meta.get("tokens_vocab") or {}
+        return [vocab.get(str(int(i)), f"<{int(i)}>") for i in np.atleast_1d(ids)]
+
+    def table(self) -> pa.Table:
+        """All complete steps as one Arrow table (zero-copy)."""
+        self.verify()
+        return pa.Table.from_batches(self._batches, schema=self.schema)
+
+    def close(self) -> None:
+        self._batches = []
+        self._index = {}
+        self._mmap.close()
+
+    def __enter__(self) -> "Trace":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+
+def open_trace(path: str | os.PathLike) -> Trace:
+    """Open a trace file lazily (memory-mapped). Raises TraceFormatError on a foreign, corrupt or
+    other-version file; a file cut short loads its complete steps with `truncated = True`."""
+    return Trace(path)

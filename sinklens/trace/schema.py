@@ -1,0 +1,54 @@
+"""The trace file format: one Arrow IPC stream per run (see docs/design.md, Contract 4).
+
+Why Arrow IPC *stream*: append-only (each denoising step is on disk as soon as it is
+written, so an interrupted run keeps its finished steps), readable without sinklens
+(`pyarrow.ipc.open_stream`, polars, R arrow, DuckDB), memory-mappable (a reader touches only
+the steps and columns it asks for), float16 and nested lists are native types.
+
+Layout: schema metadata key `sinklens` holds a UTF-8 JSON object (run metadata); one record
+batch per step, one row per batch element. Each batch may carry custom metadata under
+`sinklens.vocab`: a JSON id -> string map of the token ids first seen at that step, and
+carries `sinklens.crc32`: the CRC-32 of the batch's serialised bytes (damage detection).
+"""
+from __future__ import annotations
+
+import pyarrow as pa
+
+SCHEMA_VERSION = 1
+META_KEY = b"sinklens"  # schema metadata key (JSON)
+VOCAB_KEY = "sinklens.vocab"  # per-batch custom metadata key (JSON id -> string)
+CHECKSUM_KEY = "sinklens.crc32"  # per-batch custom metadata: zlib.crc32 of RecordBatch.serialize()
+UNITS = "column_sum"  # received[j] = sum over real query rows i of A[i, j]
+RECEIVED_DTYPES = {"float16": pa.float16(), "float32": pa.float32()}
+
+# The 8-byte end-of-stream marker (continuation token 0xFFFFFFFF + zero length) that a
+# closed Arrow IPC stream ends with. A file without it was not closed: it is truncated.
+EOS_MARKER = b"\xff\xff\xff\xff\x00\x00\x00\x00"
+
+
+class TraceFormatError(ValueError):
+    """The file is not a readable sinklens trace (corrupt, foreign, or another schema version)."""
+
+
+def build_schema(meta: dict, received_dtype: str = "float16") -> pa.Schema:
+    """The Arrow schema of a trace whose run metadata is `meta` (already JSON-serialisable)."""
+    import json
+
+    if received_dtype not in RECEIVED_DTYPES:
+        raise ValueError(f"received_dtype must be one of {sorted(RECEIVED_DTYPES)}, got {received_dtype!r}")
+    value = RECEIVED_DTYPES[received_dtype]
+    map_struct = pa.struct([("layer", pa.int32()), ("head", pa.int32()), ("values", pa.list_(pa.float32()))])
+    fields = [
+        pa.field("step", pa.int32(), nullable=False),
+        pa.field("row", pa.int32(), nullable=False),
+        pa.field("tokens", pa.list_(pa.int32())),  # (S,) canvas fed to the model (ARM: the prefix so far)
+        pa.field("is_masked", pa.list_(pa.bool_())),  # (S,) mask state fed to the model
+        pa.field("revealed", pa.list_(pa.bool_())),  # (S,) committed at this step
+        pa.field("attention_mask", pa.list_(pa.bool_())),  # (S,) real (non-pad) positions
+        pa.field("query_positions", pa.list_(pa.int32())),  # absolute positions of the summed query rows
+        pa.field("received", pa.list_(value)),  # (L*H*S,) row-major (L, H, S)
+        pa.field("received_groups", pa.list_(value)),  # (G*L*H*S,) row-major (G, L, H, S) or null
+        pa.field("blocked", pa.list_(pa.int32())),  # flattened (layer, head, position) triples or null
+        pa.field("maps", pa.list_(map_struct)),  # full (S_q, S_k) maps of requested slices or null
+    ]
+    return pa.schema(fields, metadata={META_KEY: json.dumps(meta, sort_keys=True).encode("utf-8")})

@@ -1,0 +1,258 @@
+"""Write a trace: one Arrow record batch per step, flushed as soon as it is written.
+
+Usable on its own (tests build synthetic traces without a model):
+
+    with TraceWriter("run.arrow", {"family": "llada", "prompt": "hi"}) as w:
+        w.write_step(0, tokens=ids, is_masked=m, revealed=r, received=rec)   # rec (B, L, H, S)
+
+and as a sampler hook (`after_step(event)`, see sinklens/samplers/base.py). The schema (with the
+run metadata) is written at the first step, so a sampler may still `update_meta(...)` until
+then. `close()` writes the end-of-stream marker; a run that dies inside the `with` block is
+left without it, so readers report it as truncated and load its finished steps.
+"""
+from __future__ import annotations
+
+import json
+import os
+import zlib
+from typing import Callable, Mapping
+
+import numpy as np
+import pyarrow as pa
+
+from sinklens.trace.schema import CHECKSUM_KEY, SCHEMA_VERSION, UNITS, VOCAB_KEY, build_schema
+
+
+def _np(x) -> np.ndarray | None:
+    """A numpy view of a tensor / array / list (None passes through)."""
+    if x is None:
+        return None
+    if hasattr(x, "detach"):  # torch.Tensor, without importing torch here
+        x = x.detach().to("cpu")
+        if str(x.dtype) == "torch.bfloat16":
+            x = x.float()
+        x = x.numpy()
+    return np.asarray(x)
+
+
+def _batched(x, ndim: int) -> np.ndarray | None:
+    """Add the batch axis when a single row (ndim - 1 dims) was given."""
+    x = _np(x)
+    if x is not None and x.ndim == ndim - 1:
+        x = x[None]
+    if x is not None and x.ndim != ndim:
+        raise ValueError(f"expected an array with {ndim} dims (batch first) or {ndim - 1}, got shape {x.shape}")
+    return x
+
+
+def _list_column(rows: list[np.ndarray | None], value_type: pa.DataType) -> pa.Array:
+    """A list<value_type> column from one flat numpy array per row (None = null row)."""
+    if all(r is None for r in rows):
+        return pa.nulls(len(rows), pa.list_(value_type))
+    lengths = [0 if r is None else r.size for r in rows]
+    offsets = np.zeros(len(rows) + 1, dtype=np.int32)
+    np.cumsum(lengths, out=offsets[1:])
+    flat = [r.reshape(-1) for r in rows if r is not None]
+    values = np.concatenate(flat) if flat else np.zeros(0)
+    if value_type == pa.float16():
+        values = values.astype(np.float16)
+    elif value_type == pa.float32():
+        values = values.astype(np.float32)
+    elif value_type == pa.int32():
+        values = values.astype(np.int32)
+    elif value_type == pa.bool_():
+        values = values.astype(bool)
+    mask = pa.array([r is None for r in rows]) if any(r is None for r in rows) else None
+    return pa.ListArray.from_arrays(pa.array(offsets), pa.array(values, type=value_type), mask=mask)
+
+
+class TraceWriter:
+    """Append-only writer of one trace file.
+
+    meta: run metadata (JSON-serialisable): model, family, sampler {name, args}, seed, prompt,
+        mask_id, query_groups, ... . schema_version, sinklens_version, units and received_dtype
+        are filled in here; num_layers / num_heads / batch_size / seq_len from the first step
+        when absent.
+    received_dtype: "float16" (default; ~3 significant digits, ample for sink scores) or "float32".
+    decode: optional ids -> strings function; the strings of the ids that occur are stored
+        (`tokens_vocab` in the metadata for the first step, per-step additions in the batch
+        metadata), so a trace can be read without the tokenizer.
+    """
+
+    def __init__(self, path: str | os.PathLike, meta: Mapping | None = None, *,
+                 received_dtype: str = "float16", decode: Callable[[list[int]], list[str]] | None = None):
+        from sinklens import __version__
+
+        self.path = os.fspath(path)
+        self.received_dtype = received_dtype
+        self.decode = decode
+        self.meta = dict(meta or {})
+        self.meta.update(schema_version=SCHEMA_VERSION, sinklens_version=__version__, units=UNITS,
+                         received_dtype=received_dtype)
+        self.num_steps = 0
+        self._seen_ids: set[int] = set()
+        self._sink = pa.OSFile(self.path, "wb")  # fail early on an unwritable path
+        self._writer: pa.ipc.RecordBatchStreamWriter | None = None
+        self._schema: pa.Schema | None = None
+        self.closed = False
+
+    # ---- metadata -------------------------------------------------------------------------
+    def update_meta(self, **fields) -> None:
+        """Add run metadata; only possible before the first step is written."""
+        if self._writer is not None:
+            raise RuntimeError("the trace metadata is written with the first step; update it before write_step")
+        self.meta.update(fields)
+
+    def _new_vocab(self, tokens: np.ndarray) -> dict[str, str]:
+        if self.decode is None:
+            return {}
+        new = sorted(set(int(t) for t in np.unique(tokens)) - self._seen_ids)
+        self._seen_ids.update(new)
+        return {str(i): s for i, s in zip(new, self.decode(new))} if new else {}
+
+    def _start(self, tokens: np.ndarray, received: np.ndarray | None, vocab: dict) -> None:
+        self.meta.setdefault("batch_size", int(tokens.shape[0]))
+        self.meta.setdefault("seq_len", int(tokens.shape[1]))
+        if received is not None:
+            self.meta.setdefault("num_layers", int(received.shape[1]))
+            self.meta.setdefault("num_heads", int(received.shape[2]))
+        if vocab:
+            self.meta["tokens_vocab"] = {**self.meta.get("tokens_vocab", {}), **vocab}
+        try:
+            self._schema = build_schema(self.meta, self.received_dtype)
+        except TypeError as e:
+            raise TypeError(f"trace metadata must be JSON-serialisable: {e}") from None
+        self._writer = pa.ipc.new_stream(self._sink, self._schema)
+
+    # ---- steps ----------------------------------------------------------------------------
+    def write_step(self, step: int, tokens, *, is_masked=None, revealed=None, attention_mask=None,
+                   query_positions=None, received=None, received_groups=None, blocked=None,
+                   maps: Mapping[tuple[int, int], object] | None = None) -> None:
+        """Write one step. Arrays are batch first; a single row may omit the batch axis.
+
+        tokens (B, S) int; is_masked / revealed / attention_mask (B, S) bool (defaults: all
+        False / all False / all True); query_positions (B, S_q) int or a list of per-row 1-D
+        arrays (default: the real positions); received (B, L, H, S) float; received_groups
+        (B, G, L, H, S) float; blocked (B, L, H, S) bool or a list of per-row (N, 3) int
+        (layer, head, position) arrays; maps {(layer, head): (B, S_q, S_k)}.
+        """
+        if self.closed:
+            raise RuntimeError(f"trace {self.path} is closed")
+        tokens = _batched(tokens, 2)
+        B, S = tokens.shape
+        is_masked = _batched(is_masked, 2) if is_masked is not None else np.zeros((B, S), bool)
+        revealed = _batched(revealed, 2) if revealed is not None else np.zeros((B, S), bool)
+        attention_mask = _batched(attention_mask, 2) if attention_mask is not None else np.ones((B, S), bool)
+        received = _batched(received, 4)
+        received_groups = _batched(received_groups, 5)
+        for name, arr, want in (("is_masked", is_masked, (B, S)), ("revealed", revealed, (B, S)),
+                                ("attention_mask", attention_mask, (B, S))):
+            if arr.shape != want:
+                raise ValueError(f"{name} must have shape {want} like tokens, got {arr.shape}")
+        if received is not None and (received.shape[0] != B or received.shape[-1] != S):
+            raise ValueError(f"received must have shape (B={B}, L, H, S={S}), got {received.shape}")
+        if received_groups is not None and (received_groups.shape[0] != B or received_groups.shape[-1] != S):
+            raise ValueError(f"received_groups must have shape (B={B}, G, L, H, S={S}), got {received_groups.shape}")
+        if query_positions is None:
+            qpos = [np.flatnonzero(attention_mask[b]) for b in range(B)]
+        elif isinstance(query_positions, (list, tuple)):
+            qpos = [_np(q).reshape(-1) for q in query_positions]
+        else:
+            qpos = list(_batched(query_positions, 2))
+        if blocked is None:
+            blocked_rows = [None] * B
+        elif isinstance(blocked, (list, tuple)):
+            blocked_rows = [None if b is None else _np(b).reshape(-1, 3) for b in blocked]
+        else:
+            blocked = _batched(blocked, 4)
+            blocked_rows = [np.argwhere(blocked[b]) for b in range(B)]
+
+        vocab = self._new_vocab(tokens)
+        if self._writer is None:
+            self._start(tokens, received, vocab)
+        L = self.meta.get("num_layers")
+        H = self.meta.get("num_heads")
+        if received is not None and (received.shape[1], received.shape[2]) != (L, H):
+            raise ValueError(f"received has (L, H) = {received.shape[1:3]}, the trace has ({L}, {H})")
+
+        columns = {
+            "step": pa.array(np.full(B, step, np.int32)),
+            "row": pa.array(np.arange(B, dtype=np.int32)),
+            "tokens": _list_column(list(tokens), pa.int32()),
+            "is_masked": _list_column(list(is_masked), pa.bool_()),
+            "revealed": _list_column(list(revealed), pa.bool_()),
+            "attention_mask": _list_column(list(attention_mask), pa.bool_()),
+            "query_positions": _list_column(qpos, pa.int32()),
+            "received": _list_column([None] * B if received is None else list(received),
+                                     self._schema.field("received").type.value_type),
+            "received_groups": _list_column([None] * B if received_groups is None else list(received_groups),
+                                            self._schema.field("received_groups").type.value_type),
+            "blocked": _list_column(blocked_rows, pa.int32()),
+            "maps": self._maps_column(maps, B),
+        }
+        batch = pa.record_batch([columns[f.name] for f in self._schema], schema=self._schema)
+        # A checksum of the batch's serialised bytes lets the reader tell a damaged step from a
+        # good one (Arrow itself has none); the reader verifies a step when it first reads it.
+        custom = {CHECKSUM_KEY: str(zlib.crc32(batch.serialize()))}
+        if vocab and self.num_steps > 0:
+            custom[VOCAB_KEY] = json.dumps(vocab)
+        self._writer.write_batch(batch, custom_metadata=custom)
+        self._sink.flush()
+        self.num_steps += 1
+
+    def _maps_column(self, maps, B: int) -> pa.Array:
+        struct_type = self._schema.field("maps").type
+        if not maps:
+            return pa.nulls(B, struct_type)
+        rows = []
+        for b in range(B):
+            rows.append([{"layer": int(l), "head": int(h), "values": _np(m)[b].astype(np.float32).reshape(-1)}
+                         for (l, h), m in sorted(maps.items())])
+        return pa.array(rows, type=struct_type)
+
+    # ---- hook interface (see sinklens/samplers/base.py) -----------------------------------
+    def after_step(self, event) -> None:
+        """Write a sampler's StepEvent (attention arrives layer-first and is reordered here)."""
+        req = event.attention
+        received = received_groups = blocked = None
+        maps = None
+        if req is not None:
+            if req._received:
+                received = _np(req.received).transpose(1, 0, 2, 3)  # (L,B,H,S) -> (B,L,H,S)
+            groups = req.received_groups
+            if groups is not None:
+                received_groups = _np(groups).transpose(1, 2, 0, 3, 4)  # (L,B,G,H,S) -> (B,G,L,H,S)
+            if req.blocked is not None:
+                blocked = _np(req.blocked).transpose(1, 0, 2, 3)  # (L,B,H,S) -> (B,L,H,S)
+            maps = req.maps or None
+        self.write_step(event.step, event.tokens, is_masked=event.is_masked, revealed=event.revealed,
+                        attention_mask=getattr(event, "attention_mask", None),
+                        query_positions=getattr(event, "query_positions", None),
+                        received=received, received_groups=received_groups, blocked=blocked, maps=maps)
+
+    # ---- closing --------------------------------------------------------------------------
+    def close(self) -> None:
+        """Finish the stream (end-of-stream marker). A trace with no step still gets its schema."""
+        if self.closed:
+            return
+        if self._writer is None:
+            self._schema = build_schema(self.meta, self.received_dtype)
+            self._writer = pa.ipc.new_stream(self._sink, self._schema)
+        self._writer.close()
+        self._sink.close()
+        self.closed = True
+
+    def abandon(self) -> None:
+        """Close the file WITHOUT the end-of-stream marker: readers will report it truncated."""
+        if not self.closed:
+            self._sink.close()
+            self.closed = True
+
+    def __enter__(self) -> "TraceWriter":
+        return self
+
+    def __exit__(self, exc_type, exc, tb) -> None:
+        if exc_type is None:
+            self.close()
+        else:
+            self.abandon()

@@ -1,0 +1,179 @@
+"""Trace file: round trip, truncation, foreign / other-version / corrupt files, plain-pyarrow access."""
+import json
+
+import numpy as np
+import pyarrow as pa
+import pytest
+
+import sinklens
+from sinklens.trace import SCHEMA_VERSION, TraceFormatError, TraceWriter, open_trace
+from sinklens.trace.schema import build_schema
+
+B, L, H, S, G, T = 2, 3, 4, 10, 2, 5
+
+
+def _steps(seed=0):
+    rng = np.random.default_rng(seed)
+    out = []
+    for t in range(T):
+        out.append(dict(
+            tokens=rng.integers(0, 500, (B, S)),
+            is_masked=rng.random((B, S)) < 0.5,
+            revealed=rng.random((B, S)) < 0.2,
+            attention_mask=np.array([[False] * 2 + [True] * (S - 2), [True] * S]),
+            received=rng.random((B, L, H, S)) * S,
+            received_groups=rng.random((B, G, L, H, S)) * S,
+            blocked=rng.random((B, L, H, S)) < 0.05,
+            maps={(1, 2): rng.random((B, S, S)), (0, 0): rng.random((B, S, S))},
+        ))
+    return out
+
+
+def _write(path, steps, dtype="float16", close=True):
+    meta = {"family": "llada", "sampler": {"name": "llada", "args": {"steps": T}}, "prompt": "hi",
+            "query_groups": ["masked", "unmasked"], "seed": 7}
+    w = TraceWriter(path, meta, received_dtype=dtype, decode=lambda ids: [f"tok{i}" for i in ids])
+    for t, s in enumerate(steps):
+        w.write_step(t, **s)
+    if close:
+        w.close()
+    else:
+        w.abandon()
+    return w
+
+
+@pytest.mark.parametrize("dtype", ["float16", "float32"])
+def test_round_trip(tmp_path, dtype):
+    steps = _steps()
+    path = tmp_path / "t.arrow"
+    _write(path, steps, dtype)
+    t = sinklens.open_trace(path)
+    assert not t.truncated
+    assert (t.num_steps, t.num_layers, t.num_heads, t.batch_size, t.seq_len) == (T, L, H, B, S)
+    m = t.meta
+    assert m["schema_version"] == SCHEMA_VERSION and m["units"] == "column_sum" and m["received_dtype"] == dtype
+    assert m["sampler"] == {"name": "llada", "args": {"steps": T}} and m["prompt"] == "hi" and m["seed"] == 7
+    np_dtype = np.float16 if dtype == "float16" else np.float32
+    for step, s in enumerate(steps):
+        for row in range(B):
+            np.testing.assert_array_equal(t.tokens(step, row), s["tokens"][row])
+            np.testing.assert_array_equal(t.is_masked(step, row), s["is_masked"][row])
+            np.testing.assert_array_equal(t.revealed(step, row), s["revealed"][row])
+            np.testing.assert_array_equal(t.attention_mask(step, row), s["attention_mask"][row])
+            np.testing.assert_array_equal(t.query_positions(step, row), np.flatnonzero(s["attention_mask"][row]))
+            rec = t.received(step, row)
+            assert rec.dtype == np.float32 and rec.shape == (L, H, S)
+            np.testing.assert_array_equal(rec, s["received"][row].astype(np_dtype).astype(np.float32))
+            np.testing.assert_array_equal(t.received_groups(step, row),
+                                          s["received_groups"][row].astype(np_dtype).astype(np.float32))
+            np.testing.assert_array_equal(t.blocked(step, row), np.argwhere(s["blocked"][row]))
+            np.testing.assert_array_equal(t.map(step, 1, 2, row), s["maps"][(1, 2)][row].astype(np.float32))
+    with pytest.raises(KeyError, match=r"\(0, 0\), \(1, 2\)"):
+        t.map(0, 2, 2)
+    with pytest.raises(KeyError, match="step 99"):
+        t.tokens(99)
+    allr = t.received_all(row=1, layers=[2], heads=[0, 3])
+    assert allr.shape == (T, 1, 2, S)
+    np.testing.assert_array_equal(allr[3], steps[3]["received"][1][[2]][:, [0, 3]].astype(np_dtype).astype(np.float32))
+    # the vocabulary covers every id of every step (later ids come from per-batch metadata)
+    ids = np.unique(np.concatenate([s["tokens"].ravel() for s in steps]))
+    assert t.decode(ids) == [f"tok{i}" for i in ids]
+
+
+def test_float16_is_half_the_bytes(tmp_path):
+    steps = _steps()
+    _write(tmp_path / "a.arrow", steps, "float16")
+    _write(tmp_path / "b.arrow", steps, "float32")
+    assert (tmp_path / "a.arrow").stat().st_size < (tmp_path / "b.arrow").stat().st_size
+
+
+def test_plain_pyarrow_reads_it(tmp_path):
+    steps = _steps()
+    _write(tmp_path / "t.arrow", steps)
+    table = pa.ipc.open_stream(str(tmp_path / "t.arrow")).read_all()
+    assert table.num_rows == T * B
+    meta = json.loads(table.schema.metadata[b"sinklens"])
+    rec = np.asarray(table.column("received")[2 * B + 1].values, dtype=np.float32).reshape(meta["num_layers"], meta["num_heads"], -1)
+    np.testing.assert_array_equal(rec, steps[2]["received"][1].astype(np.float16).astype(np.float32))
+
+
+def test_cut_in_the_middle_keeps_complete_steps(tmp_path):
+    steps = _steps()
+    path = tmp_path / "t.arrow"
+    _write(path, steps)
+    data = path.read_bytes()
+    sizes = []  # file size after each step, measured by writing prefixes
+    for k in range(1, T + 1):
+        p = tmp_path / f"p{k}.arrow"
+        _write(p, steps[:k], close=False)
+        sizes.append(p.stat().st_size)
+    for cut_after in range(T):  # cut in the middle of step `cut_after`
+        lo = sizes[cut_after - 1] if cut_after else sizes[0] // 4
+        cut = (lo + sizes[cut_after]) // 2
+        (tmp_path / "cut.arrow").write_bytes(data[:cut])
+        t = open_trace(tmp_path / "cut.arrow")
+        assert t.truncated
+        assert t.num_steps == cut_after
+        if cut_after:
+            np.testing.assert_array_equal(t.tokens(cut_after - 1, 1), steps[cut_after - 1]["tokens"][1])
+        t.close()
+    # a run that stopped between steps (no end-of-stream marker) also reads as truncated
+    t = open_trace(tmp_path / "p3.arrow")
+    assert t.truncated and t.num_steps == 3
+
+
+def test_interrupted_run_inside_with_block_is_truncated(tmp_path):
+    steps = _steps()
+    with pytest.raises(RuntimeError, match="boom"):
+        with TraceWriter(tmp_path / "t.arrow", {}) as w:
+            w.write_step(0, **steps[0])
+            w.write_step(1, **steps[1])
+            raise RuntimeError("boom")
+    t = open_trace(tmp_path / "t.arrow")
+    assert t.truncated and t.steps == [0, 1]
+
+
+def test_other_schema_version_is_a_clear_error(tmp_path):
+    schema = build_schema({"schema_version": SCHEMA_VERSION + 1})
+    path = tmp_path / "v2.arrow"
+    with pa.OSFile(str(path), "wb") as f, pa.ipc.new_stream(f, schema):
+        pass
+    with pytest.raises(TraceFormatError, match=rf"schema_version {SCHEMA_VERSION + 1}.*schema_version {SCHEMA_VERSION}"):
+        open_trace(path)
+
+
+def test_foreign_and_corrupt_files_are_clear_errors(tmp_path):
+    junk = tmp_path / "junk.arrow"
+    junk.write_bytes(b"this is not arrow at all" * 10)
+    with pytest.raises(TraceFormatError, match="not an Arrow IPC stream"):
+        open_trace(junk)
+    foreign = tmp_path / "foreign.arrow"
+    with pa.OSFile(str(foreign), "wb") as f, pa.ipc.new_stream(f, pa.schema([("x", pa.int32())])):
+        pass
+    with pytest.raises(TraceFormatError, match="not a sinklens trace"):
+        open_trace(foreign)
+    # a closed file (end marker present) whose middle was overwritten is corrupt, not truncated
+    path = tmp_path / "t.arrow"
+    _write(path, _steps())
+    data = bytearray(path.read_bytes())
+    mid = len(data) // 2
+    data[mid:mid + 64] = b"\xff" * 64
+    path.write_bytes(bytes(data))
+    with pytest.raises(TraceFormatError, match="corrupt"):  # found when the damaged step is read
+        t = open_trace(path)
+        for step in t.steps:
+            t.received(step, 1)
+    with pytest.raises(TraceFormatError, match="corrupt"):
+        open_trace(path).verify()
+    with pytest.raises(FileNotFoundError):
+        open_trace(tmp_path / "missing.arrow")
+
+
+def test_bad_shapes_are_clear_errors(tmp_path):
+    w = TraceWriter(tmp_path / "t.arrow", {})
+    with pytest.raises(ValueError, match="is_masked must have shape"):
+        w.write_step(0, np.zeros((2, 5), int), is_masked=np.zeros((2, 4), bool))
+    with pytest.raises(ValueError, match="received must have shape"):
+        w.write_step(0, np.zeros((2, 5), int), received=np.zeros((2, 3, 4, 6)))
+    with pytest.raises(TypeError, match="JSON-serialisable"):
+        TraceWriter(tmp_path / "u.arrow", {"x": object()}).write_step(0, np.zeros((1, 3), int))
