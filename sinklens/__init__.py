@@ -12,3 +12,10 @@ def open_trace(path):
     from sinklens.trace.reader import open_trace as _open_trace
 
     return _open_trace(path)
+
+
+def load(name_or_path, *, revision=None, dtype=None, device=None):
+    """Load a checkpoint (alias, local folder, .gguf or hub id) as a SinkModel (sinklens.models.loader.load)."""
+    from sinklens.models.loader import load as _load
+
+    return _load(name_or_path, revision=revision, dtype=dtype, device=device)

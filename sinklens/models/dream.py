@@ -1,0 +1,65 @@
+"""Dream -> transformers' Qwen2ForCausalLM (run bidirectionally).
+
+Dream-v0 has Qwen2.5-7B's shapes and Qwen2's parameter names (q/k/v with bias), so no key
+mapping is needed; only the config is converted. Dream predicts token i from hidden state
+i - 1: that shift belongs to its sampler, `forward_logits` returns the raw logits.
+"""
+from __future__ import annotations
+
+from functools import partial
+
+from transformers import Qwen2Config, Qwen2ForCausalLM
+
+from .families import Family, architectures, config_value, register_family, special_tokens_from
+
+MASK_TOKEN = "<|mask|>"
+EOT_TOKEN = "<|im_end|>"
+
+
+def is_dream(config: dict) -> bool:
+    return str(config.get("model_type", "")).lower() == "dream" or any("dream" in a for a in architectures(config))
+
+
+def to_qwen2_config(config: dict) -> Qwen2Config:
+    """Dream config.json dict -> Qwen2Config (bidirectional, q/k/v bias, eps from config)."""
+    if config.get("use_sliding_window"):
+        raise ValueError("Dream config has use_sliding_window=true; sinklens supports full attention only")
+    if config.get("rope_scaling"):
+        raise ValueError(f"Dream config rope_scaling={config['rope_scaling']!r} is not supported (expected null)")
+    n_heads = config["num_attention_heads"]
+    qwen = Qwen2Config(
+        vocab_size=config["vocab_size"],
+        hidden_size=config["hidden_size"],
+        intermediate_size=config["intermediate_size"],
+        num_hidden_layers=config["num_hidden_layers"],
+        num_attention_heads=n_heads,
+        num_key_value_heads=config_value(config, "num_key_value_heads", default=n_heads),
+        hidden_act=config.get("hidden_act", "silu"),
+        max_position_embeddings=config_value(config, "max_position_embeddings", default=32768),
+        rms_norm_eps=config_value(config, "rms_norm_eps", default=1e-6),
+        rope_parameters={"rope_type": "default", "rope_theta": float(config.get("rope_theta", 10000.0))},
+        tie_word_embeddings=bool(config.get("tie_word_embeddings", False)),
+        use_sliding_window=False,
+        pad_token_id=config.get("pad_token_id"),
+        eos_token_id=config.get("eos_token_id"),
+        bos_token_id=config.get("bos_token_id"),
+        use_cache=False,
+    )
+    qwen.is_causal = False  # DLM
+    return qwen
+
+
+DREAM = register_family(
+    Family(
+        name="dream",
+        is_diffusion=True,
+        sampler="dream",
+        model_class=Qwen2ForCausalLM,
+        matches=is_dream,
+        build_config=to_qwen2_config,
+        special_tokens=partial(special_tokens_from, mask_token=MASK_TOKEN, eot_tokens=(EOT_TOKEN,)),
+        key_mapping=None,  # official names are Qwen2's
+        padding="shift_positions",  # diffusion_generate: cumsum(mask) - 1, pads -> 1
+        tokenizer_fallback="Qwen2Tokenizer",  # the hub's DreamTokenizer is remote code
+    )
+)

@@ -1,0 +1,134 @@
+"""Model families: how a checkpoint's config.json maps onto a well-kept transformers class.
+
+A `Family` is a small adapter: it recognises a config dict, converts it into a native
+transformers config (Llama / Qwen2), says how the checkpoint's parameter names map onto
+that class (`key_mapping` for `from_pretrained`), where the special token ids live, and how
+padding is handled. Nothing here executes code shipped with a checkpoint.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Callable
+
+from transformers import PretrainedConfig, PreTrainedModel
+
+
+@dataclass(frozen=True)
+class SpecialTokens:
+    mask_id: int | None
+    eos_id: int | None
+    pad_id: int | None
+    eot_id: int | None  # end of turn (LLaDA <|eot_id|>, Dream <|im_end|>); None if unknown
+    stop_ids: tuple[int, ...] = ()  # every id that ends a generation (eos, eot, config eos lists)
+
+
+@dataclass(frozen=True)
+class Family:
+    name: str  # "llada" | "mmada" | "dream" | "llama" | "qwen2"
+    is_diffusion: bool
+    sampler: str  # which sampler runs it: "llada" | "dream" | "arm"
+    model_class: type[PreTrainedModel]
+    matches: Callable[[dict], bool]  # config.json dict -> is it this family?
+    build_config: Callable[[dict], PretrainedConfig]  # config.json dict -> native config
+    special_tokens: Callable[[dict, Any], SpecialTokens]  # (config dict, tokenizer or None)
+    key_mapping: dict[str, str] | None = None  # regex -> replacement, applied in dict order
+    # Left padding: "key_padding" = pads only masked as keys, positions 0..S-1 unshifted
+    # (LLaDA's official forward); "shift_positions" = position ids cumsum(mask) - 1 with pads
+    # set to 1 (Dream's diffusion_generate, and transformers' generate for ARMs).
+    padding: str = "key_padding"
+    # Tokenizer class used when the folder's tokenizer_config names a remote-code class.
+    tokenizer_fallback: str | None = None
+
+
+FAMILIES: dict[str, Family] = {}  # insertion order = detection order
+
+
+def register_family(family: Family) -> Family:
+    """Add a family (later registrations with the same name replace earlier ones)."""
+    FAMILIES[family.name] = family
+    return family
+
+
+def get_family(name: str) -> Family:
+    _ensure_builtin()
+    if name not in FAMILIES:
+        raise ValueError(f"unknown model family {name!r}; known: {sorted(FAMILIES)}")
+    return FAMILIES[name]
+
+
+def detect_family(config: dict) -> Family:
+    """The family of a checkpoint from its config.json dict; ValueError if none matches."""
+    _ensure_builtin()
+    for family in FAMILIES.values():
+        if family.matches(config):
+            return family
+    raise ValueError(
+        "unknown architecture: config.json has model_type="
+        f"{config.get('model_type')!r}, architectures={config.get('architectures')!r}; "
+        f"sinklens supports the families {list(FAMILIES)} "
+        "(LLaDA/MMaDA -> Llama, Dream -> Qwen2, native Llama/Qwen2 ARMs)"
+    )
+
+
+def config_value(config: dict, *keys: str, default: Any = None) -> Any:
+    """First present, non-None value among `keys` of a config dict."""
+    for key in keys:
+        if config.get(key) is not None:
+            return config[key]
+    return default
+
+
+def architectures(config: dict) -> list[str]:
+    return [a.lower() for a in (config.get("architectures") or [])]
+
+
+def token_id(tokenizer: Any, token: str) -> int | None:
+    """Id of `token` in the tokenizer's vocabulary, or None (no tokenizer / not a single token)."""
+    if tokenizer is None:
+        return None
+    vocab = tokenizer.get_vocab()
+    return vocab.get(token)
+
+
+def first_id(value: Any) -> int | None:
+    """config eos_token_id may be an int or a list (Llama 3.1): the first one."""
+    if isinstance(value, (list, tuple)):
+        return int(value[0]) if value else None
+    return None if value is None else int(value)
+
+
+def all_ids(*values: Any) -> tuple[int, ...]:
+    out: list[int] = []
+    for v in values:
+        for i in v if isinstance(v, (list, tuple)) else [v]:
+            if i is not None and int(i) not in out:
+                out.append(int(i))
+    return tuple(out)
+
+
+def special_tokens_from(
+    config: dict, tokenizer: Any, *, mask_token: str | None, eot_tokens: tuple[str, ...] = ()
+) -> SpecialTokens:
+    """Special ids from the checkpoint's config, else its tokenizer (never hard-coded ids).
+
+    mask_token None = an ARM (no mask id). eot = the first of `eot_tokens` in the vocabulary.
+    """
+    mask_id = None
+    if mask_token is not None:
+        mask_id = config_value(config, "mask_token_id", default=token_id(tokenizer, mask_token))
+    eos = config_value(config, "eos_token_id", default=getattr(tokenizer, "eos_token_id", None))
+    pad = config_value(config, "pad_token_id", default=getattr(tokenizer, "pad_token_id", None))
+    eot_id = next((i for t in eot_tokens if (i := token_id(tokenizer, t)) is not None), None)
+    eos_id = first_id(eos)
+    return SpecialTokens(mask_id, eos_id, first_id(pad), eot_id, all_ids(eos, eot_id))
+
+
+_BUILTIN_LOADED = False
+
+
+def _ensure_builtin() -> None:
+    """Import the built-in adapters (they register themselves); order = detection order."""
+    global _BUILTIN_LOADED
+    if not _BUILTIN_LOADED:
+        _BUILTIN_LOADED = True
+        from . import llada, dream, arm  # noqa: F401  (MMaDA lives in llada.py)

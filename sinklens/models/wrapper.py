@@ -1,0 +1,135 @@
+"""`SinkModel`: a loaded transformers model plus its family adapter, ids and tokenizer."""
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+
+from .families import Family
+
+
+class SinkModel:
+    """What `sinklens.load` returns (docs/design.md, Contract 1).
+
+    model: LlamaForCausalLM / Qwen2ForCausalLM in eval mode (DLMs with config.is_causal False).
+    """
+
+    def __init__(self, model, family: Family, tokenizer, config_dict: dict, source: dict):
+        self.model = model
+        self.family = family
+        self.tokenizer = tokenizer  # None when the checkpoint ships no tokenizer (test fixtures)
+        self.config_dict = config_dict  # the checkpoint's own config.json
+        self.source = source
+        ids = family.special_tokens(config_dict, tokenizer)
+        self.mask_id, self.eos_id, self.pad_id, self.eot_id = ids.mask_id, ids.eos_id, ids.pad_id, ids.eot_id
+        self.stop_ids = ids.stop_ids
+        config = model.config
+        self.num_layers = config.num_hidden_layers
+        self.num_heads = config.num_attention_heads
+        self.num_kv_heads = config.num_key_value_heads
+        self.max_length = config.max_position_embeddings
+
+    @property
+    def is_diffusion(self) -> bool:
+        return self.family.is_diffusion
+
+    @property
+    def device(self) -> torch.device:
+        return self.model.device
+
+    @property
+    def dtype(self) -> torch.dtype:
+        return self.model.dtype
+
+    def __repr__(self) -> str:
+        return (
+            f"SinkModel(family={self.family.name!r}, layers={self.num_layers}, heads={self.num_heads}, "
+            f"kv_heads={self.num_kv_heads}, dtype={self.dtype}, source={self.source['name_or_path']!r})"
+        )
+
+    # -----------------------------------------------------------------------------------
+
+    def position_ids_for(self, attention_mask: torch.Tensor | None) -> torch.Tensor | None:
+        """Position ids the family's official code uses under padding (None = 0..S-1)."""
+        if attention_mask is None or self.family.padding == "key_padding":
+            return None  # LLaDA: pads are masked as keys only, positions stay 0..S-1
+        mask = attention_mask.long()  # (B, S)
+        return (mask.cumsum(-1) - 1).masked_fill(mask == 0, 1)  # (B, S); pads get 1 (Dream)
+
+    @torch.no_grad()
+    def forward_logits(
+        self,
+        input_ids: torch.Tensor,
+        attention_mask: torch.Tensor | None = None,
+        position_ids: torch.Tensor | None = None,
+        attention: Any = None,
+    ) -> torch.Tensor:
+        """Logits (B, S, V) float32, as the official model's forward returns them.
+
+        Dream: raw, unshifted (the shift by one is the sampler's). attention_mask (B, S):
+        1 = real token, 0 = pad. attention: an `AttentionRequest` (capture / block) or None.
+        """
+        input_ids = self._check_ids(input_ids)  # (B, S)
+        if attention_mask is not None:
+            attention_mask = self._check_mask(attention_mask, input_ids)
+        if position_ids is None:
+            position_ids = self.position_ids_for(attention_mask)
+        elif position_ids.shape != input_ids.shape:
+            raise ValueError(f"position_ids shape {tuple(position_ids.shape)} != input_ids shape {tuple(input_ids.shape)}")
+        kwargs = {}
+        if attention is not None:
+            if getattr(attention, "query_mask", None) is None and attention_mask is not None:
+                attention.query_mask = attention_mask.bool()  # padded queries are not summed
+            kwargs["sinklens"] = attention  # reaches the attention function's kwargs
+        device = self.device
+        out = self.model(
+            input_ids=input_ids.to(device),
+            attention_mask=None if attention_mask is None else attention_mask.to(device),
+            position_ids=None if position_ids is None else position_ids.to(device),
+            use_cache=False,
+            **kwargs,
+        )
+        return out.logits.float()  # (B, S, V)
+
+    def _check_ids(self, input_ids) -> torch.Tensor:
+        if not isinstance(input_ids, torch.Tensor):
+            input_ids = torch.as_tensor(input_ids)
+        if input_ids.dim() == 1:
+            input_ids = input_ids[None]
+        if input_ids.dim() != 2 or input_ids.dtype not in (torch.long, torch.int32, torch.int64):
+            raise ValueError(f"input_ids must be a (B, S) integer tensor, got {tuple(input_ids.shape)} {input_ids.dtype}")
+        vocab = self.model.config.vocab_size
+        if input_ids.numel() and (int(input_ids.min()) < 0 or int(input_ids.max()) >= vocab):
+            raise ValueError(f"input_ids must lie in [0, {vocab}), got range [{int(input_ids.min())}, {int(input_ids.max())}]")
+        if input_ids.shape[1] > self.max_length:
+            raise ValueError(f"sequence length {input_ids.shape[1]} exceeds the model's max_length {self.max_length}")
+        return input_ids.long()
+
+    @staticmethod
+    def _check_mask(attention_mask, input_ids: torch.Tensor) -> torch.Tensor:
+        attention_mask = torch.as_tensor(attention_mask)
+        if attention_mask.dim() == 1:
+            attention_mask = attention_mask[None]
+        if attention_mask.shape != input_ids.shape:
+            raise ValueError(
+                f"attention_mask shape {tuple(attention_mask.shape)} must equal input_ids shape {tuple(input_ids.shape)} "
+                "(2-D, 1 = real token, 0 = pad)"
+            )
+        return attention_mask.long()
+
+    # -----------------------------------------------------------------------------------
+
+    def apply_chat_template(self, messages_or_prompt: str | list[dict]) -> list[int]:
+        """Token ids of a chat prompt (a string becomes one user turn), ready for generation."""
+        if self.tokenizer is None:
+            raise ValueError(f"{self.source['path']} ships no tokenizer: pass token ids instead of text")
+        if getattr(self.tokenizer, "chat_template", None) is None:
+            raise ValueError(
+                f"the tokenizer of {self.source['name_or_path']!r} has no chat template "
+                "(a base model?): use tokenizer.encode(text) instead"
+            )
+        messages = messages_or_prompt
+        if isinstance(messages, str):
+            messages = [{"role": "user", "content": messages}]
+        text = self.tokenizer.apply_chat_template(messages, add_generation_prompt=True, tokenize=False)
+        return self.tokenizer.encode(text, add_special_tokens=False)
