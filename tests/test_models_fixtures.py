@@ -8,18 +8,22 @@ import torch
 from safetensors.torch import load_file
 
 import sinklens
+from sinklens.attention import AttentionRequest
 
 
+@pytest.mark.parametrize("capture", [False, True], ids=["plain", "capture"])
 @pytest.mark.parametrize("family", ["llada", "dream"])
 @pytest.mark.parametrize("case", ["forward_nopad", "forward_leftpad"])
-def test_fixture_logits_match_official(fixtures_dir, family, case):
+def test_fixture_logits_match_official(fixtures_dir, family, case, capture):
+    """Plain and capture mode both reproduce the official logits at non-pad positions."""
     folder = fixtures_dir / family
     ref = load_file(str(folder / "logits.safetensors"))
     m = sinklens.load(folder)
     assert m.family.name == family and m.is_diffusion
     ids = ref[f"{case}.input_ids"]  # (B, S)
     mask = ref.get(f"{case}.attention_mask")  # (B, S) or None
-    logits = m.forward_logits(ids, attention_mask=mask)  # (B, S, V)
+    req = AttentionRequest(capture=True) if capture else None
+    logits = m.forward_logits(ids, attention_mask=mask, attention=req)  # (B, S, V)
     expected = ref[f"{case}.logits"]
     assert logits.shape == expected.shape
     real = torch.ones_like(ids, dtype=torch.bool) if mask is None else mask.bool()
@@ -27,6 +31,9 @@ def test_fixture_logits_match_official(fixtures_dir, family, case):
         assert (~real).any(), "the padded case must contain padding"
     diff = (logits - expected).abs()[real]  # compare only non-pad positions
     assert diff.max().item() <= 1e-4
+    if capture:  # padded query rows are not summed: total received = real queries per row
+        total = req.received.sum(-1)  # (L, B, H)
+        assert torch.allclose(total, real.sum(-1).float()[None, :, None].expand_as(total), atol=1e-4)
 
 
 @pytest.mark.parametrize("family", ["llada", "dream"])

@@ -20,11 +20,10 @@ from typing import Any, Callable
 
 import torch
 
+from sinklens.attention import ATTENTION_NAME, register
+
 from .families import Family, detect_family
 from .wrapper import SinkModel
-
-# The attention implementation every model is loaded with (see sinklens.attention).
-ATTENTION_NAME = "sdpa"
 
 # Files a hub download fetches: weights (safetensors only), configs, tokenizer, chat template.
 HUB_ALLOW_PATTERNS = [
@@ -199,6 +198,7 @@ def load(
     device: None = CPU.
     """
     check_dtype_arg(dtype)
+    register()  # idempotent: the "sinklens" attention + mask functions exist before loading
     where = resolve(name_or_path, revision)
     if where.gguf_file is not None:
         model, config_dict, family = _load_gguf(where, dtype)
