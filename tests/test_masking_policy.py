@@ -1,0 +1,132 @@
+"""Sink masking policy on tiny random models: blocked keys get exactly 0 at the next step,
+against transformers' eager attention with the same keys masked out."""
+from types import SimpleNamespace
+
+import numpy as np
+import pytest
+import torch
+from transformers import LlamaConfig, LlamaForCausalLM
+
+from sinklens.attention import ATTENTION_NAME, AttentionRequest
+from sinklens.masking.policy import MaskingConfig, SinkMaskingPolicy
+
+torch.set_grad_enabled(False)
+L, H, S, V = 3, 4, 10, 64
+
+
+def tiny(causal: bool):
+    torch.manual_seed(0)
+    m = LlamaForCausalLM(LlamaConfig(vocab_size=V, hidden_size=32, intermediate_size=48, num_hidden_layers=L,
+                                     num_attention_heads=H, num_key_value_heads=2, max_position_embeddings=64))
+    m.config.is_causal = causal
+    m.config._attn_implementation = ATTENTION_NAME
+    return m.eval()
+
+
+def steps(model, policy, tokens, n):
+    """A minimal stand-in for a sampler: same canvas each step, the hook around each forward."""
+    reqs = []
+    for t in range(n):
+        req = policy.before_step(t, tokens, torch.zeros_like(tokens, dtype=torch.bool))
+        model(tokens, sinklens=req)
+        policy.after_step(SimpleNamespace(step=t, attention=req))
+        reqs.append(req)
+    return reqs
+
+
+def ids(seed=1, b=1, s=S):
+    return torch.randint(0, V, (b, s), generator=torch.Generator().manual_seed(seed))
+
+
+@pytest.mark.parametrize("k", [1, 3])
+def test_blocked_keys_receive_zero_per_head(k):
+    model, x = tiny(False), ids(b=2)
+    pol = SinkMaskingPolicy(MaskingConfig(top_k=k), num_layers=L)
+    r0, r1 = steps(model, pol, x, 2)
+    # the blocked keys of step 1 are the top-k of step 0 per (layer, row, head), ranked independently
+    rec0 = r0.received.numpy()
+    expected = np.zeros_like(rec0, dtype=bool)
+    for l, b, h in np.ndindex(rec0.shape[:3]):
+        expected[l, b, h, np.argsort(-rec0[l, b, h], kind="stable")[:k]] = True
+    assert np.array_equal(r1.blocked.numpy(), expected)
+    assert r0.blocked is None                                   # step 0: unmasked by default
+    got = r1.received
+    assert (got[r1.blocked] == 0).all()                         # exactly 0, not "small"
+    assert (got[~r1.blocked] > 0).all()
+    torch.testing.assert_close(got.sum(-1), torch.full((L, 2, H), float(S)))  # rows still sum to 1
+    assert pol.summary()["steps_masked"] == 1 and pol.summary()["blocked_entries"] == L * H * k
+
+
+def test_global_ranking_matches_eager_with_masked_columns():
+    """Global ranking blocks the same positions in every layer and head, which an additive 4-D mask
+    reproduces in transformers' eager attention: the captures must agree."""
+    model, x = tiny(False), ids()
+    pol = SinkMaskingPolicy(MaskingConfig(top_k=2, ranking="global"), num_layers=L)
+    r0, r1 = steps(model, pol, x, 2)
+    pos = r0.received.sum(dim=(0, 2)).topk(2).indices[0]        # (2,)
+    assert r1.blocked[:, 0, :, pos].all() and r1.blocked.sum() == L * H * 2
+    bias = torch.zeros(1, 1, S, S)
+    bias[..., pos] = torch.finfo(torch.float32).min
+    model.config._attn_implementation = "eager"
+    eager = model(x, attention_mask=bias, output_attentions=True).attentions
+    model.config._attn_implementation = ATTENTION_NAME
+    ref = torch.stack([a.sum(2) for a in eager])                # (L, B, H, S)
+    assert (r1.received - ref).abs().max() < 1e-5
+
+
+def test_unblocked_layers_unchanged_and_k0_is_plain():
+    model, x = tiny(False), ids()
+    plain = steps(model, SinkMaskingPolicy(MaskingConfig(top_k=0), num_layers=L), x, 2)
+    last = steps(model, SinkMaskingPolicy(MaskingConfig(top_k=1, layers=(L - 1,)), num_layers=L), x, 2)
+    assert plain[1].blocked is None
+    assert torch.equal(plain[1].received, plain[0].received)
+    assert torch.equal(last[1].received[: L - 1], plain[1].received[: L - 1])   # nothing blocked there
+    assert not torch.equal(last[1].received[L - 1], plain[1].received[L - 1])
+    assert (last[1].received[L - 1][last[1].blocked[L - 1]] == 0).all()
+
+
+def test_keep_self_and_threshold():
+    model, x = tiny(False), ids()
+    r = steps(model, SinkMaskingPolicy(MaskingConfig(top_k=1, keep_self=True), num_layers=L), x, 2)[1]
+    assert (r.received[r.blocked] > 0).all()                     # its own query still attends to it
+    r = steps(model, SinkMaskingPolicy(MaskingConfig(threshold=1.5), num_layers=L), x, 2)
+    assert torch.equal(r[1].blocked, r[0].received >= 1.5)
+
+
+def test_causal_probe_never_empties_a_row():
+    """Causal prefill with step0='probe': key 0 is the sink, yet query 0 (which sees only key 0) keeps it."""
+    model, x = tiny(True), ids()
+    wrapper = SimpleNamespace(forward_logits=lambda t, attention=None: model(t, sinklens=attention).logits)
+    pol = SinkMaskingPolicy(MaskingConfig(top_k=1, step0="probe", arm_rule="prefix"), num_layers=L,
+                            is_diffusion=False, model=wrapper)
+    req = pol.before_step(0, x, torch.zeros_like(x, dtype=torch.bool))
+    assert req.blocked is not None
+    logits = model(x, sinklens=req).logits
+    assert torch.isfinite(logits).all() and torch.isfinite(req.received).all()
+    torch.testing.assert_close(req.received.sum(-1), torch.full((L, 1, H), float(S)))
+
+
+def test_arm_newest_rule_and_growing_sequence():
+    model, x = tiny(True), ids()
+    pol = SinkMaskingPolicy(MaskingConfig(top_k=2), num_layers=L, is_diffusion=False)
+    r0 = pol.before_step(0, x, torch.zeros_like(x, dtype=torch.bool))
+    assert r0.query_mask[0].tolist() == [False] * (S - 1) + [True]   # the newest row only
+    model(x, sinklens=r0)
+    pol.after_step(SimpleNamespace(attention=r0))
+    torch.testing.assert_close(r0.received.sum(-1), torch.ones(L, 1, H))
+    x2 = torch.cat([x, ids(2, s=1)], dim=1)
+    r1 = pol.before_step(1, x2, torch.zeros_like(x2, dtype=torch.bool))
+    assert r1.blocked.shape == (L, 1, H, S + 1) and not r1.blocked[..., -1].any()
+
+
+def test_bad_inputs():
+    model, x = tiny(False), ids()
+    pol = SinkMaskingPolicy(MaskingConfig(top_k=S + 1), num_layers=L)
+    with pytest.raises(ValueError, match="larger than the sequence"):
+        steps(model, pol, x, 2)
+    with pytest.raises(ValueError, match="top_k"):
+        MaskingConfig(top_k=-1)
+    with pytest.raises(ValueError, match="probe"):
+        SinkMaskingPolicy(MaskingConfig(step0="probe"), num_layers=L)
+    with pytest.raises(ValueError, match="out of range"):
+        SinkMaskingPolicy(MaskingConfig(layers=(L,)), num_layers=L)
