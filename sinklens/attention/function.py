@@ -25,12 +25,15 @@ ATTENTION_NAME = "sinklens"
 
 
 def _allowed_keys(
-    attention_mask: torch.Tensor | None, is_causal: bool, b: int, s_q: int, s_k: int, device
-) -> torch.Tensor:
-    """(B or 1, 1, S_q, S_k) bool: which keys each query may see before any blocking."""
+    attention_mask: torch.Tensor | None, is_causal: bool, s_q: int, s_k: int, device
+) -> torch.Tensor | None:
+    """(B or 1, 1, S_q, S_k) bool: which keys each query may see before any blocking.
+
+    None means "every key" (bidirectional without padding, or a single decoding query).
+    """
     if attention_mask is None:
         if not is_causal or s_q == 1:
-            return torch.ones(1, 1, s_q, s_k, dtype=torch.bool, device=device)
+            return None
         # Lower-right alignment: with a KV cache the queries are the last S_q positions.
         q_pos = torch.arange(s_k - s_q, s_k, device=device)
         return (q_pos[:, None] >= torch.arange(s_k, device=device)[None, :])[None, None]
@@ -41,13 +44,15 @@ def _allowed_keys(
 
 
 def _apply_blocking(
-    allowed: torch.Tensor, blocked: torch.Tensor, keep_self: bool, s_q: int, s_k: int
+    allowed: torch.Tensor | None, blocked: torch.Tensor, keep_self: bool, s_q: int, s_k: int
 ) -> torch.Tensor:
     """(B, H, S_q, S_k) bool allowed keys after blocking `blocked` (B, H, S_k).
 
     A query row left with nothing to attend to keeps its unblocked row: blocking must never
     turn a softmax into 0/0 (e.g. query 0 of a causal model sees only key 0).
     """
+    if allowed is None:
+        allowed = torch.ones(1, 1, s_q, s_k, dtype=torch.bool, device=blocked.device)
     block = blocked[:, :, None, :].expand(-1, -1, s_q, -1)  # (B, H, S_q, S_k)
     if keep_self:
         q_pos = torch.arange(s_k - s_q, s_k, device=blocked.device)
@@ -63,7 +68,7 @@ def _captured_attention(
     query: torch.Tensor,  # (B, H, S_q, D), after RoPE
     key: torch.Tensor,  # (B, H_kv, S_k, D), before the GQA repeat
     value: torch.Tensor,  # (B, H_kv, S_k, D)
-    allowed: torch.Tensor,  # (B or 1, 1 or H, S_q, S_k) bool
+    allowed: torch.Tensor | None,  # (B or 1, 1 or H, S_q, S_k) bool; None = every key
     scaling: float,
     req: AttentionRequest,
 ) -> torch.Tensor:
@@ -94,16 +99,22 @@ def _captured_attention(
     neg = torch.finfo(torch.float32).min
     for start in range(0, s_q, req.query_chunk):
         end = min(start + req.query_chunk, s_q)
-        scores = torch.matmul(q[:, :, :, start:end].float(), k_t) * scaling  # (B, H_kv, rep, c, S_k)
-        ok = allowed[:, :, start:end]  # (B|1, 1|H, c, S_k)
-        ok = ok.reshape(ok.shape[0], -1, 1, end - start, s_k) if ok.shape[1] == 1 else ok.reshape(
-            ok.shape[0], h_kv, rep, end - start, s_k
-        )
-        scores = scores.masked_fill(~ok, neg)
-        probs = torch.softmax(scores, dim=-1)  # (B, H_kv, rep, c, S_k) float32
+        scores = torch.matmul(q[:, :, :, start:end].float(), k_t).mul_(scaling)  # (B, H_kv, rep, c, S_k)
+        if allowed is not None:
+            ok = allowed[:, :, start:end]  # (B|1, 1|H, c, S_k)
+            ok = ok.reshape(ok.shape[0], -1, 1, end - start, s_k) if ok.shape[1] == 1 else ok.reshape(
+                ok.shape[0], h_kv, rep, end - start, s_k
+            )
+            scores.masked_fill_(~ok, neg)
+        # softmax in place: this buffer is the largest thing alive, so no second copy of it
+        scores.sub_(scores.amax(dim=-1, keepdim=True)).exp_()
+        probs = scores.div_(scores.sum(dim=-1, keepdim=True))  # (B, H_kv, rep, c, S_k) float32
         out[:, :, :, start:end] = torch.matmul(probs.to(value.dtype), v)
         p = probs.reshape(b, h, end - start, s_k)  # (B, H, c, S_k)
-        received += torch.einsum("bhqk,bq->bhk", p, qmask[:, start:end].float())
+        if req.query_mask is None:
+            received += p.sum(dim=2)
+        else:
+            received += torch.einsum("bhqk,bq->bhk", p, qmask[:, start:end].float())
         if req.query_groups is not None:
             received_groups += torch.einsum("bhqk,bqg->bghk", p, groups[:, start:end])
         for hd, m in maps.items():
@@ -143,7 +154,7 @@ def sinklens_attention(
     scaling = d**-0.5 if scaling is None else scaling
     is_causal = kwargs.get("is_causal")
     is_causal = getattr(module, "is_causal", True) if is_causal is None else is_causal
-    allowed = _allowed_keys(attention_mask, is_causal, b, s_q, s_k, query.device)
+    allowed = _allowed_keys(attention_mask, is_causal, s_q, s_k, query.device)
     if blocked is not None:
         if blocked.shape != (b, h, s_k):
             raise ValueError(
@@ -154,7 +165,7 @@ def sinklens_attention(
     if req.needs_probabilities:
         return _captured_attention(module, query, key, value, allowed, scaling, req), None
 
-    # Mask only: sdpa with the blocked keys as a float additive mask.
+    # Mask only: sdpa with the blocked keys as a float additive mask (allowed is set: blocked is).
     bias = torch.zeros(allowed.shape, dtype=query.dtype, device=query.device)
     bias = bias.masked_fill(~allowed, torch.finfo(query.dtype).min)
     kwargs["is_causal"] = False  # causality is already in `allowed`
