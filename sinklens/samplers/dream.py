@@ -1,0 +1,177 @@
+"""Dream sampler, step for step Dream's `diffusion_generate` (generation_utils.py, `_sample`).
+
+The whole canvas (prompt + max_new_tokens masks) is denoised over `steps` steps on the time
+grid linspace(1, eps, steps + 1). The model predicts token i from hidden state i - 1, so the
+logits are shifted right by one (position 0 keeps its own). Algorithms:
+- `origin`: every masked position is revealed with probability 1 - s/t (all at the last step);
+- `maskgit_plus` / `topk_margin` / `entropy`: confidence = top-1 probability / top-1 minus
+  top-2 probability / negative entropy; the `int(n_masked * (1 - s/t))` most confident masked
+  positions are revealed (all at the last step), or sampled with softmax(conf / alg_temp).
+
+Kept from the official code on purpose (it decides which tokens come out):
+- n_masked is the masked count *averaged over the batch*, computed in float32. With rows of
+  different mask counts a row may get more or fewer reveals than it has masks; top-k may then
+  pick non-masked positions and write the mask id over them. This is reproduced for exactness.
+- RNG order per step: `origin` draws `rand` over all masked positions of the batch (row-major)
+  and then, if temperature > 0, the categorical sample; the others draw the categorical sample
+  (temperature > 0) and then `multinomial` (alg_temp > 0).
+- a categorical sample that fails (invalid probabilities) falls back to the argmax.
+"""
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+
+from sinklens.samplers.base import (
+    CaptureOptions, GenerateOutput, Hooks, StepEvent, build_request, check_choice, check_inputs,
+    check_positive_int, masked_unmasked_groups, open_trace_writer, run_context, setup_hooks,
+)
+
+ALGS = ("origin", "maskgit_plus", "topk_margin", "entropy")
+
+
+def top_p_filter(logits: torch.Tensor, top_p: float) -> torch.Tensor:
+    """Keep the smallest set of tokens whose probability mass reaches top_p (the token that
+    crosses the threshold stays); the rest get finfo.min."""
+    sorted_logits, order = torch.sort(logits, descending=True)
+    cum = torch.cumsum(F.softmax(sorted_logits, dim=-1), dim=-1)
+    drop_sorted = cum > top_p
+    drop_sorted[..., 1:] = drop_sorted[..., :-1].clone()  # shift right: keep the crossing token
+    drop_sorted[..., 0] = False
+    drop = torch.zeros_like(logits, dtype=torch.bool).scatter_(-1, order, drop_sorted)
+    return logits.masked_fill(drop, torch.finfo(logits.dtype).min)
+
+
+def top_k_filter(logits: torch.Tensor, top_k: int) -> torch.Tensor:
+    """Keep the top_k largest logits (ties with the k-th kept); the rest get finfo.min."""
+    k = min(top_k, logits.shape[-1])
+    kth = torch.topk(logits, k)[0][..., -1, None]
+    return logits.masked_fill(logits < kth, torch.finfo(logits.dtype).min)
+
+
+def sample_tokens(logits: torch.Tensor, temperature: float = 0.0, top_p: float | None = None,
+                  top_k: int | None = None, confidence: str = "prob") -> tuple[torch.Tensor, torch.Tensor]:
+    """(N, V) logits -> (confidence (N,), token (N,)). confidence in {prob, margin, neg_entropy}."""
+    if temperature > 0:
+        logits = logits / temperature
+    if top_p is not None and top_p < 1:
+        logits = top_p_filter(logits, top_p)
+    if top_k is not None:
+        logits = top_k_filter(logits, top_k)
+    probs = torch.softmax(logits, dim=-1)  # (N, V)
+    if temperature > 0:
+        try:
+            x0 = torch.distributions.Categorical(probs=probs).sample()
+            conf = torch.gather(probs, -1, x0[:, None]).squeeze(-1)
+        except (ValueError, RuntimeError):  # invalid probabilities: the official code falls back to argmax
+            conf, x0 = probs.max(dim=-1)
+    else:
+        conf, x0 = probs.max(dim=-1)
+    if confidence == "margin":
+        top2 = torch.sort(probs, dim=-1, descending=True)[0]
+        conf = top2[:, 0] - top2[:, 1]
+    elif confidence == "neg_entropy":
+        conf = torch.sum(probs * torch.log(probs + 1e-10), dim=-1)
+    return conf, x0
+
+
+CONFIDENCE = {"maskgit_plus": "prob", "topk_margin": "margin", "entropy": "neg_entropy"}
+
+
+def check_args(steps, max_new_tokens, eps, alg, alg_temp, temperature, top_p, top_k) -> None:
+    check_positive_int("steps", steps)
+    check_positive_int("max_new_tokens", max_new_tokens)
+    check_choice("alg", alg, ALGS)
+    if not 0 < eps < 1:
+        raise ValueError(f"eps must be in (0, 1), got {eps}")
+    if temperature < 0:
+        raise ValueError(f"temperature must be >= 0, got {temperature}")
+    if alg_temp is not None and alg_temp < 0:
+        raise ValueError(f"alg_temp must be >= 0 or None, got {alg_temp}")
+    if top_p is not None and not 0 < top_p <= 1:
+        raise ValueError(f"top_p must be in (0, 1] or None, got {top_p}")
+    if top_k is not None:
+        check_positive_int("top_k", top_k)
+
+
+@torch.no_grad()
+def generate(model, input_ids, attention_mask=None, *, steps: int = 512, max_new_tokens: int = 128,
+             eps: float = 1e-3, alg: str = "origin", alg_temp: float | None = None, temperature: float = 0.0,
+             top_p: float | None = None, top_k: int | None = None, mask_id: int | None = None, trace=None,
+             hook=None, capture: CaptureOptions | None = None, progress: bool = False) -> GenerateOutput:
+    """Dream's diffusion_generate(). `model` is a SinkModel (forward_logits returns raw, unshifted logits).
+
+    Defaults follow Dream's generation config, except max_new_tokens (official: max_length 20).
+    """
+    args = dict(steps=steps, max_new_tokens=max_new_tokens, eps=eps, alg=alg, alg_temp=alg_temp,
+                temperature=temperature, top_p=top_p, top_k=top_k)
+    check_args(steps, max_new_tokens, eps, alg, alg_temp, temperature, top_p, top_k)
+    mask_id = model.mask_id if mask_id is None else mask_id
+    if mask_id is None:
+        raise ValueError("mask_id is None: the model has no mask token; pass mask_id=...")
+    args["mask_id"] = mask_id
+    P = torch.as_tensor(input_ids).shape[-1]
+    input_ids, attention_mask = check_inputs(input_ids, attention_mask, P + max_new_tokens,
+                                             getattr(model, "max_length", None))
+    B, S = input_ids.shape[0], P + max_new_tokens
+    device = input_ids.device
+
+    hooks, capture = setup_hooks(hook, trace, capture, diffusion=True)
+    writer = open_trace_writer(trace, model, "dream", args, input_ids, capture, S)
+    all_hooks = Hooks(hooks.hooks + ([writer] if writer is not None else []))
+
+    x = F.pad(input_ids, (0, max_new_tokens), value=mask_id)  # (B, S)
+    if attention_mask is not None and torch.any(attention_mask == 0):
+        attention_mask = F.pad(attention_mask, (0, max_new_tokens), value=1)  # the masks are real tokens
+        position_ids = attention_mask.long().cumsum(-1) - 1  # left padding: positions start at the first real token
+        position_ids.masked_fill_(attention_mask == 0, 1)
+        real = attention_mask.bool()
+    else:
+        attention_mask = position_ids = None
+        real = torch.ones_like(x, dtype=torch.bool)
+    timesteps = torch.linspace(1, eps, steps + 1, device=device)  # float32, as the official grid
+
+    history = []
+    with run_context(writer, trace, steps, progress, "dream") as bar:
+        for i in range(steps):
+            mask_index = x == mask_id  # (B, S)
+            req = build_request(all_hooks.before_step(i, x, mask_index), capture, i, real,
+                                masked_unmasked_groups(mask_index, real) if capture and capture.query_groups else None)
+            tokens_in = x.clone()
+            raw = model.forward_logits(x, attention_mask=attention_mask, position_ids=position_ids, attention=req)
+            logits = torch.cat([raw[:, :1], raw[:, :-1]], dim=1)  # (B, S, V): position j predicted from j - 1
+            mask_logits = logits[mask_index]  # (N_masked, V) row-major over the batch
+            t, s = timesteps[i], timesteps[i + 1]
+            if alg == "origin":
+                p_transfer = 1 - s / t if i < steps - 1 else 1
+                x0 = torch.full_like(x[mask_index], mask_id)  # (N_masked,)
+                chosen = torch.rand(*x0.shape, device=device) < p_transfer
+                _, x0[chosen] = sample_tokens(mask_logits[chosen], temperature, top_p, top_k)
+                transfer = torch.zeros_like(mask_index)
+                transfer[mask_index] = chosen
+                x[mask_index] = x0.clone()
+            else:
+                conf, x0 = sample_tokens(mask_logits, temperature, top_p, top_k, confidence=CONFIDENCE[alg])
+                n_masked = mask_index.sum() / mask_index.shape[0]  # float32 batch average (official)
+                n_transfer = int(n_masked * (1 - s / t)) if i < steps - 1 else int(n_masked)
+                full_conf = torch.full_like(x, -torch.inf, dtype=logits.dtype)  # (B, S)
+                full_conf[mask_index] = conf
+                transfer = torch.zeros_like(mask_index)
+                if n_transfer > 0:
+                    if alg_temp is None or alg_temp == 0:
+                        _, idx = torch.topk(full_conf, n_transfer)  # (B, n_transfer)
+                    else:
+                        idx = torch.multinomial(F.softmax(full_conf / alg_temp, dim=-1), num_samples=n_transfer)
+                    candidates = torch.full_like(x, mask_id)
+                    candidates[mask_index] = x0.clone()
+                    rows = torch.arange(B, device=device)[:, None].expand_as(idx)
+                    x[rows, idx] = candidates[rows, idx]
+                    transfer[rows, idx] = True
+            history.append(x.clone())
+            if all_hooks:
+                all_hooks.after_step(StepEvent(step=i, tokens=tokens_in, is_masked=mask_index, revealed=transfer,
+                                               logits=logits, attention=req, attention_mask=real))
+            if bar is not None:
+                bar.update(1)
+    return GenerateOutput(sequences=x, history=history, num_steps=steps,
+                          trace_path=None if writer is None else writer.path)

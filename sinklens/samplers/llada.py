@@ -1,0 +1,173 @@
+"""LLaDA / MMaDA sampler, step for step the `generate()` of LLaDA's repository (generate.py).
+
+Semi-autoregressive blocks; in each block a fixed number of masked positions is revealed per
+step (the block's mask count spread evenly, the remainder to the earliest steps); candidates
+are the argmax of Gumbel-perturbed logits in float64; confidence is the candidate's softmax
+probability (`low_confidence`) or uniform noise (`random`); the top-k are committed.
+
+Kept from the official code on purpose (they decide which tokens come out):
+- the RNG draw order per step: `rand_like` over the float64 (B, S, V) logits for the Gumbel
+  noise (only when temperature > 0), then `rand((B, S))` for `random` remasking;
+- only positions *after* the current block are excluded from selection (a position of an
+  earlier block that still holds the mask id - the sampler may draw the mask id itself - can
+  be chosen again);
+- `confidence_eos_eot_inf` sets the EOS column of the noisy logits and the EoT column of the
+  logits to -inf after the argmax (with temperature 0 both are the same tensor, so both
+  columns drop out of the confidence).
+Fixed official bugs: `cfg_scale > 0` with `attention_mask=None` (official: UnboundLocalError)
+runs as with an all-ones mask; EOS / EoT ids come from the model, not the 8B vocabulary's
+126081 / 126348.
+"""
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+
+from sinklens.samplers.base import (
+    CaptureOptions, GenerateOutput, Hooks, StepEvent, build_request, check_choice, check_inputs,
+    check_positive_int, masked_unmasked_groups, open_trace_writer, run_context, setup_hooks, repeat_rows, take_rows,
+)
+
+REMASKING = ("low_confidence", "random")
+
+
+def add_gumbel_noise(logits: torch.Tensor, temperature: float) -> torch.Tensor:
+    """Gumbel-max in float64: argmax(exp(l) / (-log U)^T) samples softmax(l / T).
+
+    float64 because low-precision Gumbel noise hurts generation quality (LLaDA, after
+    arXiv:2409.02908). Returns `logits` itself when temperature is 0.
+    """
+    if temperature == 0:
+        return logits
+    logits = logits.to(torch.float64)
+    u = torch.rand_like(logits, dtype=torch.float64)  # the one RNG draw of this function
+    return logits.exp() / (-torch.log(u)) ** temperature
+
+
+def num_transfer_tokens(block_is_masked: torch.Tensor, steps: int) -> torch.Tensor:
+    """(B, steps) long tokens to reveal per step: the block's mask count spread evenly, the
+    remainder (+1 each) to the earliest steps."""
+    count = block_is_masked.sum(dim=1, keepdim=True)  # (B, 1)
+    base, remainder = count // steps, count % steps
+    schedule = base.expand(-1, steps).clone()  # (B, steps)
+    schedule += (torch.arange(steps, device=count.device)[None, :] < remainder).long()
+    return schedule
+
+
+def check_args(gen_length, block_length, steps, temperature, cfg_scale, remasking) -> int:
+    """Validate before any compute; returns the number of blocks."""
+    check_positive_int("gen_length", gen_length)
+    check_positive_int("block_length", block_length)
+    check_positive_int("steps", steps)
+    check_choice("remasking", remasking, REMASKING)
+    if gen_length % block_length != 0:
+        raise ValueError(f"gen_length ({gen_length}) must be a multiple of block_length ({block_length})")
+    num_blocks = gen_length // block_length
+    if steps % num_blocks != 0:
+        raise ValueError(f"steps ({steps}) must be divisible by the number of blocks "
+                         f"(gen_length / block_length = {num_blocks})")
+    if temperature < 0:
+        raise ValueError(f"temperature must be >= 0, got {temperature}")
+    if cfg_scale < 0:
+        raise ValueError(f"cfg_scale must be >= 0, got {cfg_scale}")
+    return num_blocks
+
+
+@torch.no_grad()
+def generate(model, input_ids, attention_mask=None, *, steps: int = 128, gen_length: int = 128,
+             block_length: int = 128, temperature: float = 0.0, cfg_scale: float = 0.0,
+             remasking: str = "low_confidence", mask_id: int | None = None, logits_eos_inf: bool = False,
+             confidence_eos_eot_inf: bool = False, trace=None, hook=None, capture: CaptureOptions | None = None,
+             progress: bool = False) -> GenerateOutput:
+    """LLaDA's generate(). `model` is a SinkModel (forward_logits, mask_id, eos_id, eot_id, max_length).
+
+    input_ids (B, P) prompt ids (left-padded batches with `attention_mask` (B, P));
+    trace: a path or TraceWriter to record every step; hook: a step hook or a list of them;
+    capture: what to record (default when tracing: received + masked/unmasked split).
+    """
+    args = dict(steps=steps, gen_length=gen_length, block_length=block_length, temperature=temperature,
+                cfg_scale=cfg_scale, remasking=remasking, mask_id=mask_id, logits_eos_inf=logits_eos_inf,
+                confidence_eos_eot_inf=confidence_eos_eot_inf)
+    num_blocks = check_args(gen_length, block_length, steps, temperature, cfg_scale, remasking)
+    mask_id = model.mask_id if mask_id is None else mask_id
+    if mask_id is None:
+        raise ValueError("mask_id is None: the model has no mask token; pass mask_id=...")
+    args["mask_id"] = mask_id
+    eos_id, eot_id = getattr(model, "eos_id", None), getattr(model, "eot_id", None)
+    if logits_eos_inf and eos_id is None:
+        raise ValueError("logits_eos_inf=True but the model has no EOS id")
+    if confidence_eos_eot_inf and eos_id is None and eot_id is None:
+        raise ValueError("confidence_eos_eot_inf=True but the model has neither an EOS nor an EoT id")
+    P = torch.as_tensor(input_ids).shape[-1]
+    input_ids, attention_mask = check_inputs(input_ids, attention_mask, P + gen_length,
+                                             getattr(model, "max_length", None))
+    steps_per_block = steps // num_blocks
+    device = input_ids.device
+    B = input_ids.shape[0]
+
+    hooks, capture = setup_hooks(hook, trace, capture, diffusion=True)
+    writer = open_trace_writer(trace, model, "llada", args, input_ids, capture, P + gen_length,
+                               extra={"eos_id": eos_id, "eot_id": eot_id})
+    all_hooks = Hooks(hooks.hooks + ([writer] if writer is not None else []))
+
+    x = torch.full((B, P + gen_length), mask_id, dtype=torch.long, device=device)  # (B, S)
+    x[:, :P] = input_ids
+    if attention_mask is not None:  # the generated part is always real
+        attention_mask = torch.cat([attention_mask, torch.ones(B, gen_length, dtype=attention_mask.dtype,
+                                                               device=device)], dim=-1)
+    real = torch.ones_like(x, dtype=torch.bool) if attention_mask is None else attention_mask.bool()
+    prompt_index = x != mask_id  # (B, S) what CFG blanks out (official: every non-mask prompt position)
+    history = []
+    with run_context(writer, trace, steps, progress, "llada") as bar:
+        for b in range(num_blocks):
+            start, end = P + b * block_length, P + (b + 1) * block_length
+            schedule = num_transfer_tokens(x[:, start:end] == mask_id, steps_per_block)  # (B, steps_per_block)
+            for i in range(steps_per_block):
+                step = b * steps_per_block + i
+                mask_index = x == mask_id  # (B, S)
+                req = build_request(all_hooks.before_step(step, x, mask_index), capture, step, real,
+                                    masked_unmasked_groups(mask_index, real) if capture and capture.query_groups else None)
+                tokens_in = x.clone()
+                if cfg_scale > 0.0:
+                    un_x = x.clone()
+                    un_x[prompt_index] = mask_id
+                    am = None if attention_mask is None else torch.cat([attention_mask, attention_mask])
+                    both = model.forward_logits(torch.cat([x, un_x]), attention_mask=am,
+                                                attention=repeat_rows(req, 2))  # (2B, S, V)
+                    cond, un = torch.chunk(both, 2, dim=0)
+                    logits = un + (cfg_scale + 1) * (cond - un)
+                    req = take_rows(req, B)
+                else:
+                    logits = model.forward_logits(x, attention_mask=attention_mask, attention=req)  # (B, S, V)
+
+                if logits_eos_inf:
+                    logits[:, :, eos_id] = -torch.inf
+                noisy = add_gumbel_noise(logits, temperature)
+                x0 = noisy.argmax(dim=-1)  # (B, S)
+                if confidence_eos_eot_inf:
+                    if eos_id is not None:
+                        noisy[:, :, eos_id] = -torch.inf
+                    if eot_id is not None:
+                        logits[:, :, eot_id] = -torch.inf
+                if remasking == "low_confidence":
+                    p = F.softmax(logits, dim=-1)
+                    x0_p = torch.gather(p, -1, x0[..., None]).squeeze(-1)  # (B, S)
+                else:  # random
+                    x0_p = torch.rand((B, x0.shape[1]), device=x0.device)
+                x0_p[:, end:] = -torch.inf  # later blocks wait
+                x0 = torch.where(mask_index, x0, x)
+                confidence = torch.where(mask_index, x0_p, torch.full_like(x0_p, -torch.inf))
+                transfer = torch.zeros_like(x0, dtype=torch.bool)  # (B, S)
+                for j in range(B):
+                    _, idx = torch.topk(confidence[j], k=int(schedule[j, i]))
+                    transfer[j, idx] = True
+                x[transfer] = x0[transfer]
+                history.append(x.clone())
+                if all_hooks:
+                    all_hooks.after_step(StepEvent(step=step, tokens=tokens_in, is_masked=mask_index, revealed=transfer,
+                                                   logits=logits, attention=req, block=(start, end),
+                                                   attention_mask=real))
+                if bar is not None:
+                    bar.update(1)
+    return GenerateOutput(sequences=x, history=history, num_steps=steps,
+                          trace_path=None if writer is None else writer.path)
