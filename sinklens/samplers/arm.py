@@ -1,0 +1,127 @@
+"""Autoregressive sampler (Llama, Qwen2, SmolLM2, ...): greedy or sampled decoding with a KV cache.
+
+Steps: step 0 is the prefill (the queries are the prompt's real rows); step t >= 1 feeds the
+newest token only, so its captured attention is that token's row over the whole prefix (the
+paper's ARM protocol). `capture_prefix=True` re-runs the whole prefix (without the cache) to
+record every row's column sums; the tokens still come from the cached pass, so capture never
+changes them.
+
+Sampling follows transformers' `generate` order: temperature, then top-k, then top-p, then one
+`multinomial` draw per step. A row that produced EOS is finished: its later tokens are the pad
+id; decoding stops when every row has finished.
+In a StepEvent / trace record the canvas of step t is the prefix the model saw (P + t tokens);
+the token chosen at step t is the last token of step t + 1's canvas (and of `sequences`).
+"""
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+from transformers import DynamicCache
+
+from sinklens.attention.request import AttentionRequest
+from sinklens.samplers.base import (
+    CaptureOptions, GenerateOutput, StepEvent, build_request, check_inputs, check_positive_int,
+    open_trace_writer, run_context, setup_hooks, Hooks,
+)
+from sinklens.samplers.dream import top_k_filter, top_p_filter
+
+
+def check_args(max_new_tokens, do_sample, temperature, top_p, top_k) -> None:
+    check_positive_int("max_new_tokens", max_new_tokens)
+    if do_sample and not temperature > 0:
+        raise ValueError(f"do_sample=True needs temperature > 0, got {temperature}")
+    if top_p is not None and not 0 < top_p <= 1:
+        raise ValueError(f"top_p must be in (0, 1] or None, got {top_p}")
+    if top_k is not None:
+        check_positive_int("top_k", top_k)
+
+
+def next_tokens(logits: torch.Tensor, do_sample: bool, temperature: float, top_p, top_k) -> torch.Tensor:
+    """(B, V) logits of the last position -> (B,) next token ids."""
+    if not do_sample:
+        return logits.argmax(dim=-1)
+    logits = logits / temperature
+    if top_k is not None:
+        logits = top_k_filter(logits, top_k)
+    if top_p is not None and top_p < 1:
+        logits = top_p_filter(logits, top_p)
+    return torch.multinomial(F.softmax(logits, dim=-1), num_samples=1).squeeze(1)
+
+
+@torch.no_grad()
+def generate(model, input_ids, attention_mask=None, *, max_new_tokens: int = 32, do_sample: bool = False,
+             temperature: float = 1.0, top_p: float | None = None, top_k: int | None = None,
+             eos_token_id: int | list[int] | None = None, trace=None, hook=None, capture: CaptureOptions | None = None,
+             progress: bool = False) -> GenerateOutput:
+    """Greedy (default) or sampled decoding of a causal model through the sinklens attention.
+
+    input_ids (B, P), left-padded with attention_mask (B, P) for batches of unequal prompts.
+    eos_token_id: stop token id(s) (default: the model's stop ids - EOS, end of turn - or its EOS id;
+        none known = never stop early).
+    """
+    args = dict(max_new_tokens=max_new_tokens, do_sample=do_sample, temperature=temperature, top_p=top_p,
+                top_k=top_k)
+    check_args(max_new_tokens, do_sample, temperature, top_p, top_k)
+    if eos_token_id is None:
+        stop = list(getattr(model, "stop_ids", None) or [i for i in [getattr(model, "eos_id", None)] if i is not None])
+    else:
+        stop = [eos_token_id] if isinstance(eos_token_id, int) else list(eos_token_id)
+    pad = getattr(model, "pad_id", None)
+    pad = (stop[0] if stop else 0) if pad is None else pad
+    args["eos_token_id"] = stop
+    P = torch.as_tensor(input_ids).shape[-1]
+    input_ids, attention_mask = check_inputs(input_ids, attention_mask, P + max_new_tokens,
+                                             getattr(model, "max_length", None))
+    B, device = input_ids.shape[0], input_ids.device
+    hooks, capture = setup_hooks(hook, trace, capture, diffusion=False)
+    capture_prefix = capture is not None and capture.capture_prefix
+    writer = open_trace_writer(trace, model, "arm", args, input_ids, capture, P + max_new_tokens,
+                               extra={"arm_query_rows": "prefix" if capture_prefix else "newest"})
+    all_hooks = Hooks(hooks.hooks + ([writer] if writer is not None else []))
+
+    am = torch.ones_like(input_ids) if attention_mask is None else attention_mask.long()  # (B, P)
+    seq = input_ids.clone()  # (B, P + t)
+    cache = DynamicCache()
+    finished = torch.zeros(B, dtype=torch.bool, device=device)
+    history = []
+    with run_context(writer, trace, max_new_tokens, progress, "arm") as bar:
+        for step in range(max_new_tokens):
+            S = seq.shape[1]
+            real = am.bool()  # (B, S)
+            not_masked = torch.zeros_like(real)
+            hook_req = all_hooks.before_step(step, seq, not_masked)
+            positions = am.cumsum(-1) - 1  # (B, S) left padding: count from the first real token
+            positions.masked_fill_(am == 0, 1)
+            if step == 0:  # prefill: every real prompt row is a query
+                feed, feed_pos, qmask = seq, positions, real
+                query_positions = [torch.nonzero(r).squeeze(1) for r in real]
+            else:  # decode: the newest token is the only query
+                feed, feed_pos, qmask = seq[:, -1:], positions[:, -1:], torch.ones(B, 1, dtype=torch.bool)
+                query_positions = [torch.tensor([S - 1]) for _ in range(B)]
+            cached_capture = None if (capture_prefix and step > 0) else capture
+            req = build_request(hook_req, cached_capture, step, qmask, None)
+            logits = model.model(input_ids=feed, attention_mask=am, position_ids=feed_pos, past_key_values=cache,
+                                 use_cache=True, **({} if req is None else {"sinklens": req})).logits  # (B, S_q, V)
+            if capture_prefix and step > 0:  # every prefix row, from a separate uncached pass
+                req = build_request(AttentionRequest(blocked=None if req is None else req.blocked,
+                                                     keep_self=req is not None and req.keep_self),
+                                    capture, step, real, None)
+                model.model(input_ids=seq, attention_mask=am, position_ids=positions, sinklens=req)
+                query_positions = [torch.nonzero(r).squeeze(1) for r in real]
+            nxt = next_tokens(logits[:, -1].float(), do_sample, temperature, top_p, top_k)  # (B,)
+            if stop:
+                nxt = torch.where(finished, torch.full_like(nxt, pad), nxt)
+                finished |= torch.isin(nxt, torch.tensor(stop, device=nxt.device))
+            seq = torch.cat([seq, nxt[:, None]], dim=1)
+            am = torch.cat([am, torch.ones(B, 1, dtype=am.dtype, device=device)], dim=1)
+            history.append(seq.clone())
+            if all_hooks:
+                all_hooks.after_step(StepEvent(step=step, tokens=seq[:, :S], is_masked=not_masked,
+                                               revealed=torch.zeros_like(real), logits=logits, attention=req,
+                                               attention_mask=real, query_positions=query_positions))
+            if bar is not None:
+                bar.update(1)
+            if stop and bool(finished.all()):
+                break
+    return GenerateOutput(sequences=seq, history=history, num_steps=len(history),
+                          trace_path=None if writer is None else writer.path)
