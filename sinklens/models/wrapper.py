@@ -119,6 +119,14 @@ class SinkModel:
 
     # -----------------------------------------------------------------------------------
 
+    def generate(self, input_ids, attention_mask=None, *, trace=None, hook=None, capture=None, **sampler_kwargs):
+        """Run the family's own sampler (sinklens.samplers.generate; official argument names)."""
+        from sinklens.samplers import generate
+
+        return generate(self, input_ids, attention_mask, trace=trace, hook=hook, capture=capture, **sampler_kwargs)
+
+    # -----------------------------------------------------------------------------------
+
     def apply_chat_template(self, messages_or_prompt: str | list[dict]) -> list[int]:
         """Token ids of a chat prompt (a string becomes one user turn), ready for generation."""
         if self.tokenizer is None:

@@ -108,6 +108,8 @@ def generate(model, input_ids, attention_mask=None, *, max_new_tokens: int = 32,
                                     capture, step, real, None)
                 model.model(input_ids=seq, attention_mask=am, position_ids=positions, sinklens=req)
                 query_positions = [torch.nonzero(r).squeeze(1) for r in real]
+            if step == 0 and req is not None and req.query_mask is not None:  # a hook chose the query rows
+                query_positions = [torch.nonzero(r).squeeze(1) for r in req.query_mask]
             nxt = next_tokens(logits[:, -1].float(), do_sample, temperature, top_p, top_k)  # (B,)
             if stop:
                 nxt = torch.where(finished, torch.full_like(nxt, pad), nxt)
