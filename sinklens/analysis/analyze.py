@@ -1,0 +1,281 @@
+"""One pass over a trace (step by step) that computes everything the figures and reports need.
+
+    from sinklens.analysis import analyze
+    a = analyze("run.arrow")                     # or a Trace, or an ArraySource
+    a.largest_pos[:, layer, head]                # Fig. 7 series (−1 = no sink)
+    a.tracks, a.drift, a.splits, a.token_table   # dynamics, Table 2
+    a.to_dict()                                  # every number, with units
+
+Memory: per step only that step's (L, H, S) scores are alive; kept are (T, L, H) summaries, the
+sparse list of sinks (a few per head and step) and (T, S) tokens / mask states.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+from tqdm.auto import tqdm
+
+from sinklens.analysis.dynamics import (DriftEvent, SinkTrack, SplitEvent, drift_events, drift_summary, head_class,
+                                        largest_sink_moves, split_events, track_sinks)
+from sinklens.analysis.scores import UNITS, check_units, scores
+from sinklens.analysis.sinks import DEFAULT_EPS, EpsSweep, EpsSweepAccumulator, sink_margin
+from sinklens.analysis.source import Source, as_source
+from sinklens.analysis.tokens import SinkTokenTable, sink_token_table
+
+DEFAULT_EPS_VALUES = np.round(np.arange(0.0, 10.01, 0.25), 2)
+# Fig. 3 histogram bins (log-spaced, in the chosen units); values below the first edge count in bin 0.
+HIST_EDGES = np.concatenate([[0.0], np.logspace(-3, 3, 49)])
+QUANTILES = (0.5, 0.9, 0.99, 1.0)
+
+
+@dataclass
+class AnalysisConfig:
+    units: str = "sum"              # see sinklens.analysis.scores.UNITS
+    eps: float = DEFAULT_EPS        # Eq. 3 threshold, in `units`
+    eps_values: tuple = tuple(DEFAULT_EPS_VALUES)  # ε sweep grid (Fig. 10)
+    static_fraction: float = 0.5    # track classification (dynamics.py)
+    max_move: int | None = None     # tracks: longest jump still linked as a move (None: any)
+    progress: bool = False
+
+
+@dataclass
+class Analysis:
+    source: Source
+    config: AnalysisConfig
+    step_numbers: list[int]
+    seq_len: np.ndarray             # (T,) positions per step (padding included)
+    n_real: np.ndarray              # (T,) real keys per step
+    n_queries: np.ndarray           # (T,) query rows summed per step
+    tokens: np.ndarray              # (T, S_max) int, −1 beyond the step's length
+    is_masked: np.ndarray           # (T, S_max) bool
+    key_mask: np.ndarray            # (T, S_max) bool
+    top_pos: np.ndarray             # (T, L, H) argmax key (sink or not)
+    top_score: np.ndarray           # (T, L, H) its score
+    largest_pos: np.ndarray         # (T, L, H) largest Eq. 3 sink, −1 none
+    largest_score: np.ndarray       # (T, L, H) its score, NaN none
+    sink_count: np.ndarray          # (T, L, H) sinks per head and step
+    sinks: dict[str, np.ndarray]    # sparse sinks: step, layer, head, pos, score, margin (N,)
+    hist: np.ndarray                # (T, B) Fig. 3 counts of real (layer, head, key) scores per bin
+    quantiles: np.ndarray           # (T, len(QUANTILES)) score quantiles per step
+    mean_head: dict[str, np.ndarray] = field(default_factory=dict)  # mean over heads: largest_pos (T, L), ...
+    eps_sweep: EpsSweep | None = None
+    tracks: list[SinkTrack] = field(default_factory=list)
+    drift: list[DriftEvent] = field(default_factory=list)
+    splits: list[SplitEvent] = field(default_factory=list)
+    token_table: SinkTokenTable | None = None
+
+    # ---- shape ----------------------------------------------------------------------------
+    @property
+    def units(self) -> str:
+        return self.config.units
+
+    @property
+    def num_steps(self) -> int:
+        return self.top_pos.shape[0]
+
+    @property
+    def num_layers(self) -> int:
+        return self.top_pos.shape[1]
+
+    @property
+    def num_heads(self) -> int:
+        return self.top_pos.shape[2]
+
+    # ---- per layer × head (Fig. 5) -----------------------------------------------------------
+    def layer_head_stats(self) -> dict[str, np.ndarray]:
+        """(L, H) arrays: mean sinks per step, mean top-1 score over steps, mean score of the
+        largest sink over the steps that have one (NaN: never a sink), fraction of steps with a sink."""
+        has = self.largest_pos >= 0
+        n = has.sum(axis=0)                                              # (L, H)
+        total = np.where(has, self.largest_score, 0.0).sum(axis=0)
+        sink_mean = np.full(n.shape, np.nan)
+        np.divide(total, n, out=sink_mean, where=n > 0)
+        return {"sink_count_mean": self.sink_count.mean(axis=0), "top_score_mean": self.top_score.mean(axis=0),
+                "largest_sink_score_mean": sink_mean, "fraction_steps_with_sink": has.mean(axis=0)}
+
+    def head_summaries(self) -> list[dict]:
+        by_head: dict[tuple[int, int], list[SinkTrack]] = {}
+        for tr in self.tracks:
+            by_head.setdefault((tr.layer, tr.head), []).append(tr)
+        out = []
+        for l in range(self.num_layers):
+            for h in range(self.num_heads):
+                trs = by_head.get((l, h), [])
+                d = {"layer": l, "head": h, "class": head_class(trs), "tracks": len(trs),
+                     "births": sum(tr.start > 0 for tr in trs),
+                     "deaths": sum(tr.end < self.num_steps - 1 for tr in trs),
+                     "mean_lifetime_steps": float(np.mean([tr.lifetime for tr in trs])) if trs else 0.0}
+                d.update({f"largest_{k}": v for k, v in largest_sink_moves(self.largest_pos[:, l, h]).items()})
+                out.append(d)
+        return out
+
+    def pick_heads(self, n: int = 3) -> list[tuple[int, int]]:
+        """Heads worth a Fig. 7 panel: most largest-sink moves, then most steps with a sink."""
+        has = (self.largest_pos >= 0)
+        a, b = self.largest_pos[:-1], self.largest_pos[1:]
+        moves = ((a >= 0) & (b >= 0) & (a != b)).sum(axis=0)       # (L, H)
+        key = moves * (self.num_steps + 1) + has.sum(axis=0)
+        order = np.argsort(-key, axis=None, kind="stable")[:n]
+        return [tuple(int(x) for x in np.unravel_index(i, key.shape)) for i in order if key.flat[i] > 0] or [(0, 0)]
+
+    # ---- output ---------------------------------------------------------------------------
+    def to_dict(self) -> dict:
+        """Every number behind the figures, with units (JSON-serialisable)."""
+        def arr(x, nd=4):
+            x = np.asarray(x, dtype=float)
+            return [None if not np.isfinite(v) else round(float(v), nd) for v in x.ravel()] if x.ndim <= 1 else \
+                [arr(r, nd) for r in x]
+
+        c = self.config
+        counts = {k: 0 for k in ("static", "moving", "vanishing", "transient")}
+        for tr in self.tracks:
+            counts[tr.kind] += 1
+        stats = self.layer_head_stats()
+        heads = self.head_summaries()
+        head_classes = {}
+        for h in heads:
+            head_classes[h["class"]] = head_classes.get(h["class"], 0) + 1
+        return {
+            "trace": self.source.label,
+            "units": c.units, "units_meaning": UNITS[c.units],
+            "eps": c.eps, "sink_rule": "score_j − mean_{k≠j} score_k ≥ eps (paper Eq. 3), on real keys",
+            "causal": self.source.causal,
+            "shape": {"steps": self.num_steps, "layers": self.num_layers, "heads": self.num_heads,
+                      "max_seq_len": int(self.seq_len.max())},
+            "step_numbers": list(map(int, self.step_numbers)),
+            "n_real_keys_per_step": self.n_real.tolist(), "n_queries_per_step": self.n_queries.tolist(),
+            "sinks_total": int(self.sink_count.sum()),
+            "fraction_heads_steps_with_sink": float((self.largest_pos >= 0).mean()),
+            "track_kinds": counts, "track_rule": "see sinklens/analysis/dynamics.py and docs/analysis.md",
+            "head_classes": head_classes,
+            "static_fraction": c.static_fraction,
+            "drift": drift_summary(self.drift),
+            "masked_unmasked_splits": {"count": len(self.splits), "groups": list(self.source.group_names),
+                                       "events": [s.to_dict() for s in self.splits[:500]]},
+            "layer_head": {"units": c.units, **{k: arr(v) for k, v in stats.items()}},
+            "largest_sink_position": {"units": "token position (−1 = no sink)",
+                                      "per_step_layer_head": self.largest_pos.tolist()},
+            "largest_sink_score": {"units": c.units, "per_step_layer_head": arr(self.largest_score)},
+            "score_distribution": {"units": c.units, "bin_edges": arr(HIST_EDGES, 6),
+                                   "counts_per_step": self.hist.tolist(),
+                                   "quantiles": list(QUANTILES), "quantiles_per_step": arr(self.quantiles)},
+            "eps_sweep": self.eps_sweep.to_dict() if self.eps_sweep else None,
+            "sink_tokens": self.token_table.to_dict() if self.token_table else None,
+            "heads": heads,
+            "tracks": [tr.to_dict(self.num_steps) for tr in self.tracks[:2000]],
+            "tracks_truncated": len(self.tracks) > 2000,
+            "drift_events": [e.to_dict() for e in self.drift[:2000]],
+        }
+
+
+def analyze(source, config: AnalysisConfig | None = None, *, row: int = 0, label: str | None = None,
+            **overrides) -> Analysis:
+    """Analyse a trace (path, Trace or Source) step by step. Keyword overrides set config fields."""
+    config = config or AnalysisConfig()
+    for k, v in overrides.items():
+        if not hasattr(config, k):
+            raise TypeError(f"analyze() got an unknown option {k!r}; options: {sorted(config.__dict__)}")
+        setattr(config, k, v)
+    check_units(config.units)
+    src = as_source(source, row=row, label=label)
+    T, L, H = src.num_steps, src.num_layers, src.num_heads
+    steps = [src.step_data(0)] if T else []
+    sweep = EpsSweepAccumulator(config.eps_values, config.units)
+    top_pos = np.zeros((T, L, H), np.int32)
+    top_score = np.zeros((T, L, H), np.float32)
+    largest_pos = np.full((T, L, H), -1, np.int32)
+    largest_score = np.full((T, L, H), np.nan, np.float32)
+    sink_count = np.zeros((T, L, H), np.int32)
+    mh_pos = np.full((T, L), -1, np.int32)
+    mh_count = np.zeros((T, L), np.int32)
+    hist = np.zeros((T, HIST_EDGES.size), np.int64)
+    quant = np.zeros((T, len(QUANTILES)), np.float32)
+    rows: list[tuple] = []
+    toks, masked, keys = [], [], []
+    seq_len, n_real, n_q = np.zeros(T, np.int32), np.zeros(T, np.int32), np.zeros(T, np.int32)
+    step_numbers: list[int] = []
+    splits: list[SplitEvent] = []
+    it = range(T)
+    if config.progress:
+        it = tqdm(it, desc=f"analyse {src.label}", unit="step")
+    for t in it:
+        d = steps[0] if t == 0 else src.step_data(t)
+        if d.received.shape[:2] != (L, H):
+            raise ValueError(f"step {d.step}: received has (L, H) = {d.received.shape[:2]}, expected {(L, H)}")
+        km = d.key_mask
+        sc = scores(d.received, units=config.units, query_positions=d.query_positions, key_mask=km,
+                    causal=src.causal)                              # (L, H, S)
+        margin = sink_margin(sc, km)                                 # (L, H, S)
+        flagged = margin >= config.eps
+        sweep.add(margin)
+        masked_sc = np.where(km, sc, -np.inf)
+        top_pos[t] = masked_sc.argmax(-1)
+        top_score[t] = np.take_along_axis(sc, top_pos[t][..., None], -1)[..., 0]
+        sink_count[t] = flagged.sum(-1)
+        big = np.where(flagged, sc, -np.inf).argmax(-1)
+        has = flagged.any(-1)
+        largest_pos[t] = np.where(has, big, -1)
+        largest_score[t] = np.where(has, np.take_along_axis(sc, big[..., None], -1)[..., 0], np.nan)
+        l_, h_, j_ = np.nonzero(flagged)
+        rows.append((np.full(l_.size, t, np.int32), l_.astype(np.int32), h_.astype(np.int32), j_.astype(np.int32),
+                     sc[l_, h_, j_].astype(np.float32), margin[l_, h_, j_].astype(np.float32)))
+        # mean over heads: Eq. 3 on the head-averaged scores
+        mh = sc.mean(axis=1)                                          # (L, S)
+        mflag = sink_margin(mh, km) >= config.eps
+        mh_count[t] = mflag.sum(-1)
+        mbig = np.where(mflag, mh, -np.inf).argmax(-1)
+        mh_pos[t] = np.where(mflag.any(-1), mbig, -1)
+        real = sc[..., km].ravel()
+        hist[t] = np.bincount(np.searchsorted(HIST_EDGES, real, side="right").clip(1, HIST_EDGES.size) - 1,
+                              minlength=HIST_EDGES.size)[: HIST_EDGES.size]
+        quant[t] = np.quantile(real, QUANTILES) if real.size else np.nan
+        splits += split_events(t, d.received_groups, src.group_names, km, config.eps)
+        toks.append(d.tokens)
+        masked.append(d.is_masked)
+        keys.append(km)
+        seq_len[t], n_real[t], n_q[t] = d.tokens.shape[0], int(km.sum()), len(d.query_positions)
+        step_numbers.append(d.step)
+
+    S = int(seq_len.max()) if T else 0
+    tok_arr = np.full((T, S), -1, np.int64)
+    mask_arr = np.zeros((T, S), bool)
+    key_arr = np.zeros((T, S), bool)
+    for t in range(T):
+        tok_arr[t, : seq_len[t]] = toks[t]
+        mask_arr[t, : seq_len[t]] = masked[t]
+        key_arr[t, : seq_len[t]] = keys[t]
+    cols = list(zip(*rows)) if rows else [[]] * 6
+    sinks = {name: (np.concatenate(c) if len(c) else np.zeros(0)) for name, c in
+             zip(("step", "layer", "head", "pos", "score", "margin"), cols)}
+
+    a = Analysis(source=src, config=config, step_numbers=step_numbers, seq_len=seq_len, n_real=n_real,
+                 n_queries=n_q, tokens=tok_arr, is_masked=mask_arr, key_mask=key_arr, top_pos=top_pos,
+                 top_score=top_score, largest_pos=largest_pos, largest_score=largest_score, sink_count=sink_count,
+                 sinks=sinks, hist=hist, quantiles=quant, mean_head={"largest_pos": mh_pos, "sink_count": mh_count},
+                 eps_sweep=sweep.result(), splits=splits)
+    a.tracks = _all_tracks(a)
+    a.drift = drift_events(a.tracks, mask_arr, block_length=src.block_length, prompt_length=src.prompt_length)
+    under = tok_arr[sinks["step"].astype(np.int64), sinks["pos"].astype(np.int64)] if sinks["step"].size else []
+    a.token_table = sink_token_table(np.asarray(under), src.decode, src.mask_id, src.special_ids)
+    return a
+
+
+def _all_tracks(a: Analysis) -> list[SinkTrack]:
+    """Tracks of every head from the sparse sink list."""
+    s = a.sinks
+    order = np.lexsort((s["pos"], s["step"], s["head"], s["layer"])) if s["step"].size else np.zeros(0, int)
+    step, layer, head = s["step"][order], s["layer"][order], s["head"][order]
+    pos, score = s["pos"][order], s["score"][order]
+    tracks: list[SinkTrack] = []
+    key = layer.astype(np.int64) * a.num_heads + head
+    bounds = np.flatnonzero(np.diff(key)) + 1
+    for chunk in np.split(np.arange(key.size), bounds) if key.size else []:
+        per_step = [(np.zeros(0, int), np.zeros(0))] * a.num_steps
+        st = step[chunk]
+        for t in np.unique(st):
+            sel = chunk[st == t]
+            per_step[int(t)] = (pos[sel], score[sel])
+        tracks += track_sinks(per_step, int(layer[chunk[0]]), int(head[chunk[0]]), max_move=a.config.max_move,
+                              static_fraction=a.config.static_fraction)
+    return tracks

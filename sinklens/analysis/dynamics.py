@@ -1,0 +1,261 @@
+"""Sink dynamics across denoising steps, per (layer, head) (SPEC §3, paper §4.2).
+
+Vocabulary and the exact rules used here:
+
+- **largest sink** of a head at a step: the highest-scoring key flagged by Eq. 3 (none when no
+  key is flagged). Movement is only measured where there is a sink (SPEC §3): a *move* of the
+  largest sink needs a sink at both steps; "the top-1 key changed" without a sink is not a move.
+- **tracks**: the sinks of one head are linked from step t to step t+1 by this rule:
+  1. a sink at the same position at t+1 continues its track (it *stays*);
+  2. the remaining sinks of t and t+1 are paired greedily by smallest distance |p − q|
+     (ties: the higher-scoring sink at t first, then the lower position), optionally only
+     within `max_move` positions; each pair continues the track at the new position (a *move*);
+  3. a sink at t with no partner ends its track (a *death* at t+1); a sink at t+1 with no
+     partner starts a new track (a *birth*).
+  So the number of sinks decides births/deaths, positions decide moves.
+- **classification of a track** (T = number of steps in the trace), first rule that applies:
+  1. `moving`: it changed position at least once;
+  2. `static`: it lived at least `static_fraction · T` steps (default 0.5: "most of the steps");
+  3. `vanishing`: it ended before the last step (short-lived, then gone);
+  4. `transient`: short-lived and still present at the last step (born late).
+- **head class**: `none` (no sink at any step), else `moving` if any of its tracks moved, else
+  `static` if any track is static, else `vanishing`/`transient` (the most frequent of the two).
+- **drift** of a move t → t+1 (positions p → q): signed distance q − p (negative = leftward),
+  read against the unmasking frontier at t+1 (leftmost / rightmost still-masked position) and
+  the generation blocks (LLaDA semi-autoregressive blocks of `block_length` after the prompt).
+- **masked/unmasked split** at (step, layer, head): the query groups `masked` and `unmasked`
+  (per-group received attention, Contract 4 `received_groups`) each have a largest Eq. 3 sink
+  and the two sit at different positions. Group scores are put on the `sum` scale of a whole
+  sequence: r^g_j · S_k / S_g (S_g = queries in group g = Σ_j r^g_j), i.e. multiples of uniform
+  attention within the group, so the same ε applies.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from sinklens.analysis.sinks import largest_sink
+
+TRACK_KINDS = ("static", "moving", "vanishing", "transient")
+
+
+@dataclass
+class SinkTrack:
+    """One sink followed across consecutive steps of one (layer, head). Steps are step indices."""
+
+    layer: int
+    head: int
+    steps: list[int] = field(default_factory=list)
+    positions: list[int] = field(default_factory=list)
+    scores: list[float] = field(default_factory=list)
+    kind: str = ""
+
+    @property
+    def start(self) -> int:
+        return self.steps[0]
+
+    @property
+    def end(self) -> int:
+        return self.steps[-1]
+
+    @property
+    def lifetime(self) -> int:
+        return len(self.steps)
+
+    @property
+    def moves(self) -> int:
+        return int(np.count_nonzero(np.diff(self.positions))) if len(self.positions) > 1 else 0
+
+    def to_dict(self, num_steps: int) -> dict:
+        return {"layer": self.layer, "head": self.head, "kind": self.kind, "start_step": self.start,
+                "end_step": self.end, "lifetime_steps": self.lifetime, "moves": self.moves,
+                "born": self.start > 0, "died": self.end < num_steps - 1,
+                "positions": [int(p) for p in self.positions],
+                "scores": [round(float(s), 4) for s in self.scores]}
+
+
+def classify_track(track: SinkTrack, num_steps: int, static_fraction: float = 0.5) -> str:
+    """The track's kind by the rule in this module's docstring."""
+    if track.moves > 0:
+        return "moving"
+    if track.lifetime >= static_fraction * num_steps:
+        return "static"
+    if track.end < num_steps - 1:
+        return "vanishing"
+    return "transient"
+
+
+def _pair(prev: dict[int, float], new: dict[int, float], max_move: int | None) -> dict[int, int]:
+    """Pairs (position at t -> position at t+1) by the linking rule (stays first, then nearest)."""
+    pairs = {p: p for p in prev if p in new}
+    left_prev = [p for p in prev if p not in pairs]
+    left_new = [q for q in new if q not in pairs.values()]
+    cands = sorted(((abs(p - q), -prev[p], p, q) for p in left_prev for q in left_new
+                    if max_move is None or abs(p - q) <= max_move))
+    used_p, used_q = set(), set()
+    for _, _, p, q in cands:
+        if p not in used_p and q not in used_q:
+            pairs[p] = q
+            used_p.add(p)
+            used_q.add(q)
+    return pairs
+
+
+def track_sinks(per_step: list[tuple[np.ndarray, np.ndarray]], layer: int = 0, head: int = 0, *,
+                max_move: int | None = None, static_fraction: float = 0.5) -> list[SinkTrack]:
+    """Tracks of one head. per_step[t] = (positions, scores) of its sinks at step index t."""
+    tracks: list[SinkTrack] = []
+    open_: dict[int, SinkTrack] = {}  # position at the previous step -> its track
+    for t, (pos, sc) in enumerate(per_step):
+        now = {int(p): float(s) for p, s in zip(pos, sc)}
+        prev = {p: tr.scores[-1] for p, tr in open_.items()}
+        pairs = _pair(prev, now, max_move)
+        nxt: dict[int, SinkTrack] = {}
+        for p, q in pairs.items():
+            tr = open_[p]
+            tr.steps.append(t)
+            tr.positions.append(q)
+            tr.scores.append(now[q])
+            nxt[q] = tr
+        for q in sorted(set(now) - set(nxt)):
+            tr = SinkTrack(layer, head, [t], [q], [now[q]])
+            tracks.append(tr)
+            nxt[q] = tr
+        open_ = nxt
+    for tr in tracks:
+        tr.kind = classify_track(tr, len(per_step), static_fraction)
+    tracks.sort(key=lambda tr: (tr.start, tr.positions[0]))
+    return tracks
+
+
+def head_class(tracks: list[SinkTrack]) -> str:
+    """`none` / `moving` / `static` / `vanishing` / `transient` (rule in the module docstring)."""
+    kinds = [tr.kind for tr in tracks]
+    if not kinds:
+        return "none"
+    for k in ("moving", "static"):
+        if k in kinds:
+            return k
+    return "vanishing" if kinds.count("vanishing") >= kinds.count("transient") else "transient"
+
+
+def largest_sink_moves(positions: np.ndarray) -> dict:
+    """Events of the largest-sink series of one head, positions (T,) with −1 = no sink."""
+    p = np.asarray(positions)
+    a, b = p[:-1], p[1:]
+    both = (a >= 0) & (b >= 0)
+    return {"steps_with_sink": int((p >= 0).sum()),
+            "moves": int((both & (a != b)).sum()),             # sink at t and t+1, position changed
+            "vanish": int(((a >= 0) & (b < 0)).sum()),          # sink at t, none at t+1
+            "appear": int(((a < 0) & (b >= 0)).sum()),
+            "distinct_positions": int(np.unique(p[p >= 0]).size)}
+
+
+@dataclass
+class DriftEvent:
+    """A move of a tracked sink from step index t to t+1, read against the unmasking frontier."""
+
+    layer: int
+    head: int
+    step: int                 # index of the step the sink moved *to*
+    from_pos: int
+    to_pos: int
+    frontier_left: int        # leftmost masked position at `step` (−1: nothing masked)
+    frontier_right: int       # rightmost masked position at `step` (−1: nothing masked)
+    to_masked: bool           # the new position holds a mask token at `step`
+    from_block: int | None    # generation block of the old position (−1 = prompt; None = no blocks)
+    to_block: int | None
+
+    @property
+    def distance(self) -> int:
+        return self.to_pos - self.from_pos   # signed, negative = leftward
+
+    def to_dict(self) -> dict:
+        d = {k: getattr(self, k) for k in ("layer", "head", "step", "from_pos", "to_pos", "frontier_left",
+                                           "frontier_right", "to_masked", "from_block", "to_block")}
+        d.update(distance=self.distance, direction="left" if self.distance < 0 else "right",
+                 to_minus_frontier_right=(self.to_pos - self.frontier_right) if self.frontier_right >= 0 else None)
+        return {k: (int(v) if isinstance(v, (np.integer,)) else bool(v) if isinstance(v, np.bool_) else v)
+                for k, v in d.items()}
+
+
+def block_of(pos: int, block_length: int | None, prompt_length: int | None) -> int | None:
+    if not block_length or prompt_length is None:
+        return None
+    return -1 if pos < prompt_length else (pos - prompt_length) // block_length
+
+
+def drift_events(tracks: list[SinkTrack], is_masked: np.ndarray, *, block_length: int | None = None,
+                 prompt_length: int | None = None) -> list[DriftEvent]:
+    """Every move of every track; is_masked (T, S_max) bool mask state per step index."""
+    out = []
+    for tr in tracks:
+        for i in range(1, tr.lifetime):
+            p, q, t = tr.positions[i - 1], tr.positions[i], tr.steps[i]
+            if p == q:
+                continue
+            masked = np.flatnonzero(is_masked[t])
+            out.append(DriftEvent(tr.layer, tr.head, t, p, q,
+                                  int(masked[0]) if masked.size else -1, int(masked[-1]) if masked.size else -1,
+                                  bool(is_masked[t, q]), block_of(p, block_length, prompt_length),
+                                  block_of(q, block_length, prompt_length)))
+    return out
+
+
+def drift_summary(events: list[DriftEvent]) -> dict:
+    """Direction and distance of all moves (units: positions)."""
+    if not events:
+        return {"moves": 0}
+    d = np.array([e.distance for e in events])
+    fr = [e for e in events if e.frontier_right >= 0]
+    blocks = [e for e in events if e.from_block is not None]
+    out = {"moves": int(d.size), "fraction_leftward": float((d < 0).mean()),
+           "mean_distance_positions": float(d.mean()), "mean_abs_distance_positions": float(np.abs(d).mean()),
+           "fraction_to_masked_token": float(np.mean([e.to_masked for e in events]))}
+    if fr:
+        out["mean_to_minus_frontier_right_positions"] = float(np.mean([e.to_pos - e.frontier_right for e in fr]))
+        out["fraction_to_rightmost_masked"] = float(np.mean([e.to_pos == e.frontier_right for e in fr]))
+    if blocks:
+        out["fraction_crossing_block_boundary"] = float(np.mean([e.from_block != e.to_block for e in blocks]))
+    return out
+
+
+@dataclass
+class SplitEvent:
+    """At (step, layer, head) masked and unmasked queries attend to different largest sinks."""
+
+    step: int
+    layer: int
+    head: int
+    masked_pos: int
+    unmasked_pos: int
+    masked_score: float
+    unmasked_score: float
+
+    def to_dict(self) -> dict:
+        return {k: (round(float(v), 4) if isinstance(v, float) else int(v)) for k, v in self.__dict__.items()}
+
+
+def group_scores(received_groups: np.ndarray, key_mask: np.ndarray) -> np.ndarray:
+    """(G, L, H, S) per-group column sums -> multiples of uniform attention within each group:
+    r^g_j · S_k / S_g (0 for an empty group)."""
+    rg = np.where(key_mask, received_groups, 0.0)
+    n_q = rg.sum(axis=-1, keepdims=True)                 # (G, L, H, 1) queries per group
+    out = np.zeros_like(rg)
+    np.divide(rg * float(key_mask.sum()), n_q, out=out, where=n_q > 0.5)
+    return out
+
+
+def split_events(step: int, received_groups: np.ndarray, group_names, key_mask: np.ndarray,
+                 eps: float) -> list[SplitEvent]:
+    """Splits at one step (rule in the module docstring); [] when the groups are not recorded."""
+    names = list(group_names)
+    if received_groups is None or "masked" not in names or "unmasked" not in names:
+        return []
+    g = group_scores(received_groups, key_mask)
+    pos_m, sc_m = largest_sink(g[names.index("masked")], eps, key_mask)      # (L, H)
+    pos_u, sc_u = largest_sink(g[names.index("unmasked")], eps, key_mask)
+    hit = (pos_m >= 0) & (pos_u >= 0) & (pos_m != pos_u)
+    return [SplitEvent(step, int(l), int(h), int(pos_m[l, h]), int(pos_u[l, h]), float(sc_m[l, h]), float(sc_u[l, h]))
+            for l, h in zip(*np.nonzero(hit))]
