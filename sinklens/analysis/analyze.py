@@ -71,6 +71,12 @@ class Analysis:
         return self.config.units
 
     @property
+    def units_short(self) -> str:
+        from sinklens.analysis.scores import UNIT_LABELS
+
+        return UNIT_LABELS[self.units]
+
+    @property
     def num_steps(self) -> int:
         return self.top_pos.shape[0]
 
@@ -81,6 +87,24 @@ class Analysis:
     @property
     def num_heads(self) -> int:
         return self.top_pos.shape[2]
+
+    # ---- re-reading the source ---------------------------------------------------------------
+    def step_scores(self, index: int) -> np.ndarray:
+        """(L, H, S) scores of step index `index` in this analysis' units (re-read from the source)."""
+        d = self.source.step_data(index)
+        return scores(d.received, units=self.units, query_positions=d.query_positions, key_mask=d.key_mask,
+                      causal=self.source.causal)
+
+    def score_slice(self, layer: int, head: int | None = None) -> np.ndarray:
+        """(T, S_max) scores of one (layer, head) over all steps — head None: mean over heads —
+        NaN where a position is padding or did not exist yet at that step."""
+        self.source.check_layer_head(layer, head)
+        out = np.full(self.tokens.shape, np.nan, np.float32)
+        for t in range(self.num_steps):
+            sc = self.step_scores(t)[layer]                                  # (H, S)
+            row = sc[head] if head is not None else sc.mean(axis=0)
+            out[t, : row.shape[0]] = np.where(self.key_mask[t, : row.shape[0]], row, np.nan)
+        return out
 
     # ---- per layer × head (Fig. 5) -----------------------------------------------------------
     def layer_head_stats(self) -> dict[str, np.ndarray]:

@@ -85,21 +85,6 @@ class Source:
             raise AnalysisInputError(f"step index {index} out of range: trace '{self.label}' has "
                                      f"{self.num_steps} steps (0..{self.num_steps - 1})")
 
-    def received_slice(self, layer: int | None, head: int | None) -> tuple[np.ndarray, np.ndarray]:
-        """(T, S_max) scores r_j of one (layer, head) — head None = mean over heads — and the
-        (T, S_max) key mask (False where the position is padding or did not exist yet)."""
-        self.check_layer_head(layer, head)
-        rows = [self.step_data(t) for t in range(self.num_steps)]
-        S = max(r.tokens.shape[0] for r in rows)
-        out = np.zeros((self.num_steps, S), np.float32)
-        keys = np.zeros((self.num_steps, S), bool)
-        for t, r in enumerate(rows):
-            x = r.received[layer] if layer is not None else r.received.mean(axis=0)  # (H, S)
-            x = x[head] if head is not None else x.mean(axis=0)                       # (S,)
-            out[t, : x.shape[0]] = x
-            keys[t, : x.shape[0]] = r.key_mask
-        return out, keys
-
 
 def _check_nonempty(num_steps: int, label: str) -> None:
     if num_steps == 0:

@@ -1,0 +1,225 @@
+"""The paper's figures from an `Analysis` (matplotlib, no pyplot state: safe in scripts and notebooks).
+
+Every function returns a `matplotlib.figure.Figure` (a notebook displays it); `save(fig, stem)`
+writes `stem.png` and `stem.svg`. Every figure names its units in an axis or colour-bar label.
+
+| paper           | function                 |
+|-----------------|--------------------------|
+| Fig. 1          | `received_over_steps`    |
+| Fig. 3 / 9      | `score_distribution`     |
+| Fig. 4 / 6 / 8  | `attention_maps`         |
+| Fig. 5          | `layer_head_scores`      |
+| Fig. 7          | `sink_positions`         |
+| Fig. 10         | `eps_sweep`              |
+| Table 2         | `sink_token_table`       |
+"""
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import matplotlib
+import numpy as np
+from matplotlib.colors import LogNorm
+from matplotlib.figure import Figure
+
+from sinklens.analysis.analyze import HIST_EDGES, QUANTILES, Analysis
+from sinklens.analysis.scores import UNIT_LABELS
+from sinklens.analysis.source import AnalysisInputError
+
+FORMATS = ("png", "svg")
+
+
+def save(fig: Figure, stem: str | os.PathLike, formats=FORMATS, dpi: int = 120) -> list[Path]:
+    """Write the figure as stem.png and stem.svg (creating the folder); returns the paths."""
+    stem = Path(stem)
+    stem.parent.mkdir(parents=True, exist_ok=True)
+    out = []
+    for ext in formats:
+        path = stem.with_suffix("." + ext)
+        fig.savefig(path, dpi=dpi, bbox_inches="tight")
+        out.append(path)
+    return out
+
+
+def _units(a: Analysis) -> str:
+    return f"{UNIT_LABELS[a.units]} [units={a.units}]"
+
+
+def _head_name(head: int | None) -> str:
+    return "mean over heads" if head is None else f"head {head}"
+
+
+def received_over_steps(a: Analysis, layer: int, head: int | None = None, *, mark_sinks: bool = True) -> Figure:
+    """Fig. 1: received attention of every token (x) at every step (y) for one layer and head
+    (head None = mean over heads), log colour scale; Eq. 3 sinks marked with dots."""
+    x = a.score_slice(layer, head)                                       # (T, S)
+    fig = Figure(figsize=(min(5 + x.shape[1] / 12, 16), min(3 + x.shape[0] / 10, 10)), layout="constrained")
+    ax = fig.add_subplot()
+    pos = x[np.isfinite(x) & (x > 0)]
+    norm = LogNorm(vmin=max(float(pos.min()), 1e-3), vmax=float(pos.max())) if pos.size else None
+    im = ax.imshow(np.where(x > 0, x, np.nan), aspect="auto", origin="upper", cmap="magma", norm=norm,
+                   interpolation="nearest")
+    if mark_sinks:
+        s = a.sinks
+        if head is None:
+            t, p = np.nonzero(a.mean_head["largest_pos"][:, layer, None] == np.arange(x.shape[1])[None])
+        else:
+            sel = (s["layer"] == layer) & (s["head"] == head)
+            t, p = s["step"][sel], s["pos"][sel]
+        ax.scatter(p, t, s=10, facecolors="none", edgecolors="cyan", linewidths=0.8,
+                   label=f"Eq. 3 sink (ε={a.config.eps:g})")
+        if len(t):
+            ax.legend(loc="upper right", fontsize=7)
+    ax.set_xlabel("token position (key j)")
+    ax.set_ylabel("denoising step index")
+    ax.set_title(f"{a.source.label}: received attention, layer {layer}, {_head_name(head)}")
+    fig.colorbar(im, ax=ax, label=_units(a))
+    return fig
+
+
+def score_distribution(a: Analysis) -> Figure:
+    """Fig. 3 / 9: distribution of every (layer, head, key) score at each step — a histogram per
+    step as a column (log-spaced score bins, colour = fraction of cells), with quantile lines."""
+    h = a.hist.astype(float)                                              # (T, B)
+    frac = h / np.maximum(h.sum(axis=1, keepdims=True), 1)
+    fig = Figure(figsize=(9, 4.5), layout="constrained")
+    ax = fig.add_subplot()
+    edges = np.concatenate([HIST_EDGES[1:2] / 10, HIST_EDGES[1:], HIST_EDGES[-1:] * 10])  # bin 0 drawn below 1e-3
+    steps = np.arange(a.num_steps + 1) - 0.5
+    im = ax.pcolormesh(steps, edges, np.where(frac > 0, frac, np.nan).T, cmap="viridis",
+                       norm=LogNorm(vmin=max(frac[frac > 0].min(), 1e-7), vmax=1.0) if (frac > 0).any() else None)
+    for qi, q in enumerate(QUANTILES):
+        ax.plot(np.arange(a.num_steps), a.quantiles[:, qi], lw=1, label=f"{q * 100:g}th percentile" if q < 1 else "max")
+    ax.axhline(a.config.eps, color="red", ls=":", lw=1, label=f"ε = {a.config.eps:g}")
+    ax.set_yscale("log")
+    used = np.flatnonzero(h.sum(axis=0))
+    if used.size:
+        ax.set_ylim(edges[used[0]], edges[used[-1] + 1])
+    ax.set_xlabel("denoising step index")
+    ax.set_ylabel(_units(a))
+    ax.set_title(f"{a.source.label}: score distribution per step (all layers, heads, keys)")
+    ax.legend(fontsize=7, loc="upper right")
+    fig.colorbar(im, ax=ax, label="fraction of (layer, head, key) cells in the bin")
+    return fig
+
+
+def attention_maps(a: Analysis, steps, layer: int, head: int) -> Figure:
+    """Fig. 4 / 6 / 8: full attention maps A[i, j] of one (layer, head) at the given step indices
+    (only when the trace stores them); masked query rows / key columns are outlined."""
+    src = a.source
+    src.check_layer_head(layer, head)
+    if not src.map_slices():
+        raise AnalysisInputError(src.no_maps_message())
+    steps = list(np.atleast_1d(steps))
+    for t in steps:
+        src.check_index(int(t))
+    maps = []
+    for t in steps:
+        try:
+            maps.append(src.map(int(t), layer, head))
+        except KeyError as e:
+            raise AnalysisInputError(str(e).strip("'\"")) from None
+    fig = Figure(figsize=(4.2 * len(maps) + 1, 4.6), layout="constrained")
+    axes = fig.subplots(1, len(maps), squeeze=False)[0]
+    vmax = max(float(m.max()) for m in maps)
+    for ax, t, m in zip(axes, steps, maps):
+        im = ax.imshow(np.where(m > 0, m, np.nan), cmap="magma", norm=LogNorm(vmin=max(vmax * 1e-4, 1e-6), vmax=vmax),
+                       interpolation="nearest", aspect="auto")
+        masked = np.flatnonzero(a.is_masked[int(t), : m.shape[1]])
+        if masked.size:
+            ax.axvspan(masked[0] - 0.5, masked[-1] + 0.5, ymin=0, ymax=0.02, color="cyan")
+        sel = (a.sinks["step"] == t) & (a.sinks["layer"] == layer) & (a.sinks["head"] == head)
+        for p in a.sinks["pos"][sel]:
+            ax.axvline(p, color="cyan", lw=0.6, ls="--")
+        ax.set_title(f"step {a.step_numbers[int(t)]}")
+        ax.set_xlabel("key position j")
+    axes[0].set_ylabel("query position i")
+    fig.supxlabel("dashed cyan: Eq. 3 sinks of this head; cyan bar: masked keys", fontsize=8)
+    fig.suptitle(f"{src.label}: attention map, layer {layer}, head {head}")
+    fig.colorbar(im, ax=list(axes), label="attention probability A[i, j] (rows sum to 1)")
+    return fig
+
+
+def layer_head_scores(a: Analysis) -> Figure:
+    """Fig. 5: per layer × head, the largest sink's score averaged over the steps that have a sink
+    (grey: never a sink) and the mean number of sinks per step."""
+    st = a.layer_head_stats()
+    fig = Figure(figsize=(min(8 + a.num_heads * 0.35, 20), min(3.5 + a.num_layers * 0.22, 12)), layout="constrained")
+    ax1, ax2 = fig.subplots(1, 2)
+    cm = matplotlib.colormaps["viridis"].with_extremes(bad="lightgrey")
+    im = ax1.imshow(st["largest_sink_score_mean"], aspect="auto", cmap=cm, interpolation="nearest")
+    fig.colorbar(im, ax=ax1, label=f"largest-sink score, mean over steps\n[units={a.units}: {a.units_short}]")
+    ax1.set_title("sink score (grey: no sink)")
+    im2 = ax2.imshow(st["sink_count_mean"], aspect="auto", cmap="Blues", interpolation="nearest")
+    fig.colorbar(im2, ax=ax2, label="sinks per step (count, mean over steps)")
+    ax2.set_title(f"number of sinks (ε = {a.config.eps:g})")
+    for ax in (ax1, ax2):
+        ax.set_xlabel("head")
+        ax.set_ylabel("layer")
+        ax.xaxis.get_major_locator().set_params(integer=True)
+        ax.yaxis.get_major_locator().set_params(integer=True)
+    fig.suptitle(f"{a.source.label}: sinks per layer × head")
+    return fig
+
+
+def sink_positions(a: Analysis, heads=None, *, show_frontier: bool = True) -> Figure:
+    """Fig. 7: position of the largest Eq. 3 sink at each step for the chosen (layer, head) pairs
+    (None in place of a head = mean over heads); gaps where the head has no sink. The masked
+    region (unmasking frontier) is shaded."""
+    heads = heads or a.pick_heads()
+    for l, h in heads:
+        a.source.check_layer_head(l, h)
+    fig = Figure(figsize=(9, 4), layout="constrained")
+    ax = fig.add_subplot()
+    t = np.arange(a.num_steps)
+    if show_frontier and a.is_masked.any():
+        left = np.array([np.flatnonzero(m)[0] if m.any() else np.nan for m in a.is_masked])
+        right = np.array([np.flatnonzero(m)[-1] if m.any() else np.nan for m in a.is_masked])
+        ax.fill_between(t, left, right, color="0.9", step="mid", label="masked span (leftmost..rightmost mask)")
+    for l, h in heads:
+        p = (a.largest_pos[:, l, h] if h is not None else a.mean_head["largest_pos"][:, l]).astype(float)
+        p[p < 0] = np.nan
+        ax.plot(t, p, marker="o", ms=3, lw=1, label=f"layer {l}, {_head_name(h)}")
+    ax.set_xlabel("denoising step index")
+    ax.set_ylabel("position of the largest sink (token index)")
+    ax.set_ylim(-1, a.tokens.shape[1])
+    ax.set_title(f"{a.source.label}: largest sink position (Eq. 3, ε = {a.config.eps:g}, units={a.units})")
+    ax.legend(fontsize=7)
+    return fig
+
+
+def eps_sweep(analyses, labels=None) -> Figure:
+    """Fig. 10: % of real tokens flagged by Eq. 3 as ε grows, one curve per analysis (compare
+    several traces); the default ε is marked."""
+    analyses = [analyses] if isinstance(analyses, Analysis) else list(analyses)
+    labels = labels or [a.source.label for a in analyses]
+    units = {a.units for a in analyses}
+    if len(units) > 1:
+        raise ValueError(f"eps_sweep compares analyses in one unit; got {sorted(units)}")
+    fig = Figure(figsize=(6, 4), layout="constrained")
+    ax = fig.add_subplot()
+    eps0 = analyses[0].config.eps
+    for a, lab in zip(analyses, labels):
+        sw = a.eps_sweep
+        at = np.interp(eps0, sw.eps, 100 * sw.fraction)
+        ax.plot(sw.eps, 100 * sw.fraction, marker=".", label=f"{lab} ({at:.2g} % at ε = {eps0:g})")
+    ax.axvline(eps0, color="red", ls=":", lw=1)
+    ax.set_ylim(bottom=0)
+    ax.set_xlabel(f"ε (Eq. 3 threshold) in {UNIT_LABELS[units.pop()]}")
+    ax.set_ylabel("% of tokens flagged as sinks")
+    ax.set_title("ε sweep: fraction of (step, layer, head, key) cells flagged")
+    ax.legend(fontsize=7)
+    return fig
+
+
+def sink_token_table(a: Analysis, out_stem: str | os.PathLike | None = None, top: int = 20) -> str:
+    """Table 2: sink occurrences per token and per category; writes stem.csv and stem.md when
+    `out_stem` is given; returns the markdown."""
+    md = a.token_table.to_markdown(top)
+    if out_stem is not None:
+        stem = Path(out_stem)
+        stem.parent.mkdir(parents=True, exist_ok=True)
+        stem.with_suffix(".csv").write_text(a.token_table.to_csv(), encoding="utf-8")
+        stem.with_suffix(".md").write_text(md, encoding="utf-8")
+    return md
