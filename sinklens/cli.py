@@ -8,7 +8,8 @@ import sys
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="sinklens", description=__doc__)
     p.add_argument("--version", action="store_true", help="print the version and exit")
-    p.add_subparsers(dest="command", metavar="COMMAND")
+    sub = p.add_subparsers(dest="command", metavar="COMMAND")
+    from sinklens.report.command import register as register_report; register_report(sub)  # report
     return p
 
 

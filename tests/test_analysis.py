@@ -193,9 +193,9 @@ def test_bad_inputs_clear_errors():
         ArraySource(np.zeros((2, 1, 1, 4)), np.zeros((2, 5)))
     src = P.source()
     with pytest.raises(AnalysisInputError, match="layer 7 out of range.*2 layers"):
-        src.received_slice(7, 0)
+        src.check_layer_head(7, 0)
     with pytest.raises(AnalysisInputError, match="head 3 out of range.*3 heads"):
-        src.received_slice(0, 3)
+        analyze(src).score_slice(0, 3)
     with pytest.raises(TypeError, match="unknown option"):
         analyze(src, epsilon=2)
 

@@ -1,0 +1,192 @@
+"""One self-contained interactive HTML page for one or several traces (no network, no CDN).
+
+Layout of the embedded data (per trace k):
+
+- `<script type="application/json" id="sl-head-k">`: a small header — shape, units, step numbers,
+  tokens (T, S) int32, mask states, vocab strings, the largest Eq. 3 sink per (step, layer, head)
+  and per (step, layer) for the mean over heads, the exact sink lists (offset-indexed), the
+  summary, stored attention maps (quantised), quantisation parameters;
+- `<script type="application/octet-stream" id="sl-k-t">`, one per stored step t: the base64 of L
+  fixed-size chunks, one per layer, each `(H + 1) × S` uint8 — every head's scores followed by the
+  mean over heads. The page decodes a chunk only when the slider / pickers ask for it and keeps
+  the last `CACHE_CHUNKS` decoded chunks (LRU), so opening the page parses only the header.
+
+Quantisation (size/precision trade-off, see docs/analysis.md): scores are stored as
+`q = round(255 · ln(1 + x/x0) / ln(1 + xmax/x0))` with xmax = the trace's largest score and
+x0 = xmax · 1e-4. One byte per value; values above x0 come back within ±1.8 % (relative), values
+below x0 within ±x0·0.02 (absolute). Sinks are never derived from these bytes: they are the exact
+Eq. 3 results computed in Python.
+
+Size cap: the per-head bytes of a trace are T·L·(H+1)·S (×4/3 for base64): 512 steps × 32 layers ×
+33 × 600 tokens ≈ 324 MB raw, ≈ 432 MB in the page. `max_mb` (default 150) caps the page: the
+mean-over-heads bytes (T·L·S) are always kept, and the per-head bytes are kept for every k-th step
+(k the smallest stride that fits); the page then shows per-head data of the nearest stored step
+and says so. `max_mb=None` stores everything; `layers=[...]` keeps per-head data for chosen layers only.
+"""
+from __future__ import annotations
+
+import base64
+import html
+import json
+import math
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from sinklens.analysis.analyze import Analysis
+
+HERE = Path(__file__).parent
+LOG_RANGE = 1e4          # xmax / x0
+MAX_MAPS = 32            # attention maps embedded per trace (each S_q × S_k bytes)
+
+
+@dataclass
+class PageOptions:
+    max_mb: float | None = 150.0   # cap on the page size (None: no cap)
+    layers: list[int] | None = None  # per-head data only for these layers (None: all)
+    title: str = "sinklens report"
+
+
+def quantise(x: np.ndarray, xmax: float) -> np.ndarray:
+    """Log-scale uint8 (rule in the module docstring); NaN / negative -> 0."""
+    x0 = xmax / LOG_RANGE
+    x = np.nan_to_num(np.asarray(x, dtype=np.float64), nan=0.0).clip(0, xmax)
+    return np.round(255 * np.log1p(x / x0) / math.log1p(LOG_RANGE)).astype(np.uint8)
+
+
+def dequantise(q: np.ndarray, xmax: float) -> np.ndarray:
+    """Inverse of `quantise` (what the page computes)."""
+    x0 = xmax / LOG_RANGE
+    return x0 * np.expm1(np.asarray(q, dtype=np.float64) / 255 * math.log1p(LOG_RANGE))
+
+
+def _b64(a: np.ndarray) -> str:
+    return base64.b64encode(np.ascontiguousarray(a).tobytes()).decode("ascii")
+
+
+def _chunk_bytes(H: int, S: int) -> int:
+    n = (H + 1) * S
+    return n + (-n) % 3    # multiple of 3: every chunk is a whole number of base64 quads
+
+
+def plan_steps(a: Analysis, opts: PageOptions) -> tuple[list[int], int]:
+    """Step indices whose per-head bytes go in the page, and the stride used."""
+    T, L, H, S = a.num_steps, a.num_layers, a.num_heads, a.tokens.shape[1]
+    n_layers = len(opts.layers) if opts.layers is not None else L
+    per_step = n_layers * _chunk_bytes(H, S) * 4 / 3
+    if opts.max_mb is None:
+        return list(range(T)), 1
+    budget = opts.max_mb * 1e6 - T * L * S * 4 / 3 - 4e6   # mean-over-heads always, plus header slack
+    stride = max(1, math.ceil(T * per_step / max(budget, per_step)))
+    return list(range(0, T, stride)), stride
+
+
+def _sink_index(a: Analysis) -> dict:
+    """Exact Eq. 3 sinks, offset-indexed by (step, layer, head): positions[off[k]:off[k+1]]."""
+    s = a.sinks
+    T, L, H = a.num_steps, a.num_layers, a.num_heads
+    key = (s["step"].astype(np.int64) * L + s["layer"]) * H + s["head"]
+    order = np.lexsort((s["pos"], key)) if key.size else np.zeros(0, np.int64)
+    off = np.zeros(T * L * H + 1, np.int32)
+    np.add.at(off, key[order] + 1, 1) if key.size else None
+    return {"off": _b64(np.cumsum(off).astype(np.int32)), "pos": _b64(s["pos"][order].astype(np.int32))}
+
+
+def _header(a: Analysis, steps_with_heads: list[int], stride: int, layers, xmax: float, figures: dict) -> dict:
+    T, L, H, S = a.num_steps, a.num_layers, a.num_heads, a.tokens.shape[1]
+    ids = np.unique(a.tokens[a.tokens >= 0])
+    summary = a.to_dict()
+    maps = []
+    for t, l, h in a.source.map_slices()[:MAX_MAPS]:
+        m = a.source.map(t, l, h)
+        maps.append({"t": t, "l": l, "h": h, "sq": int(m.shape[0]), "sk": int(m.shape[1]),
+                     "max": float(m.max()), "data": _b64(quantise(m, float(m.max()) or 1.0))})
+    mean_pos = a.mean_head["largest_pos"]
+    return {
+        "label": a.source.label, "units": a.units, "units_label": a.units_short, "eps": a.config.eps,
+        "causal": a.source.causal, "mask_id": a.source.mask_id, "T": T, "L": L, "H": H, "S": S,
+        "step_numbers": list(map(int, a.step_numbers)), "seq_len": a.seq_len.tolist(),
+        "xmax": xmax, "log_range": LOG_RANGE, "chunk_bytes": _chunk_bytes(H, S),
+        "head_steps": steps_with_heads, "head_stride": stride,
+        "head_layers": list(range(L)) if layers is None else list(layers),
+        "tokens": _b64(a.tokens.astype(np.int32)), "masked": _b64(a.is_masked.astype(np.uint8)),
+        "vocab": {str(int(i)): s for i, s in zip(ids, a.source.decode(ids.tolist()))} if ids.size else {},
+        "largest": _b64(a.largest_pos.astype(np.int16)), "largest_mean": _b64(mean_pos.astype(np.int16)),
+        "sinks": _sink_index(a), "maps": maps, "figures": figures,
+        "summary": {k: summary[k] for k in ("units", "units_meaning", "eps", "sink_rule", "causal", "shape",
+                                            "sinks_total", "fraction_heads_steps_with_sink", "track_kinds",
+                                            "head_classes", "drift")}
+                   | {"splits": summary["masked_unmasked_splits"]["count"],
+                      "sink_token_categories": (summary["sink_tokens"] or {}).get("categories")},
+    }
+
+
+def _step_chunks(a: Analysis, t: int, layers, xmax: float) -> str:
+    """Base64 of the step's L chunks: per layer (H + 1, S) uint8 (heads, then mean over heads)."""
+    L, H, S = a.num_layers, a.num_heads, a.tokens.shape[1]
+    cb = _chunk_bytes(H, S)
+    sc = a.step_scores(t)                                                 # (L, H, S_t)
+    out = np.zeros((L, cb), np.uint8)
+    full = np.zeros((L, H + 1, S), np.float32)
+    full[:, :H, : sc.shape[2]] = sc
+    full[:, H, : sc.shape[2]] = sc.mean(axis=1)
+    q = quantise(full, xmax).reshape(L, -1)
+    keep = np.ones(L, bool) if layers is None else np.isin(np.arange(L), layers)
+    out[:, : q.shape[1]] = np.where(keep[:, None], q, 0)
+    return _b64(out)
+
+
+def _mean_chunks(a: Analysis, xmax: float, skip: set[int]) -> str:
+    """Mean over heads for the steps without per-head bytes: (T', L, S3) uint8 in step order over the
+    steps not in `skip`; S3 = S rounded up to a multiple of 3, so every (step, layer) row is a whole
+    number of base64 quads the page can cut out without decoding the rest."""
+    S = a.tokens.shape[1]
+    S3 = S + (-S) % 3
+    parts = []
+    for t in range(a.num_steps):
+        if t in skip:
+            continue
+        m = quantise(a.step_scores(t).mean(axis=1), xmax)                  # (L, S_t)
+        parts.append(np.pad(m, ((0, 0), (0, S3 - m.shape[1]))))
+    return _b64(np.stack(parts)) if parts else ""
+
+
+def render_page(analyses: list[Analysis], out: str | Path, opts: PageOptions | None = None,
+                figures: list[dict] | None = None) -> Path:
+    """Write the page; `figures[k]` = {name: png bytes} embedded as data URIs for trace k."""
+    opts = opts or PageOptions()
+    out = Path(out)
+    css = (HERE / "viewer.css").read_text(encoding="utf-8")
+    js = (HERE / "viewer.js").read_text(encoding="utf-8")
+    blobs = []
+    for k, a in enumerate(analyses):
+        if opts.layers is not None:
+            for l in opts.layers:
+                a.source.check_layer_head(l, None)
+        xmax = float(np.nanmax(a.top_score)) if a.top_score.size else 1.0
+        xmax = xmax if xmax > 0 else 1.0
+        steps, stride = plan_steps(a, opts)
+        figs = {name: "data:image/png;base64," + base64.b64encode(png).decode("ascii")
+                for name, png in ((figures or [{}] * len(analyses))[k] or {}).items()}
+        head = _header(a, steps, stride, opts.layers, xmax, figs)
+        head_json = json.dumps(head, separators=(",", ":")).replace("</", "<\\/")   # no early </script>
+        blobs.append(f'<script type="application/json" id="sl-head-{k}">{head_json}</script>')
+        for t in steps:
+            blobs.append(f'<script type="application/octet-stream" id="sl-{k}-{t}">{_step_chunks(a, t, opts.layers, xmax)}</script>')
+        rest = _mean_chunks(a, xmax, set(steps))
+        blobs.append(f'<script type="application/octet-stream" id="sl-{k}-mean">{rest}</script>')
+    page = f"""<!DOCTYPE html>
+<html lang="en"><head><meta charset="utf-8"><meta name="viewport" content="width=device-width, initial-scale=1">
+<title>{html.escape(opts.title)}</title><link rel="icon" href="data:,"><style>{css}</style></head>
+<body><header><h1>{html.escape(opts.title)}</h1>
+<p class="note">Self-contained page (no network). Scores are in the units named on each panel; sinks are the
+exact paper Eq. 3 results (score − mean of the other tokens ≥ ε); colours come from 8-bit log-quantised
+scores (±1.8 % relative). <label><input type="checkbox" id="sl-link" checked> link steps across traces</label></p>
+</header>
+<main id="sl-viewers" style="--n:{len(analyses)}"></main>
+{''.join(blobs)}
+<script>{js}</script></body></html>"""
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(page, encoding="utf-8")
+    return out

@@ -1,0 +1,223 @@
+"""`sinklens report TRACE [TRACE ...] --out DIR`: figures, summary.md + summary.json, one HTML page.
+
+Layout of DIR (one trace: its files directly in DIR; several: one sub-folder per trace plus the
+comparison figures in DIR):
+
+    index.html                      interactive page (self-contained; all traces side by side)
+    summary.json / summary.md       every number behind the figures, with units
+    <label>/fig01_received_*.png|svg, fig03_score_distribution, fig04_attention_maps (when maps are
+    stored), fig05_layer_head, fig07_sink_positions, fig10_eps_sweep, table2_sink_tokens.csv|md
+    compare_fig10_eps_sweep.png|svg (several traces)
+
+Causal traces (ARMs) get a second set of the sink figures in `uniform_ratio` units (suffix
+`_uniform_ratio`): raw column sums carry the causal baseline H_S − H_j (SPEC §2), so the page
+and summary report both.
+"""
+from __future__ import annotations
+
+import io
+import json
+import os
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+
+from sinklens.analysis.analyze import Analysis, AnalysisConfig, analyze
+from sinklens.analysis.source import AnalysisInputError, as_source
+from sinklens.report import figures as F
+from sinklens.report.html import PageOptions, render_page
+
+
+@dataclass
+class ReportOptions:
+    units: str = "sum"
+    eps: float = 3.0
+    heads: list[tuple[int, int]] | None = None     # Fig. 7 heads (default: the most dynamic ones)
+    map_steps: list[int] | None = None              # Fig. 4 step indices (default: up to 3 stored ones)
+    page: PageOptions = field(default_factory=PageOptions)
+    progress: bool = True
+
+
+@dataclass
+class TraceReport:
+    label: str
+    folder: Path
+    analyses: list[Analysis]                   # [primary] or [primary, uniform_ratio] for causal traces
+    figures: dict[str, list[Path]] = field(default_factory=dict)
+    skipped: dict[str, str] = field(default_factory=dict)
+
+
+@dataclass
+class Report:
+    out: Path
+    traces: list[TraceReport]
+    html: Path
+    summary_json: Path
+    summary_md: Path
+    figures: dict[str, list[Path]] = field(default_factory=dict)
+
+
+def _label(path_or_obj, k: int, used: set[str]) -> str:
+    if isinstance(path_or_obj, (str, os.PathLike)):
+        base = Path(os.fspath(path_or_obj)).stem
+    else:
+        base = getattr(path_or_obj, "label", None) or Path(getattr(path_or_obj, "path", f"trace{k}")).stem
+    label = re.sub(r"[^A-Za-z0-9_.-]+", "_", base) or f"trace{k}"
+    while label in used:
+        label += f"_{k}"
+    used.add(label)
+    return label
+
+
+def _figures_for(a: Analysis, folder: Path, opts: ReportOptions, suffix: str, rep: TraceReport) -> dict[str, bytes]:
+    """Write every figure that applies to this analysis; returns {name: png bytes} for the page."""
+    pngs: dict[str, bytes] = {}
+
+    def put(name: str, make):
+        try:
+            fig = make()
+        except AnalysisInputError as e:      # e.g. no stored maps: skip this figure, say why
+            rep.skipped[name + suffix] = str(e)
+            return
+        rep.figures[name + suffix] = F.save(fig, folder / (name + suffix))
+        buf = io.BytesIO()
+        fig.savefig(buf, format="png", dpi=80, bbox_inches="tight")
+        pngs[name + suffix] = buf.getvalue()
+
+    heads = opts.heads or a.pick_heads(3)
+    last = a.num_layers - 1
+    if not suffix:
+        put(f"fig01_received_layer{last}_mean", lambda: F.received_over_steps(a, last, None))
+        l0, h0 = heads[0]
+        put(f"fig01_received_layer{l0}_head{h0}", lambda: F.received_over_steps(a, l0, h0))
+        put("fig03_score_distribution", lambda: F.score_distribution(a))
+        put("fig04_attention_maps", lambda: _maps_figure(a, opts))
+    put("fig05_layer_head", lambda: F.layer_head_scores(a))
+    put("fig07_sink_positions", lambda: F.sink_positions(a, heads))
+    put("fig10_eps_sweep", lambda: F.eps_sweep([a]))
+    return pngs
+
+
+def _maps_figure(a: Analysis, opts: ReportOptions):
+    slices = a.source.map_slices()
+    if not slices:
+        raise AnalysisInputError(a.source.no_maps_message())
+    by_head: dict[tuple[int, int], list[int]] = {}
+    for t, l, h in slices:
+        by_head.setdefault((l, h), []).append(t)
+    (l, h), steps = max(by_head.items(), key=lambda kv: len(kv[1]))
+    if opts.map_steps is not None:
+        steps = list(opts.map_steps)
+    elif len(steps) > 3:
+        steps = [steps[0], steps[len(steps) // 2], steps[-1]]
+    return F.attention_maps(a, steps, l, h)
+
+
+def build_report(traces, out: str | os.PathLike, *, labels: list[str] | None = None,
+                 options: ReportOptions | None = None) -> Report:
+    """Analyse every trace (path, Trace or Source) and write the report into `out`."""
+    opts = options or ReportOptions()
+    traces = list(traces)
+    if not traces:
+        raise AnalysisInputError("give at least one trace to report on")
+    out = Path(out)
+    out.mkdir(parents=True, exist_ok=True)
+    used: set[str] = set()
+    reps: list[TraceReport] = []
+    page_figs: list[dict[str, bytes]] = []
+    for k, tr in enumerate(traces):
+        label = labels[k] if labels else _label(tr, k, used)
+        src = as_source(tr, label=label)
+        src.label = label
+        if opts.heads:
+            for l, h in opts.heads:
+                src.check_layer_head(l, h)
+        cfg = AnalysisConfig(units=opts.units, eps=opts.eps, progress=opts.progress)
+        analyses = [analyze(src, cfg)]
+        if src.causal and opts.units != "uniform_ratio":
+            analyses.append(analyze(src, AnalysisConfig(units="uniform_ratio", eps=opts.eps, progress=opts.progress)))
+        folder = out if len(traces) == 1 else out / label
+        rep = TraceReport(label, folder, analyses)
+        pngs = {}
+        for a in analyses:
+            pngs.update(_figures_for(a, folder, opts, "" if a is analyses[0] else f"_{a.units}", rep))
+            suffix = "" if a is analyses[0] else f"_{a.units}"
+            F.sink_token_table(a, folder / f"table2_sink_tokens{suffix}")
+            rep.figures[f"table2_sink_tokens{suffix}"] = [folder / f"table2_sink_tokens{suffix}.csv",
+                                                          folder / f"table2_sink_tokens{suffix}.md"]
+        reps.append(rep)
+        page_figs.append(pngs)
+
+    report = Report(out=out, traces=reps, html=out / "index.html", summary_json=out / "summary.json",
+                    summary_md=out / "summary.md")
+    if len(reps) > 1:
+        primaries = [r.analyses[0] for r in reps]
+        report.figures["compare_fig10_eps_sweep"] = F.save(F.eps_sweep(primaries), out / "compare_fig10_eps_sweep")
+    _write_summary(report, opts)
+    render_page([r.analyses[0] for r in reps], report.html, opts.page, figures=page_figs)
+    return report
+
+
+def _rel(paths, root: Path) -> list[str]:
+    return [os.path.relpath(p, root) for p in paths]
+
+
+def _write_summary(report: Report, opts: ReportOptions) -> None:
+    traces = []
+    for rep in report.traces:
+        d = rep.analyses[0].to_dict()
+        d["figures"] = {k: _rel(v, report.out) for k, v in rep.figures.items()}
+        d["figures_skipped"] = rep.skipped
+        d["source_meta"] = {k: v for k, v in rep.analyses[0].source.meta.items() if k != "tokens_vocab"}
+        if len(rep.analyses) > 1:
+            d["also"] = [a.to_dict() for a in rep.analyses[1:]]
+        traces.append(d)
+    doc = {"sinklens_report": 1, "units_note": ("every score is in the units named by the `units` field next to it; "
+                                                "`sum` = column sums r_j = Σ_i A[i,j] (multiples of uniform attention)"),
+           "traces": traces, "compare_figures": {k: _rel(v, report.out) for k, v in report.figures.items()}}
+    report.summary_json.write_text(json.dumps(doc, indent=1, default=_json_default), encoding="utf-8")
+    report.summary_md.write_text(_markdown(report), encoding="utf-8")
+
+
+def _json_default(x):
+    if isinstance(x, np.generic):
+        return x.item()
+    if isinstance(x, np.ndarray):
+        return x.tolist()
+    raise TypeError(f"not JSON-serialisable: {type(x).__name__}")
+
+
+def _markdown(report: Report) -> str:
+    lines = ["# sinklens report", "",
+             "Scores: `sum` = column sums r_j = Σ_i A[i, j] over real query rows (multiples of uniform attention, "
+             "Σ_j r_j = number of queries). Sinks: paper Eq. 3, score_j − mean of the other tokens' scores ≥ ε, "
+             "ε applied in the units named. Interactive page: `index.html`. Every number: `summary.json`.", ""]
+    for rep in report.traces:
+        for a in rep.analyses:
+            d = a.to_dict()
+            sh = d["shape"]
+            lines += [f"## {rep.label} — units `{a.units}`, ε = {a.config.eps:g}", "",
+                      f"- units: {d['units_meaning']}",
+                      f"- shape: {sh['steps']} steps × {sh['layers']} layers × {sh['heads']} heads, up to "
+                      f"{sh['max_seq_len']} tokens; {'causal (ARM)' if d['causal'] else 'bidirectional'}",
+                      f"- sinks: {d['sinks_total']} (step, layer, head, position) occurrences; "
+                      f"{100 * d['fraction_heads_steps_with_sink']:.1f} % of (step, layer, head) have a sink",
+                      f"- tracks: " + ", ".join(f"{k} {v}" for k, v in d["track_kinds"].items()),
+                      f"- heads: " + ", ".join(f"{k} {v}" for k, v in sorted(d["head_classes"].items())),
+                      f"- drift (positions): " + ", ".join(f"{k} {v:.3g}" if isinstance(v, float) else f"{k} {v}"
+                                                            for k, v in d["drift"].items()),
+                      f"- masked/unmasked splits: {d['masked_unmasked_splits']['count']} (step, layer, head)"
+                      + ("" if a.source.group_names else " (trace has no per-group attention)"),
+                      f"- ε sweep at ε = {a.config.eps:g}: "
+                      f"{100 * float(np.interp(a.config.eps, a.eps_sweep.eps, a.eps_sweep.fraction)):.2f} % of tokens flagged",
+                      ""]
+            lines += [a.token_table.to_markdown(10), ""]
+        lines += ["Figures:", ""] + [f"- `{name}`: " + ", ".join(f"[{Path(p).suffix[1:]}]({os.path.relpath(p, report.out)})"
+                                                                   for p in paths)
+                                     for name, paths in rep.figures.items()]
+        lines += [f"- `{name}` not drawn: {why}" for name, why in rep.skipped.items()] + [""]
+    if report.figures:
+        lines += ["## Comparison", ""] + [f"- `{k}`: " + ", ".join(_rel(v, report.out)) for k, v in report.figures.items()]
+    return "\n".join(lines) + "\n"
