@@ -72,6 +72,10 @@ class Source:
         return (f"trace '{self.label}' holds no full attention maps; re-run the sampler with map "
                 f"slices requested (CaptureOptions map_slices) to draw attention-map figures")
 
+    def missing_map_message(self, index: int, layer: int, head: int) -> str:
+        return (f"no map for step index {index}, layer {layer}, head {head} in trace '{self.label}'; stored "
+                f"(step index, layer, head): {self.map_slices()}")
+
     def check_layer_head(self, layer: int | None, head: int | None) -> None:
         if layer is not None and not 0 <= int(layer) < self.num_layers:
             raise AnalysisInputError(f"layer {layer} out of range: trace '{self.label}' has "
@@ -151,11 +155,9 @@ class ArraySource(Source):
         self.check_layer_head(layer, head)
         if not self._maps:
             raise KeyError(self.no_maps_message())
-        try:
-            return np.asarray(self._maps[(index, layer, head)], dtype=np.float32)
-        except KeyError:
-            raise KeyError(f"no map for step index {index}, layer {layer}, head {head}; stored "
-                           f"(step index, layer, head): {sorted(self._maps)}") from None
+        if (index, layer, head) not in self._maps:
+            raise KeyError(self.missing_map_message(index, layer, head))
+        return np.asarray(self._maps[(index, layer, head)], dtype=np.float32)
 
     def map_slices(self) -> list[tuple[int, int, int]]:
         return sorted(self._maps)
@@ -217,6 +219,8 @@ class TraceSource(Source):
         self.check_layer_head(layer, head)
         if not self.map_slices():
             raise KeyError(self.no_maps_message())
+        if (index, layer, head) not in self.map_slices():
+            raise KeyError(self.missing_map_message(index, layer, head))
         return self.trace.map(self._steps[index], layer, head, self.row)
 
     def map_slices(self) -> list[tuple[int, int, int]]:

@@ -30,14 +30,15 @@ from sinklens.analysis.source import AnalysisInputError
 FORMATS = ("png", "svg")
 
 
-def save(fig: Figure, stem: str | os.PathLike, formats=FORMATS, dpi: int = 120) -> list[Path]:
+def save(fig: Figure, stem: str | os.PathLike, formats=FORMATS, dpi: int = 110) -> list[Path]:
     """Write the figure as stem.png and stem.svg (creating the folder); returns the paths."""
     stem = Path(stem)
     stem.parent.mkdir(parents=True, exist_ok=True)
     out = []
     for ext in formats:
         path = stem.with_suffix("." + ext)
-        fig.savefig(path, dpi=dpi, bbox_inches="tight")
+        with matplotlib.rc_context({"svg.fonttype": "none"}):   # SVG text stays text (searchable, editable)
+            fig.savefig(path, dpi=dpi)          # every figure uses constrained layout: no "tight" re-layout
         out.append(path)
     return out
 
@@ -120,7 +121,7 @@ def attention_maps(a: Analysis, steps, layer: int, head: int) -> Figure:
             maps.append(src.map(int(t), layer, head))
         except KeyError as e:
             raise AnalysisInputError(str(e).strip("'\"")) from None
-    fig = Figure(figsize=(4.2 * len(maps) + 1, 4.6), layout="constrained")
+    fig = Figure(figsize=(4.2 * len(maps) + 1.5, 4.6), layout="constrained")
     axes = fig.subplots(1, len(maps), squeeze=False)[0]
     vmax = max(float(m.max()) for m in maps)
     for ax, t, m in zip(axes, steps, maps):
@@ -206,7 +207,8 @@ def eps_sweep(analyses, labels=None) -> Figure:
         ax.plot(sw.eps, 100 * sw.fraction, marker=".", label=f"{lab} ({at:.2g} % at ε = {eps0:g})")
     ax.axvline(eps0, color="red", ls=":", lw=1)
     ax.set_ylim(bottom=0)
-    ax.set_xlabel(f"ε (Eq. 3 threshold) in {UNIT_LABELS[units.pop()]}")
+    u = units.pop()
+    ax.set_xlabel(f"ε (Eq. 3 threshold) in {UNIT_LABELS[u]} [units={u}]")
     ax.set_ylabel("% of tokens flagged as sinks")
     ax.set_title("ε sweep: fraction of (step, layer, head, key) cells flagged")
     ax.legend(fontsize=7)

@@ -15,7 +15,6 @@ and summary report both.
 """
 from __future__ import annotations
 
-import io
 import json
 import os
 import re
@@ -81,10 +80,8 @@ def _figures_for(a: Analysis, folder: Path, opts: ReportOptions, suffix: str, re
         except AnalysisInputError as e:      # e.g. no stored maps: skip this figure, say why
             rep.skipped[name + suffix] = str(e)
             return
-        rep.figures[name + suffix] = F.save(fig, folder / (name + suffix))
-        buf = io.BytesIO()
-        fig.savefig(buf, format="png", dpi=80, bbox_inches="tight")
-        pngs[name + suffix] = buf.getvalue()
+        rep.figures[name + suffix] = paths = F.save(fig, folder / (name + suffix))
+        pngs[name + suffix] = next(p for p in paths if p.suffix == ".png").read_bytes()   # embedded in the page
 
     heads = opts.heads or a.pick_heads(3)
     last = a.num_layers - 1

@@ -1,0 +1,93 @@
+"""`sinklens report` end to end on real trace files (written with the project's TraceWriter)."""
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+
+import _planted as P
+from sinklens.analysis import AnalysisInputError, analyze
+from sinklens.cli import main
+from sinklens.report import figures as F
+from sinklens.trace import TraceWriter
+
+PRIMARY = ["fig01_received_layer1_mean", "fig03_score_distribution", "fig04_attention_maps", "fig05_layer_head",
+           "fig07_sink_positions", "fig10_eps_sweep"]
+
+
+def write_planted(path, with_maps=True, dtype="float16", seed=0):
+    d = P.build(seed, with_maps)
+    meta = {"family": "llada", "mask_id": P.MASK_ID, "query_groups": ["masked", "unmasked"],
+            "sampler": {"name": "llada", "args": {"gen_length": P.S - P.PROMPT, "block_length": P.BLOCK}},
+            "tokens_vocab": {str(k): v for k, v in P.VOCAB.items()}}
+    with TraceWriter(path, meta, received_dtype=dtype) as w:
+        for t in range(P.T):
+            maps = {(l, h): m[None] for (tt, l, h), m in d["maps"].items() if tt == t}
+            w.write_step(t, d["tokens"][t], is_masked=d["is_masked"][t], received=d["received"][t],
+                         received_groups=d["received_groups"][t], maps=maps or None)
+    return path
+
+
+def test_trace_file_gives_the_planted_result(tmp_path):
+    path = write_planted(tmp_path / "planted.arrow")          # float16 storage, as samplers write by default
+    a = analyze(path)
+    b = analyze(P.source())
+    assert a.source.block_length == P.BLOCK and a.source.prompt_length == P.PROMPT and not a.source.causal
+    assert [(t.layer, t.head, t.steps, t.positions, t.kind) for t in a.tracks] == \
+           [(t.layer, t.head, t.steps, t.positions, t.kind) for t in b.tracks]
+    assert len(a.splits) == len(b.splits) == 5
+    assert a.source.map_slices() == [(0, 1, 0), (3, 1, 0), (11, 1, 0)]
+    np.testing.assert_allclose(a.source.map(3, 1, 0), P.build()["maps"][(3, 1, 0)], rtol=1e-6)
+    assert a.token_table.categories["mask"]["count"] == b.token_table.categories["mask"]["count"]
+
+
+def test_cli_report_single_and_compare(tmp_path, capsys):
+    p1 = write_planted(tmp_path / "dlm.arrow")
+    p2 = write_planted(tmp_path / "nomaps.arrow", with_maps=False, seed=1)
+    out = tmp_path / "rep"
+    assert main(["report", str(p1), "--out", str(out), "--quiet"]) == 0
+    for name in PRIMARY:
+        for ext in ("png", "svg"):
+            assert (out / f"{name}.{ext}").stat().st_size > 1000, name
+        svg = (out / f"{name}.svg").read_text()
+        assert "units=" in svg or "A[i, j]" in svg, f"{name} does not state its units"
+    assert (out / "table2_sink_tokens.csv").read_text().startswith("token,token_id,category")
+    s = json.loads((out / "summary.json").read_text())
+    tr = s["traces"][0]
+    assert tr["units"] == "sum" and tr["layer_head"]["units"] == "sum" and tr["eps_sweep"]["units"] == "sum"
+    assert tr["track_kinds"] == {"static": 3, "moving": 3, "vanishing": 2, "transient": 0}
+    assert "units" in (out / "summary.md").read_text()
+    html = (out / "index.html").read_text()
+    assert "http://" not in html and "https://" not in html        # no network: nothing fetched
+    # compare: two traces side by side, one without maps -> its map figure is skipped with the reason
+    out2 = tmp_path / "cmp"
+    assert main(["report", str(p1), str(p2), "--out", str(out2), "--quiet"]) == 0
+    assert (out2 / "compare_fig10_eps_sweep.png").exists() and (out2 / "dlm" / "fig04_attention_maps.png").exists()
+    assert not (out2 / "nomaps" / "fig04_attention_maps.png").exists()
+    assert "holds no full attention maps" in capsys.readouterr().out
+    s2 = json.loads((out2 / "summary.json").read_text())
+    assert [t["trace"] for t in s2["traces"]] == ["dlm", "nomaps"]
+
+
+def test_bad_inputs(tmp_path):
+    p = write_planted(tmp_path / "nomaps.arrow", with_maps=False)
+    a = analyze(p)
+    with pytest.raises(AnalysisInputError, match="holds no full attention maps"):
+        F.attention_maps(a, [0], 1, 0)
+    with pytest.raises(AnalysisInputError, match="head 9 out of range"):
+        F.sink_positions(a, [(0, 9)])
+    with pytest.raises(AnalysisInputError, match="layer 5 out of range"):
+        F.received_over_steps(a, 5, 0)
+    with pytest.raises(AnalysisInputError, match="step index 40 out of range"):
+        F.attention_maps(analyze(write_planted(tmp_path / "m.arrow")), [40], 1, 0)
+    with pytest.raises(AnalysisInputError, match=r"no map for step index 1"):
+        F.attention_maps(analyze(tmp_path / "m.arrow"), [1], 1, 0)
+    empty = tmp_path / "empty.arrow"
+    TraceWriter(empty, {"family": "llada"}).close()
+    with pytest.raises(AnalysisInputError, match="is empty"):
+        analyze(empty)
+    with pytest.raises(SystemExit):
+        main(["report", str(p), "--out", str(tmp_path / "x"), "--heads", "0-1"])
+    with pytest.raises(AnalysisInputError, match="head 7 out of range"):
+        main(["report", str(p), "--out", str(tmp_path / "x"), "--heads", "0:7", "--quiet"])
