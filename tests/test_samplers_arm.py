@@ -104,14 +104,16 @@ def test_smollm2_trace_shows_the_position0_sink(smollm2, tmp_path):
     ids = torch.tensor([m.apply_chat_template("Name three colours of the rainbow.")])
     expected = m.model.generate(ids, max_new_tokens=32, do_sample=False, pad_token_id=m.pad_id)
     out = m.generate(ids, max_new_tokens=32, eos_token_id=[], trace=tmp_path / "smol.arrow")
-    assert out.sequences.tolist() == expected[:, : out.sequences.shape[1]].tolist()
+    n = min(out.sequences.shape[1], expected.shape[1])  # transformers may stop at EOS earlier
+    assert out.sequences[:, :n].tolist() == expected[:, :n].tolist()
     t = out.trace
     assert t.num_steps == 32 and t.num_layers == 30 and t.num_heads == 9
     deep = slice(2, None)
-    # prefill (all prompt rows, column sums): Eq. 3 with eps = 3 flags position 0
+    # prefill (all prompt rows, column sums): Eq. 3 with eps = 3 flags position 0 (measured: 92 %)
     rec = t.received(0)[deep]  # (L', H, S)
     others = (rec.sum(-1) - rec[..., 0]) / (rec.shape[-1] - 1)
-    assert ((rec[..., 0] - others) >= 3).mean() > 0.5
-    # every decoding step: the newest token's row puts its largest weight on position 0
-    top1 = np.stack([t.received(s)[deep].argmax(-1) == 0 for s in t.steps[1:]])  # (T-1, L', H)
-    assert top1.mean() > 0.5
+    assert ((rec[..., 0] - others) >= 3).mean() > 0.75
+    # decoding steps (the newest token's row sums to 1): position 0 gets >= 4x its uniform share
+    # 1/S, i.e. Eq. 3's margin of 3 in multiples of uniform attention (measured: 82 %)
+    share = np.stack([t.received(s)[deep][..., 0] * len(t.tokens(s)) for s in t.steps[1:]])  # (T-1, L', H)
+    assert (share >= 4).mean() > 0.7
