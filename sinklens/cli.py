@@ -10,6 +10,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--version", action="store_true", help="print the version and exit")
     sub = p.add_subparsers(dest="command", metavar="COMMAND")
     from sinklens.report.command import register as register_report; register_report(sub)  # report
+    from sinklens.samplers.command import register as register_samplers; register_samplers(sub)  # generate, trace
     return p
 
 

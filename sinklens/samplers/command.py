@@ -1,0 +1,149 @@
+"""`sinklens generate` and `sinklens trace`: run a model's own sampler from the command line.
+
+    sinklens generate --model smollm2-135m-instruct --prompt "Hi" --max-new-tokens 16
+    sinklens trace --model ./my-llada --prompt "2+2=" --steps 32 --gen-length 32 --block-length 32 --out run.arrow
+    sinklens trace --model ./my-llada --input-ids 1,2,3 ...      # token ids instead of text
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+
+# flag -> (type, help); every flag maps onto the official argument of the same name
+SAMPLER_FLAGS = {
+    "steps": (int, "denoising steps (LLaDA, Dream)"),
+    "gen_length": (int, "LLaDA: tokens to generate"),
+    "block_length": (int, "LLaDA: semi-autoregressive block length"),
+    "cfg_scale": (float, "LLaDA: classifier-free guidance scale"),
+    "remasking": (str, "LLaDA: low_confidence | random"),
+    "mask_id": (int, "mask token id (default: the model's)"),
+    "max_new_tokens": (int, "Dream, ARM: tokens to generate"),
+    "eps": (float, "Dream: final time of the schedule"),
+    "alg": (str, "Dream: origin | maskgit_plus | topk_margin | entropy"),
+    "alg_temp": (float, "Dream: temperature of the position sampling"),
+    "temperature": (float, "token sampling temperature (0 = greedy for LLaDA / Dream)"),
+    "top_p": (float, "Dream, ARM: nucleus sampling"),
+    "top_k": (int, "Dream, ARM: top-k sampling"),
+}
+BOOL_FLAGS = {
+    "logits_eos_inf": "LLaDA: never sample EOS",
+    "confidence_eos_eot_inf": "LLaDA: EOS / EoT get no confidence",
+    "do_sample": "ARM: sample instead of greedy",
+}
+
+
+def _add_common(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--model", required=True, help="alias, local folder, .gguf file or hub id")
+    src = p.add_mutually_exclusive_group(required=True)
+    src.add_argument("--prompt", help="prompt text (wrapped in the chat template when the tokenizer has one)")
+    src.add_argument("--input-ids", help="comma-separated token ids instead of a prompt, e.g. 1,2,3")
+    p.add_argument("--raw", action="store_true", help="do not apply the chat template to --prompt")
+    p.add_argument("--seed", type=int, default=0, help="torch seed set right before sampling (default 0)")
+    p.add_argument("--dtype", default=None, help="float32 | bfloat16 | float16 (default: as stored)")
+    p.add_argument("--device", default=None, help="e.g. cpu, cuda:0")
+    g = p.add_argument_group("sampler arguments (official names; only those of the model's sampler are accepted)")
+    for name, (typ, help_) in SAMPLER_FLAGS.items():
+        g.add_argument("--" + name.replace("_", "-"), dest=name, type=typ, default=None, help=help_)
+    for name, help_ in BOOL_FLAGS.items():
+        g.add_argument("--" + name.replace("_", "-"), dest=name, action="store_true", default=None, help=help_)
+
+
+def parse_ids(text: str) -> list[int]:
+    try:
+        ids = [int(t) for t in text.replace(" ", "").split(",") if t]
+    except ValueError:
+        raise SystemExit(f"--input-ids must be comma-separated integers, got {text!r}") from None
+    if not ids:
+        raise SystemExit("--input-ids is empty")
+    return ids
+
+
+def _prompt_ids(model, args) -> list[int]:
+    if args.input_ids is not None:
+        return parse_ids(args.input_ids)
+    if model.tokenizer is None:
+        raise SystemExit(f"{args.model} has no tokenizer: pass --input-ids instead of --prompt")
+    if not args.raw and getattr(model.tokenizer, "chat_template", None):
+        return model.apply_chat_template(args.prompt)
+    return model.tokenizer.encode(args.prompt)
+
+
+def _sampler_kwargs(args) -> dict:
+    return {k: getattr(args, k) for k in [*SAMPLER_FLAGS, *BOOL_FLAGS] if getattr(args, k) is not None}
+
+
+def _run(args, trace=None, capture=None, progress=False):
+    import torch
+
+    import sinklens
+
+    model = sinklens.load(args.model, dtype=args.dtype, device=args.device)
+    ids = torch.tensor([_prompt_ids(model, args)])
+    torch.manual_seed(args.seed)
+    try:
+        out = model.generate(ids, trace=trace, capture=capture, progress=progress, **_sampler_kwargs(args))
+    except (TypeError, ValueError) as e:
+        raise SystemExit(f"sinklens {args.command}: {e}") from None
+    return model, ids, out
+
+
+def _text(model, ids, out) -> str:
+    new = out.sequences[0, ids.shape[1]:].tolist()
+    if model.tokenizer is None:
+        return " ".join(map(str, new))
+    return model.tokenizer.decode(new, skip_special_tokens=True)
+
+
+def cmd_generate(args) -> int:
+    model, ids, out = _run(args)
+    if args.json:
+        print(json.dumps({"prompt_ids": ids[0].tolist(), "generated_ids": out.sequences[0, ids.shape[1]:].tolist(),
+                          "sequence": out.sequences[0].tolist(), "steps": out.num_steps}))
+    else:
+        print(_text(model, ids, out))
+    return 0
+
+
+def cmd_trace(args) -> int:
+    from sinklens.samplers.base import CaptureOptions
+
+    slices = []
+    for part in (args.map_slices or "").split(","):
+        if part:
+            try:
+                layer, head = part.split(":")
+                slices.append((int(layer), int(head)))
+            except ValueError:
+                raise SystemExit(f"--map-slices must look like 3:0,5:7 (layer:head), got {args.map_slices!r}") from None
+    capture = CaptureOptions(query_groups=False if args.no_groups else None, map_slices=tuple(slices),
+                             capture_prefix=args.capture_prefix, query_chunk=args.query_chunk,
+                             received_dtype="float32" if args.float32 else "float16")
+    model, ids, out = _run(args, trace=args.out, capture=capture, progress=True)
+    t = out.trace
+    size = os.path.getsize(args.out)
+    print(f"wrote {args.out}: {t.num_steps} steps x {t.num_layers} layers x {t.num_heads} heads, "
+          f"{size / 1e6:.2f} MB ({size / max(t.num_steps, 1) / 1e3:.1f} kB per step)", file=sys.stderr)
+    print(_text(model, ids, out))
+    return 0
+
+
+def register(sub) -> None:
+    """Add `generate` and `trace` to the sinklens sub-command parser."""
+    g = sub.add_parser("generate", help="run a model's own sampler and print the text",
+                       description=cmd_generate.__doc__ or __doc__)
+    _add_common(g)
+    g.add_argument("--json", action="store_true", help="print ids (prompt, generated, full sequence) as JSON")
+    g.set_defaults(func=cmd_generate)
+
+    t = sub.add_parser("trace", help="run a model's own sampler and record every step's attention to a trace file",
+                       description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    _add_common(t)
+    t.add_argument("--out", required=True, help="trace file to write (Arrow IPC stream, .arrow)")
+    t.add_argument("--float32", action="store_true", help="store received attention as float32 (default float16)")
+    t.add_argument("--map-slices", help="full attention maps to keep, as layer:head pairs, e.g. 3:0,5:7")
+    t.add_argument("--no-groups", action="store_true", help="do not split received attention by masked / unmasked queries")
+    t.add_argument("--capture-prefix", action="store_true", help="ARM: capture all prefix rows at every step")
+    t.add_argument("--query-chunk", type=int, default=256, help="query rows per chunk in capture (memory bound)")
+    t.set_defaults(func=cmd_trace)
