@@ -143,6 +143,22 @@ class Analysis:
         order = np.argsort(-key, axis=None, kind="stable")[:n]
         return [tuple(int(x) for x in np.unravel_index(i, key.shape)) for i in order if key.flat[i] > 0] or [(0, 0)]
 
+    def notes(self) -> list[str]:
+        """Warnings about what the chosen units can and cannot show on this trace."""
+        out, eps, u = [], self.config.eps, self.units
+        if u == "sum":
+            few = int((self.n_queries <= eps).sum())
+            if few:
+                out.append(f"{few} of {self.num_steps} steps sum ≤ ε = {eps:g} query rows (e.g. ARM decoding: the "
+                           f"newest token's row only), so their column sums are ≤ {eps:g} and Eq. 3 cannot fire "
+                           f"there; use units uniform_ratio to see sinks at those steps")
+        if u == "mean" and eps >= 1:
+            out.append(f"units 'mean' are ≤ 1 by construction: Eq. 3 with ε = {eps:g} never fires (the units trap)")
+        if self.source.causal and u in ("sum", "mean"):
+            out.append("causal model: even uniform attention gives key j a column sum H_S − H_j (≈ ln S + 0.58 at "
+                       "position 0), so raw sums flag early positions; compare with units uniform_ratio")
+        return out
+
     # ---- output ---------------------------------------------------------------------------
     def to_dict(self) -> dict:
         """Every number behind the figures, with units (JSON-serialisable)."""
@@ -164,7 +180,7 @@ class Analysis:
             "trace": self.source.label,
             "units": c.units, "units_meaning": UNITS[c.units],
             "eps": c.eps, "sink_rule": "score_j − mean_{k≠j} score_k ≥ eps (paper Eq. 3), on real keys",
-            "causal": self.source.causal,
+            "causal": self.source.causal, "notes": self.notes(),
             "shape": {"steps": self.num_steps, "layers": self.num_layers, "heads": self.num_heads,
                       "max_seq_len": int(self.seq_len.max())},
             "step_numbers": list(map(int, self.step_numbers)),

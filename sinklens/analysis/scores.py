@@ -26,10 +26,10 @@ UNITS: dict[str, str] = {
 
 # Short axis labels for figures.
 UNIT_LABELS: dict[str, str] = {
-    "sum": "received attention r_j (column sum, multiples of uniform)",
-    "mean": "mean received attention r_j / S_q",
-    "gu": "r_j / #queries seeing j (Gu et al.)",
-    "uniform_ratio": "r_j / uniform-attention expectation",
+    "sum": "r_j = Σ_i A[i,j] (column sum)",
+    "mean": "r_j / S_q (mean received)",
+    "gu": "r_j / #queries seeing j (Gu)",
+    "uniform_ratio": "r_j / uniform expectation",
 }
 
 

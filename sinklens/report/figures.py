@@ -135,6 +135,8 @@ def attention_maps(a: Analysis, steps, layer: int, head: int) -> Figure:
             ax.axvline(p, color="cyan", lw=0.6, ls="--")
         ax.set_title(f"step {a.step_numbers[int(t)]}")
         ax.set_xlabel("key position j")
+        if m.shape[0] == 1:      # ARM decoding step: the newest token's row only
+            ax.set_yticks([0], [f"{a.seq_len[int(t)] - 1}\n(newest)"])
     axes[0].set_ylabel("query position i")
     fig.supxlabel("dashed cyan: Eq. 3 sinks of this head; cyan bar: masked keys", fontsize=8)
     fig.suptitle(f"{src.label}: attention map, layer {layer}, head {head}")

@@ -114,7 +114,7 @@ def _header(a: Analysis, steps_with_heads: list[int], stride: int, layers, xmax:
         "vocab": {str(int(i)): s for i, s in zip(ids, a.source.decode(ids.tolist()))} if ids.size else {},
         "largest": _b64(a.largest_pos.astype(np.int16)), "largest_mean": _b64(mean_pos.astype(np.int16)),
         "sinks": _sink_index(a), "maps": maps, "figures": figures,
-        "summary": {k: summary[k] for k in ("units", "units_meaning", "eps", "sink_rule", "causal", "shape",
+        "summary": {k: summary[k] for k in ("units", "units_meaning", "notes", "eps", "sink_rule", "causal", "shape",
                                             "sinks_total", "fraction_heads_steps_with_sink", "track_kinds",
                                             "head_classes", "drift")}
                    | {"splits": summary["masked_unmasked_splits"]["count"],

@@ -197,6 +197,7 @@ def _markdown(report: Report) -> str:
             sh = d["shape"]
             lines += [f"## {rep.label} — units `{a.units}`, ε = {a.config.eps:g}", "",
                       f"- units: {d['units_meaning']}",
+                      *[f"- note: {n}" for n in d["notes"]],
                       f"- shape: {sh['steps']} steps × {sh['layers']} layers × {sh['heads']} heads, up to "
                       f"{sh['max_seq_len']} tokens; {'causal (ARM)' if d['causal'] else 'bidirectional'}",
                       f"- sinks: {d['sinks_total']} (step, layer, head, position) occurrences; "

@@ -120,6 +120,8 @@
       el("h2", {}, box, data.label);
       el("p", { class: "note" }, box, "units: " + data.units + " — " + data.units_label + "; sinks: Eq. 3 with ε = " +
          data.eps + (data.causal ? " (causal model: raw sums carry the H_S − H_j baseline)" : ""));
+      const notes = (data.summary && data.summary.notes) || [];
+      if (notes.length) el("p", { class: "note sl-warn" }, box, "⚠ " + notes.join(" · "));
       const c = el("div", { class: "sl-controls" }, box);
       this.play = el("button", { type: "button", class: "sl-play" }, c, "▶ play");
       this.slider = el("input", { type: "range", min: 0, max: data.T - 1, value: 0, step: 1, class: "sl-step",
