@@ -226,21 +226,18 @@ def _load_safetensors(folder: Path, dtype) -> tuple[torch.nn.Module, dict, Famil
     weight_files = check_weights(folder)
     torch_dtype = parse_dtype(dtype, weight_files)
     config = family.build_config(config_dict)
-    try:
-        model, info = family.model_class.from_pretrained(
-            str(folder),
-            config=config,
-            key_mapping=family.key_mapping,
-            dtype=torch_dtype,
-            attn_implementation=ATTENTION_NAME,
-            use_safetensors=True,
-            trust_remote_code=False,
-            output_loading_info=True,
-        )
-    except RuntimeError as err:
-        if "size mismatch" in str(err) or "shape" in str(err).lower():
-            raise ValueError(f"shape mismatch between {folder}/config.json and its weights: {err}") from err
-        raise
+    model, info = family.model_class.from_pretrained(
+        str(folder),
+        config=config,
+        key_mapping=family.key_mapping,
+        dtype=torch_dtype,
+        attn_implementation=ATTENTION_NAME,
+        use_safetensors=True,
+        trust_remote_code=False,
+        # Mismatches are collected and raised below with names and shapes (not re-initialised).
+        ignore_mismatched_sizes=True,
+        output_loading_info=True,
+    )
     _check_loading_info(folder, family, info)
     return model, config_dict, family
 
@@ -265,19 +262,25 @@ def _check_loading_info(folder: Path, family: Family, info: dict) -> None:
 
 
 def _load_gguf(where: Resolved, dtype) -> tuple[torch.nn.Module, dict, Family]:
-    from transformers import AutoConfig
+    """GGUF (dequantised by transformers + gguf). The config lives inside the GGUF, so the
+    family is checked right after transformers parsed it (parsing it twice costs ~8 s)."""
+    from transformers import AutoModelForCausalLM
 
-    config = AutoConfig.from_pretrained(str(where.folder), gguf_file=where.gguf_file)
-    config_dict = config.to_dict()
-    family = detect_family(config_dict)
     torch_dtype = torch.float32 if dtype in (None, "auto") else parse_dtype(dtype, [])
-    model = family.model_class.from_pretrained(
+    model = AutoModelForCausalLM.from_pretrained(
         str(where.folder),
         gguf_file=where.gguf_file,
-        config=config,
         dtype=torch_dtype,
         attn_implementation=ATTENTION_NAME,
+        trust_remote_code=False,
     )
+    config_dict = model.config.to_dict()
+    family = detect_family(config_dict)
+    if family.is_diffusion or not isinstance(model, family.model_class):
+        raise ValueError(
+            f"{where.folder / where.gguf_file}: GGUF checkpoints are supported for native ARMs only, "
+            f"got {type(model).__name__} detected as family {family.name!r}"
+        )
     return model, config_dict, family
 
 
