@@ -11,6 +11,7 @@ def build_parser() -> argparse.ArgumentParser:
     sub = p.add_subparsers(dest="command", metavar="COMMAND")
     from sinklens.report.command import register as register_report; register_report(sub)  # report
     from sinklens.samplers.command import register as register_samplers; register_samplers(sub)  # generate, trace
+    from sinklens.eval.commands import register as register_eval; register_eval(sub)  # eval, eval-summary
     return p
 
 

@@ -1,0 +1,74 @@
+"""`sinklens eval` and `sinklens eval-summary` (argparse only; the work is in runner / summary)."""
+from __future__ import annotations
+
+import argparse
+import sys
+
+
+def _int_list(s: str) -> tuple[int, ...]:
+    try:
+        return tuple(int(x) for x in s.split(",") if x.strip())
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected comma-separated integers like 0,1,5,10, got {s!r}") from None
+
+
+def register(sub) -> None:
+    p = sub.add_parser("eval", help="GSM8K / HumanEval accuracy with the top-K sinks masked (paper Table 1)")
+    p.add_argument("--model", required=True, help="alias, local folder, .gguf or hub id")
+    p.add_argument("--task", required=True, help="gsm8k | humaneval")
+    p.add_argument("--mask-topk", type=_int_list, default=(0,), help="K values, e.g. 0,1,5,10 (0 = unmasked)")
+    p.add_argument("--limit", type=int, default=None, help="first N samples only")
+    p.add_argument("--data", default=None, help="local JSONL (GSM8K test.jsonl / HumanEval problems)")
+    p.add_argument("--out", required=True, help="output directory (re-running resumes)")
+    p.add_argument("--shots", type=int, default=8, help="GSM8K chain-of-thought exemplars (0 = zero-shot)")
+    p.add_argument("--chat", choices=["auto", "on", "off"], default="auto", help="use the chat template")
+    p.add_argument("--gen-length", type=int, default=None, help="default: the paper's setting per family")
+    p.add_argument("--steps", type=int, default=None, help="diffusion steps (default = gen length)")
+    p.add_argument("--block-length", type=int, default=None, help="LLaDA/MMaDA block length (default 32)")
+    p.add_argument("--ranking", choices=["per_head", "global"], default="per_head")
+    p.add_argument("--threshold", type=float, default=None, help="block keys with r_j >= this instead of top-K")
+    p.add_argument("--keep-self", action="store_true", help="a blocked key still receives its own query's attention")
+    p.add_argument("--step0", choices=["unmasked", "probe"], default="unmasked")
+    p.add_argument("--arm-rule", choices=["newest", "prefix"], default="newest")
+    p.add_argument("--no-loglik", action="store_true", help="skip the reference-answer log-likelihood")
+    p.add_argument("--sandbox-timeout", type=float, default=10.0, help="seconds per HumanEval check")
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--dtype", default=None)
+    p.add_argument("--device", default=None)
+    p.add_argument("--no-progress", action="store_true")
+    p.set_defaults(func=_eval)
+
+    s = sub.add_parser("eval-summary", help="Table-1 style summary (markdown + CSV) of eval output directories")
+    s.add_argument("dirs", nargs="+", help="eval output directories (several models side by side)")
+    s.add_argument("--out", default=None, help="where summary.md / summary.csv go (default: the first dir)")
+    s.set_defaults(func=_summary)
+
+
+def _eval(args) -> int:
+    from sinklens.eval.runner import EvalConfig, run_eval
+    try:
+        cfg = EvalConfig(model=args.model, task=args.task, out=args.out, mask_topk=args.mask_topk,
+                         limit=args.limit, data=args.data, shots=args.shots, chat=args.chat,
+                         gen_length=args.gen_length, steps=args.steps, block_length=args.block_length,
+                         seed=args.seed, dtype=args.dtype, device=args.device, ranking=args.ranking,
+                         threshold=args.threshold, keep_self=args.keep_self, step0=args.step0,
+                         arm_rule=args.arm_rule, loglik=not args.no_loglik,
+                         sandbox_timeout=args.sandbox_timeout, progress=not args.no_progress)
+        run_eval(cfg)
+    except (ValueError, FileNotFoundError) as e:
+        print(f"sinklens eval: error: {e}", file=sys.stderr)
+        return 2
+    with open(f"{args.out}/summary.md") as f:
+        print(f.read())
+    return 0
+
+
+def _summary(args) -> int:
+    from sinklens.eval.summary import write_summary
+    try:
+        md, _ = write_summary(args.dirs, args.out or args.dirs[0])
+    except FileNotFoundError as e:
+        print(f"sinklens eval-summary: error: {e}", file=sys.stderr)
+        return 2
+    print(md)
+    return 0

@@ -1,0 +1,46 @@
+"""Log-likelihood of the reference answer, unmasked and with the sinks masked.
+
+Measurable even when a model is too weak to get answers right. One rule for every model
+(recorded in each result as `loglik.rule`):
+- the input is prompt + reference; for a DLM the reference positions are all mask tokens
+  (a one-step, fully-masked pseudo log-likelihood: log p(ref_i | prompt, masks));
+- one unmasked forward with capture ranks the sinks exactly as the masking policy would
+  (per head / global / threshold, over the column sums of all query rows);
+- a second forward blocks them for every query; both passes score the reference tokens.
+"""
+from __future__ import annotations
+
+import torch
+
+from sinklens.attention.request import AttentionRequest
+from sinklens.masking.policy import MaskingConfig, SinkMaskingPolicy
+
+RULE = "probe: one unmasked pass over prompt+reference (DLM: reference masked), sinks ranked by column sums, blocked for all queries"
+
+
+def _score(m, logits: torch.Tensor, ref: torch.Tensor, p: int) -> float:
+    """Sum of log p(reference) from logits (1, S, V); ARMs and Dream predict position i at i - 1."""
+    r = ref.shape[0]
+    shift = (not m.is_diffusion) or m.family.name == "dream"
+    rows = logits[0, p - 1:p + r - 1] if shift else logits[0, p:p + r]           # (R, V)
+    return float(torch.log_softmax(rows.float(), dim=-1).gather(-1, ref[:, None]).sum())
+
+
+@torch.no_grad()
+def reference_loglik(m, prompt_ids: list[int], ref_ids: list[int], config: MaskingConfig) -> dict:
+    if not ref_ids:
+        raise ValueError("reference answer is empty after tokenisation")
+    p = len(prompt_ids)
+    ref = torch.tensor(ref_ids, dtype=torch.long)
+    fill = [m.mask_id] * len(ref_ids) if m.is_diffusion else ref_ids
+    x = torch.tensor([prompt_ids + fill], dtype=torch.long)                          # (1, S)
+    probe = AttentionRequest(capture=True)
+    out = {"tokens": len(ref_ids), "rule": RULE, "units": "nats (sum over reference tokens)"}
+    out["unmasked"] = _score(m, m.forward_logits(x, attention=probe), ref, p)
+    if config.active:
+        policy = SinkMaskingPolicy(config, num_layers=m.num_layers, is_diffusion=m.is_diffusion, model=m)
+        req = AttentionRequest(blocked=policy.rank(probe.received), keep_self=config.keep_self)
+        out["masked"] = _score(m, m.forward_logits(x, attention=req), ref, p)
+    else:
+        out["masked"] = out["unmasked"]
+    return out

@@ -1,0 +1,87 @@
+"""Per-sample result files that survive kill -9: append + flush + fsync, one JSON line per sample.
+
+A reader keeps every complete line (valid JSON ending in a newline); a torn last line (the
+process died mid-write) is dropped, and `open_for_append` cuts it off before new lines follow,
+so a resumed run redoes exactly the samples whose line is missing or torn.
+"""
+from __future__ import annotations
+
+import glob
+import json
+import os
+import warnings
+
+
+def read_records(path: str) -> tuple[list[dict], int]:
+    """(complete records, byte offset just after the last complete line)."""
+    if not os.path.exists(path):
+        return [], 0
+    with open(path, "rb") as f:
+        data = f.read()
+    records, good_end, pos = [], 0, 0
+    while pos < len(data):
+        nl = data.find(b"\n", pos)
+        if nl < 0:
+            break                                         # torn last line: no newline
+        line = data[pos:nl]
+        try:
+            records.append(json.loads(line))
+            good_end = nl + 1
+        except json.JSONDecodeError:
+            if data.find(b"\n", nl + 1) >= 0:             # garbage in the middle: skip, keep going
+                warnings.warn(f"{path}: skipping a corrupt line at byte {pos}")
+                good_end = nl + 1
+        pos = nl + 1
+    return records, good_end
+
+
+class RecordWriter:
+    """Append-only JSONL; each `write` is on disk (fsync) when it returns."""
+
+    def __init__(self, path: str):
+        os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
+        _, good_end = read_records(path)
+        if os.path.exists(path) and os.path.getsize(path) != good_end:
+            with open(path, "r+b") as f:                  # drop the torn tail before appending
+                f.truncate(good_end)
+        self.path = path
+        self.fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+
+    def write(self, record: dict) -> None:
+        os.write(self.fd, (json.dumps(record, ensure_ascii=False) + "\n").encode("utf-8"))
+        os.fsync(self.fd)
+
+    def close(self) -> None:
+        os.close(self.fd)
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+
+
+def shard_files(run_dir: str) -> list[str]:
+    return sorted(glob.glob(os.path.join(run_dir, "samples.rank*.jsonl")))
+
+
+def collect(run_dir: str) -> list[dict]:
+    """All complete records of a run directory (every rank's file), one per sample id, by index."""
+    by_id: dict[str, dict] = {}
+    for path in shard_files(run_dir):
+        for rec in read_records(path)[0]:
+            by_id.setdefault(rec["id"], rec)
+    return sorted(by_id.values(), key=lambda r: r["index"])
+
+
+def merge(run_dir: str) -> str:
+    """Write `samples.jsonl` (all ranks, deduplicated, in sample order); returns its path."""
+    out = os.path.join(run_dir, "samples.jsonl")
+    tmp = out + ".tmp"
+    with open(tmp, "w", encoding="utf-8") as f:
+        for rec in collect(run_dir):
+            f.write(json.dumps(rec, ensure_ascii=False) + "\n")
+        f.flush()
+        os.fsync(f.fileno())
+    os.replace(tmp, out)
+    return out

@@ -1,0 +1,201 @@
+"""The Table-1 evaluation loop: resumable, one fsynced JSON line per sample, data-parallel.
+
+Layout: `OUT/<model>/<task>/k<K>/` holds `config.json`, `samples.rank<r>.jsonl` (one file per
+process) and, once every sample is done, the merged `samples.jsonl`; `OUT/summary.{md,csv}`
+is the Table-1 style summary (`sinklens.eval.summary`).
+
+Resume: the samples already on disk (any rank's file; a torn last line does not count) are
+skipped, so re-running the same command completes a run without doing a sample twice.
+Data-parallel: under `torchrun` / `accelerate launch` (env RANK, WORLD_SIZE) sample i goes to
+rank i % WORLD_SIZE; rank 0 merges after a barrier.
+"""
+from __future__ import annotations
+
+import json
+import os
+import re
+import time
+from dataclasses import asdict, dataclass, field
+
+import torch
+
+from sinklens.eval import records
+from sinklens.eval.loglik import reference_loglik
+from sinklens.eval.sandbox import SandboxConfig
+from sinklens.eval.tasks import get_task
+from sinklens.masking.policy import MaskingConfig, SinkMaskingPolicy
+
+
+@dataclass
+class EvalConfig:
+    model: str
+    task: str
+    out: str
+    mask_topk: tuple[int, ...] = (0,)
+    limit: int | None = None
+    data: str | None = None
+    shots: int = 8                      # GSM8K chain-of-thought exemplars (0 = zero-shot)
+    chat: str = "auto"                  # use the chat template: "auto" (when the tokenizer has one) | "on" | "off"
+    gen_length: int | None = None       # None = the paper's setting for the family and task
+    steps: int | None = None            # None = gen_length (LLaDA's FAQ / Dream's official setting)
+    block_length: int | None = None     # LLaDA/MMaDA; None = 32 (or gen_length when shorter)
+    seed: int = 0
+    dtype: str | None = None
+    device: str | None = None
+    ranking: str = "per_head"
+    threshold: float | None = None
+    keep_self: bool = False
+    step0: str = "unmasked"
+    arm_rule: str = "newest"
+    loglik: bool = True                 # also score the reference answer's log-likelihood
+    sandbox_timeout: float = 10.0
+    progress: bool = True
+
+    def __post_init__(self):
+        get_task(self.task)                                   # unknown task -> clear error first
+        self.mask_topk = tuple(int(k) for k in self.mask_topk)
+        if not self.mask_topk or any(k < 0 for k in self.mask_topk):
+            raise ValueError(f"--mask-topk must be a list of integers >= 0, got {self.mask_topk}")
+        if self.limit is not None and self.limit < 1:
+            raise ValueError(f"--limit must be >= 1, got {self.limit}")
+        if self.chat not in ("auto", "on", "off"):
+            raise ValueError(f"chat must be 'auto', 'on' or 'off', got {self.chat!r}")
+        if self.data is not None and not os.path.isfile(self.data):
+            raise FileNotFoundError(f"--data {self.data!r} does not exist (expected a JSONL file)")
+        for k in self.mask_topk:                              # validates ranking / step0 / arm_rule
+            self.masking(k)
+
+    def masking(self, k: int) -> MaskingConfig:
+        return MaskingConfig(top_k=k, threshold=self.threshold if k else None, ranking=self.ranking,
+                             keep_self=self.keep_self, step0=self.step0, arm_rule=self.arm_rule)
+
+
+def sampler_settings(sampler: str, task_name: str, gen_length: int | None = None, steps: int | None = None,
+                     block_length: int | None = None) -> dict:
+    """The paper's settings per family (SPEC §6), with optional overrides."""
+    n = gen_length or get_task(task_name).gen_length[sampler]
+    if sampler == "llada":
+        block = block_length or min(32, n)
+        return dict(gen_length=n, steps=steps or n, block_length=block, temperature=0.0, cfg_scale=0.0,
+                    remasking="low_confidence")
+    if sampler == "dream":
+        return dict(max_new_tokens=n, steps=steps or n, temperature=0.1, top_p=0.9, alg="entropy", alg_temp=0.0)
+    return dict(max_new_tokens=n, do_sample=False)
+
+
+def model_slug(name: str) -> str:
+    return re.sub(r"[^A-Za-z0-9_.-]+", "__", os.path.basename(str(name).rstrip("/")) or str(name))
+
+
+def dist_rank_world() -> tuple[int, int]:
+    rank, world = int(os.environ.get("RANK", 0)), int(os.environ.get("WORLD_SIZE", 1))
+    if not 0 <= rank < world:
+        raise ValueError(f"RANK={rank} must lie in [0, WORLD_SIZE={world})")
+    return rank, world
+
+
+def _barrier(world: int) -> bool:
+    """Wait for every rank (torch.distributed gloo, set up from torchrun/accelerate env)."""
+    if world == 1:
+        return True
+    import torch.distributed as dist
+    if "MASTER_ADDR" not in os.environ:
+        return False
+    if not dist.is_initialized():
+        dist.init_process_group("gloo")
+    dist.barrier()
+    return True
+
+
+def _prompt(m, task, item, cfg: EvalConfig) -> tuple[list[int], bool]:
+    has_template = m.tokenizer is not None and getattr(m.tokenizer, "chat_template", None)
+    if cfg.chat == "on" and not has_template:
+        raise ValueError(f"--chat on, but the tokenizer of {cfg.model!r} has no chat template")
+    if cfg.chat == "on" or (cfg.chat == "auto" and has_template):
+        return m.apply_chat_template(task.messages(item, cfg.shots)), True
+    return m.tokenizer(task.text(item, cfg.shots))["input_ids"], False
+
+
+def _decode(m, ids: torch.Tensor) -> str:
+    ids = ids.tolist()
+    stops = set(m.stop_ids or ()) | {i for i in (m.eos_id, m.eot_id) if i is not None}
+    cut = next((i for i, t in enumerate(ids) if t in stops), len(ids))   # stop at the first end token
+    return m.tokenizer.decode(ids[:cut], skip_special_tokens=True)
+
+
+def run_eval(cfg: EvalConfig, model=None) -> list[str]:
+    """Run (or resume) every K of `cfg`; returns the run directories. `model`: an already loaded SinkModel."""
+    from tqdm import tqdm
+
+    task = get_task(cfg.task)
+    items, errors = task.load(cfg.data, cfg.limit)
+    for e in errors:
+        print(f"sinklens eval: skipped malformed line {e}")
+    if not items:
+        raise ValueError(f"no usable samples in {cfg.data or cfg.task!r}")
+    if model is None:
+        import sinklens
+        model = sinklens.load(cfg.model, dtype=cfg.dtype, device=cfg.device)
+    m = model
+    if m.tokenizer is None:
+        raise ValueError(f"{cfg.model!r} ships no tokenizer; the eval needs text prompts")
+    rank, world = dist_rank_world()
+    settings = sampler_settings(m.family.sampler, cfg.task, cfg.gen_length, cfg.steps, cfg.block_length)
+    gen = settings.get("gen_length") or settings["max_new_tokens"]
+    sandbox = SandboxConfig(timeout=cfg.sandbox_timeout, cpu_seconds=int(cfg.sandbox_timeout) + 1)
+    prompts = [_prompt(m, task, it, cfg) for it in items]               # (ids, chat) per item
+    shortest = min(len(p) for p, _ in prompts) + (gen if m.is_diffusion else 0)
+    run_dirs = []
+    for k in cfg.mask_topk:
+        mcfg = cfg.masking(k)
+        policy = SinkMaskingPolicy(mcfg, num_layers=m.num_layers, is_diffusion=m.is_diffusion, model=m)
+        policy.check_num_keys(shortest)                                  # K larger than the sequence: before compute
+        run_dir = os.path.join(cfg.out, model_slug(cfg.model), cfg.task, f"k{k}")
+        os.makedirs(run_dir, exist_ok=True)
+        meta = {"model": cfg.model, "source": {k2: str(v) for k2, v in m.source.items()}, "family": m.family.name,
+                "task": cfg.task, "mask_topk": k, "masking": mcfg.describe(m.is_diffusion),
+                "sampler": m.family.sampler, "settings": settings, "n_expected": len(items),
+                "config": asdict(cfg), "data_errors": [str(e) for e in errors]}
+        if rank == 0:
+            with open(os.path.join(run_dir, "config.json"), "w") as f:
+                json.dump(meta, f, indent=2, default=str)
+        done = {r["id"] for r in records.collect(run_dir)}
+        mine = [i for i in range(len(items)) if i % world == rank]
+        todo = [i for i in mine if items[i]["id"] not in done]
+        bar = tqdm(total=len(mine), initial=len(mine) - len(todo), desc=f"{cfg.task} K={k}", unit="sample",
+                   disable=not cfg.progress, dynamic_ncols=True)
+        with records.RecordWriter(os.path.join(run_dir, f"samples.rank{rank}.jsonl")) as out:
+            for i in todo:
+                out.write(_run_sample(m, task, items[i], i, prompts[i], k, mcfg, policy, settings, cfg, sandbox))
+                bar.update(1)
+        bar.close()
+        if _barrier(world) and rank == 0:
+            records.merge(run_dir)
+        run_dirs.append(run_dir)
+    if rank == 0:
+        from sinklens.eval.summary import write_summary
+        write_summary([cfg.out], cfg.out)
+    return run_dirs
+
+
+def _run_sample(m, task, item, index, prompt, k, mcfg, policy, settings, cfg, sandbox) -> dict:
+    ids, chat = prompt
+    torch.manual_seed(cfg.seed + index)                                 # per-sample seed: same on any rank
+    policy.reset()
+    t0 = time.monotonic()
+    out = m.generate(torch.tensor([ids], dtype=torch.long), hook=policy if mcfg.active else None, **settings)
+    t_gen = time.monotonic() - t0
+    raw = _decode(m, out.sequences[0, len(ids):])
+    t0 = time.monotonic()
+    verdict = task.judge(raw, item, sandbox)
+    t_check = time.monotonic() - t0
+    rec = {"id": item["id"], "index": index, "task": task.name, "model": cfg.model, "mask_topk": k,
+           "prompt": m.tokenizer.decode(ids), "chat_template": chat, "raw_output": raw, **verdict,
+           "masked": policy.summary() if mcfg.active else None,
+           "timing": {"generate_s": round(t_gen, 3), "check_s": round(t_check, 3)}}
+    if cfg.loglik:
+        t0 = time.monotonic()
+        ref = m.tokenizer(task.reference(item, chat), add_special_tokens=False)["input_ids"]
+        rec["loglik"] = reference_loglik(m, ids, ref, mcfg)
+        rec["timing"]["loglik_s"] = round(time.monotonic() - t0, 3)
+    return rec
