@@ -24,6 +24,7 @@ from sinklens.eval.loglik import reference_loglik
 from sinklens.eval.sandbox import SandboxConfig
 from sinklens.eval.tasks import get_task
 from sinklens.masking.policy import MaskingConfig, SinkMaskingPolicy
+from sinklens.samplers.base import CaptureOptions
 
 
 @dataclass
@@ -183,7 +184,11 @@ def _run_sample(m, task, item, index, prompt, k, mcfg, policy, settings, cfg, sa
     torch.manual_seed(cfg.seed + index)                                 # per-sample seed: same on any rank
     policy.reset()
     t0 = time.monotonic()
-    out = m.generate(torch.tensor([ids], dtype=torch.long), hook=policy if mcfg.active else None, **settings)
+    capture = None
+    if mcfg.active:   # received attention only; ARM prefix rule: every prefix row at every step
+        capture = CaptureOptions(query_groups=False, capture_prefix=not m.is_diffusion and mcfg.arm_rule == "prefix")
+    out = m.generate(torch.tensor([ids], dtype=torch.long), hook=policy if mcfg.active else None,
+                     capture=capture, **settings)
     t_gen = time.monotonic() - t0
     raw = _decode(m, out.sequences[0, len(ids):])
     t0 = time.monotonic()

@@ -68,6 +68,8 @@ class MaskingConfig:
 class SinkMaskingPolicy:
     """Hook: `before_step` blocks last step's sinks, `after_step` ranks this step's."""
 
+    wants_attention = True      # tells the sampler to capture attention at every step
+
     def __init__(self, config: MaskingConfig, *, num_layers: int, is_diffusion: bool = True, model=None):
         if config.step0 == "probe" and model is None:
             raise ValueError("step0='probe' needs the model (SinkMaskingPolicy(..., model=m)) for the probe pass")
