@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 
 
@@ -45,7 +46,7 @@ def register(sub) -> None:
 
 
 def _eval(args) -> int:
-    from sinklens.eval.runner import EvalConfig, run_eval
+    from sinklens.eval.runner import EvalConfig, dist_rank_world, run_eval
     try:
         cfg = EvalConfig(model=args.model, task=args.task, out=args.out, mask_topk=args.mask_topk,
                          limit=args.limit, data=args.data, shots=args.shots, chat=args.chat,
@@ -58,8 +59,10 @@ def _eval(args) -> int:
     except (ValueError, FileNotFoundError) as e:
         print(f"sinklens eval: error: {e}", file=sys.stderr)
         return 2
-    with open(f"{args.out}/summary.md") as f:
-        print(f.read())
+    summary = os.path.join(args.out, "summary.md")
+    if dist_rank_world()[0] == 0 and os.path.isfile(summary):    # rank 0 writes the summary
+        with open(summary) as f:
+            print(f.read())
     return 0
 
 

@@ -1,0 +1,141 @@
+"""The eval runner: resume after kill -9, 2-process data parallel = 1 process, bad inputs.
+
+Model: the official tiny LLaDA checkpoint of the fixtures (a real DLM layout, random weights)
+with a small byte-level BPE tokenizer trained here, so the whole DLM path (LLaDA sampler,
+masking hook, log-likelihood) runs in seconds. The reference for resume and data-parallel
+runs is an uninterrupted single-process run of the same command.
+"""
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+import torch
+
+from sinklens.cli import main
+from sinklens.eval import records
+from sinklens.eval.runner import EvalConfig, run_eval
+
+REPO = Path(__file__).resolve().parents[1]
+GSM8K = str(REPO / ".." / "shared" / "data" / "gsm8k" / "test.jsonl")
+N = 4
+ARGS = ["--task", "gsm8k", "--data", GSM8K, "--limit", str(N), "--mask-topk", "1", "--shots", "0",
+        "--gen-length", "8", "--block-length", "4", "--no-progress"]
+
+
+@pytest.fixture(scope="module")
+def tiny_dlm(tmp_path_factory, fixtures_dir):
+    """LLaDA fixture weights (vocab 320, EOS 299, mask 300) + a tokenizer with those ids."""
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
+    from transformers import PreTrainedTokenizerFast
+
+    out = tmp_path_factory.mktemp("tiny_dlm")
+    for f in ("config.json", "model.safetensors"):
+        shutil.copy(fixtures_dir / "llada" / f, out / f)
+    questions = [json.loads(line)["question"] for line in open(GSM8K)][:200]
+    tok = Tokenizer(models.BPE())
+    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    tok.decoder = decoders.ByteLevel()
+    tok.train_from_iterator(questions, trainers.BpeTrainer(
+        vocab_size=299, initial_alphabet=pre_tokenizers.ByteLevel.alphabet(), show_progress=False))
+    fast = PreTrainedTokenizerFast(tokenizer_object=tok, eos_token="<|endoftext|>",
+                                   additional_special_tokens=["<|mdm_mask|>"])
+    assert fast.convert_tokens_to_ids(["<|endoftext|>", "<|mdm_mask|>"]) == [299, 300]
+    fast.save_pretrained(out)
+    return str(out)
+
+
+def cli(*args, env_extra=None):
+    env = dict(os.environ, PYTHONPATH=str(REPO), OMP_NUM_THREADS="1")
+    env.update(env_extra or {})
+    return [sys.executable, "-m", "sinklens.cli", *args], env
+
+
+def comparable(recs):
+    return [{k: v for k, v in r.items() if k not in ("timing",)} for r in recs]
+
+
+@pytest.fixture(scope="module")
+def reference(tiny_dlm, tmp_path_factory):
+    """One uninterrupted single-process run (in this process, one thread like the subprocesses)."""
+    torch.set_num_threads(1)
+    out = str(tmp_path_factory.mktemp("ref"))
+    cfg = EvalConfig(model=tiny_dlm, task="gsm8k", out=out, mask_topk=(1,), limit=N, data=GSM8K, shots=0,
+                     gen_length=8, block_length=4, progress=False)
+    (run_dir,) = run_eval(cfg)
+    recs = records.collect(run_dir)
+    assert [r["index"] for r in recs] == list(range(N))
+    assert all(r["masked"]["steps_masked"] == 7 for r in recs)          # 8 steps, step 0 unmasked
+    assert os.path.isfile(os.path.join(out, "summary.md")) and os.path.isfile(os.path.join(out, "summary.csv"))
+    return run_dir, recs
+
+
+def test_kill9_then_resume(tiny_dlm, reference, tmp_path):
+    run_dir_ref, ref = reference
+    cmd, env = cli("eval", "--model", tiny_dlm, "--out", str(tmp_path), *ARGS)
+    proc = subprocess.Popen(cmd, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    shard = tmp_path / os.path.relpath(run_dir_ref, Path(run_dir_ref).parents[2]) / "samples.rank0.jsonl"
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline and len(records.read_records(str(shard))[0]) < 1:
+        time.sleep(0.05)
+    os.kill(proc.pid, signal.SIGKILL)
+    proc.wait()
+    done_before = len(records.read_records(str(shard))[0])
+    assert 1 <= done_before < N, "the kill did not land mid-run"
+    with open(shard, "ab") as f:                                        # as if killed mid-write
+        f.write(b'{"id": "line' + str(done_before + 1).encode() + b'", "index": ')
+    assert main(cmd[3:]) == 0                                           # the same command again, resumes
+    lines = [json.loads(line) for line in open(shard)]                  # every line complete now
+    assert sorted(r["id"] for r in lines) == sorted(r["id"] for r in ref)   # none lost, none twice
+    assert comparable(records.collect(str(shard.parent))) == comparable(ref)
+
+
+def test_two_processes_equal_one(tiny_dlm, reference, tmp_path):
+    run_dir_ref, ref = reference
+    cmd, env = cli("eval", "--model", tiny_dlm, "--out", str(tmp_path), *ARGS)
+    launch = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2",
+              "-m", "sinklens.cli", *cmd[3:]]
+    subprocess.run(launch, env=env, check=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    run_dir = tmp_path / os.path.relpath(run_dir_ref, Path(run_dir_ref).parents[2])
+    assert sorted(p.name for p in run_dir.glob("samples*.jsonl")) == [
+        "samples.jsonl", "samples.rank0.jsonl", "samples.rank1.jsonl"]
+    merged = [json.loads(line) for line in open(run_dir / "samples.jsonl")]
+    assert comparable(merged) == comparable(ref)
+    # each rank did its own half: rank r has the samples i with i % 2 == r
+    for r in (0, 1):
+        assert [x["index"] for x in records.read_records(str(run_dir / f"samples.rank{r}.jsonl"))[0]] == \
+            list(range(r, N, 2))
+
+
+def test_summary_side_by_side(reference, tmp_path):
+    from sinklens.eval.summary import write_summary
+    run_dir, _ = reference
+    root = Path(run_dir).parents[2]
+    md, csv_text = write_summary([str(root)], str(tmp_path))
+    assert "| gsm8k | K=1 (ε0) |" in md and "(n=4)" in md
+    assert csv_text.splitlines()[0].startswith("model,task,mask_topk,n,n_expected,accuracy,stderr")
+
+
+def test_bad_inputs(tiny_dlm, tmp_path, capsys):
+    with pytest.raises(ValueError, match="unknown task 'mmlu'"):
+        EvalConfig(model=tiny_dlm, task="mmlu", out=str(tmp_path))
+    with pytest.raises(FileNotFoundError, match="--data"):
+        EvalConfig(model=tiny_dlm, task="gsm8k", out=str(tmp_path), data=str(tmp_path / "nope.jsonl"))
+    with pytest.raises(ValueError, match="mask-topk"):
+        EvalConfig(model=tiny_dlm, task="gsm8k", out=str(tmp_path), mask_topk=(-1,))
+    cfg = EvalConfig(model=tiny_dlm, task="gsm8k", out=str(tmp_path), data=GSM8K, limit=1, shots=0,
+                     mask_topk=(100000,), gen_length=8, block_length=4, progress=False)
+    with pytest.raises(ValueError, match="larger than the sequence"):
+        run_eval(cfg)
+    assert not list(tmp_path.rglob("samples*.jsonl"))                   # failed before any compute
+    rc = main(["eval", "--model", tiny_dlm, "--task", "gsm8k", "--out", str(tmp_path),
+               "--data", str(tmp_path / "missing.jsonl")])
+    err = capsys.readouterr().err
+    assert rc == 2 and "missing.jsonl" in err and "does not exist" in err
+    assert main(["eval", "--model", tiny_dlm, "--task", "mmlu", "--out", str(tmp_path)]) == 2
+    assert "unknown task" in capsys.readouterr().err
