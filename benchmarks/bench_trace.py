@@ -9,8 +9,9 @@ block_length 32, steps 64 (S = 128), low_confidence remasking, batch 1.
   alike); the table gives the median and the best run, the ratio is of the medians.
 - trace bytes per step: size of the written trace / steps (float16 received + the
   masked/unmasked split, i.e. the defaults of `sinklens trace`).
-- peak memory: each mode once more in a fresh subprocess: peak RSS (VmHWM) during the
-  generation minus the RSS right before it (CPU has no allocator counters).
+- peak memory: each mode once more in a fresh subprocess, after a short warm-up generation in
+  the same mode: peak RSS (VmHWM) during the generation minus the RSS right before it (CPU has
+  no allocator counters; the model's weights are not included).
 
     python benchmarks/bench_trace.py [--repeats 3] [--threads 1]
 """
@@ -66,6 +67,10 @@ def peak_child(folder: str, mode: str, threads: int) -> None:
     torch.set_grad_enabled(False)
     model = sinklens.load(folder)
     with tempfile.TemporaryDirectory() as tmp:
+        # warm-up in the same mode (thread pools, pyarrow's allocator, first-call caches), so the
+        # figure is what one more generation needs, not one-time start-up costs
+        warm = os.path.join(tmp, "warm.arrow") if mode == "trace" else None
+        model.generate(torch.zeros(1, 8, dtype=torch.long), steps=2, gen_length=4, block_length=4, trace=warm)
         before = vm_kb("VmRSS")
         run(model, mode, tmp)
         print(json.dumps({"peak_mb": (vm_kb("VmHWM") - before) / 1024}))
