@@ -12,6 +12,7 @@ def build_parser() -> argparse.ArgumentParser:
     from sinklens.report.command import register as register_report; register_report(sub)  # report
     from sinklens.samplers.command import register as register_samplers; register_samplers(sub)  # generate, trace
     from sinklens.eval.commands import register as register_eval; register_eval(sub)  # eval, eval-summary
+    from sinklens.demo import register as register_demo; register_demo(sub)  # demo
     return p
 
 
