@@ -67,9 +67,29 @@ def max_diff_to_official(m, ref_dir: Path, case: str = "forward_leftpad") -> flo
     return (logits - ref[f"{case}.logits"]).abs()[real].max().item()
 
 
+def shard(folder: Path) -> None:
+    """Split model.safetensors into two shards + model.safetensors.index.json, like the 7-8B repos."""
+    from safetensors.torch import save_file
+
+    weights = load_file(str(folder / "model.safetensors"))
+    (folder / "model.safetensors").unlink()
+    names = sorted(weights)
+    weight_map = {}
+    for i, part in enumerate((names[: len(names) // 2], names[len(names) // 2 :])):
+        file = f"model-{i + 1:05d}-of-00002.safetensors"
+        save_file({n: weights[n] for n in part}, str(folder / file), metadata={"format": "pt"})
+        weight_map.update({n: file for n in part})
+    total = sum(t.numel() * t.element_size() for t in weights.values())
+    index = {"metadata": {"total_size": total}, "weight_map": weight_map}
+    (folder / "model.safetensors.index.json").write_text(json.dumps(index))
+
+
+@pytest.mark.parametrize("sharded", [False, True], ids=["single", "sharded"])
 @pytest.mark.parametrize("family", ["llada", "dream"])
-def test_hub_layout_with_remote_code_loads_without_running_it(fixtures_dir, tmp_path, family):
+def test_hub_layout_with_remote_code_loads_without_running_it(fixtures_dir, tmp_path, family, sharded):
     folder = hub_layout(fixtures_dir / family, tmp_path / family, family)
+    if sharded:
+        shard(folder)
     m = sinklens.load(folder)
     assert m.family.name == family
     assert_no_remote_code(folder)
@@ -242,9 +262,22 @@ def test_unknown_dtype(fixtures_dir, dtype):
         sinklens.load(fixtures_dir / "llada", dtype=dtype)
 
 
+def test_unknown_device(fixtures_dir):
+    with pytest.raises(ValueError, match="unknown device 'gpu0'"):
+        sinklens.load(fixtures_dir / "llada", device="gpu0")
+
+
 def test_dtype_strings_and_stored_default(fixtures_dir):
     assert sinklens.load(fixtures_dir / "dream").dtype == torch.float32  # stored as fp32
     assert sinklens.load(fixtures_dir / "dream", dtype="bf16").dtype == torch.bfloat16
+
+
+def test_resolve_gguf_file_and_folder(tmp_path):
+    (tmp_path / "m.gguf").write_bytes(b"")
+    assert loader.resolve(tmp_path / "m.gguf").gguf_file == "m.gguf"
+    assert loader.resolve(tmp_path).gguf_file == "m.gguf"  # a folder with one GGUF and no config
+    (tmp_path / "config.json").write_text("{}")
+    assert loader.resolve(tmp_path).gguf_file is None
 
 
 def test_unknown_name(tmp_path):

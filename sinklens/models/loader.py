@@ -98,6 +98,9 @@ def resolve(name_or_path: str | Path, revision: str | None = None) -> Resolved:
         return ALIASES[name]()
     path = Path(name).expanduser()
     if path.is_dir():
+        ggufs = sorted(p.name for p in path.glob("*.gguf"))
+        if not (path / "config.json").exists() and len(ggufs) == 1:
+            return Resolved(path.resolve(), ggufs[0], "local")  # a folder holding one GGUF
         return Resolved(path.resolve(), None, "local")
     if path.is_file() and path.suffix == ".gguf":
         return Resolved(path.parent.resolve(), path.name, "local")
@@ -173,12 +176,16 @@ def stored_dtype(weight_files: list[Path]) -> torch.dtype:
     return torch.float32
 
 
-def check_dtype_arg(dtype: Any) -> None:
-    """Validate dtype before any work (GGUF path has no safetensors to read)."""
-    if dtype is None or dtype == "auto" or isinstance(dtype, torch.dtype):
-        return
-    if not (isinstance(dtype, str) and dtype.lower() in DTYPES):
+def check_args(dtype: Any, device: Any) -> torch.device | None:
+    """Validate dtype and device before any file is read (the GGUF path has no header to read)."""
+    if dtype is not None and dtype != "auto":
         parse_dtype(dtype, [])  # raises the specific message
+    if device is None:
+        return None
+    try:
+        return torch.device(device)
+    except (RuntimeError, TypeError) as err:
+        raise ValueError(f"unknown device {device!r}; expected e.g. 'cpu', 'cuda', 'cuda:1', 'mps'") from err
 
 
 # ---------------------------------------------------------------------------------------
@@ -197,7 +204,7 @@ def load(
     dtype: None/"auto" = as stored (GGUF: float32, dequantised), or "float32"/"bfloat16"/...
     device: None = CPU.
     """
-    check_dtype_arg(dtype)
+    device = check_args(dtype, device)
     register()  # idempotent: the "sinklens" attention + mask functions exist before loading
     where = resolve(name_or_path, revision)
     if where.gguf_file is not None:
