@@ -96,24 +96,45 @@ def test_hub_layout_with_remote_code_loads_without_running_it(fixtures_dir, tmp_
     assert max_diff_to_official(m, fixtures_dir / family) <= 1e-4
 
 
+def dream_tokenizer_files(tokenizer, folder: Path) -> None:
+    """Write a real byte-level BPE tokenizer the way Dream's hub repo ships its own: vocab.json +
+    merges.txt + a tokenizer_config.json naming the remote-code DreamTokenizer (no tokenizer.json)."""
+    tokenizer.save_pretrained(folder / "_src")
+    spec = json.loads((folder / "_src" / "tokenizer.json").read_text())
+    (folder / "vocab.json").write_text(json.dumps(spec["model"]["vocab"]))
+    merges = [m if isinstance(m, str) else " ".join(m) for m in spec["model"]["merges"]]
+    (folder / "merges.txt").write_text("#version: 0.2\n" + "\n".join(merges) + "\n")
+    added = {
+        str(t["id"]): {"content": t["content"], "special": t["special"], "lstrip": False, "rstrip": False,
+                       "normalized": False, "single_word": False}
+        for t in spec["added_tokens"]
+    }  # fmt: skip
+    config = {
+        "tokenizer_class": "DreamTokenizer",
+        "auto_map": {"AutoTokenizer": ["tokenization_dream.DreamTokenizer", None]},
+        "added_tokens_decoder": added,
+        "eos_token": "<|endoftext|>",
+        "pad_token": "<|endoftext|>",
+    }
+    (folder / "tokenizer_config.json").write_text(json.dumps(config))
+    shutil.rmtree(folder / "_src")
+
+
 def test_remote_tokenizer_class_falls_back_to_native(fixtures_dir, tmp_path, smollm2):
     """Dream's tokenizer_config names its remote-code DreamTokenizer: sinklens reads the same
-    files with the native class instead, and runs nothing from the folder."""
-    folder = hub_layout(fixtures_dir / "dream", tmp_path / "dream", "dream")
-    smollm2.tokenizer.save_pretrained(folder)  # a real byte-level BPE tokenizer's files
-    cfg_path = folder / "tokenizer_config.json"
-    cfg = json.loads(cfg_path.read_text())
-    cfg["tokenizer_class"] = "DreamTokenizer"
-    cfg["auto_map"] = {"AutoTokenizer": ["tokenization_dream.DreamTokenizer", None]}
-    cfg_path.write_text(json.dumps(cfg))
+    vocab.json / merges.txt with the native Qwen2 class instead, and runs nothing from the folder."""
     from transformers import AutoTokenizer
 
+    folder = hub_layout(fixtures_dir / "dream", tmp_path / "dream", "dream")
+    dream_tokenizer_files(smollm2.tokenizer, folder)
     with pytest.raises(ValueError, match="custom code"):  # so the native fallback is what ran
         AutoTokenizer.from_pretrained(str(folder), trust_remote_code=False)
     m = sinklens.load(folder)
     assert_no_remote_code(folder)
+    assert type(m.tokenizer).__name__ == "Qwen2Tokenizer"
     text = "The quick brown fox."
     assert m.tokenizer.encode(text, add_special_tokens=False) == smollm2.tokenizer.encode(text, add_special_tokens=False)
+    assert m.eot_id == smollm2.tokenizer.convert_tokens_to_ids("<|im_end|>")  # eot found by name
 
 
 def test_hub_id_goes_through_snapshot_download(fixtures_dir, tmp_path, monkeypatch):
