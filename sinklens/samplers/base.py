@@ -198,6 +198,11 @@ def open_trace_writer(trace, model, sampler: str, args: dict, input_ids: torch.T
         batch_size=int(input_ids.shape[0]),
         seq_len=int(seq_len),
         mask_id=getattr(model, "mask_id", None),
+        eos_id=getattr(model, "eos_id", None),
+        eot_id=getattr(model, "eot_id", None),
+        pad_id=getattr(model, "pad_id", None),
+        causal=not getattr(model, "is_diffusion", True),
+        prompt_length=int(input_ids.shape[1]),
         query_groups=QUERY_GROUP_NAMES if capture.query_groups else None,
         map_slices=[list(s) for s in capture.map_slices],
     )

@@ -106,8 +106,7 @@ def generate(model, input_ids, attention_mask=None, *, steps: int = 128, gen_len
     B = input_ids.shape[0]
 
     hooks, capture = setup_hooks(hook, trace, capture, diffusion=True)
-    writer = open_trace_writer(trace, model, "llada", args, input_ids, capture, P + gen_length,
-                               extra={"eos_id": eos_id, "eot_id": eot_id})
+    writer = open_trace_writer(trace, model, "llada", args, input_ids, capture, P + gen_length)
     all_hooks = Hooks(hooks.hooks + ([writer] if writer is not None else []))
 
     x = torch.full((B, P + gen_length), mask_id, dtype=torch.long, device=device)  # (B, S)
