@@ -163,3 +163,17 @@ def test_dream_bad_inputs_fail_before_compute(models, kwargs, match):
 def test_bad_attention_mask_shape(models):
     with pytest.raises(ValueError, match="attention_mask must have the shape of input_ids"):
         models["llada"].generate(torch.tensor([[1, 2, 3]]), torch.ones(1, 4), steps=4, gen_length=4, block_length=4)
+
+
+def test_interrupted_generation_keeps_finished_steps(models, fixtures_dir, tmp_path):
+    case = next(c for c in _cases(fixtures_dir, "dream") if c["name"] == "generate_entropy")
+
+    def stop_at_step_5(event):
+        if event.step == 5:
+            raise KeyboardInterrupt
+
+    with pytest.raises(KeyboardInterrupt):
+        _run(models["dream"], case, trace=tmp_path / "t.arrow", hook=stop_at_step_5)
+    t = sinklens.open_trace(tmp_path / "t.arrow")
+    assert t.truncated and t.steps == [0, 1, 2, 3, 4]  # the writer runs after the user's hook
+    np.testing.assert_array_equal(t.tokens(4, 1), case["history"][3][1])
