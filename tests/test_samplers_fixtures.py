@@ -43,7 +43,8 @@ def _run(model, case, **kw):
     return model.generate(ids, am, **args, **kw)
 
 
-CASES = [("llada", n) for n in _case_ids("llada")] + [("dream", n) for n in _case_ids("dream")]
+# Without the fixtures one placeholder case remains, so `fixtures_dir` skips it (fails under CI).
+CASES = [("llada", n) for n in _case_ids("llada")] + [("dream", n) for n in _case_ids("dream")] or [("llada", "missing")]
 
 
 @pytest.mark.parametrize("family,name", CASES)
