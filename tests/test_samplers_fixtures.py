@@ -178,3 +178,18 @@ def test_interrupted_generation_keeps_finished_steps(models, fixtures_dir, tmp_p
     t = sinklens.open_trace(tmp_path / "t.arrow")
     assert t.truncated and t.steps == [0, 1, 2, 3, 4]  # the writer runs after the user's hook
     np.testing.assert_array_equal(t.tokens(4, 1), case["history"][3][1])
+
+
+def test_logits_eos_inf_uses_the_models_eos_id(models):
+    """The fixture's EOS is 299 (config), not the 8B vocabulary's 126081 that the official code hard-codes."""
+    m = models["llada"]
+    assert m.eos_id == 299
+    ids = torch.tensor([[211, 1, 253, 10, 223, 270, 20, 73], [23, 272, 293, 125, 70, 59, 186, 81]])
+    kw = dict(steps=32, gen_length=32, block_length=32, temperature=2.0)
+    plain, suppressed = 0, 0
+    for seed in range(5):
+        torch.manual_seed(seed)
+        plain += int((m.generate(ids, **kw).sequences[:, 8:] == 299).sum())
+        torch.manual_seed(seed)
+        suppressed += int((m.generate(ids, logits_eos_inf=True, **kw).sequences[:, 8:] == 299).sum())
+    assert plain > 0 and suppressed == 0
