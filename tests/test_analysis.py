@@ -206,3 +206,28 @@ def test_analysis_imports_no_torch():
             "print('torch' in sys.modules)")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "False"
+
+
+def test_track_pairing_equals_brute_force_greedy():
+    """The O(n log n) pairing equals the rule as written: all (old, new) pairs sorted by
+    (distance, −old score, old, new), taken greedily."""
+    from sinklens.analysis.dynamics import _pair
+
+    def brute(prev, new, max_move):
+        pairs = {p: p for p in prev if p in new}
+        cands = sorted((abs(p - q), -prev[p], p, q) for p in prev if p not in pairs for q in new
+                       if q not in pairs.values() and (max_move is None or abs(p - q) <= max_move))
+        used_p, used_q = set(), set()
+        for _, _, p, q in cands:
+            if p not in used_p and q not in used_q:
+                pairs[p] = q
+                used_p.add(p)
+                used_q.add(q)
+        return pairs
+
+    rng = np.random.default_rng(0)
+    for k in range(2000):
+        prev = {int(p): float(rng.integers(0, 3)) for p in rng.choice(40, rng.integers(0, 8), replace=False)}
+        new = {int(q): 1.0 for q in rng.choice(40, rng.integers(0, 8), replace=False)}
+        mm = (None, 3)[k % 2]
+        assert _pair(prev, new, mm) == brute(prev, new, mm), (prev, new, mm)

@@ -122,6 +122,9 @@ class Analysis:
         by_head: dict[tuple[int, int], list[SinkTrack]] = {}
         for tr in self.tracks:
             by_head.setdefault((tr.layer, tr.head), []).append(tr)
+        split_steps: dict[tuple[int, int], int] = {}
+        for e in self.splits:
+            split_steps[(e.layer, e.head)] = split_steps.get((e.layer, e.head), 0) + 1
         out = []
         for l in range(self.num_layers):
             for h in range(self.num_heads):
@@ -129,7 +132,8 @@ class Analysis:
                 d = {"layer": l, "head": h, "class": head_class(trs), "tracks": len(trs),
                      "births": sum(tr.start > 0 for tr in trs),
                      "deaths": sum(tr.end < self.num_steps - 1 for tr in trs),
-                     "mean_lifetime_steps": float(np.mean([tr.lifetime for tr in trs])) if trs else 0.0}
+                     "mean_lifetime_steps": float(np.mean([tr.lifetime for tr in trs])) if trs else 0.0,
+                     "masked_unmasked_split_steps": split_steps.get((l, h), 0)}
                 d.update({f"largest_{k}": v for k, v in largest_sink_moves(self.largest_pos[:, l, h]).items()})
                 out.append(d)
         return out

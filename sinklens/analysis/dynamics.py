@@ -87,18 +87,42 @@ def classify_track(track: SinkTrack, num_steps: int, static_fraction: float = 0.
 
 
 def _pair(prev: dict[int, float], new: dict[int, float], max_move: int | None) -> dict[int, int]:
-    """Pairs (position at t -> position at t+1) by the linking rule (stays first, then nearest)."""
+    """Pairs (position at t -> position at t+1) by the linking rule (stays first, then nearest).
+
+    Greedy by smallest distance on a line: the closest remaining (old, new) pair is always adjacent
+    in the merged position order (anything between would be closer to one of them), so only
+    adjacent pairs go on the heap — O(n log n) instead of all n·m candidate pairs."""
+    import heapq
+
     pairs = {p: p for p in prev if p in new}
-    left_prev = [p for p in prev if p not in pairs]
-    left_new = [q for q in new if q not in pairs.values()]
-    cands = sorted(((abs(p - q), -prev[p], p, q) for p in left_prev for q in left_new
-                    if max_move is None or abs(p - q) <= max_move))
-    used_p, used_q = set(), set()
-    for _, _, p, q in cands:
-        if p not in used_p and q not in used_q:
-            pairs[p] = q
-            used_p.add(p)
-            used_q.add(q)
+    items = sorted([(p, 0) for p in prev if p not in pairs] + [(q, 1) for q in new if q not in pairs])
+    if not items:
+        return pairs
+    n = len(items)
+    left, right, alive = list(range(-1, n - 1)), list(range(1, n + 1)), [True] * n
+    heap: list[tuple] = []
+
+    def push(i: int, j: int) -> None:
+        if 0 <= i < n and 0 <= j < n and items[i][1] != items[j][1]:
+            (a, sa), (b, _) = items[i], items[j]
+            p, q = (a, b) if sa == 0 else (b, a)
+            if max_move is None or abs(p - q) <= max_move:
+                heapq.heappush(heap, (abs(p - q), -prev[p], p, q, i, j))
+
+    for i in range(n - 1):
+        push(i, i + 1)
+    while heap:
+        _, _, p, q, i, j = heapq.heappop(heap)
+        if not (alive[i] and alive[j]):
+            continue
+        pairs[p] = q
+        alive[i] = alive[j] = False
+        lo, hi = left[i], right[j]             # unlink i..j (adjacent), join their neighbours
+        if lo >= 0:
+            right[lo] = hi
+        if hi < n:
+            left[hi] = lo
+        push(lo, hi)
     return pairs
 
 
@@ -189,17 +213,17 @@ def block_of(pos: int, block_length: int | None, prompt_length: int | None) -> i
 def drift_events(tracks: list[SinkTrack], is_masked: np.ndarray, *, block_length: int | None = None,
                  prompt_length: int | None = None) -> list[DriftEvent]:
     """Every move of every track; is_masked (T, S_max) bool mask state per step index."""
+    any_masked = is_masked.any(axis=1)                                            # (T,)
+    first = np.where(any_masked, is_masked.argmax(axis=1), -1)                    # leftmost masked
+    last = np.where(any_masked, is_masked.shape[1] - 1 - is_masked[:, ::-1].argmax(axis=1), -1)
     out = []
     for tr in tracks:
         for i in range(1, tr.lifetime):
             p, q, t = tr.positions[i - 1], tr.positions[i], tr.steps[i]
             if p == q:
                 continue
-            masked = np.flatnonzero(is_masked[t])
-            out.append(DriftEvent(tr.layer, tr.head, t, p, q,
-                                  int(masked[0]) if masked.size else -1, int(masked[-1]) if masked.size else -1,
-                                  bool(is_masked[t, q]), block_of(p, block_length, prompt_length),
-                                  block_of(q, block_length, prompt_length)))
+            out.append(DriftEvent(tr.layer, tr.head, t, p, q, int(first[t]), int(last[t]), bool(is_masked[t, q]),
+                                  block_of(p, block_length, prompt_length), block_of(q, block_length, prompt_length)))
     return out
 
 
