@@ -188,11 +188,17 @@ def test_hub_id_fetch_failure_names_the_id(monkeypatch):
         sinklens.load("GSAI-ML/LLaDA-8B-Base")
 
 
-def test_mmada_config_is_detected_and_loads_as_llada(fixtures_dir, tmp_path):
-    """MMaDA keeps LLaDA's architecture and parameter names; only its model_type differs."""
-    folder = hub_layout(
-        fixtures_dir / "llada", tmp_path / "mmada", "llada", model_type="mmada", architectures=["MMadaModelLM"]
-    )
+@pytest.mark.parametrize(
+    "changes",
+    [
+        {"model_type": "mmada", "architectures": ["MMadaModelLM"]},
+        {"llm_vocab_size": 300, "new_vocab_size": 320, "codebook_size": 16},  # MMaDA's extra keys
+    ],
+    ids=["model_type", "multimodal_keys"],
+)
+def test_mmada_config_is_detected_and_loads_as_llada(fixtures_dir, tmp_path, changes):
+    """MMaDA keeps LLaDA's architecture and parameter names; its config differs."""
+    folder = hub_layout(fixtures_dir / "llada", tmp_path / "mmada", "llada", **changes)
     m = sinklens.load(folder)
     assert m.family.name == "mmada" and m.is_diffusion and m.family.sampler == "llada"
     assert max_diff_to_official(m, fixtures_dir / "llada", "forward_nopad") <= 1e-4

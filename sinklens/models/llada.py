@@ -60,7 +60,10 @@ def is_llada(config: dict) -> bool:
 
 def is_mmada(config: dict) -> bool:
     mt = str(config.get("model_type", "")).lower()
-    return mt == "mmada" or any("mmada" in a for a in architectures(config))
+    # MMaDA's config class adds multimodal keys (llm_vocab_size, new_vocab_size, codebook_size)
+    # to LLaDA's; its text model keeps LLaDA's architecture and parameter names.
+    multimodal = "d_model" in config and ("llm_vocab_size" in config or "new_vocab_size" in config)
+    return mt == "mmada" or any("mmada" in a for a in architectures(config)) or multimodal
 
 
 def to_llama_config(config: dict) -> LlamaConfig:
