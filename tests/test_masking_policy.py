@@ -11,6 +11,7 @@ from sinklens.attention import ATTENTION_NAME, AttentionRequest
 from sinklens.masking.policy import MaskingConfig, SinkMaskingPolicy
 
 torch.set_grad_enabled(False)
+torch.set_num_threads(1)   # 2 shared cores: one thread is several times faster than two under load
 L, H, S, V = 3, 4, 10, 64
 
 
@@ -130,3 +131,47 @@ def test_bad_inputs():
         SinkMaskingPolicy(MaskingConfig(step0="probe"), num_layers=L)
     with pytest.raises(ValueError, match="out of range"):
         SinkMaskingPolicy(MaskingConfig(layers=(L,)), num_layers=L)
+
+
+# --- through the real samplers: what was masked goes into the trace -------------------------
+
+def _check_trace(path, k):
+    from sinklens import open_trace
+    t = open_trace(path)
+    assert t.blocked(0).shape == (0, 3)                          # step 0 unmasked
+    for step in range(1, t.num_steps):
+        prev, cur, blocked = t.received(step - 1), t.received(step), t.blocked(step)
+        L, H, S_prev = prev.shape
+        assert blocked.shape == (L * H * k, 3)                   # K per (layer, head)
+        # the blocked keys are the previous step's top-K of that head ...
+        for l, h in np.ndindex(L, H):
+            pos = sorted(blocked[(blocked[:, 0] == l) & (blocked[:, 1] == h), 2].tolist())
+            assert pos == sorted(np.argsort(-prev[l, h], kind="stable")[:k].tolist()), (step, l, h)
+        # ... and receive exactly nothing at this step
+        assert (cur[blocked[:, 0], blocked[:, 1], blocked[:, 2]] == 0).all()
+    return t
+
+
+def test_llada_sampler_trace_records_blocked(fixtures_dir, tmp_path):
+    import sinklens
+    from sinklens.samplers import CaptureOptions
+    m = sinklens.load(str(fixtures_dir / "llada"))
+    pol = SinkMaskingPolicy(MaskingConfig(top_k=2), num_layers=m.num_layers)
+    ids = torch.arange(10, 22)[None]
+    m.generate(ids, hook=pol, trace=str(tmp_path / "t.arrow"), capture=CaptureOptions(received_dtype="float32"),
+               gen_length=8, steps=8, block_length=4)
+    t = _check_trace(str(tmp_path / "t.arrow"), 2)
+    assert t.num_steps == 8 and pol.summary()["steps_masked"] == 7
+
+
+def test_smollm2_arm_newest_rule_trace(smollm2, tmp_path):
+    """The real ARM: sinks of the newest row at step t-1 (first-token sink) blocked at step t."""
+    from sinklens.samplers import CaptureOptions
+    m = smollm2
+    pol = SinkMaskingPolicy(MaskingConfig(top_k=1), num_layers=m.num_layers, is_diffusion=False)
+    ids = m.apply_chat_template("What is 2 + 3?")
+    m.generate(torch.tensor([ids]), hook=pol, trace=str(tmp_path / "t.arrow"),
+               capture=CaptureOptions(received_dtype="float32"), max_new_tokens=3)
+    _check_trace(str(tmp_path / "t.arrow"), 1)
+    top = dict(pol.summary()["top_positions"])
+    assert max(top, key=top.get) == 0                            # SmolLM2's position-0 sink is blocked most
