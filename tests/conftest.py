@@ -25,3 +25,28 @@ def smollm2():
     import sinklens
 
     return sinklens.load("smollm2-135m-instruct")
+
+
+@pytest.fixture(scope="session")
+def tiny_dlm(tmp_path_factory, fixtures_dir):
+    """The official tiny LLaDA fixture (random weights, vocab 320, EOS 299, mask 300) with a byte-level
+    BPE tokenizer trained here on GSM8K questions, so text goes in and out (eval, lm-eval tests)."""
+    import json
+    import shutil
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
+    from transformers import PreTrainedTokenizerFast
+
+    out = tmp_path_factory.mktemp("tiny_dlm")
+    for f in ("config.json", "model.safetensors"):
+        shutil.copy(fixtures_dir / "llada" / f, out / f)
+    questions = [json.loads(line)["question"] for line in open(REPO / ".." / "shared" / "data" / "gsm8k" / "test.jsonl")][:200]
+    tok = Tokenizer(models.BPE())
+    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    tok.decoder = decoders.ByteLevel()
+    tok.train_from_iterator(questions, trainers.BpeTrainer(
+        vocab_size=299, initial_alphabet=pre_tokenizers.ByteLevel.alphabet(), show_progress=False))
+    fast = PreTrainedTokenizerFast(tokenizer_object=tok, eos_token="<|endoftext|>",
+                                   additional_special_tokens=["<|mdm_mask|>"])
+    assert fast.convert_tokens_to_ids(["<|endoftext|>", "<|mdm_mask|>"]) == [299, 300]
+    fast.save_pretrained(out)
+    return str(out)

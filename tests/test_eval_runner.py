@@ -1,13 +1,11 @@
 """The eval runner: resume after kill -9, 2-process data parallel = 1 process, bad inputs.
 
-Model: the official tiny LLaDA checkpoint of the fixtures (a real DLM layout, random weights)
-with a small byte-level BPE tokenizer trained here, so the whole DLM path (LLaDA sampler,
-masking hook, log-likelihood) runs in seconds. The reference for resume and data-parallel
+Model: `tiny_dlm` (conftest.py), the official tiny LLaDA checkpoint of the fixtures with a small
+tokenizer, so the whole DLM path (LLaDA sampler, masking hook, log-likelihood) runs in seconds. The reference for resume and data-parallel
 runs is an uninterrupted single-process run of the same command.
 """
 import json
 import os
-import shutil
 import signal
 import subprocess
 import sys
@@ -27,28 +25,6 @@ GSM8K = str(REPO / ".." / "shared" / "data" / "gsm8k" / "test.jsonl")
 N = 4
 ARGS = ["--task", "gsm8k", "--data", GSM8K, "--limit", str(N), "--mask-topk", "1", "--shots", "0",
         "--gen-length", "8", "--block-length", "4", "--no-progress"]
-
-
-@pytest.fixture(scope="module")
-def tiny_dlm(tmp_path_factory, fixtures_dir):
-    """LLaDA fixture weights (vocab 320, EOS 299, mask 300) + a tokenizer with those ids."""
-    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
-    from transformers import PreTrainedTokenizerFast
-
-    out = tmp_path_factory.mktemp("tiny_dlm")
-    for f in ("config.json", "model.safetensors"):
-        shutil.copy(fixtures_dir / "llada" / f, out / f)
-    questions = [json.loads(line)["question"] for line in open(GSM8K)][:200]
-    tok = Tokenizer(models.BPE())
-    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
-    tok.decoder = decoders.ByteLevel()
-    tok.train_from_iterator(questions, trainers.BpeTrainer(
-        vocab_size=299, initial_alphabet=pre_tokenizers.ByteLevel.alphabet(), show_progress=False))
-    fast = PreTrainedTokenizerFast(tokenizer_object=tok, eos_token="<|endoftext|>",
-                                   additional_special_tokens=["<|mdm_mask|>"])
-    assert fast.convert_tokens_to_ids(["<|endoftext|>", "<|mdm_mask|>"]) == [299, 300]
-    fast.save_pretrained(out)
-    return str(out)
 
 
 def cli(*args, env_extra=None):

@@ -18,12 +18,14 @@ from sinklens.masking.policy import MaskingConfig, SinkMaskingPolicy
 RULE = "probe: one unmasked pass over prompt+reference (DLM: reference masked), sinks ranked by column sums, blocked for all queries"
 
 
-def _score(m, logits: torch.Tensor, ref: torch.Tensor, p: int) -> float:
-    """Sum of log p(reference) from logits (1, S, V); ARMs and Dream predict position i at i - 1."""
+def _score(m, logits: torch.Tensor, ref: torch.Tensor, p: int) -> tuple[float, bool]:
+    """(sum of log p(reference), reference == argmax everywhere) from logits (1, S, V);
+    ARMs and Dream predict position i at i - 1."""
     r = ref.shape[0]
     shift = (not m.is_diffusion) or m.family.name == "dream"
     rows = logits[0, p - 1:p + r - 1] if shift else logits[0, p:p + r]           # (R, V)
-    return float(torch.log_softmax(rows.float(), dim=-1).gather(-1, ref[:, None]).sum())
+    logp = torch.log_softmax(rows.float(), dim=-1)
+    return float(logp.gather(-1, ref[:, None]).sum()), bool((logp.argmax(-1) == ref).all())
 
 
 @torch.no_grad()
@@ -36,11 +38,11 @@ def reference_loglik(m, prompt_ids: list[int], ref_ids: list[int], config: Maski
     x = torch.tensor([prompt_ids + fill], dtype=torch.long)                          # (1, S)
     probe = AttentionRequest(capture=True)
     out = {"tokens": len(ref_ids), "rule": RULE, "units": "nats (sum over reference tokens)"}
-    out["unmasked"] = _score(m, m.forward_logits(x, attention=probe), ref, p)
+    out["unmasked"], out["greedy_unmasked"] = _score(m, m.forward_logits(x, attention=probe), ref, p)
     if config.active:
         policy = SinkMaskingPolicy(config, num_layers=m.num_layers, is_diffusion=m.is_diffusion, model=m)
         req = AttentionRequest(blocked=policy.rank(probe.received), keep_self=config.keep_self)
-        out["masked"] = _score(m, m.forward_logits(x, attention=req), ref, p)
+        out["masked"], out["greedy_masked"] = _score(m, m.forward_logits(x, attention=req), ref, p)
     else:
-        out["masked"] = out["unmasked"]
+        out["masked"], out["greedy_masked"] = out["unmasked"], out["greedy_unmasked"]
     return out

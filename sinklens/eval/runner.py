@@ -77,6 +77,8 @@ def sampler_settings(sampler: str, task_name: str, gen_length: int | None = None
     n = gen_length or get_task(task_name).gen_length[sampler]
     if sampler == "llada":
         block = block_length or min(32, n)
+        if n % block:
+            raise ValueError(f"LLaDA/MMaDA: gen length {n} must be a multiple of the block length {block}")
         return dict(gen_length=n, steps=steps or n, block_length=block, temperature=0.0, cfg_scale=0.0,
                     remasking="low_confidence")
     if sampler == "dream":
@@ -122,6 +124,19 @@ def _decode(m, ids: torch.Tensor) -> str:
     stops = set(m.stop_ids or ()) | {i for i in (m.eos_id, m.eot_id) if i is not None}
     cut = next((i for i, t in enumerate(ids) if t in stops), len(ids))   # stop at the first end token
     return m.tokenizer.decode(ids[:cut], skip_special_tokens=True)
+
+
+def generate_text(m, ids: list[int], policy: SinkMaskingPolicy, settings: dict, seed: int = 0) -> str:
+    """One generation with the family's own sampler, the masking policy as its hook; the new text."""
+    torch.manual_seed(seed)
+    policy.reset()
+    hook = capture = None
+    if policy.config.active:   # received attention only; ARM prefix rule: every prefix row at every step
+        hook = policy
+        capture = CaptureOptions(query_groups=False,
+                                 capture_prefix=not m.is_diffusion and policy.config.arm_rule == "prefix")
+    out = m.generate(torch.tensor([ids], dtype=torch.long), hook=hook, capture=capture, **settings)
+    return _decode(m, out.sequences[0, len(ids):])
 
 
 def run_eval(cfg: EvalConfig, model=None) -> list[str]:
@@ -181,16 +196,9 @@ def run_eval(cfg: EvalConfig, model=None) -> list[str]:
 
 def _run_sample(m, task, item, index, prompt, k, mcfg, policy, settings, cfg, sandbox) -> dict:
     ids, chat = prompt
-    torch.manual_seed(cfg.seed + index)                                 # per-sample seed: same on any rank
-    policy.reset()
     t0 = time.monotonic()
-    capture = None
-    if mcfg.active:   # received attention only; ARM prefix rule: every prefix row at every step
-        capture = CaptureOptions(query_groups=False, capture_prefix=not m.is_diffusion and mcfg.arm_rule == "prefix")
-    out = m.generate(torch.tensor([ids], dtype=torch.long), hook=policy if mcfg.active else None,
-                     capture=capture, **settings)
+    raw = generate_text(m, ids, policy, settings, seed=cfg.seed + index)     # per-sample seed: same on any rank
     t_gen = time.monotonic() - t0
-    raw = _decode(m, out.sequences[0, len(ids):])
     t0 = time.monotonic()
     verdict = task.judge(raw, item, sandbox)
     t_check = time.monotonic() - t0

@@ -1,0 +1,171 @@
+"""lm-evaluation-harness model type `sinklens`: any sinklens model, its own sampler, sinks masked.
+
+    python -m sinklens.eval.lm_eval_model --model sinklens \\
+        --model_args pretrained=PATH_OR_ALIAS,mask_topk=1 \\
+        --tasks sinklens_gsm8k_cot --include_path sinklens/eval/lm_eval_tasks
+
+runs lm-eval's own command line with this model registered (lm-eval has no plugin discovery, so
+the plain `lm_eval` command does not know `sinklens`; from Python, `import
+sinklens.eval.lm_eval_model` first, then `lm_eval.simple_evaluate(model="sinklens", ...)`).
+
+model_args: pretrained, mask_topk (0 = unmasked), ranking, threshold, keep_self, step0, arm_rule
+(as `sinklens eval`), gen_length / steps / block_length (default: the request's max_gen_toks,
+rounded up to whole LLaDA blocks; steps = gen length), dtype, device, seed.
+- generate_until: the family's own sampler with the masking policy as its step hook; the text
+  is cut at the request's `until` strings.
+- loglikelihood: ARMs only (exact, teacher-forced; sinks ranked by one unmasked pass, see
+  sinklens.eval.loglik). DLMs have no exact likelihood: NotImplementedError.
+"""
+from __future__ import annotations
+
+import os
+import warnings
+
+from lm_eval.api.model import LM
+from lm_eval.api.registry import register_model
+from tqdm import tqdm
+
+from sinklens.eval.gsm8k import EXEMPLARS
+from sinklens.eval.loglik import reference_loglik
+from sinklens.eval.runner import generate_text, sampler_settings
+from sinklens.masking.policy import MaskingConfig, SinkMaskingPolicy
+
+TASK_DIR = os.path.join(os.path.dirname(__file__), "lm_eval_tasks")
+
+
+def _bool(v) -> bool:
+    return v if isinstance(v, bool) else str(v).lower() in ("1", "true", "yes")
+
+
+def _opt(v, cast):
+    return None if v in (None, "", "None", "none") else cast(v)
+
+
+@register_model("sinklens")
+class SinklensLM(LM):
+    def __init__(self, pretrained: str, mask_topk=0, ranking="per_head", threshold=None, keep_self=False,
+                 step0="unmasked", arm_rule="newest", gen_length=None, steps=None, block_length=None,
+                 dtype=None, device=None, seed=0, batch_size=1, **unused):
+        super().__init__()
+        import torch
+
+        import sinklens
+        if device and str(device).startswith("cuda") and not torch.cuda.is_available():
+            warnings.warn(f"device={device!r} (lm-eval's default) but CUDA is not available: using the CPU")
+            device = None
+        self.config = MaskingConfig(top_k=int(mask_topk), threshold=_opt(threshold, float), ranking=ranking,
+                                    keep_self=_bool(keep_self), step0=step0, arm_rule=arm_rule)
+        self.m = sinklens.load(pretrained, dtype=dtype, device=device)
+        if self.m.tokenizer is None:
+            raise ValueError(f"{pretrained!r} ships no tokenizer; lm-eval needs text in and out")
+        self.policy = SinkMaskingPolicy(self.config, num_layers=self.m.num_layers,
+                                        is_diffusion=self.m.is_diffusion, model=self.m)
+        self.gen_length, self.steps = _opt(gen_length, int), _opt(steps, int)
+        self.block_length, self.seed = _opt(block_length, int), int(seed)
+        self.pretrained = str(pretrained)
+
+    # --- chat template support (lm-eval --apply_chat_template) ------------------------------
+    @property
+    def tokenizer_name(self) -> str:
+        return self.pretrained.replace("/", "__")
+
+    def chat_template(self, chat_template=False) -> str | None:
+        return getattr(self.m.tokenizer, "chat_template", None)
+
+    def apply_chat_template(self, chat_history, add_generation_prompt=True) -> str:
+        return self.m.tokenizer.apply_chat_template(chat_history, tokenize=False,
+                                                    add_generation_prompt=add_generation_prompt)
+
+    def _encode(self, text: str) -> list[int]:
+        bos = self.m.tokenizer.bos_token
+        special = not (bos and text.startswith(bos))       # a chat-templated context has its BOS already
+        return self.m.tokenizer(text, add_special_tokens=special)["input_ids"]
+
+    # --- requests -----------------------------------------------------------------------------
+    def generate_until(self, requests, disable_tqdm: bool = False) -> list[str]:
+        out = []
+        for i, req in enumerate(tqdm(requests, disable=disable_tqdm, desc="sinklens generate_until")):
+            context, gen_kwargs = req.args
+            until = gen_kwargs.get("until") or []
+            until = [until] if isinstance(until, str) else list(until)
+            n = self.gen_length or int(gen_kwargs.get("max_gen_toks", 256))
+            if self.m.family.sampler == "llada":
+                block = self.block_length or min(32, n)
+                n = -(-n // block) * block                      # whole blocks
+            settings = sampler_settings(self.m.family.sampler, "gsm8k", n, self.steps, self.block_length)
+            text = generate_text(self.m, self._encode(context), self.policy, settings, seed=self.seed + i)
+            cut = min((j for j in (text.find(s) for s in until) if j >= 0), default=len(text))
+            out.append(text[:cut])
+            self.cache_hook.add_partial("generate_until", req.args, text[:cut])
+        return out
+
+    def loglikelihood(self, requests, disable_tqdm: bool = False) -> list[tuple[float, bool]]:
+        if self.m.is_diffusion:
+            raise NotImplementedError("loglikelihood: diffusion models have no exact likelihood; use "
+                                      "generate_until tasks (sinklens scores ARMs only here)")
+        out = []
+        for req in tqdm(requests, disable=disable_tqdm, desc="sinklens loglikelihood"):
+            context, continuation = req.args
+            ctx = self._encode(context)
+            full = self._encode(context + continuation)
+            ll = reference_loglik(self.m, ctx, full[len(ctx):], self.config)
+            out.append((ll["masked"], ll["greedy_masked"]))
+            self.cache_hook.add_partial("loglikelihood", req.args, out[-1])
+        return out
+
+    def loglikelihood_rolling(self, requests, disable_tqdm: bool = False):
+        raise NotImplementedError("loglikelihood_rolling is not supported by the sinklens model type")
+
+
+def task_yaml(data: str = "../shared/data/gsm8k/test.jsonl") -> dict:
+    """lm-eval task config: GSM8K chain-of-thought (8 exemplars) from a local JSONL (offline)."""
+    return {
+        "task": "sinklens_gsm8k_cot",
+        "dataset_path": "json",
+        "dataset_kwargs": {"data_files": {"test": data}},
+        "test_split": "test",
+        "output_type": "generate_until",
+        "doc_to_text": "Q: {{question}}\nA:",
+        "doc_to_target": "{{answer.split('####')[-1].strip() if answer is defined else target}}",
+        "fewshot_config": {"sampler": "first_n",
+                           "samples": [{"question": q, "target": a} for q, a in EXEMPLARS]},
+        "num_fewshot": 8,
+        "target_delimiter": " ",
+        "fewshot_delimiter": "\n\n",
+        "generation_kwargs": {"until": ["Q:", "</s>", "<|im_end|>"], "do_sample": False,
+                              "max_gen_toks": 256},
+        "filter_list": [
+            {"name": "strict-match", "filter": [
+                {"function": "regex", "regex_pattern": r"The answer is (\-?[0-9\.\,]+)."},
+                {"function": "take_first"}]},
+            {"name": "flexible-extract", "filter": [
+                {"function": "regex", "group_select": -1, "regex_pattern": r"(-?[$0-9.,]{2,})|(-?[0-9]+)"},
+                {"function": "take_first"}]},
+        ],
+        "metric_list": [{"metric": "exact_match", "aggregation": "mean", "higher_is_better": True,
+                         "ignore_case": True, "ignore_punctuation": False,
+                         "regexes_to_ignore": [",", r"\$", "(?s).*#### ", r"\.$"]}],
+        "metadata": {"version": 1.0},
+    }
+
+
+def write_task_yaml(out_dir: str, data: str = "../shared/data/gsm8k/test.jsonl") -> str:
+    """Write `sinklens_gsm8k_cot.yaml` into out_dir (an --include_path) reading `data`."""
+    import yaml
+    os.makedirs(out_dir, exist_ok=True)
+    path = os.path.join(out_dir, "sinklens_gsm8k_cot.yaml")
+    with open(path, "w") as f:
+        f.write("# Generated by sinklens.eval.lm_eval_model.write_task_yaml: GSM8K CoT, local JSONL, offline.\n"
+                "# data_files is relative to the working directory (the repository root).\n")
+        yaml.safe_dump(task_yaml(data), f, sort_keys=False, allow_unicode=True, width=100)
+    return path
+
+
+def main() -> None:
+    """lm-eval's own command line, with the `sinklens` model type registered."""
+    from lm_eval.__main__ import cli_evaluate
+    cli_evaluate()
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,75 @@
+"""The lm-eval model type `sinklens` and the shipped offline GSM8K task (lm-eval is an optional extra)."""
+import os
+import sys
+from types import SimpleNamespace
+
+import pytest
+import torch
+
+lm_eval = pytest.importorskip("lm_eval", reason="lm-eval is the optional extra sinklens[lm-eval]")
+
+from sinklens.eval import gsm8k  # noqa: E402
+from sinklens.eval.lm_eval_model import TASK_DIR, SinklensLM, main, write_task_yaml  # noqa: E402
+
+torch.set_num_threads(1)
+GSM8K = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", "..", "shared", "data", "gsm8k", "test.jsonl"))
+
+
+def test_shipped_yaml_is_generated_and_matches_lm_eval_exemplars(tmp_path):
+    import yaml
+    shipped = os.path.join(TASK_DIR, "sinklens_gsm8k_cot.yaml")
+    assert open(write_task_yaml(str(tmp_path))).read() == open(shipped).read()
+    # our 8 exemplars are lm-eval's own gsm8k-cot ones, word for word
+    theirs = yaml.safe_load(open(os.path.join(os.path.dirname(lm_eval.__file__), "tasks", "gsm8k", "gsm8k-cot.yaml")))
+    assert [(s["question"], s["target"]) for s in theirs["fewshot_config"]["samples"]] == gsm8k.EXEMPLARS
+    ours = yaml.safe_load(open(shipped))
+    assert ours["generation_kwargs"]["until"] == theirs["generation_kwargs"]["until"]
+    assert ours["filter_list"] == theirs["filter_list"] and ours["metric_list"] == theirs["metric_list"]
+
+
+def test_lm_eval_cli_offline_with_masking(tiny_dlm, tmp_path, monkeypatch):
+    """`python -m sinklens.eval.lm_eval_model --model sinklens ...` = lm-eval's CLI, offline, local JSONL."""
+    monkeypatch.setenv("HF_DATASETS_OFFLINE", "1")
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    tasks = write_task_yaml(str(tmp_path / "tasks"), GSM8K)
+    monkeypatch.setattr(sys, "argv", [
+        "lm_eval", "--model", "sinklens", "--model_args",
+        f"pretrained={tiny_dlm},mask_topk=1,gen_length=8,block_length=4", "--device", "cpu",
+        "--tasks", "sinklens_gsm8k_cot", "--include_path", os.path.dirname(tasks), "--limit", "2",
+        "--num_fewshot", "1", "--output_path", str(tmp_path / "out"), "--log_samples"])
+    main()
+    import glob
+    import json
+    (res,) = glob.glob(str(tmp_path / "out" / "*" / "results_*.json"))
+    r = json.load(open(res))["results"]["sinklens_gsm8k_cot"]
+    assert r["exact_match,strict-match"] == 0.0 and r["exact_match,flexible-extract"] == 0.0
+    (samples,) = glob.glob(str(tmp_path / "out" / "*" / "samples_*.jsonl"))
+    docs = [json.loads(line) for line in open(samples)]
+    assert {d["doc_id"] for d in docs} == {0, 1} and all("Q: There are 15 trees" in d["arguments"]["gen_args_0"]["arg_0"] for d in docs)
+
+
+def test_loglikelihood_equals_transformers_and_drops_when_masked(smollm2):
+    """K=0: exactly transformers' own log p(continuation | context); K=1: lower."""
+    ctx, cont = "The capital of France is", " Paris."
+    req = [SimpleNamespace(args=(ctx, cont))]
+    from sinklens.masking.policy import MaskingConfig, SinkMaskingPolicy
+    from lm_eval.api.model import CacheHook
+    for k in (0, 1):
+        lm = SinklensLM.__new__(SinklensLM)       # reuse the session's SmolLM2 instead of loading it again
+        lm.m, lm.config, lm.pretrained = smollm2, MaskingConfig(top_k=k), "smollm2"
+        lm.policy = SinkMaskingPolicy(lm.config, num_layers=smollm2.num_layers, is_diffusion=False)
+        lm.cache_hook = CacheHook(None)
+        (ll, greedy), = lm.loglikelihood(req, disable_tqdm=True)
+        if k == 0:
+            ids = smollm2.tokenizer(ctx + cont)["input_ids"]
+            n_ctx = len(smollm2.tokenizer(ctx)["input_ids"])
+            smollm2.model.config._attn_implementation = "sdpa"
+            try:
+                logits = smollm2.model(torch.tensor([ids])).logits[0].float()
+            finally:
+                smollm2.model.config._attn_implementation = "sinklens"
+            logp = torch.log_softmax(logits[n_ctx - 1:-1], -1).gather(-1, torch.tensor(ids[n_ctx:])[:, None]).sum()
+            assert abs(ll - float(logp)) < 1e-3
+            ll0 = ll
+        else:
+            assert ll < ll0
