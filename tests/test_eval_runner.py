@@ -136,3 +136,15 @@ def test_smollm2_gsm8k_k0_k1(smollm2, tmp_path):
     print(f"SmolLM2 GSM8K (2 problems): acc K=0 {sum(r['correct'] for r in k0)}/2, K=1 "
           f"{sum(r['correct'] for r in k1)}/2; reference log-likelihood per token {ll0:.3f} -> {ll1:.3f}")
     print(open(os.path.join(str(tmp_path), "summary.md")).read())
+
+
+def test_humaneval_through_runner_and_sandbox(tiny_dlm, tmp_path):
+    """HumanEval end to end on the tiny DLM: its (random) code fails in the sandbox, the record says how."""
+    cfg = EvalConfig(model=tiny_dlm, task="humaneval", out=str(tmp_path), mask_topk=(0,), limit=1,
+                     gen_length=8, block_length=4, progress=False, sandbox_timeout=5)
+    (run_dir,) = run_eval(cfg)
+    (rec,) = records.collect(run_dir)
+    assert rec["id"] == "HumanEval/0" and rec["correct"] is False
+    assert rec["extracted"].startswith("from typing import List") and "def has_close_elements" in rec["extracted"]
+    assert rec["sandbox"]["isolation"]["fs_guard"] == "audit-hook" and rec["verdict"] == rec["sandbox"]["status"]
+    assert rec["loglik"]["tokens"] > 0
