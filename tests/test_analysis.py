@@ -89,6 +89,10 @@ def test_eps_sweep_is_monotone_and_counts_real_keys():
     assert f[list(a.config.eps_values).index(3.0)] == pytest.approx(direct)
     sw = eps_sweep(np.random.default_rng(0).gamma(0.3, 3.0, size=(50, 64)), np.linspace(0, 20, 81))
     assert (np.diff(sw.fraction) <= 0).all() and sw.units == "sum"
+    x = np.random.default_rng(1).gamma(0.3, 3.0, size=(20, 64))
+    grid = [5.0, 0.0, 2.5, 10.0]                                       # any order
+    m = sink_margin(x)
+    assert eps_sweep(x, grid).fraction.tolist() == pytest.approx([(m >= e).mean() for e in grid])
 
 
 # ---- planted dynamics -------------------------------------------------------------------------

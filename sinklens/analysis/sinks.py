@@ -100,9 +100,14 @@ class EpsSweepAccumulator:
         self.n = 0
 
     def add(self, margins: np.ndarray) -> None:
-        m = np.sort(margins[margins > -np.inf].ravel())  # real keys only
-        # flagged(eps) = #{m ≥ eps}; searchsorted on one sorted array keeps it exactly monotone
-        self.counts += m.size - np.searchsorted(m, self.eps, side="left")
+        m = margins[margins > -np.inf].ravel()                  # real keys only
+        # flagged(eps) = #{m ≥ eps}: how many grid values each margin reaches, then a reverse
+        # cumulative count — exactly monotone, and O(N log E) rather than sorting all N margins
+        order = np.argsort(self.eps, kind="stable")
+        reach = np.searchsorted(self.eps[order], m, side="right")       # (N,) grid values ≤ m
+        hist = np.bincount(reach, minlength=self.eps.size + 1)          # (E + 1,)
+        flagged_sorted = np.cumsum(hist[::-1])[::-1][1:]                # (E,) #{reach > e}
+        self.counts[order] += flagged_sorted
         self.n += m.size
 
     def result(self) -> EpsSweep:
