@@ -102,3 +102,19 @@ def test_compare_page_links_steps(browser, tmp_path):
     browser.execute_script("window.sinklensViewers[0].toggle()")
     assert _errors(browser) == []
     assert "no full attention maps" in note or "stores no full attention maps" in note
+
+
+def test_page_survives_hostile_token_strings(browser, tmp_path):
+    from selenium.webdriver.common.by import By
+
+    from sinklens.analysis import ArraySource
+
+    d = P.build(with_maps=False)
+    vocab = {**P.VOCAB, 4: "</script><!--", 5: "<b>&amp;\"'"}
+    src = ArraySource(d["received"], d["tokens"], is_masked=d["is_masked"], vocab=vocab, mask_id=P.MASK_ID,
+                      label="hostile")
+    rep = build_report([src], tmp_path / "hostile")
+    browser.get(rep.html.resolve().as_uri())
+    texts = {t.get_attribute("textContent") for t in browser.find_elements(By.CSS_SELECTOR, ".sl-tok")}
+    assert "</script><!--" in texts and "<b>&amp;\"'" in texts
+    assert _errors(browser) == []

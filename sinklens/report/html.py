@@ -170,7 +170,8 @@ def render_page(analyses: list[Analysis], out: str | Path, opts: PageOptions | N
         figs = {name: "data:image/png;base64," + base64.b64encode(png).decode("ascii")
                 for name, png in ((figures or [{}] * len(analyses))[k] or {}).items()}
         head = _header(a, steps, stride, opts.layers, xmax, figs)
-        head_json = json.dumps(head, separators=(",", ":")).replace("</", "<\\/")   # no early </script>
+        # "<" only occurs inside JSON strings: escaping it keeps "</script>" / "<!--" in token text harmless
+        head_json = json.dumps(head, separators=(",", ":")).replace("<", "\\u003c")
         blobs.append(f'<script type="application/json" id="sl-head-{k}">{head_json}</script>')
         for t in steps:
             blobs.append(f'<script type="application/octet-stream" id="sl-{k}-{t}">{_step_chunks(a, t, opts.layers, xmax)}</script>')
