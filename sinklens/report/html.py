@@ -46,6 +46,7 @@ class PageOptions:
     max_mb: float | None = 150.0   # cap on the page size (None: no cap)
     layers: list[int] | None = None  # per-head data only for these layers (None: all)
     title: str = "sinklens report"
+    progress: bool = False          # tqdm bar while the per-step bytes are written
 
 
 def quantise(x: np.ndarray, xmax: float) -> np.ndarray:
@@ -173,7 +174,12 @@ def render_page(analyses: list[Analysis], out: str | Path, opts: PageOptions | N
         # "<" only occurs inside JSON strings: escaping it keeps "</script>" / "<!--" in token text harmless
         head_json = json.dumps(head, separators=(",", ":")).replace("<", "\\u003c")
         blobs.append(f'<script type="application/json" id="sl-head-{k}">{head_json}</script>')
-        for t in steps:
+        walk = steps
+        if opts.progress:
+            from tqdm.auto import tqdm
+
+            walk = tqdm(steps, desc=f"page {a.source.label}", unit="step")
+        for t in walk:
             blobs.append(f'<script type="application/octet-stream" id="sl-{k}-{t}">{_step_chunks(a, t, opts.layers, xmax)}</script>')
         rest = _mean_chunks(a, xmax, set(steps))
         blobs.append(f'<script type="application/octet-stream" id="sl-{k}-mean">{rest}</script>')

@@ -153,6 +153,7 @@ def build_report(traces, out: str | os.PathLike, *, labels: list[str] | None = N
         primaries = [r.analyses[0] for r in reps]
         report.figures["compare_fig10_eps_sweep"] = F.save(F.eps_sweep(primaries), out / "compare_fig10_eps_sweep")
     _write_summary(report, opts)
+    opts.page.progress = opts.page.progress or opts.progress
     render_page([r.analyses[0] for r in reps], report.html, opts.page, figures=page_figs)
     return report
 
