@@ -64,6 +64,7 @@ class Analysis:
     drift: list[DriftEvent] = field(default_factory=list)
     splits: list[SplitEvent] = field(default_factory=list)
     token_table: SinkTokenTable | None = None
+    _dict: dict | None = field(default=None, repr=False)   # to_dict() cache (an Analysis is final once built)
 
     # ---- shape ----------------------------------------------------------------------------
     @property
@@ -165,7 +166,12 @@ class Analysis:
 
     # ---- output ---------------------------------------------------------------------------
     def to_dict(self) -> dict:
-        """Every number behind the figures, with units (JSON-serialisable)."""
+        """Every number behind the figures, with units (JSON-serialisable). Computed once."""
+        if self._dict is None:
+            self._dict = self._build_dict()
+        return self._dict
+
+    def _build_dict(self) -> dict:
         def arr(x, nd=4):
             x = np.asarray(x, dtype=float)
             return [None if not np.isfinite(v) else round(float(v), nd) for v in x.ravel()] if x.ndim <= 1 else \

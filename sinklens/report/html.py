@@ -155,35 +155,18 @@ def _mean_chunks(a: Analysis, xmax: float, skip: set[int]) -> str:
 
 def render_page(analyses: list[Analysis], out: str | Path, opts: PageOptions | None = None,
                 figures: list[dict] | None = None) -> Path:
-    """Write the page; `figures[k]` = {name: png bytes} embedded as data URIs for trace k."""
+    """Write the page; `figures[k]` = {name: png bytes} embedded as data URIs for trace k.
+    Written piece by piece, so peak memory holds one step's bytes, not the whole page."""
     opts = opts or PageOptions()
     out = Path(out)
+    for a in analyses:                        # bad options fail before anything is written
+        for l in opts.layers or []:
+            a.source.check_layer_head(l, None)
     css = (HERE / "viewer.css").read_text(encoding="utf-8")
     js = (HERE / "viewer.js").read_text(encoding="utf-8")
-    blobs = []
-    for k, a in enumerate(analyses):
-        if opts.layers is not None:
-            for l in opts.layers:
-                a.source.check_layer_head(l, None)
-        xmax = float(np.nanmax(a.top_score)) if a.top_score.size else 1.0
-        xmax = xmax if xmax > 0 else 1.0
-        steps, stride = plan_steps(a, opts)
-        figs = {name: "data:image/png;base64," + base64.b64encode(png).decode("ascii")
-                for name, png in ((figures or [{}] * len(analyses))[k] or {}).items()}
-        head = _header(a, steps, stride, opts.layers, xmax, figs)
-        # "<" only occurs inside JSON strings: escaping it keeps "</script>" / "<!--" in token text harmless
-        head_json = json.dumps(head, separators=(",", ":")).replace("<", "\\u003c")
-        blobs.append(f'<script type="application/json" id="sl-head-{k}">{head_json}</script>')
-        walk = steps
-        if opts.progress:
-            from tqdm.auto import tqdm
-
-            walk = tqdm(steps, desc=f"page {a.source.label}", unit="step")
-        for t in walk:
-            blobs.append(f'<script type="application/octet-stream" id="sl-{k}-{t}">{_step_chunks(a, t, opts.layers, xmax)}</script>')
-        rest = _mean_chunks(a, xmax, set(steps))
-        blobs.append(f'<script type="application/octet-stream" id="sl-{k}-mean">{rest}</script>')
-    page = f"""<!DOCTYPE html>
+    out.parent.mkdir(parents=True, exist_ok=True)
+    with open(out, "w", encoding="utf-8") as f:
+        f.write(f"""<!DOCTYPE html>
 <html lang="en"><head><meta charset="utf-8"><meta name="viewport" content="width=device-width, initial-scale=1">
 <title>{html.escape(opts.title)}</title><link rel="icon" href="data:,"><style>{css}</style></head>
 <body><header><h1>{html.escape(opts.title)}</h1>
@@ -192,8 +175,26 @@ exact paper Eq. 3 results (score − mean of the other tokens ≥ ε); colours c
 scores (±1.8 % relative). <label><input type="checkbox" id="sl-link" checked> link steps across traces</label></p>
 </header>
 <main id="sl-viewers" style="--n:{len(analyses)}"></main>
-{''.join(blobs)}
-<script>{js}</script></body></html>"""
-    out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(page, encoding="utf-8")
+""")
+        for k, a in enumerate(analyses):
+            xmax = float(np.nanmax(a.top_score)) if a.top_score.size else 1.0
+            xmax = xmax if xmax > 0 else 1.0
+            steps, stride = plan_steps(a, opts)
+            figs = {name: "data:image/png;base64," + base64.b64encode(png).decode("ascii")
+                    for name, png in ((figures or [{}] * len(analyses))[k] or {}).items()}
+            head = _header(a, steps, stride, opts.layers, xmax, figs)
+            # "<" only occurs inside JSON strings: escaping it keeps "</script>" / "<!--" in token text harmless
+            head_json = json.dumps(head, separators=(",", ":")).replace("<", "\\u003c")
+            f.write(f'<script type="application/json" id="sl-head-{k}">{head_json}</script>\n')
+            walk = steps
+            if opts.progress:
+                from tqdm.auto import tqdm
+
+                walk = tqdm(steps, desc=f"page {a.source.label}", unit="step")
+            for t in walk:
+                f.write(f'<script type="application/octet-stream" id="sl-{k}-{t}">'
+                        f'{_step_chunks(a, t, opts.layers, xmax)}</script>\n')
+            f.write(f'<script type="application/octet-stream" id="sl-{k}-mean">{_mean_chunks(a, xmax, set(steps))}'
+                    f'</script>\n')
+        f.write(f"<script>{js}</script></body></html>\n")
     return out

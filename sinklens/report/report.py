@@ -165,7 +165,7 @@ def _rel(paths, root: Path) -> list[str]:
 def _write_summary(report: Report, opts: ReportOptions) -> None:
     traces = []
     for rep in report.traces:
-        d = rep.analyses[0].to_dict()
+        d = dict(rep.analyses[0].to_dict())     # a copy: to_dict() is cached
         d["figures"] = {k: _rel(v, report.out) for k, v in rep.figures.items()}
         d["figures_skipped"] = rep.skipped
         d["source_meta"] = {k: v for k, v in rep.analyses[0].source.meta.items() if k != "tokens_vocab"}
