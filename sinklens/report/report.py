@@ -119,6 +119,8 @@ def build_report(traces, out: str | os.PathLike, *, labels: list[str] | None = N
     traces = list(traces)
     if not traces:
         raise AnalysisInputError("give at least one trace to report on")
+    if labels is not None and len(labels) != len(traces):
+        raise AnalysisInputError(f"labels: {len(labels)} given for {len(traces)} traces; give one label per trace")
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
     used: set[str] = set()
