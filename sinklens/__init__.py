@@ -3,6 +3,7 @@
 Public API (thin layer over the modules; see docs/design.md):
     sinklens.load(name_or_path, ...)   -> SinkModel
     sinklens.open_trace(path)          -> Trace
+    sinklens.analyze(trace, ...)       -> Analysis  (sinks, dynamics, Table 2; docs/analysis.md)
 """
 __version__ = "0.1.0"
 
@@ -19,3 +20,10 @@ def load(name_or_path, *, revision=None, dtype=None, device=None):
     from sinklens.models.loader import load as _load
 
     return _load(name_or_path, revision=revision, dtype=dtype, device=device)
+
+
+def analyze(trace, **options):
+    """Sinks (paper Eq. 3), dynamics and sink tokens of a trace path / Trace (sinklens.analysis.analyze)."""
+    from sinklens.analysis.analyze import analyze as _analyze
+
+    return _analyze(trace, **options)

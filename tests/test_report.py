@@ -91,3 +91,20 @@ def test_bad_inputs(tmp_path):
         main(["report", str(p), "--out", str(tmp_path / "x"), "--heads", "0-1"])
     with pytest.raises(AnalysisInputError, match="head 7 out of range"):
         main(["report", str(p), "--out", str(tmp_path / "x"), "--heads", "0:7", "--quiet"])
+
+
+def test_batch_rows_are_separate(tmp_path):
+    """Row 1 holds row 0 mirrored (position j -> S-1-j): its sinks come out mirrored."""
+    d = P.build(with_maps=False)
+    path = tmp_path / "two_rows.arrow"
+    with TraceWriter(path, {"family": "llada"}) as w:
+        for t in range(P.T):
+            tok = np.stack([d["tokens"][t], d["tokens"][t][::-1]])
+            rec = np.stack([d["received"][t], d["received"][t][..., ::-1]])
+            w.write_step(t, tok, received=rec)
+    a0, a1 = analyze(path, row=0), analyze(path, row=1)
+    has = a0.largest_pos >= 0
+    assert has.any() and (a1.largest_pos[has] == P.S - 1 - a0.largest_pos[has]).all()
+    assert ((a1.largest_pos >= 0) == has).all()
+    with pytest.raises(AnalysisInputError, match="row 2 out of range"):
+        analyze(path, row=2)

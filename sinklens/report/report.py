@@ -37,6 +37,7 @@ class ReportOptions:
     map_steps: list[int] | None = None              # Fig. 4 step indices (default: up to 3 stored ones)
     page: PageOptions = field(default_factory=PageOptions)
     progress: bool = True
+    row: int = 0                                    # batch row of every trace
 
 
 @dataclass
@@ -128,7 +129,7 @@ def build_report(traces, out: str | os.PathLike, *, labels: list[str] | None = N
     page_figs: list[dict[str, bytes]] = []
     for k, tr in enumerate(traces):
         label = labels[k] if labels else _label(tr, k, used)
-        src = as_source(tr, label=label)
+        src = as_source(tr, row=opts.row, label=label)
         src.label = label
         if opts.heads:
             for l, h in opts.heads:
