@@ -152,14 +152,16 @@ def _check_trace(path, k):
     return t
 
 
-def test_llada_sampler_trace_records_blocked(fixtures_dir, tmp_path):
+@pytest.mark.parametrize("family,kwargs", [("llada", dict(gen_length=8, steps=8, block_length=4)),
+                                           ("dream", dict(max_new_tokens=8, steps=8, temperature=0.0))])
+def test_dlm_sampler_trace_records_blocked(fixtures_dir, tmp_path, family, kwargs):
     import sinklens
     from sinklens.samplers import CaptureOptions
-    m = sinklens.load(str(fixtures_dir / "llada"))
+    m = sinklens.load(str(fixtures_dir / family))
     pol = SinkMaskingPolicy(MaskingConfig(top_k=2), num_layers=m.num_layers)
     ids = torch.arange(10, 22)[None]
     m.generate(ids, hook=pol, trace=str(tmp_path / "t.arrow"), capture=CaptureOptions(received_dtype="float32"),
-               gen_length=8, steps=8, block_length=4)
+               **kwargs)
     t = _check_trace(str(tmp_path / "t.arrow"), 2)
     assert t.num_steps == 8 and pol.summary()["steps_masked"] == 7
 
