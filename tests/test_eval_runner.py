@@ -6,6 +6,7 @@ runs is an uninterrupted single-process run of the same command.
 """
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -91,9 +92,15 @@ def test_two_processes_equal_one(tiny_dlm, reference, tmp_path):
 def test_summary_side_by_side(reference, tmp_path):
     from sinklens.eval.summary import write_summary
     run_dir, _ = reference
-    root = Path(run_dir).parents[2]
-    md, csv_text = write_summary([str(root)], str(tmp_path))
-    assert "| gsm8k | K=1 (ε0) |" in md and "(n=4)" in md
+    other = tmp_path / "other"                     # a second "model": the same run under another name
+    shutil.copytree(run_dir, other / "m2" / "gsm8k" / "k1")
+    meta = json.loads((other / "m2" / "gsm8k" / "k1" / "config.json").read_text())
+    (other / "m2" / "gsm8k" / "k1" / "config.json").write_text(json.dumps(dict(meta, model="model-two")))
+    md, csv_text = write_summary([str(Path(run_dir).parents[2]), str(other)], str(tmp_path))
+    header = md.splitlines()[0]
+    assert header.count("|") == 5 and "model-two" in header              # task, masking, 2 models
+    row = next(line for line in md.splitlines() if line.startswith("| gsm8k | K=1 (ε0) |"))
+    assert row.count("(n=4)") == 2
     assert csv_text.splitlines()[0].startswith("model,task,mask_topk,n,n_expected,accuracy,stderr")
 
 

@@ -177,3 +177,22 @@ def test_smollm2_arm_newest_rule_trace(smollm2, tmp_path):
     _check_trace(str(tmp_path / "t.arrow"), 1)
     top = dict(pol.summary()["top_positions"])
     assert max(top, key=top.get) == 0                            # SmolLM2's position-0 sink is blocked most
+
+
+def test_smollm2_arm_prefix_rule_keeps_query0_row(smollm2, tmp_path):
+    """Prefix rule: ranked by column sums over every prefix row. Key 0 (the sink) is blocked for all
+    queries except query 0, which sees no other key and keeps its row: key 0 then receives exactly 1."""
+    from sinklens import open_trace
+    from sinklens.samplers import CaptureOptions
+    m = smollm2
+    pol = SinkMaskingPolicy(MaskingConfig(top_k=1, arm_rule="prefix"), num_layers=m.num_layers, is_diffusion=False)
+    ids = m.apply_chat_template("What is 2 + 3?")
+    m.generate(torch.tensor([ids]), hook=pol, trace=str(tmp_path / "t.arrow"),
+               capture=CaptureOptions(received_dtype="float32", capture_prefix=True), max_new_tokens=2)
+    t = open_trace(str(tmp_path / "t.arrow"))
+    blocked, cur = t.blocked(1), t.received(1)
+    at0 = blocked[:, 2] == 0
+    assert at0.sum() > 0 and (~at0).sum() > 0
+    got0 = cur[blocked[at0, 0], blocked[at0, 1], 0]
+    np.testing.assert_allclose(got0, 1.0, atol=1e-5)
+    assert (cur[blocked[~at0, 0], blocked[~at0, 1], blocked[~at0, 2]] == 0).all()

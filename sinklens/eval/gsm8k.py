@@ -63,7 +63,11 @@ def load(data: str | None = None, limit: int | None = None) -> tuple[list[dict],
             raise FileNotFoundError("GSM8K needs --data PATH (a local test.jsonl, e.g. "
                                     "../shared/data/gsm8k/test.jsonl) or the `datasets` package "
                                     "(pip install 'sinklens[hub]') with network") from None
-        ds = datasets.load_dataset("openai/gsm8k", "main", split="test")
+        try:
+            ds = datasets.load_dataset("openai/gsm8k", "main", split="test")
+        except Exception as e:       # offline, hub down, no access: say what to do instead
+            raise FileNotFoundError(f"could not load openai/gsm8k from the hub ({type(e).__name__}: {e}); "
+                                    "pass --data PATH to a local test.jsonl") from e
         items = [{"id": f"test{i}", "question": r["question"], "answer": r["answer"]} for i, r in enumerate(ds)]
         errors = []
     for it in items:
