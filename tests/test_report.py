@@ -60,6 +60,7 @@ def test_cli_report_single_and_compare(tmp_path, capsys):
     assert "units" in (out / "summary.md").read_text()
     html = (out / "index.html").read_text()
     assert "http://" not in html and "https://" not in html        # no network: nothing fetched
+    assert html.count("data:image/png;base64,") == len(PRIMARY) + 1   # figures embedded (+ the head's Fig. 1)
     # compare: two traces side by side, one without maps -> its map figure is skipped with the reason
     out2 = tmp_path / "cmp"
     assert main(["report", str(p1), str(p2), "--out", str(out2), "--quiet"]) == 0

@@ -8,7 +8,9 @@ import tempfile
 import pytest
 
 import _planted as P
-from sinklens.report.report import build_report
+from sinklens.report.report import ReportOptions, build_report
+
+QUICK = ReportOptions(figures=False, progress=False)   # the page only: figures are tested in test_report.py
 
 CHROMIUM, DRIVER = "/usr/bin/chromium", "/usr/bin/chromedriver"
 pytestmark = pytest.mark.browser
@@ -52,7 +54,7 @@ def test_page_renders_slider_changes_step_no_console_errors(browser, tmp_path):
     from selenium.webdriver.common.by import By
     from selenium.webdriver.common.keys import Keys
 
-    rep = build_report([P.source(label="planted")], tmp_path / "report")
+    rep = build_report([P.source(label="planted")], tmp_path / "report", options=QUICK)
     browser.get(rep.html.resolve().as_uri())
     viewer = browser.find_element(By.CSS_SELECTOR, ".sl-viewer")
     label = viewer.find_element(By.CSS_SELECTOR, ".sl-steplabel")
@@ -90,7 +92,8 @@ def test_page_renders_slider_changes_step_no_console_errors(browser, tmp_path):
 def test_compare_page_links_steps(browser, tmp_path):
     from selenium.webdriver.common.by import By
 
-    rep = build_report([P.source(label="a"), P.source(seed=1, with_maps=False, label="b")], tmp_path / "cmp")
+    rep = build_report([P.source(label="a"), P.source(seed=1, with_maps=False, label="b")], tmp_path / "cmp",
+                       options=QUICK)
     browser.get(rep.html.resolve().as_uri())
     viewers = browser.find_elements(By.CSS_SELECTOR, ".sl-viewer")
     assert [v.get_attribute("data-trace") for v in viewers] == ["a", "b"]
@@ -113,7 +116,7 @@ def test_page_survives_hostile_token_strings(browser, tmp_path):
     vocab = {**P.VOCAB, 4: "</script><!--", 5: "<b>&amp;\"'"}
     src = ArraySource(d["received"], d["tokens"], is_masked=d["is_masked"], vocab=vocab, mask_id=P.MASK_ID,
                       label="hostile")
-    rep = build_report([src], tmp_path / "hostile")
+    rep = build_report([src], tmp_path / "hostile", options=QUICK)
     browser.get(rep.html.resolve().as_uri())
     texts = {t.get_attribute("textContent") for t in browser.find_elements(By.CSS_SELECTOR, ".sl-tok")}
     assert "</script><!--" in texts and "<b>&amp;\"'" in texts

@@ -38,6 +38,7 @@ class ReportOptions:
     page: PageOptions = field(default_factory=PageOptions)
     progress: bool = True
     row: int = 0                                    # batch row of every trace
+    figures: bool = True                            # False: only summary + page (quick look at a big trace)
 
 
 @dataclass
@@ -142,7 +143,8 @@ def build_report(traces, out: str | os.PathLike, *, labels: list[str] | None = N
         rep = TraceReport(label, folder, analyses)
         pngs = {}
         for a in analyses:
-            pngs.update(_figures_for(a, folder, opts, "" if a is analyses[0] else f"_{a.units}", rep))
+            if opts.figures:
+                pngs.update(_figures_for(a, folder, opts, "" if a is analyses[0] else f"_{a.units}", rep))
             suffix = "" if a is analyses[0] else f"_{a.units}"
             F.sink_token_table(a, folder / f"table2_sink_tokens{suffix}")
             rep.figures[f"table2_sink_tokens{suffix}"] = [folder / f"table2_sink_tokens{suffix}.csv",
@@ -152,7 +154,7 @@ def build_report(traces, out: str | os.PathLike, *, labels: list[str] | None = N
 
     report = Report(out=out, traces=reps, html=out / "index.html", summary_json=out / "summary.json",
                     summary_md=out / "summary.md")
-    if len(reps) > 1:
+    if len(reps) > 1 and opts.figures:
         primaries = [r.analyses[0] for r in reps]
         report.figures["compare_fig10_eps_sweep"] = F.save(F.eps_sweep(primaries), out / "compare_fig10_eps_sweep")
     _write_summary(report, opts)
