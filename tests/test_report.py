@@ -109,3 +109,16 @@ def test_batch_rows_are_separate(tmp_path):
     assert ((a1.largest_pos >= 0) == has).all()
     with pytest.raises(AnalysisInputError, match="row 2 out of range"):
         analyze(path, row=2)
+
+
+def test_causal_trace_reports_raw_sums_and_uniform_ratio(tmp_path):
+    from sinklens.report.report import ReportOptions, build_report
+
+    rep = build_report([P.source(causal=True, label="arm")], tmp_path / "r",
+                       options=ReportOptions(figures=False, progress=False))
+    assert [a.units for a in rep.traces[0].analyses] == ["sum", "uniform_ratio"]
+    html = rep.html.read_text()
+    assert html.count('id="sl-head-') == 2                         # one panel per view
+    s = json.loads(rep.summary_json.read_text())["traces"][0]
+    assert s["causal"] and s["also"][0]["units"] == "uniform_ratio"
+    assert any("H_S − H_j" in n for n in s["notes"])

@@ -159,6 +159,10 @@ class Analysis:
                            f"there; use units uniform_ratio to see sinks at those steps")
         if u == "mean" and eps >= 1:
             out.append(f"units 'mean' are ≤ 1 by construction: Eq. 3 with ε = {eps:g} never fires (the units trap)")
+        if self.source.causal and u in ("uniform_ratio", "gu") and (self.n_queries > 1).any():
+            out.append("causal model: the last positions of a multi-query step are seen by few queries (the last key "
+                       "by one), so their ratio is noisy — one query giving it 30 % of its attention makes it ≈ 0.3·S "
+                       "times its expectation; read late-position sinks at such steps with care")
         if self.source.causal and u in ("sum", "mean"):
             out.append("causal model: even uniform attention gives key j a column sum H_S − H_j (≈ ln S + 0.58 at "
                        "position 0), so raw sums flag early positions; compare with units uniform_ratio")

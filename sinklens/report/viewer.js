@@ -116,8 +116,8 @@
     constructor(root, data) {
       this.d = data;
       this.t = 0; this.l = data.L - 1; this.h = -1; this.timer = null;
-      const box = el("section", { class: "sl-viewer", "data-trace": data.label }, root);
-      el("h2", {}, box, data.label);
+      const box = el("section", { class: "sl-viewer", "data-trace": data.label, "data-units": data.units }, root);
+      el("h2", {}, box, data.label + (data.units === "sum" ? "" : "  [" + data.units + "]"));
       el("p", { class: "note" }, box, "units: " + data.units + " — " + data.units_label + "; sinks: Eq. 3 with ε = " +
          data.eps + (data.causal ? " (causal model: raw sums carry the H_S − H_j baseline)" : ""));
       const notes = (data.summary && data.summary.notes) || [];
@@ -267,7 +267,8 @@
     drawMap() {
       const d = this.d, m = this.h >= 0 ? d.mapAt(this.t, this.l, this.h) : null, cv = this.mapCanvas;
       if (!m) {
-        const where = d.maps.map(x => "step " + d.step_numbers[x.t] + " L" + x.l + " H" + x.h).join(", ");
+        const all = d.maps.map(x => "step " + d.step_numbers[x.t] + " L" + x.l + " H" + x.h);
+        const where = all.slice(0, 12).join(", ") + (all.length > 12 ? ", … (" + all.length + " in all)" : "");
         this.mapNote.textContent = d.maps.length ? "No map stored for this slice. Stored: " + where + "."
           : "This trace stores no full attention maps (request map slices when sampling).";
         cv.width = 1; cv.height = 1; cv.style.display = "none";
