@@ -84,6 +84,11 @@ def test_bad_inputs(tmp_path):
         F.attention_maps(analyze(write_planted(tmp_path / "m.arrow")), [40], 1, 0)
     with pytest.raises(AnalysisInputError, match=r"no map for step index 1"):
         F.attention_maps(analyze(tmp_path / "m.arrow"), [1], 1, 0)
+    no_capture = tmp_path / "no_capture.arrow"
+    with TraceWriter(no_capture, {"family": "llada", "num_layers": 2, "num_heads": 3}) as w:
+        w.write_step(0, np.arange(5))
+    with pytest.raises(AnalysisInputError, match="holds no received attention"):
+        analyze(no_capture)
     empty = tmp_path / "empty.arrow"
     TraceWriter(empty, {"family": "llada"}).close()
     with pytest.raises(AnalysisInputError, match="is empty"):

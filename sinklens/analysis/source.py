@@ -205,7 +205,12 @@ class TraceSource(Source):
         mask = t.attention_mask(s, self.row)
         masked = t.is_masked(s, self.row)
         q = t.query_positions(s, self.row)
-        return StepData(step=s, received=t.received(s, self.row), tokens=tokens,
+        try:
+            received = t.received(s, self.row)
+        except KeyError:
+            raise AnalysisInputError(f"trace '{self.label}' step {s} holds no received attention: the run did not "
+                                     f"capture attention (trace it with capture on)") from None
+        return StepData(step=s, received=received, tokens=tokens,
                         is_masked=np.zeros(tokens.shape, bool) if masked is None else np.asarray(masked, bool),
                         key_mask=np.ones(tokens.shape, bool) if mask is None else np.asarray(mask, bool),
                         query_positions=(np.flatnonzero(mask) if q is None else np.asarray(q, np.int64)),
