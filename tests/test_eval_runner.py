@@ -34,6 +34,11 @@ def cli(*args, env_extra=None):
     return [sys.executable, "-m", "sinklens.cli", *args], env
 
 
+def reference_cfg(model, out):
+    return dict(model=model, task="gsm8k", out=out, mask_topk=(1,), limit=N, data=GSM8K, shots=0,
+                gen_length=8, block_length=4, progress=False)
+
+
 def comparable(recs):
     return [{k: v for k, v in r.items() if k not in ("timing",)} for r in recs]
 
@@ -42,8 +47,7 @@ def comparable(recs):
 def reference(tiny_dlm, tmp_path_factory):
     """One uninterrupted single-process run (in this process, one thread like the subprocesses)."""
     out = str(tmp_path_factory.mktemp("ref"))
-    cfg = EvalConfig(model=tiny_dlm, task="gsm8k", out=out, mask_topk=(1,), limit=N, data=GSM8K, shots=0,
-                     gen_length=8, block_length=4, progress=False)
+    cfg = EvalConfig(**reference_cfg(tiny_dlm, out))
     (run_dir,) = run_eval(cfg)
     recs = records.collect(run_dir)
     assert [r["index"] for r in recs] == list(range(N))
@@ -104,7 +108,8 @@ def test_summary_side_by_side(reference, tmp_path):
     assert csv_text.splitlines()[0].startswith("model,task,mask_topk,n,n_expected,accuracy,stderr")
 
 
-def test_bad_inputs(tiny_dlm, tmp_path, capsys):
+def test_bad_inputs(tiny_dlm, reference, tmp_path, capsys):
+    run_dir, _ = reference
     with pytest.raises(ValueError, match="unknown task 'mmlu'"):
         EvalConfig(model=tiny_dlm, task="mmlu", out=str(tmp_path))
     with pytest.raises(FileNotFoundError, match="--data"):
@@ -113,6 +118,8 @@ def test_bad_inputs(tiny_dlm, tmp_path, capsys):
         EvalConfig(model=tiny_dlm, task="gsm8k", out=str(tmp_path), mask_topk=(-1,))
     cfg = EvalConfig(model=tiny_dlm, task="gsm8k", out=str(tmp_path), data=GSM8K, limit=1, shots=0,
                      mask_topk=(100000,), gen_length=8, block_length=4, progress=False)
+    with pytest.raises(ValueError, match=r"different run \(differs in \['settings'\]"):
+        run_eval(EvalConfig(**{**reference_cfg(tiny_dlm, str(Path(run_dir).parents[2])), "gen_length": 4}))
     with pytest.raises(ValueError, match="larger than the sequence"):
         run_eval(cfg)
     assert not list(tmp_path.rglob("samples*.jsonl"))                   # failed before any compute

@@ -172,6 +172,7 @@ def run_eval(cfg: EvalConfig, model=None) -> list[str]:
                 "task": cfg.task, "mask_topk": k, "masking": mcfg.describe(m.is_diffusion),
                 "sampler": m.family.sampler, "settings": settings, "n_expected": len(items),
                 "config": asdict(cfg), "data_errors": [str(e) for e in errors]}
+        _check_same_run(run_dir, meta)                                   # resume only the same experiment
         if rank == 0:
             with open(os.path.join(run_dir, "config.json"), "w") as f:
                 json.dump(meta, f, indent=2, default=str)
@@ -192,6 +193,25 @@ def run_eval(cfg: EvalConfig, model=None) -> list[str]:
         from sinklens.eval.summary import write_summary
         write_summary([cfg.out], cfg.out)
     return run_dirs
+
+
+# What must not change when a run is resumed (--limit may grow; progress, device, dtype may change).
+_SAME_RUN_KEYS = ("model", "task", "mask_topk", "masking", "sampler", "settings")
+_SAME_RUN_CONFIG = ("data", "shots", "chat", "seed", "loglik")
+
+
+def _check_same_run(run_dir: str, meta: dict) -> None:
+    path = os.path.join(run_dir, "config.json")
+    if not os.path.exists(path) or not records.shard_files(run_dir):
+        return
+    with open(path) as f:
+        old = json.loads(json.dumps(json.load(f)))
+    new = json.loads(json.dumps(meta, default=str))
+    diff = [k for k in _SAME_RUN_KEYS if old.get(k) != new.get(k)]
+    diff += [f"config.{k}" for k in _SAME_RUN_CONFIG if old["config"].get(k) != new["config"].get(k)]
+    if diff:
+        raise ValueError(f"{run_dir} holds results of a different run (differs in {diff}); "
+                         "use another --out to keep both, or delete that folder")
 
 
 def _run_sample(m, task, item, index, prompt, k, mcfg, policy, settings, cfg, sandbox) -> dict:
