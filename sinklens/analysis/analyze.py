@@ -11,6 +11,7 @@ sparse list of sinks (a few per head and step) and (T, S) tokens / mask states.
 """
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -19,7 +20,7 @@ from tqdm.auto import tqdm
 from sinklens.analysis.dynamics import (DriftEvent, SinkTrack, SplitEvent, drift_events, drift_summary, head_class,
                                         largest_sink_moves, split_events, track_sinks)
 from sinklens.analysis.scores import UNITS, check_units, scores
-from sinklens.analysis.sinks import DEFAULT_EPS, EpsSweep, EpsSweepAccumulator, sink_margin
+from sinklens.analysis.sinks import DEFAULT_EPS, EpsSweep, EpsSweepAccumulator, largest_flagged, sink_margin
 from sinklens.analysis.source import Source, as_source
 from sinklens.analysis.tokens import SinkTokenTable, sink_token_table
 
@@ -227,14 +228,13 @@ def analyze(source, config: AnalysisConfig | None = None, *, row: int = 0, label
             **overrides) -> Analysis:
     """Analyse a trace (path, Trace or Source) step by step. Keyword overrides set config fields."""
     config = config or AnalysisConfig()
-    for k, v in overrides.items():
-        if not hasattr(config, k):
-            raise TypeError(f"analyze() got an unknown option {k!r}; options: {sorted(config.__dict__)}")
-        setattr(config, k, v)
+    unknown = sorted(set(overrides) - set(config.__dict__))
+    if unknown:
+        raise TypeError(f"analyze() got unknown option(s) {unknown}; options: {sorted(config.__dict__)}")
+    config = dataclasses.replace(config, **overrides)       # never mutate the caller's config
     check_units(config.units)
     src = as_source(source, row=row, label=label)
     T, L, H = src.num_steps, src.num_layers, src.num_heads
-    steps = [src.step_data(0)] if T else []
     sweep = EpsSweepAccumulator(config.eps_values, config.units)
     top_pos = np.zeros((T, L, H), np.int32)
     top_score = np.zeros((T, L, H), np.float32)
@@ -254,23 +254,18 @@ def analyze(source, config: AnalysisConfig | None = None, *, row: int = 0, label
     if config.progress:
         it = tqdm(it, desc=f"analyse {src.label}", unit="step")
     for t in it:
-        d = steps[0] if t == 0 else src.step_data(t)
+        d = src.step_data(t)
         if d.received.shape[:2] != (L, H):
             raise ValueError(f"step {d.step}: received has (L, H) = {d.received.shape[:2]}, expected {(L, H)}")
         km = d.key_mask
         sc = scores(d.received, units=config.units, query_positions=d.query_positions, key_mask=km,
                     causal=src.causal)                              # (L, H, S)
         margin = sink_margin(sc, km)                                 # (L, H, S)
-        flagged = margin >= config.eps
+        flagged = margin >= config.eps                              # (L, H, S) Eq. 3
         sweep.add(margin)
-        masked_sc = np.where(km, sc, -np.inf)
-        top_pos[t] = masked_sc.argmax(-1)
-        top_score[t] = np.take_along_axis(sc, top_pos[t][..., None], -1)[..., 0]
+        top_pos[t], top_score[t] = largest_flagged(sc, np.broadcast_to(km, sc.shape))   # top-1 real key
+        largest_pos[t], largest_score[t] = largest_flagged(sc, flagged)
         sink_count[t] = flagged.sum(-1)
-        big = np.where(flagged, sc, -np.inf).argmax(-1)
-        has = flagged.any(-1)
-        largest_pos[t] = np.where(has, big, -1)
-        largest_score[t] = np.where(has, np.take_along_axis(sc, big[..., None], -1)[..., 0], np.nan)
         l_, h_, j_ = np.nonzero(flagged)
         rows.append((np.full(l_.size, t, np.int32), l_.astype(np.int32), h_.astype(np.int32), j_.astype(np.int32),
                      sc[l_, h_, j_].astype(np.float32), margin[l_, h_, j_].astype(np.float32)))
@@ -278,8 +273,7 @@ def analyze(source, config: AnalysisConfig | None = None, *, row: int = 0, label
         mh = sc.mean(axis=1)                                          # (L, S)
         mflag = sink_margin(mh, km) >= config.eps
         mh_count[t] = mflag.sum(-1)
-        mbig = np.where(mflag, mh, -np.inf).argmax(-1)
-        mh_pos[t] = np.where(mflag.any(-1), mbig, -1)
+        mh_pos[t] = largest_flagged(mh, mflag)[0]
         real = sc[..., km].ravel()
         hist[t] = np.bincount(np.searchsorted(HIST_EDGES, real, side="right").clip(1, HIST_EDGES.size) - 1,
                               minlength=HIST_EDGES.size)[: HIST_EDGES.size]

@@ -62,15 +62,19 @@ def top_k(scores, k: int, key_mask=None) -> np.ndarray:
     return out
 
 
-def largest_sink(scores, eps: float = DEFAULT_EPS, key_mask=None) -> tuple[np.ndarray, np.ndarray]:
-    """Position (−1 when no sink) and score (NaN when no sink) of the highest-scoring sink, shape (...)."""
-    s = np.asarray(scores, dtype=np.float64)
-    flagged = is_sink(s, eps, key_mask)
-    masked = np.where(flagged, s, -np.inf)
-    pos = np.argmax(masked, axis=-1)
+def largest_flagged(scores, flagged) -> tuple[np.ndarray, np.ndarray]:
+    """Position (−1 when nothing is flagged) and score (NaN then) of the highest-scoring flagged key."""
+    s = np.asarray(scores)
+    pos = np.where(flagged, s, -np.inf).argmax(axis=-1)
     has = flagged.any(axis=-1)
     score = np.take_along_axis(s, pos[..., None], axis=-1)[..., 0]
     return np.where(has, pos, -1), np.where(has, score, np.nan)
+
+
+def largest_sink(scores, eps: float = DEFAULT_EPS, key_mask=None) -> tuple[np.ndarray, np.ndarray]:
+    """Position (−1 when no sink) and score (NaN when no sink) of the highest-scoring sink, shape (...)."""
+    s = np.asarray(scores, dtype=np.float64)
+    return largest_flagged(s, is_sink(s, eps, key_mask))
 
 
 @dataclass
