@@ -99,6 +99,17 @@ def test_bad_inputs(tmp_path):
         main(["report", str(p), "--out", str(tmp_path / "x"), "--heads", "0:7", "--quiet"])
 
 
+def test_truncated_trace_is_analysed_and_flagged(tmp_path):
+    d = P.build(with_maps=False)
+    path = tmp_path / "cut.arrow"
+    w = TraceWriter(path, {"family": "llada"})
+    for t in range(5):
+        w.write_step(t, d["tokens"][t], is_masked=d["is_masked"][t], received=d["received"][t])
+    w.abandon()                                                     # interrupted: no end-of-stream marker
+    a = analyze(path)
+    assert a.num_steps == 5 and any("truncated" in n for n in a.notes())
+
+
 def test_batch_rows_are_separate(tmp_path):
     """Row 1 holds row 0 mirrored (position j -> S-1-j): its sinks come out mirrored."""
     d = P.build(with_maps=False)

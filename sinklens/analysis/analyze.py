@@ -152,6 +152,8 @@ class Analysis:
     def notes(self) -> list[str]:
         """Warnings about what the chosen units can and cannot show on this trace."""
         out, eps, u = [], self.config.eps, self.units
+        if self.source.truncated:
+            out.append(f"the trace is truncated (the run was interrupted): {self.num_steps} finished steps analysed")
         if u == "sum":
             few = int((self.n_queries <= eps).sum())
             if few:

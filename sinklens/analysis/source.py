@@ -49,6 +49,7 @@ class Source:
     prompt_length: int | None = None  # first generated position (blocks start here)
     label: str = "trace"
     meta: dict = field(default_factory=dict)
+    truncated: bool = False           # the run did not close its trace: only its finished steps are here
 
     # ---- interface -------------------------------------------------------------------------
     def step_data(self, index: int) -> StepData:  # index = 0 .. num_steps-1 (not the step number)
@@ -193,6 +194,7 @@ class TraceSource(Source):
                          prompt_length=seq_len - int(gen) if gen and seq_len else None,
                          label=label, meta=meta)
         self.trace, self.row = trace, row
+        self.truncated = bool(getattr(trace, "truncated", False))
         self._steps = trace.steps
 
     def step_numbers(self) -> list[int]:
