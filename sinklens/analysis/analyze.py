@@ -166,6 +166,9 @@ class Analysis:
             out.append("causal model: the last positions of a multi-query step are seen by few queries (the last key "
                        "by one), so their ratio is noisy — one query giving it 30 % of its attention makes it ≈ 0.3·S "
                        "times its expectation; read late-position sinks at such steps with care")
+        if u in ("uniform_ratio", "gu") and (self.n_queries == 1).any():
+            out.append(f"{int((self.n_queries == 1).sum())} steps sum one query row: Eq. 3 there flags any key taking a "
+                       "large share of that query's attention (previous-token heads too), not only sinks")
         if self.source.causal and u in ("sum", "mean"):
             out.append("causal model: even uniform attention gives key j a column sum H_S − H_j (≈ ln S + 0.58 at "
                        "position 0), so raw sums flag early positions; compare with units uniform_ratio")

@@ -47,6 +47,10 @@ def _units(a: Analysis) -> str:
     return f"{UNIT_LABELS[a.units]} [units={a.units}]"
 
 
+def _step_label(a: Analysis) -> str:
+    return "decoding step index (0 = prefill)" if a.source.causal else "denoising step index"
+
+
 def _head_name(head: int | None) -> str:
     return "mean over heads" if head is None else f"head {head}"
 
@@ -73,7 +77,7 @@ def received_over_steps(a: Analysis, layer: int, head: int | None = None, *, mar
         if len(t):
             ax.legend(loc="upper right", fontsize=7)
     ax.set_xlabel("token position (key j)")
-    ax.set_ylabel("denoising step index")
+    ax.set_ylabel(_step_label(a))
     ax.set_title(f"{a.source.label}: received attention, layer {layer}, {_head_name(head)}")
     fig.colorbar(im, ax=ax, label=_units(a))
     return fig
@@ -97,7 +101,7 @@ def score_distribution(a: Analysis) -> Figure:
     used = np.flatnonzero(h.sum(axis=0))
     if used.size:
         ax.set_ylim(edges[used[0]], edges[used[-1] + 1])
-    ax.set_xlabel("denoising step index")
+    ax.set_xlabel(_step_label(a))
     ax.set_ylabel(_units(a))
     ax.set_title(f"{a.source.label}: score distribution per step (all layers, heads, keys)")
     ax.legend(fontsize=7, loc="upper right")
@@ -184,7 +188,7 @@ def sink_positions(a: Analysis, heads=None, *, show_frontier: bool = True) -> Fi
         p = (a.largest_pos[:, l, h] if h is not None else a.mean_head["largest_pos"][:, l]).astype(float)
         p[p < 0] = np.nan
         ax.plot(t, p, marker="o", ms=3, lw=1, label=f"layer {l}, {_head_name(h)}")
-    ax.set_xlabel("denoising step index")
+    ax.set_xlabel(_step_label(a))
     ax.set_ylabel("position of the largest sink (token index)")
     ax.set_ylim(-1, a.tokens.shape[1])
     ax.set_title(f"{a.source.label}: largest sink position (Eq. 3, ε = {a.config.eps:g}, units={a.units})")
