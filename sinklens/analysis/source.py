@@ -191,7 +191,8 @@ class TraceSource(Source):
                          special_ids=tuple(int(s) for s in special if s is not None),
                          group_names=tuple(meta.get("query_groups") or ()),
                          block_length=int(block) if block and gen and block < gen else None,
-                         prompt_length=seq_len - int(gen) if gen and seq_len else None,
+                         prompt_length=(int(meta["prompt_length"]) if meta.get("prompt_length") is not None
+                                        else seq_len - int(gen) if gen and seq_len else None),
                          label=label, meta=meta)
         self.trace, self.row = trace, row
         self.truncated = bool(getattr(trace, "truncated", False))
