@@ -9,9 +9,11 @@ block_length 32, steps 64 (S = 128), low_confidence remasking, batch 1.
   alike); the table gives the median and the best run, the ratio is of the medians.
 - trace bytes per step: size of the written trace / steps (float16 received + the
   masked/unmasked split, i.e. the defaults of `sinklens trace`).
-- peak memory: each mode once more in a fresh subprocess, after a short warm-up generation in
+- peak memory: each mode once more in a fresh subprocess, after one warm-up generation in
   the same mode: peak RSS (VmHWM) during the generation minus the RSS right before it (CPU has
-  no allocator counters; the model's weights are not included).
+  no allocator counters; the model's weights are not included). Measured twice: with glibc's
+  default malloc (whose dynamic mmap threshold lets RSS grow with allocation patterns) and with
+  a fixed mmap threshold, which shows the memory actually alive.
 
     python benchmarks/bench_trace.py [--repeats 3] [--threads 1]
 """
@@ -35,6 +37,9 @@ CFG = ModelConfig(n_layers=6, d_model=512, n_heads=8, mlp_hidden=1376, vocab_siz
 MASK_ID, EOS_ID, PAD_ID = 8191, 8190, 8189
 PROMPT, GEN, BLOCK, STEPS = 64, 64, 32, 64
 MODES = ("plain", "trace")
+# glibc raises its mmap threshold after large frees, then keeps freed buffers in its heap: RSS
+# then grows with allocation *patterns*, not with live memory. A fixed threshold shows live memory.
+MALLOC = {"default": {}, "fixed": {"MALLOC_MMAP_THRESHOLD_": "131072"}}
 
 
 def make_folder(folder: str) -> None:
@@ -67,10 +72,9 @@ def peak_child(folder: str, mode: str, threads: int) -> None:
     torch.set_grad_enabled(False)
     model = sinklens.load(folder)
     with tempfile.TemporaryDirectory() as tmp:
-        # warm-up in the same mode (thread pools, pyarrow's allocator, first-call caches), so the
-        # figure is what one more generation needs, not one-time start-up costs
-        warm = os.path.join(tmp, "warm.arrow") if mode == "trace" else None
-        model.generate(torch.zeros(1, 8, dtype=torch.long), steps=2, gen_length=4, block_length=4, trace=warm)
+        # one whole generation in the same mode first (thread pools, first-call caches, the C
+        # allocator's retained arenas), so the figure is what one more generation needs
+        run(model, mode, tmp)
         before = vm_kb("VmRSS")
         run(model, mode, tmp)
         print(json.dumps({"peak_mb": (vm_kb("VmHWM") - before) / 1024}))
@@ -99,23 +103,25 @@ def main() -> None:
                 seconds, nbytes = run(model, mode, tmp)
                 times[mode].append(seconds)
                 size = nbytes or size
-        peaks = {}
+        peaks = {}  # (mode, malloc setting) -> MB
         for mode in MODES:
-            res = subprocess.run([sys.executable, __file__, "--threads", str(args.threads), "--_peak", folder, mode],
-                                 capture_output=True, text=True, check=True)
-            peaks[mode] = json.loads(res.stdout.strip().splitlines()[-1])["peak_mb"]
+            for label, env in MALLOC.items():
+                res = subprocess.run([sys.executable, __file__, "--threads", str(args.threads), "--_peak", folder, mode],
+                                     capture_output=True, text=True, check=True, env={**os.environ, **env})
+                peaks[mode, label] = json.loads(res.stdout.strip().splitlines()[-1])["peak_mb"]
 
     med = {m: statistics.median(times[m]) for m in MODES}
     print(f"model: LLaDA-format random DLM, {param_count(CFG) / 1e6:.1f}M parameters "
           f"({CFG.n_layers} layers x {CFG.n_heads} heads, d {CFG.d_model}, vocab {CFG.vocab_size}); "
           f"prompt {PROMPT} + gen {GEN} (S = {PROMPT + GEN}), block {BLOCK}, {STEPS} steps, batch 1, "
           f"{args.threads} thread(s), {args.repeats} alternating repeats\n")
-    print("| mode | median total (s) | best (s) | per step (ms) | trace bytes / step | peak RSS growth (MB) |")
-    print("|---|---|---|---|---|---|")
+    print("| mode | median total (s) | best (s) | per step (ms) | trace bytes / step | peak RSS growth (MB), "
+          "default malloc | peak RSS growth (MB), MALLOC_MMAP_THRESHOLD_=128 KiB |")
+    print("|---|---|---|---|---|---|---|")
     for mode in MODES:
         per_step = f"{size / STEPS / 1e3:.1f} kB" if mode == "trace" else "-"
         print(f"| {mode} | {med[mode]:.2f} | {min(times[mode]):.2f} | {1e3 * med[mode] / STEPS:.1f} | {per_step} | "
-              f"{peaks[mode]:.0f} |")
+              f"{peaks[mode, 'default']:.1f} | {peaks[mode, 'fixed']:.1f} |")
     print(f"\ntrace / plain time ratio (medians): {med['trace'] / med['plain']:.3f}  (target <= 1.3)")
 
 
