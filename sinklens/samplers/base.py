@@ -10,7 +10,7 @@ from __future__ import annotations
 import os
 from contextlib import contextmanager
 from dataclasses import dataclass, field, replace
-from typing import Any, Callable, Iterable
+from typing import Any, Iterable
 
 import torch
 
@@ -167,7 +167,6 @@ def open_trace_writer(trace, model, sampler: str, args: dict, input_ids: torch.T
     """A TraceWriter for `trace` (a path or an existing writer), with the run metadata filled in."""
     if trace is None:
         return None
-    from sinklens import __version__  # noqa: F401  (the writer records it)
     from sinklens.trace.writer import TraceWriter
 
     tok = getattr(model, "tokenizer", None)
@@ -258,7 +257,7 @@ def check_inputs(input_ids, attention_mask, total_len: int, max_length: int | No
     return input_ids, attention_mask
 
 
-def make_progress(total: int, progress: bool | Callable | None, desc: str):
+def make_progress(total: int, progress: bool | None, desc: str):
     """A tqdm bar when `progress` is True, nothing otherwise."""
     if not progress:
         return None
