@@ -6,7 +6,8 @@ A ~30M-parameter Llama-shaped model, bidirectional, batch 1, S = 256, 512, 1024.
 - eager:   transformers eager attention with output_attentions=True, then column sums
 Time = best of N forward passes (interleaved, so machine load hits all three alike).
 Peak memory = peak RSS of a fresh subprocess during one forward (sampled every 0.5 ms by a
-thread), minus its RSS just before that forward (CPU has no allocator counters like CUDA's).
+thread, glibc's mmap threshold fixed so RSS tracks live memory), minus its RSS just before
+that forward (CPU has no allocator counters like CUDA's).
 "attention-only" = that peak minus the plain forward's peak (what capturing adds; the logits,
 (S x 8192) fp32, and the MLP activations are common to every mode).
 
@@ -15,6 +16,7 @@ thread), minus its RSS just before that forward (CPU has no allocator counters l
 from __future__ import annotations
 
 import argparse
+import os
 import resource
 import subprocess
 import sys
@@ -81,7 +83,10 @@ def measure_peak(mode: str, seq: int) -> float:
 def peak_rss_mb(mode: str, seq: int) -> float:
     """Run `measure_peak` in a fresh subprocess, so no mode inherits another's freed memory."""
     code = "import sys; sys.path.insert(0, '.'); from benchmarks.bench_attention import measure_peak; print(measure_peak(%r, %d))" % (mode, seq)
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    # A fixed mmap threshold makes glibc return large freed buffers at once, so RSS follows
+    # live memory instead of the allocator's retention (which depends on allocation patterns).
+    env = {**os.environ, "MALLOC_MMAP_THRESHOLD_": "131072"}
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, env=env)
     return float(out.stdout.strip().splitlines()[-1])
 
 
