@@ -13,6 +13,7 @@ def build_parser() -> argparse.ArgumentParser:
     from sinklens.samplers.command import register as register_samplers; register_samplers(sub)  # generate, trace
     from sinklens.eval.commands import register as register_eval; register_eval(sub)  # eval, eval-summary
     from sinklens.demo import register as register_demo; register_demo(sub)  # demo
+    from sinklens.train.command import register as register_train; register_train(sub)  # train
     return p
 
 

@@ -1,0 +1,341 @@
+"""Training loop for the tiny twins: a LLaDA-style masked DLM and its autoregressive twin.
+
+DLM loss (LLaDA SFT, answer-only masking): per sequence draw t ~ U(0, 1) (stratified across the
+batch to lower the variance), mask each answer token with probability p = (1 - eps) t + eps,
+never the prompt; cross-entropy on masked positions weighted 1/p, summed and divided by the
+answer-region length. ARM loss: next-token cross-entropy on the same answer region. Same data,
+same tokens, same shape; only attention (bidirectional vs causal) and the objective differ.
+
+Resumable: `<out>/ckpt/` holds model + AdamW state (safetensors) and `state.json` (step,
+config). Randomness is a pure function of (seed, step) — the data stream and the masking
+generator are re-seeded per step — so a resumed run is bit-identical to an uninterrupted one.
+"""
+from __future__ import annotations
+
+import json
+import math
+import os
+import sys
+import time
+from dataclasses import asdict, dataclass, field, replace
+from pathlib import Path
+
+import torch
+import torch.nn.functional as F
+from safetensors.torch import load_file, save_file
+from tqdm import tqdm
+
+from sinklens.train.batch import decode_answers, encode_batch, encode_prompts, parse_answer
+from sinklens.train.data import DataConfig, ProblemStream, generate
+from sinklens.train.decode import arm_generate, dlm_generate
+from sinklens.train.model import ModelConfig, build_model, save_llada_folder, save_llama_folder
+from sinklens.train.tokenizer import save_tokenizer, train_tokenizer
+
+MASK_EPS = 1e-3          # LLaDA's minimum masking probability
+BUCKETS = 5              # masked-token accuracy is logged per mask-ratio bucket [0,.2),...,[.8,1]
+
+
+@dataclass
+class TrainConfig:
+    kind: str = "dlm"                 # "dlm" or "arm"
+    out: str = "runs/dlm"
+    seed: int = 0
+    steps: int = 3000
+    batch_size: int = 64
+    lr: float = 2e-3
+    min_lr_frac: float = 0.1
+    warmup: int = 100
+    weight_decay: float = 0.01
+    grad_clip: float = 1.0
+    gen_length: int = 24
+    block_length: int = 0             # DLM eval decoding block (0 = whole answer in one block)
+    log_every: int = 25
+    eval_every: int = 500
+    eval_n: int = 200
+    ckpt_every: int = 100
+    vocab_size: int = 256
+    model: ModelConfig = field(default_factory=ModelConfig)
+    data: DataConfig = field(default_factory=DataConfig)
+
+    def __post_init__(self):
+        if self.kind not in ("dlm", "arm"):
+            raise ValueError(f"kind must be 'dlm' or 'arm', got {self.kind!r}")
+        for name in ("steps", "batch_size", "gen_length", "log_every", "eval_every", "ckpt_every", "eval_n"):
+            if getattr(self, name) < 1:
+                raise ValueError(f"{name} must be >= 1, got {getattr(self, name)}")
+        if self.lr <= 0:
+            raise ValueError(f"lr must be > 0, got {self.lr}")
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+    @classmethod
+    def from_dict(cls, d: dict) -> "TrainConfig":
+        d = dict(d)
+        return cls(**{**d, "model": ModelConfig(**d["model"]), "data": DataConfig(**d["data"])})
+
+
+def lr_at(step: int, cfg: TrainConfig) -> float:
+    """Linear warmup, then cosine decay to min_lr_frac * lr."""
+    if step < cfg.warmup:
+        return cfg.lr * (step + 1) / cfg.warmup
+    frac = (step - cfg.warmup) / max(1, cfg.steps - cfg.warmup)
+    return cfg.lr * (cfg.min_lr_frac + (1 - cfg.min_lr_frac) * 0.5 * (1 + math.cos(math.pi * min(frac, 1.0))))
+
+
+def dlm_loss(model, input_ids, attention_mask, P: int, mask_id: int, gen: torch.Generator):
+    """LLaDA SFT loss on the answer region. Returns (loss, masked (B,G) bool, correct (B,G) bool, t (B,))."""
+    B, S = input_ids.shape
+    G = S - P
+    # Stratified t: one draw per equal slice of (0, 1), in a random order (lower-variance U(0, 1)).
+    t = (torch.rand(1, generator=gen) + torch.arange(B)) / B                  # (B,)
+    t = t[torch.randperm(B, generator=gen)]
+    p_mask = (1 - MASK_EPS) * t + MASK_EPS                                     # (B,)
+    masked = torch.rand((B, G), generator=gen) < p_mask[:, None]               # (B, G)
+    x = input_ids.clone()
+    x[:, P:][masked] = mask_id
+    logits = model(input_ids=x, attention_mask=attention_mask).logits[:, P:]  # (B, G, V)
+    target = input_ids[:, P:]
+    ce = F.cross_entropy(logits.float().reshape(-1, logits.shape[-1]), target.reshape(-1),
+                         reduction="none").view(B, G)
+    loss = (ce * masked / p_mask[:, None]).sum() / (B * G)
+    correct = logits.argmax(-1) == target
+    return loss, masked, correct, t
+
+
+def arm_loss(model, input_ids, attention_mask, P: int):
+    """Next-token loss on the answer region (position P-1 predicts P, ...). Returns (loss, correct (B,G))."""
+    logits = model(input_ids=input_ids, attention_mask=attention_mask).logits[:, P - 1:-1]  # (B, G, V)
+    target = input_ids[:, P:]
+    loss = F.cross_entropy(logits.float().reshape(-1, logits.shape[-1]), target.reshape(-1))
+    return loss, logits.argmax(-1) == target
+
+
+# ---------------------------------------------------------------- evaluation
+
+@torch.no_grad()
+def evaluate(model, tok, problems, cfg: TrainConfig, batch_size: int = 100) -> dict:
+    """Exact-answer accuracy (unmasked decoding) and, for the DLM, one-pass token accuracy with
+    the whole answer masked (the signal that precedes exact answers, SPEC §7)."""
+    model.eval()
+    correct, full_mask_hits, full_mask_total, samples = 0, 0, 0, []
+    correct_one_block = 0
+    for i in range(0, len(problems), batch_size):
+        chunk = problems[i:i + batch_size]
+        ids, am = encode_prompts(tok, [p.question for p in chunk])
+        if cfg.kind == "dlm":
+            ans = dlm_generate(model, ids, am, gen_length=cfg.gen_length, mask_id=tok.mask_token_id,
+                               block_length=cfg.block_length or None)
+            if cfg.block_length and cfg.block_length != cfg.gen_length:   # also one whole-answer block
+                one = dlm_generate(model, ids, am, gen_length=cfg.gen_length, mask_id=tok.mask_token_id)
+                correct_one_block += sum(parse_answer(t) == p.answer for p, t in zip(chunk, decode_answers(tok, one)))
+            b = encode_batch(tok, chunk, cfg.gen_length)
+            x = b.input_ids.clone()
+            x[:, b.prompt_len:] = tok.mask_token_id
+            pred = model(input_ids=x, attention_mask=b.attention_mask).logits[:, b.prompt_len:].argmax(-1)
+            real = torch.arange(cfg.gen_length)[None] < b.answer_len[:, None]          # (B, G)
+            full_mask_hits += int(((pred == b.input_ids[:, b.prompt_len:]) & real).sum())
+            full_mask_total += int(real.sum())
+        else:
+            ans = arm_generate(model, ids, am, gen_length=cfg.gen_length, eos_id=tok.eos_token_id)
+        texts = decode_answers(tok, ans)
+        for p, text in zip(chunk, texts):
+            ok = parse_answer(text) == p.answer
+            correct += ok
+            if len(samples) < 3:
+                samples.append({"question": p.question, "output": text, "ok": bool(ok)})
+    model.train()
+    out = {"exact_acc": correct / len(problems), "n": len(problems), "samples": samples}
+    if cfg.kind == "dlm" and cfg.block_length and cfg.block_length != cfg.gen_length:
+        out["exact_acc_one_block"] = correct_one_block / len(problems)
+    if full_mask_total:
+        out["full_mask_token_acc"] = full_mask_hits / full_mask_total
+    return out
+
+
+# ---------------------------------------------------------------- checkpoints
+
+def _save_ckpt(model, opt, step: int, cfg: TrainConfig, ckpt: Path, tokens: int) -> None:
+    tmp = ckpt.with_name(ckpt.name + ".tmp")
+    tmp.mkdir(parents=True, exist_ok=True)
+    save_file({k: v.contiguous() for k, v in model.state_dict().items()}, str(tmp / "model.safetensors"))
+    sd = opt.state_dict()
+    tensors = {f"{idx}.{k}": (v if torch.is_tensor(v) else torch.tensor(v)).contiguous()
+               for idx, st in sd["state"].items() for k, v in st.items()}
+    save_file(tensors, str(tmp / "optim.safetensors"))
+    (tmp / "state.json").write_text(json.dumps(
+        {"step": step, "tokens": tokens, "config": cfg.to_dict(), "param_groups": sd["param_groups"]}, indent=1))
+    if ckpt.exists():
+        old = ckpt.with_name(ckpt.name + ".old")
+        ckpt.rename(old)
+        tmp.rename(ckpt)
+        for f in old.iterdir():
+            f.unlink()
+        old.rmdir()
+    else:
+        tmp.rename(ckpt)
+
+
+def _load_tokens(ckpt: Path) -> int:
+    return int(json.loads((ckpt / "state.json").read_text())["tokens"])
+
+
+def _load_ckpt(model, opt, ckpt: Path) -> int:
+    state = json.loads((ckpt / "state.json").read_text())
+    model.load_state_dict(load_file(str(ckpt / "model.safetensors")))
+    flat = load_file(str(ckpt / "optim.safetensors"))
+    per: dict[int, dict] = {}
+    for key, v in flat.items():
+        idx, name = key.split(".", 1)
+        per.setdefault(int(idx), {})[name] = v
+    opt.load_state_dict({"state": per, "param_groups": state["param_groups"]})
+    return int(state["step"])
+
+
+# ---------------------------------------------------------------- main loop
+
+def _check_resumable(saved: TrainConfig, cfg: TrainConfig, ckpt: Path) -> None:
+    """Only the schedule-free bookkeeping may change on resume (steps changes the LR schedule:
+    allowed, but it is the caller's choice)."""
+    free = dict(steps=1, eval_every=1, log_every=1, ckpt_every=1, out="")
+    if replace(saved, **free) != replace(cfg, **free):
+        a, b = saved.to_dict(), cfg.to_dict()
+        diff = {k: (a[k], b[k]) for k in a if a[k] != b[k] and k not in free}
+        raise ValueError(f"{ckpt} was written with a different config {diff}; use a new --out")
+
+
+def export(model, tok, cfg: TrainConfig, folder: Path) -> None:
+    """Write the shippable folder (fp16): LLaDA format for the DLM, Llama format for the ARM."""
+    if cfg.kind == "dlm":
+        save_llada_folder(model, cfg.model, folder, mask_id=tok.mask_token_id,
+                          eos_id=tok.eos_token_id, pad_id=tok.pad_token_id)
+    else:
+        save_llama_folder(model, folder, eos_id=tok.eos_token_id, pad_id=tok.pad_token_id)
+    save_tokenizer(tok, folder)
+
+
+def train(cfg: TrainConfig, *, progress: bool = True) -> dict:
+    torch.set_num_threads(1)     # one thread per process is the efficient setting here (SPEC §7)
+    out = Path(cfg.out)
+    out.mkdir(parents=True, exist_ok=True)
+    ckpt = out / "ckpt"
+    tok_dir = out / "tokenizer"
+    if not (tok_dir / "tokenizer.json").exists():
+        save_tokenizer(train_tokenizer(cfg.vocab_size, cfg.data, seed=cfg.seed), tok_dir)
+    from transformers import AutoTokenizer
+    tok = AutoTokenizer.from_pretrained(str(tok_dir))
+    mcfg = replace(cfg.model, vocab_size=len(tok))
+    cfg = replace(cfg, model=mcfg)
+    if (ckpt / "state.json").exists():
+        _check_resumable(TrainConfig.from_dict(json.loads((ckpt / "state.json").read_text())["config"]), cfg, ckpt)
+    (out / "config.json").write_text(json.dumps(cfg.to_dict(), indent=1))
+
+    model = build_model(mcfg, diffusion=cfg.kind == "dlm", seed=cfg.seed)
+    decay = [p for n, p in model.named_parameters() if p.ndim >= 2]
+    no_decay = [p for n, p in model.named_parameters() if p.ndim < 2]
+    opt = torch.optim.AdamW([{"params": decay, "weight_decay": cfg.weight_decay},
+                             {"params": no_decay, "weight_decay": 0.0}],
+                            lr=cfg.lr, betas=(0.9, 0.98), eps=1e-8)
+    step = _load_ckpt(model, opt, ckpt) if (ckpt / "state.json").exists() else 0
+    log_path = out / "log.jsonl"
+    if step == 0 and log_path.exists():
+        log_path.unlink()
+    if step > 0:   # drop log lines written after the checkpoint we resume from
+        lines = [l for l in log_path.read_text().splitlines() if json.loads(l)["step"] <= step]
+        log_path.write_text("".join(l + "\n" for l in lines))
+    (out / "command.txt").write_text(" ".join(sys.argv) + "\n")
+
+    stream = ProblemStream(cfg.seed, cfg.data)
+    heldout = generate(cfg.eval_n, seed=cfg.seed, split="heldout", cfg=cfg.data)
+    model.train()
+    acc = {"loss": 0.0, "n": 0, "hit": torch.zeros(BUCKETS), "cnt": torch.zeros(BUCKETS),
+           "tok_hit": 0, "tok_cnt": 0, "t0": time.time()}
+    bar = tqdm(total=cfg.steps, initial=step, disable=not progress, desc=f"train {cfg.kind}",
+               dynamic_ncols=True)
+    tokens = _load_tokens(ckpt) if step else 0   # training tokens seen (prompt + answer region)
+    while step < cfg.steps:
+        b = encode_batch(tok, stream.batch(step, cfg.batch_size), cfg.gen_length)
+        tokens += b.input_ids.numel()
+        for g in opt.param_groups:
+            g["lr"] = lr_at(step, cfg)
+        if cfg.kind == "dlm":
+            gen = torch.Generator().manual_seed(cfg.seed * 1_000_003 + step)
+            loss, masked, correct, t = dlm_loss(model, b.input_ids, b.attention_mask, b.prompt_len,
+                                                tok.mask_token_id, gen)
+            bucket = (t * BUCKETS).long().clamp(max=BUCKETS - 1)                  # (B,)
+            hits = (correct & masked).sum(1).float()
+            acc["hit"].index_add_(0, bucket, hits)
+            acc["cnt"].index_add_(0, bucket, masked.sum(1).float())
+        else:
+            loss, correct = arm_loss(model, b.input_ids, b.attention_mask, b.prompt_len)
+            acc["tok_hit"] += int(correct.sum())
+            acc["tok_cnt"] += correct.numel()
+        opt.zero_grad(set_to_none=True)
+        loss.backward()
+        gnorm = torch.nn.utils.clip_grad_norm_(model.parameters(), cfg.grad_clip)
+        opt.step()
+        step += 1
+        acc["loss"] += loss.item()
+        acc["n"] += 1
+        bar.update(1)
+        record = None
+        if step % cfg.log_every == 0 or step == cfg.steps:
+            record = {"step": step, "loss": acc["loss"] / acc["n"], "lr": lr_at(step - 1, cfg),
+                      "grad_norm": float(gnorm), "tokens": tokens,
+                      "sec_per_step": (time.time() - acc["t0"]) / acc["n"]}
+            if cfg.kind == "dlm":
+                record["masked_acc_by_ratio"] = (acc["hit"] / acc["cnt"].clamp(min=1)).tolist()
+                record["masked_acc"] = float(acc["hit"].sum() / acc["cnt"].sum().clamp(min=1))
+            else:
+                record["token_acc"] = acc["tok_hit"] / max(1, acc["tok_cnt"])
+            bar.set_postfix(loss=f"{record['loss']:.3f}")
+            acc.update({"loss": 0.0, "n": 0, "hit": torch.zeros(BUCKETS), "cnt": torch.zeros(BUCKETS),
+                        "tok_hit": 0, "tok_cnt": 0, "t0": time.time()})
+        if step % cfg.eval_every == 0 or step == cfg.steps:
+            ev = evaluate(model, tok, heldout, cfg)
+            record = record or {"step": step}
+            record["eval"] = ev
+            tqdm.write(f"step {step}: held-out exact {ev['exact_acc']:.3f}"
+                       + (f", full-mask token acc {ev['full_mask_token_acc']:.3f}" if "full_mask_token_acc" in ev else "")
+                       + f" | {ev['samples'][0]['output']!r}")
+        if record:
+            with log_path.open("a") as f:
+                f.write(json.dumps(record) + "\n")
+        if step % cfg.ckpt_every == 0 or step == cfg.steps:
+            _save_ckpt(model, opt, step, cfg, ckpt, tokens)
+            if record and "eval" in record:
+                plot_curves(log_path, out / "curves.png", cfg.kind)
+    bar.close()
+    export(model, tok, cfg, out / "export")
+    plot_curves(log_path, out / "curves.png", cfg.kind)
+    return {"step": step, "out": str(out)}
+
+
+def plot_curves(log_path: Path, png: Path, kind: str) -> None:
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    recs = [json.loads(l) for l in Path(log_path).read_text().splitlines()]
+    tr = [r for r in recs if "loss" in r]
+    ev = [r for r in recs if "eval" in r]
+    fig, axes = plt.subplots(1, 3, figsize=(15, 4))
+    axes[0].plot([r["step"] for r in tr], [r["loss"] for r in tr])
+    axes[0].set(title=f"{kind}: training loss", xlabel="step", yscale="log")
+    if kind == "dlm":
+        for k in range(BUCKETS):
+            axes[1].plot([r["step"] for r in tr], [r["masked_acc_by_ratio"][k] for r in tr],
+                         label=f"t in [{k / BUCKETS:.1f}, {(k + 1) / BUCKETS:.1f})")
+        axes[1].set(title="masked-token accuracy by mask ratio t", xlabel="step")
+        axes[1].legend(fontsize=7)
+    else:
+        axes[1].plot([r["step"] for r in tr], [r["token_acc"] for r in tr])
+        axes[1].set(title="next-token accuracy (answer region)", xlabel="step")
+    axes[2].plot([r["step"] for r in ev], [r["eval"]["exact_acc"] for r in ev], "o-", label="exact answer (held-out)")
+    if kind == "dlm":
+        axes[2].plot([r["step"] for r in ev], [r["eval"].get("full_mask_token_acc", float("nan")) for r in ev],
+                     "s--", label="token acc, whole answer masked")
+    axes[2].set(title="held-out", xlabel="step", ylim=(0, 1))
+    axes[2].legend(fontsize=7)
+    fig.tight_layout()
+    fig.savefig(png, dpi=80)
+    plt.close(fig)
