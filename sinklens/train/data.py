@@ -1,6 +1,6 @@
 """Synthetic GSM8K-style arithmetic word problems with worked solutions and a `#### N` answer.
 
-    Q: "Mia has 23 pens. She gets 15 more. She gives away 9. How many pens does Mia have now?"
+    Q: "Mia has 23 pens. She gets 15 more. She gives away 9. How many pens now?"
     A: "23+15=38. 38-9=29. #### 29"
 
 Why synthetic: no GSM8K train split is available offline, and a CPU-sized model can only learn
@@ -101,7 +101,7 @@ def make_problem(nums: list[int], ops: list[str], rng: random.Random) -> Problem
         new = value + n if op == "+" else value - n
         steps.append(f"{value}{op}{n}={new}.")
         value = new
-    sentences.append(f"How many {obj} does {name} have?")
+    sentences.append(f"How many {obj} now?")
     key = str(nums[0]) + "".join(f"{op}{n}" for op, n in zip(ops, nums[1:]))
     return Problem(" ".join(sentences), " ".join(steps) + f" #### {value}", value, key)
 

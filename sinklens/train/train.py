@@ -1,9 +1,8 @@
 """Training loop for the tiny twins: a LLaDA-style masked DLM and its autoregressive twin.
 
-DLM loss (LLaDA SFT, answer-only masking): per sequence draw t ~ U(0, 1) (stratified across the
-batch to lower the variance), mask each answer token with probability p = (1 - eps) t + eps,
-never the prompt; cross-entropy on masked positions weighted 1/p, summed and divided by the
-answer-region length. ARM loss: next-token cross-entropy on the same answer region. Same data,
+DLM loss (LLaDA SFT, answer-only masking): per sequence a masking ratio t ~ U(0, 1) (stratified
+across the batch), t G answer tokens masked, never the prompt; cross-entropy on masked positions
+weighted 1/t, divided by the answer-region length G (see dlm_loss). ARM loss: next-token cross-entropy on the same answer region. Same data,
 same tokens, same shape; only attention (bidirectional vs causal) and the objective differ.
 
 Resumable: `<out>/ckpt/` holds model + AdamW state (safetensors) and `state.json` (step,
@@ -31,7 +30,6 @@ from sinklens.train.decode import arm_generate, dlm_generate
 from sinklens.train.model import ModelConfig, build_model, save_llada_folder, save_llama_folder
 from sinklens.train.tokenizer import save_tokenizer, train_tokenizer
 
-MASK_EPS = 1e-3          # LLaDA's minimum masking probability
 BUCKETS = 5              # masked-token accuracy is logged per mask-ratio bucket [0,.2),...,[.8,1]
 
 
@@ -84,21 +82,29 @@ def lr_at(step: int, cfg: TrainConfig) -> float:
 
 
 def dlm_loss(model, input_ids, attention_mask, P: int, mask_id: int, gen: torch.Generator):
-    """LLaDA SFT loss on the answer region. Returns (loss, masked (B,G) bool, correct (B,G) bool, t (B,))."""
+    """LLaDA SFT loss on the answer region. Returns (loss, masked (B,G) bool, correct (B,G) bool, t (B,)).
+
+    t ~ U(0, 1) per sequence, stratified across the batch (one draw per slice of (0, 1)). Instead
+    of masking each token with probability t (Bernoulli), exactly k = ceil(t G) answer tokens are
+    masked and t is taken as k / G: the same 1/t-weighted objective, sum_masked CE / (t G) =
+    mean CE over the masked tokens, without the variance of a few heavily weighted tokens at
+    small t (seen to dominate whole batches with Bernoulli masking).
+    """
     B, S = input_ids.shape
     G = S - P
-    # Stratified t: one draw per equal slice of (0, 1), in a random order (lower-variance U(0, 1)).
-    t = (torch.rand(1, generator=gen) + torch.arange(B)) / B                  # (B,)
-    t = t[torch.randperm(B, generator=gen)]
-    p_mask = (1 - MASK_EPS) * t + MASK_EPS                                     # (B,)
-    masked = torch.rand((B, G), generator=gen) < p_mask[:, None]               # (B, G)
+    u = (torch.rand(1, generator=gen) + torch.arange(B)) / B                  # (B,) stratified U(0,1)
+    u = u[torch.randperm(B, generator=gen)]
+    k = (u * G).ceil().long().clamp(1, G)                                      # (B,) masked tokens
+    rank = torch.rand((B, G), generator=gen).argsort(1).argsort(1)             # (B, G) random order
+    masked = rank < k[:, None]                                                 # (B, G)
+    t = k.float() / G                                                          # realised ratio
     x = input_ids.clone()
     x[:, P:][masked] = mask_id
     logits = model(input_ids=x, attention_mask=attention_mask).logits[:, P:]  # (B, G, V)
     target = input_ids[:, P:]
     ce = F.cross_entropy(logits.float().reshape(-1, logits.shape[-1]), target.reshape(-1),
                          reduction="none").view(B, G)
-    loss = (ce * masked / p_mask[:, None]).sum() / (B * G)
+    loss = ((ce * masked).sum(1) / k).mean()     # = mean_b (1/G) sum_masked CE / t_b
     correct = logits.argmax(-1) == target
     return loss, masked, correct, t
 
