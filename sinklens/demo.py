@@ -19,6 +19,7 @@ class DemoModel:
     name: str  # alias or path given to sinklens.load
     label: str
     sampler_kwargs: dict = field(default_factory=dict)
+    load_kwargs: dict = field(default_factory=dict)  # e.g. dtype for sinklens.load
 
 
 SMOLLM2_PROMPT = "Tom has 23 apples. He buys 15 more and gives 9 away. How many apples does he have now?"
@@ -75,7 +76,7 @@ def run_demo(out: str | Path, models: list[DemoModel] | None = None, prompt: str
     t0 = time.perf_counter()
     traces = []
     for dm in models:
-        model = sinklens.load(dm.name)
+        model = sinklens.load(dm.name, **dm.load_kwargs)
         ids = torch.tensor([model.apply_chat_template(prompt)])
         torch.manual_seed(0)
         path = out / f"{dm.label}.arrow"

@@ -82,6 +82,13 @@ def _smollm2_135m_instruct() -> Resolved:
 
 ALIASES: dict[str, Callable[[], Resolved]] = {"smollm2-135m-instruct": _smollm2_135m_instruct}
 
+# The tiny DLM / ARM twins trained by `sinklens train` and shipped in sinklens/assets
+# (docs/training.md): registered only when their folders are present.
+ASSETS = Path(__file__).resolve().parents[1] / "assets"
+for _twin in ("tiny-dlm", "tiny-arm"):
+    if (ASSETS / _twin / "config.json").is_file():
+        ALIASES[_twin] = lambda _folder=ASSETS / _twin: Resolved(_folder, None, "alias")
+
 
 def register_alias(name: str, resolve: Callable[[], Resolved]) -> None:
     """Add a short name (e.g. the tiny twins in sinklens/assets) resolving to a local checkpoint."""

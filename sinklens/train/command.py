@@ -14,7 +14,7 @@ def register(sub) -> None:
                                    "synthetic arithmetic word problems. Resumes from <out>/ckpt.")
     p.add_argument("--kind", choices=["dlm", "arm"], required=True)
     p.add_argument("--out", required=True, help="run folder (checkpoints, log, curves, export/)")
-    for name, typ, default in [("seed", int, 0), ("steps", int, 3000), ("batch-size", int, 64),
+    for name, typ, default in [("seed", int, 0), ("steps", int, 3000), ("stop-after", int, 0), ("batch-size", int, 64),
                                ("lr", float, 2e-3), ("min-lr-frac", float, 0.1), ("warmup", int, 100),
                                ("weight-decay", float, 0.01), ("grad-clip", float, 1.0), ("gen-length", int, 24),
                                ("block-length", int, 0), ("log-every", int, 25),
@@ -37,5 +37,8 @@ def run(args: argparse.Namespace) -> int:
     cfg = TrainConfig(**{f.name: getattr(args, f.name) for f in fields(TrainConfig)
                          if f.name not in ("model", "data")}, model=model, data=data)
     res = train(cfg, progress=not args.no_progress)
-    print(f"done: {res['step']} steps, exported to {res['out']}/export")
+    if res["finished"]:
+        print(f"done: {res['step']} steps, exported to {res['out']}/export")
+    else:
+        print(f"stopped after step {res['step']} (checkpoint in {res['out']}/ckpt); run again to resume")
     return 0

@@ -38,7 +38,8 @@ class TrainConfig:
     kind: str = "dlm"                 # "dlm" or "arm"
     out: str = "runs/dlm"
     seed: int = 0
-    steps: int = 3000
+    steps: int = 3000                 # length of the LR schedule and of the run
+    stop_after: int = 0               # stop (with a checkpoint) after this step; 0 = run to `steps`
     batch_size: int = 64
     lr: float = 2e-3
     min_lr_frac: float = 0.1
@@ -203,7 +204,7 @@ def _load_ckpt(model, opt, ckpt: Path) -> int:
 def _check_resumable(saved: TrainConfig, cfg: TrainConfig, ckpt: Path) -> None:
     """Only the schedule-free bookkeeping may change on resume (steps changes the LR schedule:
     allowed, but it is the caller's choice)."""
-    free = dict(steps=1, eval_every=1, log_every=1, ckpt_every=1, out="")
+    free = dict(steps=1, stop_after=0, eval_every=1, log_every=1, ckpt_every=1, out="")
     if replace(saved, **free) != replace(cfg, **free):
         a, b = saved.to_dict(), cfg.to_dict()
         diff = {k: (a[k], b[k]) for k in a if a[k] != b[k] and k not in free}
@@ -249,7 +250,8 @@ def train(cfg: TrainConfig, *, progress: bool = True) -> dict:
     if step > 0:   # drop log lines written after the checkpoint we resume from
         lines = [l for l in log_path.read_text().splitlines() if json.loads(l)["step"] <= step]
         log_path.write_text("".join(l + "\n" for l in lines))
-    (out / "command.txt").write_text(" ".join(sys.argv) + "\n")
+    with (out / "command.txt").open("w" if step == 0 else "a") as f:   # every invocation, in order
+        f.write(f"# from step {step}\n" + " ".join(["sinklens"] + sys.argv[1:]) + "\n")
 
     stream = ProblemStream(cfg.seed, cfg.data)
     heldout = generate(cfg.eval_n, seed=cfg.seed, split="heldout", cfg=cfg.data)
@@ -259,7 +261,8 @@ def train(cfg: TrainConfig, *, progress: bool = True) -> dict:
     bar = tqdm(total=cfg.steps, initial=step, disable=not progress, desc=f"train {cfg.kind}",
                dynamic_ncols=True)
     tokens = _load_tokens(ckpt) if step else 0   # training tokens seen (prompt + answer region)
-    while step < cfg.steps:
+    stop = min(cfg.stop_after or cfg.steps, cfg.steps)
+    while step < stop:
         b = encode_batch(tok, stream.batch(step, cfg.batch_size), cfg.gen_length)
         tokens += b.input_ids.numel()
         for g in opt.param_groups:
@@ -307,14 +310,16 @@ def train(cfg: TrainConfig, *, progress: bool = True) -> dict:
         if record:
             with log_path.open("a") as f:
                 f.write(json.dumps(record) + "\n")
-        if step % cfg.ckpt_every == 0 or step == cfg.steps:
+        if step % cfg.ckpt_every == 0 or step in (cfg.steps, stop):
             _save_ckpt(model, opt, step, cfg, ckpt, tokens)
             if record and "eval" in record:
                 plot_curves(log_path, out / "curves.png", cfg.kind)
     bar.close()
+    if step < cfg.steps:
+        return {"step": step, "out": str(out), "finished": False}
     export(model, tok, cfg, out / "export")
     plot_curves(log_path, out / "curves.png", cfg.kind)
-    return {"step": step, "out": str(out)}
+    return {"step": step, "out": str(out), "finished": True}
 
 
 def plot_curves(log_path: Path, png: Path, kind: str) -> None:
