@@ -14,6 +14,7 @@ def build_parser() -> argparse.ArgumentParser:
     from sinklens.eval.commands import register as register_eval; register_eval(sub)  # eval, eval-summary
     from sinklens.demo import register as register_demo; register_demo(sub)  # demo
     from sinklens.train.command import register as register_train; register_train(sub)  # train
+    from sinklens.train.replicate import register as register_replicate; register_replicate(sub)  # replicate
     return p
 
 

@@ -55,6 +55,11 @@ TASKS = {
                       {"llada": 512, "dream": 768, "arm": 512}),
 }
 
+from sinklens.train import task as _arith  # noqa: E402  (the tiny twins' held-out problems)
+
+TASKS["arith"] = Task("arith", _arith.load, _arith.messages, _arith.text, _arith.reference, _arith.judge,
+                      {"llada": 24, "dream": 24, "arm": 24})
+
 
 def get_task(name: str) -> Task:
     if name not in TASKS:
