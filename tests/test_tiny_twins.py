@@ -13,8 +13,7 @@ from safetensors.torch import load_file
 
 import sinklens
 from sinklens.train.batch import decode_answers, encode_prompts, parse_answer
-from sinklens.train.data import generate
-from sinklens.train.demo_defaults import ARM_SAMPLER, DLM_SAMPLER, LOAD
+from sinklens.train.demo_defaults import LOAD, arm_sampler, dlm_sampler, gen_length, heldout_problems
 from sinklens.train.model import ModelConfig, build_model, llada_name
 
 ASSETS = Path(sinklens.__file__).parent / "assets"
@@ -23,7 +22,7 @@ N_PROBLEMS = 12
 
 def _solve(name, sampler):
     m = sinklens.load(name, **LOAD)
-    problems = generate(N_PROBLEMS, seed=0, split="heldout")
+    problems = heldout_problems(N_PROBLEMS)
     ids, am = encode_prompts(m.tokenizer, [p.question for p in problems])
     torch.manual_seed(0)
     out = m.generate(ids, attention_mask=am, **sampler)
@@ -41,13 +40,13 @@ def test_shipped_folder_is_small_fp16_safetensors(name):
 
 
 def test_tiny_dlm_solves_heldout_problems():
-    m, correct, texts = _solve("tiny-dlm", DLM_SAMPLER)
+    m, correct, texts = _solve("tiny-dlm", dlm_sampler())
     assert m.is_diffusion and m.family.name == "llada" and m.mask_id == m.tokenizer.mask_token_id
     assert correct >= N_PROBLEMS // 2, texts
 
 
 def test_tiny_arm_solves_heldout_problems():
-    m, correct, texts = _solve("tiny-arm", ARM_SAMPLER)
+    m, correct, texts = _solve("tiny-arm", arm_sampler())
     assert not m.is_diffusion
     assert correct >= N_PROBLEMS // 2, texts
 
@@ -62,9 +61,10 @@ def test_tiny_dlm_loader_logits_equal_training_architecture():
     official = load_file(str(folder / "model.safetensors"))
     ours.load_state_dict({k: official[llada_name(k)].float() for k in ours.state_dict()})
     m = sinklens.load("tiny-dlm", **LOAD)
-    ids, am = encode_prompts(m.tokenizer, [p.question for p in generate(3, seed=1, split="heldout")])
-    x = torch.cat([ids, torch.full((3, 24), m.mask_id)], 1)
-    a = torch.cat([am, torch.ones((3, 24), dtype=am.dtype)], 1)
+    ids, am = encode_prompts(m.tokenizer, [p.question for p in heldout_problems(3, seed=1)])
+    G = gen_length()
+    x = torch.cat([ids, torch.full((3, G), m.mask_id)], 1)
+    a = torch.cat([am, torch.ones((3, G), dtype=am.dtype)], 1)
     with torch.no_grad():
         want = ours(input_ids=x, attention_mask=a).logits
     got = m.forward_logits(x, attention_mask=a)

@@ -58,7 +58,7 @@ TASKS = {
 from sinklens.train import task as _arith  # noqa: E402  (the tiny twins' held-out problems)
 
 TASKS["arith"] = Task("arith", _arith.load, _arith.messages, _arith.text, _arith.reference, _arith.judge,
-                      {"llada": 24, "dream": 24, "arm": 24})
+                      _arith.gen_lengths())
 
 
 def get_task(name: str) -> Task:

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from sinklens.train.demo_defaults import DLM_SAMPLER
+from sinklens.train.demo_defaults import dlm_sampler
 
 
 def replicate(out: str | Path, n: int = 200, mask_topk: tuple[int, ...] = (0, 1, 5, 10),
@@ -24,7 +24,7 @@ def replicate(out: str | Path, n: int = 200, mask_topk: tuple[int, ...] = (0, 1,
     out = Path(out)
     for name in ("tiny-dlm", "tiny-arm"):
         run_eval(EvalConfig(model=name, task="arith", out=str(out / "eval"), mask_topk=mask_topk, limit=n,
-                            shots=0, chat="on", block_length=DLM_SAMPLER["block_length"], dtype="float32",
+                            shots=0, chat="on", block_length=dlm_sampler()["block_length"], dtype="float32",
                             loglik=False, progress=progress))
     md, csv = write_summary([str(out / "eval")], str(out / "eval"))
     html = run_demo(out / "dynamics", quiet=not progress)

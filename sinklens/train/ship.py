@@ -25,6 +25,8 @@ def ship(run_dir: str | Path, name: str, dest_root: str | Path = ASSETS) -> Path
     if dest.exists():
         shutil.rmtree(dest)
     shutil.copytree(export, dest)
+    for f in dest.iterdir():
+        f.chmod(0o644)    # safetensors writes 0600; the package files must be world-readable
     prov = dest / "training"
     prov.mkdir()
     for f in ("command.txt", "log.jsonl", "curves.png"):

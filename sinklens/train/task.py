@@ -7,7 +7,7 @@ with the value Python computed when the problem was generated.
 from __future__ import annotations
 
 from sinklens.train.batch import parse_answer
-from sinklens.train.data import generate
+from sinklens.train.demo_defaults import gen_length, heldout_problems
 
 DEFAULT_N = 200
 SEED = 0        # the held-out problems behind docs/training.md
@@ -16,7 +16,7 @@ SEED = 0        # the held-out problems behind docs/training.md
 def load(data: str | None = None, limit: int | None = None):
     if data is not None:
         raise ValueError("task 'arith' generates its problems; --data is not used (omit it)")
-    problems = generate(limit or DEFAULT_N, seed=SEED, split="heldout")
+    problems = heldout_problems(limit or DEFAULT_N, seed=SEED)
     return [{"id": f"heldout{i}", "question": p.question, "answer": p.solution, "reference": str(p.answer)}
             for i, p in enumerate(problems)], []
 
@@ -38,3 +38,8 @@ def judge(raw: str, item: dict, sandbox=None) -> dict:
     ok = pred is not None and str(pred) == item["reference"]
     return {"extracted": pred, "reference": item["reference"], "correct": ok,
             "verdict": "correct" if ok else ("no answer" if pred is None else "wrong")}
+
+
+def gen_lengths() -> dict:
+    """Per sampler: the answer region the twins were trained with."""
+    return {"llada": gen_length(), "dream": gen_length(), "arm": gen_length()}
