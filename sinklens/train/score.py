@@ -1,0 +1,60 @@
+"""Held-out exact-answer accuracy of a shipped twin through `sinklens.load` and its real sampler.
+
+    python -m sinklens.train.score tiny-dlm [--n 200] [--block-length 8] [--dtype float32]
+
+Batched (left-padded prompts), unmasked; the numbers in docs/training.md come from here.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+
+import torch
+
+from sinklens.train.batch import decode_answers, encode_prompts, parse_answer
+from sinklens.train.demo_defaults import arm_sampler, dlm_sampler, heldout_problems
+
+
+def score(name: str, n: int = 200, seed: int = 0, block_length: int | None = None,
+          dtype: str | None = "float32", batch_size: int = 100) -> dict:
+    import sinklens
+    torch.set_num_threads(1)
+    m = sinklens.load(name, dtype=dtype)
+    sampler = dlm_sampler() if m.is_diffusion else arm_sampler()
+    if block_length and m.is_diffusion:
+        sampler["block_length"] = block_length
+    problems = heldout_problems(n, seed=seed)
+    correct, outputs = 0, []
+    for i in range(0, n, batch_size):
+        chunk = problems[i:i + batch_size]
+        ids, am = encode_prompts(m.tokenizer, [p.question for p in chunk])
+        out = m.generate(ids, attention_mask=am, **sampler)
+        texts = decode_answers(m.tokenizer, out.sequences[:, ids.shape[1]:])
+        for p, t in zip(chunk, texts):
+            ok = parse_answer(t) == p.answer
+            correct += ok
+            outputs.append({"question": p.question, "output": t, "answer": p.answer, "ok": bool(ok)})
+    acc = correct / n
+    return {"model": name, "n": n, "seed": seed, "dtype": dtype, "sampler": sampler, "exact_acc": acc,
+            "stderr": (acc * (1 - acc) / n) ** 0.5, "outputs": outputs}
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("model")
+    ap.add_argument("--n", type=int, default=200)
+    ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--block-length", type=int, default=None)
+    ap.add_argument("--dtype", default="float32")
+    ap.add_argument("--out", default=None, help="write the full result (with every output) as JSON")
+    a = ap.parse_args()
+    res = score(a.model, a.n, a.seed, a.block_length, None if a.dtype == "auto" else a.dtype)
+    print(f"{a.model}: held-out exact {res['exact_acc']:.3f} ± {res['stderr']:.3f} (n={a.n}, dtype={a.dtype}, "
+          f"sampler={res['sampler']})")
+    if a.out:
+        with open(a.out, "w") as f:
+            json.dump(res, f, indent=1)
+
+
+if __name__ == "__main__":
+    main()
