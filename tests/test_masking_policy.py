@@ -97,7 +97,8 @@ def test_keep_self_and_threshold():
 def test_causal_probe_never_empties_a_row():
     """Causal prefill with step0='probe': key 0 is the sink, yet query 0 (which sees only key 0) keeps it."""
     model, x = tiny(True), ids()
-    wrapper = SimpleNamespace(forward_logits=lambda t, attention=None: model(t, sinklens=attention).logits)
+    wrapper = SimpleNamespace(forward_logits=lambda t, attention_mask=None, attention=None:
+                              model(t, attention_mask=attention_mask, sinklens=attention).logits)
     pol = SinkMaskingPolicy(MaskingConfig(top_k=1, step0="probe", arm_rule="prefix"), num_layers=L,
                             is_diffusion=False, model=wrapper)
     req = pol.before_step(0, x, torch.zeros_like(x, dtype=torch.bool))
@@ -105,6 +106,26 @@ def test_causal_probe_never_empties_a_row():
     logits = model(x, sinklens=req).logits
     assert torch.isfinite(logits).all() and torch.isfinite(req.received).all()
     torch.testing.assert_close(req.received.sum(-1), torch.full((L, 1, H), float(S)))
+
+
+def test_probe_respects_left_padding():
+    """The probe pass sees the batch's padding: a left-padded row gets the same sinks as the
+    same tokens alone (bidirectional, key padding only), and no padded key is ever blocked."""
+    model, x = tiny(False), ids(s=S - 3)
+    padded = torch.cat([torch.zeros(1, 3, dtype=torch.long), x], dim=1)  # (1, S)
+    am = torch.cat([torch.zeros(1, 3, dtype=torch.bool), torch.ones_like(x, dtype=torch.bool)], dim=1)
+    wrapper = SimpleNamespace(forward_logits=lambda t, attention_mask=None, attention=None:
+                              model(t, attention_mask=attention_mask, sinklens=attention).logits)
+
+    def probe_blocked(tokens, mask):
+        pol = SinkMaskingPolicy(MaskingConfig(top_k=2, step0="probe"), num_layers=L, model=wrapper)
+        return pol.before_step(0, tokens, torch.zeros_like(tokens, dtype=torch.bool), attention_mask=mask).blocked
+
+    alone = probe_blocked(x, torch.ones_like(x, dtype=torch.bool))  # (L, 1, H, S - 3)
+    with_pad = probe_blocked(padded, am)  # (L, 1, H, S)
+    assert not with_pad[..., :3].any()
+    # RoPE is relative, so shifting every real token by 3 positions leaves the ranking unchanged
+    assert torch.equal(with_pad[..., 3:], alone)
 
 
 def test_arm_newest_rule_and_growing_sequence():

@@ -113,7 +113,8 @@ class SinkMaskingPolicy:
         return blocked
 
     # --- hook ---------------------------------------------------------------------------
-    def before_step(self, step: int, tokens: torch.Tensor, is_masked: torch.Tensor) -> AttentionRequest:
+    def before_step(self, step: int, tokens: torch.Tensor, is_masked: torch.Tensor,
+                    attention_mask: torch.Tensor | None = None) -> AttentionRequest:
         B, S = tokens.shape
         req = AttentionRequest(capture=True, keep_self=self.config.keep_self)
         if not self.is_diffusion and self.config.arm_rule == "newest" and step == 0:
@@ -123,8 +124,9 @@ class SinkMaskingPolicy:
         if not self.config.active:
             return req
         if self._next is None and step == 0 and self.config.step0 == "probe":
-            probe = AttentionRequest(capture=True, query_mask=req.query_mask)
-            self.model.forward_logits(tokens, attention=probe)
+            qmask = req.query_mask if req.query_mask is not None else attention_mask
+            probe = AttentionRequest(capture=True, query_mask=qmask)
+            self.model.forward_logits(tokens, attention_mask=attention_mask, attention=probe)
             self._next = self.rank(probe.received)
         if self._next is not None:
             blocked = self._next

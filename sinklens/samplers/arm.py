@@ -89,7 +89,7 @@ def generate(model, input_ids, attention_mask=None, *, max_new_tokens: int = 32,
             S = seq.shape[1]
             real = am.bool()  # (B, S)
             not_masked = torch.zeros_like(real)
-            hook_req = all_hooks.before_step(step, seq, not_masked)
+            hook_req = all_hooks.before_step(step, seq, not_masked, real)
             positions = am.cumsum(-1) - 1  # (B, S) left padding: count from the first real token
             positions.masked_fill_(am == 0, 1)
             if step == 0:  # prefill: every real prompt row is a query

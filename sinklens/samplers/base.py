@@ -7,6 +7,8 @@ the hooks (`after_step`). The trace writer is one such hook.
 """
 from __future__ import annotations
 
+import inspect
+
 import os
 from contextlib import contextmanager
 from dataclasses import dataclass, field, replace
@@ -71,6 +73,10 @@ class Hooks:
         for h in self.hooks:
             if not (callable(h) or hasattr(h, "before_step") or hasattr(h, "after_step")):
                 raise TypeError(f"hook {h!r} has neither before_step nor after_step and is not callable")
+        # `before_step` may take an optional `attention_mask` (B, S) keyword (e.g. a probe pass
+        # needs it); older three-argument hooks keep working.
+        self._wants_mask = {id(h) for h in self.hooks if hasattr(h, "before_step")
+                            and "attention_mask" in inspect.signature(h.before_step).parameters}
 
     def __bool__(self) -> bool:
         return bool(self.hooks)
@@ -80,12 +86,17 @@ class Hooks:
         """Hooks that read `event.attention` say so with `wants_attention = True`."""
         return any(getattr(h, "wants_attention", False) for h in self.hooks)
 
-    def before_step(self, step: int, tokens: torch.Tensor, is_masked: torch.Tensor) -> AttentionRequest | None:
-        """Merge the hooks' requests: `blocked` is OR-ed, `capture` / `keep_self` too."""
+    def before_step(self, step: int, tokens: torch.Tensor, is_masked: torch.Tensor,
+                    attention_mask: torch.Tensor | None = None) -> AttentionRequest | None:
+        """Merge the hooks' requests: `blocked` is OR-ed, `capture` / `keep_self` too.
+        attention_mask: (B, S) bool real (non-pad) positions of `tokens`."""
         merged: AttentionRequest | None = None
         for h in self.hooks:
             fn = getattr(h, "before_step", None)
-            req = fn(step, tokens, is_masked) if fn is not None else None
+            if fn is None:
+                continue
+            kw = {"attention_mask": attention_mask} if id(h) in self._wants_mask else {}
+            req = fn(step, tokens, is_masked, **kw)
             if req is None:
                 continue
             if merged is None:

@@ -135,7 +135,7 @@ def generate(model, input_ids, attention_mask=None, *, steps: int = 512, max_new
     with run_context(writer, trace, steps, progress, "dream") as bar:
         for i in range(steps):
             mask_index = x == mask_id  # (B, S)
-            req = build_request(all_hooks.before_step(i, x, mask_index), capture, i, real,
+            req = build_request(all_hooks.before_step(i, x, mask_index, real), capture, i, real,
                                 masked_unmasked_groups(mask_index, real) if capture and capture.query_groups else None)
             tokens_in = x.clone()
             raw = model.forward_logits(x, attention_mask=attention_mask, position_ids=position_ids, attention=req)

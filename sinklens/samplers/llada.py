@@ -124,7 +124,7 @@ def generate(model, input_ids, attention_mask=None, *, steps: int = 128, gen_len
             for i in range(steps_per_block):
                 step = b * steps_per_block + i
                 mask_index = x == mask_id  # (B, S)
-                req = build_request(all_hooks.before_step(step, x, mask_index), capture, step, real,
+                req = build_request(all_hooks.before_step(step, x, mask_index, real), capture, step, real,
                                     masked_unmasked_groups(mask_index, real) if capture and capture.query_groups else None)
                 tokens_in = x.clone()
                 if cfg_scale > 0.0:
