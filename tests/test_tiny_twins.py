@@ -30,7 +30,7 @@ def _solve(name, sampler):
     return m, sum(parse_answer(t) == p.answer for p, t in zip(problems, texts)), texts
 
 
-@pytest.mark.parametrize("name", ["tiny-dlm"])
+@pytest.mark.parametrize("name", ["tiny-dlm", "tiny-arm"])
 def test_shipped_folder_is_small_fp16_safetensors(name):
     folder = ASSETS / name
     assert sum(f.stat().st_size for f in folder.rglob("*") if f.is_file()) <= 25 * 2**20
@@ -42,6 +42,12 @@ def test_shipped_folder_is_small_fp16_safetensors(name):
 def test_tiny_dlm_solves_heldout_problems():
     m, correct, texts = _solve("tiny-dlm", dlm_sampler())
     assert m.is_diffusion and m.family.name == "llada" and m.mask_id == m.tokenizer.mask_token_id
+    assert correct >= N_PROBLEMS // 2, texts
+
+
+def test_tiny_arm_solves_heldout_problems():
+    m, correct, texts = _solve("tiny-arm", arm_sampler())
+    assert not m.is_diffusion
     assert correct >= N_PROBLEMS // 2, texts
 
 
