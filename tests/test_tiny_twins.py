@@ -69,3 +69,14 @@ def test_tiny_dlm_loader_logits_equal_training_architecture():
         want = ours(input_ids=x, attention_mask=a).logits
     got = m.forward_logits(x, attention_mask=a)
     torch.testing.assert_close(got[a.bool()], want[a.bool()], atol=1e-4, rtol=1e-4)
+
+
+def test_replicate_writes_table_and_dynamics(tmp_path):
+    """`sinklens replicate` end to end on 2 problems: Table-1 rows for both twins + a report."""
+    from sinklens.eval.summary import find_runs, summarize_run
+    from sinklens.train.replicate import replicate
+    res = replicate(tmp_path, n=2, mask_topk=(0, 1), progress=False)
+    rows = [summarize_run(r) for r in find_runs([str(tmp_path / "eval")])]
+    assert sorted((r["model"], r["mask_topk"], r["n"]) for r in rows) == [
+        ("tiny-arm", 0, 2), ("tiny-arm", 1, 2), ("tiny-dlm", 0, 2), ("tiny-dlm", 1, 2)]
+    assert Path(res["report"]).is_file()
