@@ -221,6 +221,7 @@ def export(model, tok, cfg: TrainConfig, folder: Path) -> None:
     save_tokenizer(tok, folder)
 
 
+@torch.enable_grad()   # a caller (or a test module) may have switched autograd off globally
 def train(cfg: TrainConfig, *, progress: bool = True) -> dict:
     torch.set_num_threads(1)     # one thread per process is the efficient setting here (SPEC §7)
     out = Path(cfg.out)
