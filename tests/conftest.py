@@ -50,3 +50,13 @@ def tiny_dlm(tmp_path_factory, fixtures_dir):
     assert fast.convert_tokens_to_ids(["<|endoftext|>", "<|mdm_mask|>"]) == [299, 300]
     fast.save_pretrained(out)
     return str(out)
+
+
+@pytest.fixture(autouse=True)
+def _inference_mode_per_test():
+    """Every test runs without autograd (all sinklens paths are inference), scoped to the test so
+    no module switches it off for the rest of the session; training code enables it itself."""
+    import torch
+
+    with torch.no_grad():
+        yield

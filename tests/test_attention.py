@@ -10,8 +10,6 @@ from transformers import LlamaConfig, LlamaForCausalLM, Qwen2Config, Qwen2ForCau
 
 from sinklens.attention import ATTENTION_NAME, AttentionRequest
 
-torch.set_grad_enabled(False)
-
 B, S, V = 2, 12, 97
 
 

@@ -10,7 +10,6 @@ from transformers import LlamaConfig, LlamaForCausalLM
 from sinklens.attention import ATTENTION_NAME, AttentionRequest
 from sinklens.masking.policy import MaskingConfig, SinkMaskingPolicy
 
-torch.set_grad_enabled(False)
 torch.set_num_threads(1)   # 2 shared cores: one thread is several times faster than two under load
 L, H, S, V = 3, 4, 10, 64
 

@@ -8,7 +8,6 @@ from transformers import LlamaConfig, LlamaForCausalLM
 import sinklens
 from sinklens.samplers import CaptureOptions
 
-torch.set_grad_enabled(False)
 torch.set_num_threads(1)  # small models: threads only contend on the shared 2-core machine
 
 

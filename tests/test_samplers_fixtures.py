@@ -10,7 +10,6 @@ import torch
 import sinklens
 from sinklens.samplers import CaptureOptions
 
-torch.set_grad_enabled(False)
 torch.set_num_threads(1)  # tiny models: threads only contend on the shared 2-core machine
 
 SKIP_ARGS = {"prompt", "inputs", "attention_mask", "output_history", "return_dict_in_generate"}

@@ -84,7 +84,10 @@ def test_hostile_suite_contained(tmp_path, listener, network):
     for name, r in zip(hostile, results):
         assert not r.passed, f"{name} passed: {r}"
     assert results[-1].passed, f"the eval did not carry on: {results[-1]}"   # benign program after them
-    assert {r.status for r in results[:2]} == {"timeout"}
+    # The busy loop races its CPU-time rlimit (SIGXCPU, then SIGKILL at the hard limit) against
+    # the wall-clock timeout: either way it is stopped. The sleeper uses no CPU: wall clock only.
+    assert results[0].status in {"timeout", "signal:SIGXCPU", "signal:SIGKILL"}, results[0]
+    assert results[1].status == "timeout", results[1]
     assert "MemoryError" in results[4].stderr
     assert decoy.read_text() == "keep me"
     assert (decoy_dir / "inner.txt").read_text() == "keep me too"
