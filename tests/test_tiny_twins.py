@@ -75,8 +75,16 @@ def test_replicate_writes_table_and_dynamics(tmp_path):
     """`sinklens replicate` end to end on 2 problems: Table-1 rows for both twins + a report."""
     from sinklens.eval.summary import find_runs, summarize_run
     from sinklens.train.replicate import replicate
-    res = replicate(tmp_path, n=2, mask_topk=(0, 1), progress=False)
+    res = replicate(tmp_path, n=2, mask_topk=(0, 1), progress=False, n_traces=3)
     rows = [summarize_run(r) for r in find_runs([str(tmp_path / "eval")])]
     assert sorted((r["model"], r["mask_topk"], r["n"]) for r in rows) == [
         ("tiny-arm", 0, 2), ("tiny-arm", 1, 2), ("tiny-dlm", 0, 2), ("tiny-dlm", 1, 2)]
     assert Path(res["report"]).is_file()
+    dyn = {(r["model"], r["units"]): r for r in res["rows"]}
+    assert set(dyn) == {("tiny-dlm", "sum"), ("tiny-arm", "sum"), ("tiny-arm", "uniform_ratio")}
+    for r in dyn.values():
+        assert r["problems"] == 3 and len(r["sinks_per_head_and_step_by_layer"]) == 4
+        if r["sink_occurrences"]:
+            assert abs(sum(r["sink_token_categories"].values()) - 1) < 1e-9
+    assert dyn[("tiny-dlm", "sum")]["consecutive_sink_pairs"] > 0
+    assert Path(res["dynamics_md"]).read_text().count("| tiny-") == 3

@@ -5,17 +5,89 @@
    ARM twin, with standard errors: `sinklens.eval` on task "arith" -> `<out>/eval/summary.md`.
 2. Sink dynamics: both twins traced on a held-out problem and reported (largest-sink
    movement, sink counts per layer, the tokens sinks sit on, figures) -> `<out>/dynamics/`.
+3. The same dynamics aggregated over `--n-traces` held-out problems (default 50) ->
+   `<out>/dynamics_over_problems.{md,json}`: how often the largest sink moves between steps
+   (only where there is an Eq. 3 sink at both steps, SPEC §3), sinks per head and step by
+   layer, and the token categories sinks sit on (Table 2 analogue).
 Resumable: the eval part skips samples already on disk.
 """
 from __future__ import annotations
 
 from pathlib import Path
 
-from sinklens.train.demo_defaults import dlm_sampler
+from sinklens.train.demo_defaults import demo_models_and_prompt, dlm_sampler, heldout_problems
+
+
+def dynamics_over_problems(out: str | Path, n_traces: int = 50, progress: bool = True) -> dict:
+    """Trace both twins on `n_traces` held-out problems; aggregate the sink dynamics.
+
+    Units: Eq. 3 (eps = 3) on column sums for both twins, and for the causal ARM also relative to
+    the uniform-attention baseline (its decode steps have one query row, so sums are <= 1 there).
+    """
+    import json
+
+    import numpy as np
+    import torch
+    from tqdm import tqdm
+
+    import sinklens
+    from sinklens.analysis.analyze import AnalysisConfig, analyze
+    from sinklens.analysis.tokens import CATEGORIES
+
+    out = Path(out)
+    (out / "traces").mkdir(parents=True, exist_ok=True)
+    models, _ = demo_models_and_prompt()
+    problems = heldout_problems(n_traces)
+    results = []
+    for dm in models:
+        model = sinklens.load(dm.name, **dm.load_kwargs)
+        views = ["sum"] if model.is_diffusion else ["sum", "uniform_ratio"]
+        acc = {u: {"moved": 0, "pairs": 0, "with_sink": [], "per_layer": [], "cats": dict.fromkeys(CATEGORIES, 0)}
+               for u in views}
+        for k, prob in enumerate(tqdm(problems, desc=f"trace {dm.label}", disable=not progress)):
+            path = out / "traces" / f"{dm.label}-{k:03d}.arrow"
+            if not path.is_file():  # resumable: finished traces are kept
+                ids = torch.tensor([model.apply_chat_template(prob.question)])
+                tmp = path.with_suffix(".partial")
+                model.generate(ids, trace=str(tmp), **dm.sampler_kwargs)
+                tmp.rename(path)
+            for u in views:
+                a = analyze(str(path), AnalysisConfig(units=u))
+                lp = a.largest_pos  # (T, L, H), -1 = no sink
+                both = (lp[1:] >= 0) & (lp[:-1] >= 0)  # a sink at consecutive steps
+                acc[u]["moved"] += int((both & (lp[1:] != lp[:-1])).sum())
+                acc[u]["pairs"] += int(both.sum())
+                acc[u]["with_sink"].append(float((lp >= 0).mean()))
+                acc[u]["per_layer"].append(a.sink_count.mean(axis=(0, 2)))  # (L,)
+                for c, v in a.token_table.categories.items():
+                    acc[u]["cats"][c] += v["count"]
+        for u, d in acc.items():
+            total = sum(d["cats"].values())
+            results.append({
+                "model": dm.label, "units": u, "eps": 3.0, "problems": n_traces,
+                "largest_sink_moved_fraction": d["moved"] / d["pairs"] if d["pairs"] else None,
+                "consecutive_sink_pairs": d["pairs"],
+                "fraction_step_layer_head_with_sink": float(np.mean(d["with_sink"])),
+                "sinks_per_head_and_step_by_layer": np.mean(d["per_layer"], axis=0).round(3).tolist(),
+                "sink_token_categories": {c: (n / total if total else 0.0) for c, n in d["cats"].items()},
+                "sink_occurrences": total})
+    lines = [f"Sink dynamics over {n_traces} held-out problems (Eq. 3, eps = 3, in the units named per row; "
+             "'moved' counts only consecutive steps where the head has a sink at both)", "",
+             "| model | units | (step, layer, head) with a sink | largest sink moved | sinks / head / step by layer | "
+             + " | ".join(CATEGORIES) + " |", "|---|---|---:|---:|---|" + "---:|" * len(CATEGORIES)]
+    for r in results:
+        moved = "n/a (no consecutive sinks)" if r["largest_sink_moved_fraction"] is None else \
+            f"{r['largest_sink_moved_fraction']:.1%} of {r['consecutive_sink_pairs']}"
+        lines.append(f"| {r['model']} | {r['units']} | {r['fraction_step_layer_head_with_sink']:.1%} | {moved} | "
+                     + " ".join(f"{x:.2f}" for x in r["sinks_per_head_and_step_by_layer"]) + " | "
+                     + " | ".join(f"{r['sink_token_categories'][c]:.1%}" for c in CATEGORIES) + " |")
+    (out / "dynamics_over_problems.md").write_text("\n".join(lines) + "\n")
+    (out / "dynamics_over_problems.json").write_text(json.dumps(results, indent=1))
+    return {"dynamics_md": str(out / "dynamics_over_problems.md"), "rows": results}
 
 
 def replicate(out: str | Path, n: int = 200, mask_topk: tuple[int, ...] = (0, 1, 5, 10),
-              progress: bool = True) -> dict:
+              progress: bool = True, n_traces: int = 50) -> dict:
     from sinklens.demo import run_demo
     from sinklens.eval.runner import EvalConfig, run_eval
     from sinklens.eval.summary import write_summary
@@ -28,7 +100,8 @@ def replicate(out: str | Path, n: int = 200, mask_topk: tuple[int, ...] = (0, 1,
                             loglik=False, progress=progress))
     md, csv = write_summary([str(out / "eval")], str(out / "eval"))
     html = run_demo(out / "dynamics", quiet=not progress)
-    return {"summary_md": md, "summary_csv": csv, "report": str(html)}
+    dyn = dynamics_over_problems(out, n_traces, progress) if n_traces > 0 else {}
+    return {"summary_md": md, "summary_csv": csv, "report": str(html), **dyn}
 
 
 def register(sub) -> None:
@@ -37,11 +110,15 @@ def register(sub) -> None:
     p.add_argument("--out", default="replicate", help="output folder (default: replicate)")
     p.add_argument("--n", type=int, default=200, help="held-out problems (default 200)")
     p.add_argument("--mask-topk", default="0,1,5,10", help="comma-separated K values (0 = unmasked)")
+    p.add_argument("--n-traces", type=int, default=50,
+                   help="held-out problems traced for the aggregated dynamics (default 50; 0 = skip)")
     p.add_argument("--quiet", action="store_true")
 
     def _run(a) -> int:
         ks = tuple(int(k) for k in a.mask_topk.split(","))
-        res = replicate(a.out, a.n, ks, progress=not a.quiet)
+        res = replicate(a.out, a.n, ks, progress=not a.quiet, n_traces=a.n_traces)
         print(f"table: {res['summary_md']}\ndynamics report: {res['report']}")
+        if "dynamics_md" in res:
+            print(f"dynamics over problems: {res['dynamics_md']}")
         return 0
     p.set_defaults(func=_run)
