@@ -11,6 +11,10 @@ arrive as `kwargs["sinklens"]`, an `AttentionRequest`.
 - capture (and maps / query groups): queries in chunks; scores and softmax in float32; the
   chunk's probabilities are reduced to column sums at once, so at most one layer's
   (B, H, chunk, S_k) probabilities are alive.
+- capture with blocked keys: the same pass also reduces the softmax over the keys allowed
+  *before* blocking (`AttentionRequest.received_unblocked`): one exp, two normalisers. Sink
+  masking ranks next step's sinks on it; ranking on what the blocked model did would see a
+  blocked sink at ~0 and set it free every other step.
 """
 from __future__ import annotations
 
@@ -71,6 +75,8 @@ def _captured_attention(
     allowed: torch.Tensor | None,  # (B or 1, 1 or H, S_q, S_k) bool; None = every key
     scaling: float,
     req: AttentionRequest,
+    allowed_unblocked: torch.Tensor | None = None,  # allowed keys before blocking; set when keys are blocked
+    unblocked: bool = False,  # also reduce the softmax over `allowed_unblocked` (the ranking source)
 ) -> torch.Tensor:
     b, h, s_q, d = query.shape
     h_kv, s_k = key.shape[1], key.shape[2]
@@ -95,26 +101,52 @@ def _captured_attention(
     maps = {hd: torch.empty(b, s_q, s_k, dtype=torch.float32, device=query.device) for hd in wanted_maps}
 
     received = torch.zeros(b, h, s_k, dtype=torch.float32, device=query.device)
+    received_unblocked = torch.zeros_like(received) if unblocked else None
     out = torch.empty(b, h_kv, rep, s_q, d, dtype=query.dtype, device=query.device)
     neg = torch.finfo(torch.float32).min
+
+    def chunk_of(mask, start, end):  # (B|1, 1|H, S_q, S_k) -> broadcastable to (B, H_kv, rep, c, S_k)
+        ok = mask[:, :, start:end]
+        if ok.shape[1] == 1:
+            return ok.reshape(ok.shape[0], 1, 1, end - start, s_k)
+        return ok.reshape(ok.shape[0], h_kv, rep, end - start, s_k)
+
     for start in range(0, s_q, req.query_chunk):
         end = min(start + req.query_chunk, s_q)
         scores = torch.matmul(q[:, :, :, start:end].float(), k_t).mul_(scaling)  # (B, H_kv, rep, c, S_k)
-        if allowed is not None:
-            ok = allowed[:, :, start:end]  # (B|1, 1|H, c, S_k)
-            ok = ok.reshape(ok.shape[0], -1, 1, end - start, s_k) if ok.shape[1] == 1 else ok.reshape(
-                ok.shape[0], h_kv, rep, end - start, s_k
-            )
-            scores.masked_fill_(~ok, neg)
-        # softmax in place: this buffer is the largest thing alive, so no second copy of it
-        scores.sub_(scores.amax(dim=-1, keepdim=True)).exp_()
-        probs = scores.div_(scores.sum(dim=-1, keepdim=True))  # (B, H_kv, rep, c, S_k) float32
+        qm = qmask[:, start:end].float()  # (B, c)
+        if unblocked:
+            # One exp over the keys allowed *before* blocking, two normalisers: the unblocked
+            # softmax (what the keys would have received) and, after zeroing the blocked keys,
+            # the softmax the model actually uses. No extra matmul, no second (c, S_k) buffer.
+            if allowed_unblocked is not None:
+                scores.masked_fill_(~chunk_of(allowed_unblocked, start, end), neg)
+            scores.sub_(scores.amax(dim=-1, keepdim=True)).exp_()
+            z = scores.sum(dim=-1)  # (B, H_kv, rep, c)
+            w = (qm[:, None, None, :] / z).reshape(b, h, end - start)  # per-row weight 1/Z, 0 on non-query rows
+            received_unblocked += torch.einsum("bhqk,bhq->bhk", scores.reshape(b, h, end - start, s_k), w)
+            scores.masked_fill_(~chunk_of(allowed, start, end), 0.0)
+            z = scores.sum(dim=-1, keepdim=True)
+            if bool((z < 1e-30).any()):
+                # A blocked key held (almost) all the mass: the others underflowed relative to its
+                # score. Rare; redo this chunk's softmax over the allowed keys alone, exactly.
+                scores = torch.matmul(q[:, :, :, start:end].float(), k_t).mul_(scaling)
+                scores.masked_fill_(~chunk_of(allowed, start, end), neg)
+                scores.sub_(scores.amax(dim=-1, keepdim=True)).exp_()
+                z = scores.sum(dim=-1, keepdim=True)
+            probs = scores.div_(z)  # (B, H_kv, rep, c, S_k) float32
+        else:
+            if allowed is not None:
+                scores.masked_fill_(~chunk_of(allowed, start, end), neg)
+            # softmax in place: this buffer is the largest thing alive, so no second copy of it
+            scores.sub_(scores.amax(dim=-1, keepdim=True)).exp_()
+            probs = scores.div_(scores.sum(dim=-1, keepdim=True))  # (B, H_kv, rep, c, S_k) float32
         out[:, :, :, start:end] = torch.matmul(probs.to(value.dtype), v)
         p = probs.reshape(b, h, end - start, s_k)  # (B, H, c, S_k)
         if req.query_mask is None:
             received += p.sum(dim=2)
         else:
-            received += torch.einsum("bhqk,bq->bhk", p, qmask[:, start:end].float())
+            received += torch.einsum("bhqk,bq->bhk", p, qm)
         if req.query_groups is not None:
             received_groups += torch.einsum("bhqk,bqg->bghk", p, groups[:, start:end])
         for hd, m in maps.items():
@@ -123,6 +155,8 @@ def _captured_attention(
 
     if req.capture:
         req._received[layer] = received
+        if received_unblocked is not None:
+            req._received_unblocked[layer] = received_unblocked
     if req.query_groups is not None:
         req._received_groups[layer] = received_groups
     for hd, m in maps.items():
@@ -154,7 +188,7 @@ def sinklens_attention(
     scaling = d**-0.5 if scaling is None else scaling
     is_causal = kwargs.get("is_causal")
     is_causal = getattr(module, "is_causal", True) if is_causal is None else is_causal
-    allowed = _allowed_keys(attention_mask, is_causal, s_q, s_k, query.device)
+    allowed = unblocked = _allowed_keys(attention_mask, is_causal, s_q, s_k, query.device)
     if blocked is not None:
         if blocked.shape != (b, h, s_k):
             raise ValueError(
@@ -163,7 +197,9 @@ def sinklens_attention(
         allowed = _apply_blocking(allowed, blocked.to(query.device), req.keep_self, s_q, s_k)
 
     if req.needs_probabilities:
-        return _captured_attention(module, query, key, value, allowed, scaling, req), None
+        out = _captured_attention(module, query, key, value, allowed, scaling, req, allowed_unblocked=unblocked,
+                                  unblocked=blocked is not None and req.capture)
+        return out, None
 
     # Mask only: sdpa with the blocked keys as a float additive mask (allowed is set: blocked is).
     bias = torch.zeros(allowed.shape, dtype=query.dtype, device=query.device)

@@ -27,6 +27,9 @@ class AttentionRequest:
     # --- outputs (filled by the attention function) ---------------------------------------
     _received: dict[int, torch.Tensor] = field(default_factory=dict, repr=False)
     _received_groups: dict[int, torch.Tensor] = field(default_factory=dict, repr=False)
+    # Layers with blocked keys also get what the keys *would* have received: the softmax over the
+    # allowed keys before blocking, reduced in the same pass (the masking policy ranks on it).
+    _received_unblocked: dict[int, torch.Tensor] = field(default_factory=dict, repr=False)
     maps: dict[tuple[int, int], torch.Tensor] = field(default_factory=dict, repr=False)
 
     def __post_init__(self) -> None:
@@ -55,6 +58,18 @@ class AttentionRequest:
         if not self._received:
             raise RuntimeError("nothing captured: set capture=True and run a forward pass with this request")
         return torch.stack([self._received[l] for l in sorted(self._received)])
+
+    @property
+    def received_unblocked(self) -> torch.Tensor:
+        """(L, B, H, S_k) float32 received attention as if no key had been blocked.
+
+        Equals `received` in layers where nothing was blocked. This is the ranking source of
+        sink masking: ranking on `received` would see a blocked sink at ~0 and free it next step.
+        """
+        received = self.received
+        if not self._received_unblocked:
+            return received
+        return torch.stack([self._received_unblocked.get(l, received[i]) for i, l in enumerate(sorted(self._received))])
 
     @property
     def received_groups(self) -> torch.Tensor | None:

@@ -6,18 +6,31 @@ import os
 import sys
 
 
-def _int_list(s: str) -> tuple[int, ...]:
+def _k_list(s: str) -> tuple[int | str, ...]:
+    from sinklens.eval.runner import parse_k
     try:
-        return tuple(int(x) for x in s.split(",") if x.strip())
+        return tuple(parse_k(x) for x in s.split(",") if x.strip())
     except ValueError:
-        raise argparse.ArgumentTypeError(f"expected comma-separated integers like 0,1,5,10, got {s!r}") from None
+        raise argparse.ArgumentTypeError(f"expected comma-separated K values like 0,1,5,10 or 1%,5%, got {s!r}") from None
 
 
 def register(sub) -> None:
     p = sub.add_parser("eval", help="GSM8K / HumanEval accuracy with the top-K sinks masked (paper Table 1)")
     p.add_argument("--model", required=True, help="alias, local folder, .gguf or hub id")
     p.add_argument("--task", required=True, help="gsm8k | humaneval")
-    p.add_argument("--mask-topk", type=_int_list, default=(0,), help="K values, e.g. 0,1,5,10 (0 = unmasked)")
+    p.add_argument("--mask-topk", type=_k_list, default=(0,),
+                   help="K sinks per (layer, head), e.g. 0,1,5,10 (0 = unmasked) or shares of the sequence, e.g. 1%%,5%%")
+    p.add_argument("--mask-sinks", choices=["eq3", "topk"], default="eq3",
+                   help="eq3 (default): top-K among keys that pass Eq. 3, a head without a sink blocks nothing; "
+                        "topk: top-K keys per head, sinks or not")
+    p.add_argument("--eps", type=float, default=3.0, help="Eq. 3 margin in --mask-units (default 3)")
+    p.add_argument("--mask-units", choices=["scaled_sum", "uniform_ratio", "sum"], default="scaled_sum",
+                   help="score units for Eq. 3: scaled_sum (default; column sums scaled so the average key "
+                        "scores 1, i.e. the column sums for DLMs), uniform_ratio or sum")
+    p.add_argument("--mask-scope", choices=["all", "prompt", "generated"], default="all",
+                   help="which positions may be blocked (default all)")
+    p.add_argument("--mask-control", choices=["none", "random"], default="none",
+                   help="random: beside every masked run, block as many random non-sink keys per head (seeded)")
     p.add_argument("--limit", type=int, default=None, help="first N samples only")
     p.add_argument("--data", default=None, help="local JSONL (GSM8K test.jsonl / HumanEval problems)")
     p.add_argument("--out", required=True, help="output directory (re-running resumes)")
@@ -52,6 +65,8 @@ def _eval(args) -> int:
                          limit=args.limit, data=args.data, shots=args.shots, chat=args.chat,
                          gen_length=args.gen_length, steps=args.steps, block_length=args.block_length,
                          seed=args.seed, dtype=args.dtype, device=args.device, ranking=args.ranking,
+                         mask_sinks=args.mask_sinks, eps=args.eps, mask_units=args.mask_units,
+                         mask_scope=args.mask_scope, mask_control=args.mask_control,
                          threshold=args.threshold, keep_self=args.keep_self, step0=args.step0,
                          arm_rule=args.arm_rule, loglik=not args.no_loglik,
                          sandbox_timeout=args.sandbox_timeout, progress=not args.no_progress)

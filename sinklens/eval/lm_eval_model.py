@@ -45,7 +45,8 @@ def _opt(v, cast):
 class SinklensLM(LM):
     def __init__(self, pretrained: str, mask_topk=0, ranking="per_head", threshold=None, keep_self=False,
                  step0="unmasked", arm_rule="newest", gen_length=None, steps=None, block_length=None,
-                 dtype=None, device=None, seed=0, batch_size=1, **unused):
+                 dtype=None, device=None, seed=0, batch_size=1, mask_sinks="eq3", eps=3.0,
+                 mask_units="scaled_sum", mask_scope="all", mask_control="none", **unused):
         super().__init__()
         import torch
 
@@ -54,7 +55,9 @@ class SinklensLM(LM):
             warnings.warn(f"device={device!r} (lm-eval's default) but CUDA is not available: using the CPU")
             device = None
         self.config = MaskingConfig(top_k=int(mask_topk), threshold=_opt(threshold, float), ranking=ranking,
-                                    keep_self=_bool(keep_self), step0=step0, arm_rule=arm_rule)
+                                    keep_self=_bool(keep_self), step0=step0, arm_rule=arm_rule,
+                                    sinks=mask_sinks, eps=float(eps), units=mask_units, scope=mask_scope,
+                                    control=mask_control, seed=int(seed))
         self.m = sinklens.load(pretrained, dtype=dtype, device=device)
         if self.m.tokenizer is None:
             raise ValueError(f"{pretrained!r} ships no tokenizer; lm-eval needs text in and out")

@@ -4,8 +4,8 @@ Measurable even when a model is too weak to get answers right. One rule for ever
 (recorded in each result as `loglik.rule`):
 - the input is prompt + reference; for a DLM the reference positions are all mask tokens
   (a one-step, fully-masked pseudo log-likelihood: log p(ref_i | prompt, masks));
-- one unmasked forward with capture ranks the sinks exactly as the masking policy would
-  (per head / global / threshold, over the column sums of all query rows);
+- one unmasked forward with capture ranks the sinks with the masking policy's own rule
+  (Eq. 3 / top-K, units, scope, control), over the column sums of all query rows;
 - a second forward blocks them for every query; both passes score the reference tokens.
 """
 from __future__ import annotations
@@ -15,7 +15,8 @@ import torch
 from sinklens.attention.request import AttentionRequest
 from sinklens.masking.policy import MaskingConfig, SinkMaskingPolicy
 
-RULE = "probe: one unmasked pass over prompt+reference (DLM: reference masked), sinks ranked by column sums, blocked for all queries"
+RULE = ("probe: one unmasked pass over prompt+reference (DLM: reference masked), sinks chosen by the masking "
+        "config over the column sums of all rows, blocked for all queries")
 
 
 def _score(m, logits: torch.Tensor, ref: torch.Tensor, p: int) -> tuple[float, bool]:
@@ -41,7 +42,10 @@ def reference_loglik(m, prompt_ids: list[int], ref_ids: list[int], config: Maski
     out["unmasked"], out["greedy_unmasked"] = _score(m, m.forward_logits(x, attention=probe), ref, p)
     if config.active:
         policy = SinkMaskingPolicy(config, num_layers=m.num_layers, is_diffusion=m.is_diffusion, model=m)
-        req = AttentionRequest(blocked=policy.rank(probe.received), keep_self=config.keep_self)
+        every_row = torch.ones(x.shape, dtype=torch.bool)                            # the probe summed all rows
+        prompt = torch.arange(x.shape[1])[None] < p
+        blocked = policy.rank(probe.received, queries=every_row, prompt=prompt).blocked
+        req = AttentionRequest(blocked=blocked, keep_self=config.keep_self)
         out["masked"], out["greedy_masked"] = _score(m, m.forward_logits(x, attention=req), ref, p)
     else:
         out["masked"], out["greedy_masked"] = out["unmasked"], out["greedy_unmasked"]

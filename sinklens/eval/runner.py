@@ -32,7 +32,7 @@ class EvalConfig:
     model: str
     task: str
     out: str
-    mask_topk: tuple[int, ...] = (0,)
+    mask_topk: tuple[int | str, ...] = (0,)   # K per (layer, head): a count, or "N%" of the sequence; 0 = unmasked
     limit: int | None = None
     data: str | None = None
     shots: int = 8                      # GSM8K chain-of-thought exemplars (0 = zero-shot)
@@ -43,6 +43,11 @@ class EvalConfig:
     seed: int = 0
     dtype: str | None = None
     device: str | None = None
+    mask_sinks: str = "eq3"             # what counts as a sink: "eq3" (top-K among Eq. 3 sinks) | "topk"
+    eps: float = 3.0                    # Eq. 3 margin, in mask_units
+    mask_units: str = "scaled_sum"     # "scaled_sum" (= column sums for DLMs) | "uniform_ratio" | "sum"
+    mask_scope: str = "all"             # keys that may be blocked: "all" | "prompt" | "generated"
+    mask_control: str = "none"          # "random": beside every masked run, K random non-sink keys per head
     ranking: str = "per_head"
     threshold: float | None = None
     keep_self: bool = False
@@ -54,21 +59,69 @@ class EvalConfig:
 
     def __post_init__(self):
         get_task(self.task)                                   # unknown task -> clear error first
-        self.mask_topk = tuple(int(k) for k in self.mask_topk)
-        if not self.mask_topk or any(k < 0 for k in self.mask_topk):
-            raise ValueError(f"--mask-topk must be a list of integers >= 0, got {self.mask_topk}")
+        self.mask_topk = tuple(parse_k(k) for k in self.mask_topk)
+        if not self.mask_topk:
+            raise ValueError("--mask-topk must list at least one K (e.g. 0,1,5,10 or 1%)")
         if self.limit is not None and self.limit < 1:
             raise ValueError(f"--limit must be >= 1, got {self.limit}")
         if self.chat not in ("auto", "on", "off"):
             raise ValueError(f"chat must be 'auto', 'on' or 'off', got {self.chat!r}")
         if self.data is not None and not os.path.isfile(self.data):
             raise FileNotFoundError(f"--data {self.data!r} does not exist (expected a JSONL file)")
-        for k in self.mask_topk:                              # validates ranking / step0 / arm_rule
-            self.masking(k)
+        for k, control in self.runs():                        # validates every masking option
+            self.masking(k, control)
 
-    def masking(self, k: int) -> MaskingConfig:
-        return MaskingConfig(top_k=k, threshold=self.threshold if k else None, ranking=self.ranking,
-                             keep_self=self.keep_self, step0=self.step0, arm_rule=self.arm_rule)
+    def runs(self) -> list[tuple[int | str, str]]:
+        """(K, control) of every run: each masked K once with the sinks, and once with the random
+        control beside it when --mask-control random."""
+        out = []
+        for k in self.mask_topk:
+            out.append((k, "none"))
+            if self.mask_control != "none" and k not in (0, "0"):
+                out.append((k, self.mask_control))
+        return out
+
+    def masking(self, k: int | str, control: str = "none") -> MaskingConfig:
+        count, fraction = k_spec(k)
+        active = count > 0 or fraction is not None
+        return MaskingConfig(top_k=count, fraction=fraction, threshold=self.threshold if active else None,
+                             sinks=self.mask_sinks, eps=self.eps, units=self.mask_units, scope=self.mask_scope,
+                             control=control, seed=self.seed, ranking=self.ranking, keep_self=self.keep_self,
+                             step0=self.step0, arm_rule=self.arm_rule)
+
+
+def parse_k(k) -> int | str:
+    """A K of --mask-topk: an integer count >= 0, or a share of the sequence written "N%"."""
+    text = str(k).strip()
+    if text.endswith("%"):
+        k_spec(text)
+        return text
+    try:
+        value = int(text)
+    except ValueError:
+        raise ValueError(f"--mask-topk values must be integers >= 0 or shares like 1%, got {k!r}") from None
+    if value < 0:
+        raise ValueError(f"--mask-topk values must be integers >= 0 or shares like 1%, got {k!r}")
+    return value
+
+
+def k_spec(k) -> tuple[int, float | None]:
+    """(count, fraction) of a parsed K: 5 -> (5, None); "2.5%" -> (0, 0.025)."""
+    if isinstance(k, str) and k.endswith("%"):
+        try:
+            share = float(k[:-1]) / 100
+        except ValueError:
+            share = float("nan")
+        if not 0 < share <= 1:
+            raise ValueError(f"--mask-topk share must be in (0%, 100%], got {k!r}")
+        return 0, share
+    return int(k), None
+
+
+def run_name(k, control: str) -> str:
+    """Run directory name: k5, k2.5pct, k5-random."""
+    name = f"k{str(k)[:-1]}pct" if isinstance(k, str) and k.endswith("%") else f"k{k}"
+    return name if control == "none" else f"{name}-{control}"
 
 
 def sampler_settings(sampler: str, task_name: str, gen_length: int | None = None, steps: int | None = None,
@@ -129,7 +182,7 @@ def _decode(m, ids: torch.Tensor) -> str:
 def generate_text(m, ids: list[int], policy: SinkMaskingPolicy, settings: dict, seed: int = 0) -> str:
     """One generation with the family's own sampler, the masking policy as its hook; the new text."""
     torch.manual_seed(seed)
-    policy.reset()
+    policy.reset(seed)                     # the random control draws from its own seeded generator
     hook = capture = None
     if policy.config.active:   # received attention only; ARM prefix rule: every prefix row at every step
         hook = policy
@@ -162,11 +215,11 @@ def run_eval(cfg: EvalConfig, model=None) -> list[str]:
     prompts = [_prompt(m, task, it, cfg) for it in items]               # (ids, chat) per item
     shortest = min(len(p) for p, _ in prompts) + (gen if m.is_diffusion else 0)
     run_dirs = []
-    for k in cfg.mask_topk:
-        mcfg = cfg.masking(k)
+    for k, control in cfg.runs():
+        mcfg = cfg.masking(k, control)
         policy = SinkMaskingPolicy(mcfg, num_layers=m.num_layers, is_diffusion=m.is_diffusion, model=m)
         policy.check_num_keys(shortest)                                  # K larger than the sequence: before compute
-        run_dir = os.path.join(cfg.out, model_slug(cfg.model), cfg.task, f"k{k}")
+        run_dir = os.path.join(cfg.out, model_slug(cfg.model), cfg.task, run_name(k, control))
         os.makedirs(run_dir, exist_ok=True)
         meta = {"model": cfg.model, "source": {k2: str(v) for k2, v in m.source.items()}, "family": m.family.name,
                 "task": cfg.task, "mask_topk": k, "masking": mcfg.describe(m.is_diffusion),
@@ -179,7 +232,7 @@ def run_eval(cfg: EvalConfig, model=None) -> list[str]:
         done = {r["id"] for r in records.collect(run_dir)}
         mine = [i for i in range(len(items)) if i % world == rank]
         todo = [i for i in mine if items[i]["id"] not in done]
-        bar = tqdm(total=len(mine), initial=len(mine) - len(todo), desc=f"{cfg.task} K={k}", unit="sample",
+        bar = tqdm(total=len(mine), initial=len(mine) - len(todo), desc=f"{cfg.task} K={k}" + ("" if control == "none" else f" {control}"), unit="sample",
                    disable=not cfg.progress, dynamic_ncols=True)
         with records.RecordWriter(os.path.join(run_dir, f"samples.rank{rank}.jsonl")) as out:
             for i in todo:
@@ -214,6 +267,13 @@ def _check_same_run(run_dir: str, meta: dict) -> None:
                          "use another --out to keep both, or delete that folder")
 
 
+def _categorizer(m):
+    """token id -> category (whitespace, punctuation, mask, special, other), as the analysis names them."""
+    from sinklens.analysis.tokens import categorize
+    special = {i for i in (m.eos_id, m.eot_id, m.pad_id) if i is not None}
+    return lambda tid: categorize(m.tokenizer.convert_ids_to_tokens(tid) or "", tid, m.mask_id, special)
+
+
 def _run_sample(m, task, item, index, prompt, k, mcfg, policy, settings, cfg, sandbox) -> dict:
     ids, chat = prompt
     t0 = time.monotonic()
@@ -224,7 +284,7 @@ def _run_sample(m, task, item, index, prompt, k, mcfg, policy, settings, cfg, sa
     t_check = time.monotonic() - t0
     rec = {"id": item["id"], "index": index, "task": task.name, "model": cfg.model, "mask_topk": k,
            "prompt": m.tokenizer.decode(ids), "chat_template": chat, "raw_output": raw, **verdict,
-           "masked": policy.summary() if mcfg.active else None,
+           "masked": policy.summary(_categorizer(m)) if mcfg.active else None,
            "timing": {"generate_s": round(t_gen, 3), "check_s": round(t_check, 3)}}
     if cfg.loglik:
         t0 = time.monotonic()

@@ -1,38 +1,64 @@
-"""Sink masking as a sampler hook (paper §4.3; SPEC §4).
+"""Sink masking as a sampler hook (paper §4.3; SPEC §4; docs/evaluation.md "Masking protocol").
 
-The sinks of step t are taken from the attention captured at step t − 1 and blocked at step t:
-their scores become `finfo(dtype).min` for every query (the attention function does this and
-never leaves a query row with nothing to attend to, e.g. query 0 of a causal model).
+The sinks of step t are taken from the attention of step t − 1 and blocked at step t: their
+scores become `finfo(dtype).min` for every query (the attention function does this and never
+leaves a query row with nothing to attend to, e.g. query 0 of a causal model).
 
-Ranking (documented defaults; every result records `MaskingConfig.describe()`):
-- `ranking="per_head"` (default, the paper's reading): per (layer, head) the top-K keys by
-  received attention r_j (column sums, SPEC §2) are blocked for that head only.
-- `ranking="global"`: keys ranked by r_j summed over all layers and heads; the top-K positions
-  are blocked in every layer and head.
-- `threshold=x` instead of K: per (layer, head), every key with r_j >= x is blocked.
-- `step0="unmasked"` (default): step 0 has no previous map, so it runs unmasked (and captured);
-  `step0="probe"`: an extra unmasked forward of step 0's input gives the map, and step 0 is
-  already masked with its sinks.
-- `keep_self`: a blocked key still receives attention from its own query row.
-- ARM rule (`arm_rule`): `"newest"` (default, the paper's): sinks from the newest token's row
-  of the previous step — the decode step's only query row, and at the prefill the last prompt
-  row; `"prefix"`: column sums over all prefix rows (the sampler must re-capture the prefix,
-  `capture_prefix=True`). The rule changes results a lot (SPEC §4), so it is recorded.
+The ranking source is what the keys *would* have received at step t − 1: the softmax over the
+allowed keys before blocking, which the capture pass reduces alongside the real one
+(`AttentionRequest.received_unblocked`). Ranking on the blocked step's own attention would see
+the blocked sink at ~0, block the runner-up next, and free the real sink every other step.
+
+Options (every result records `MaskingConfig.describe()`; the defaults read the paper's
+"the top-K attention sinks identified by our metric (Equation 3)"):
+- `sinks="eq3"` (default): the top-K among keys that pass Eq. 3 at `eps` in `units`; a head
+  without a sink blocks nothing. `sinks="topk"`: the top-K keys per head, sinks or not.
+- `units="scaled_sum"` (default): column sums scaled so the average key scores 1 (× n_keys /
+  n_queries). Wherever every position is a query (a DLM; the ARM prefix rule) these *are* the
+  column sums r_j, the paper's scale; for an ARM's single newest row they are r_j × visible keys
+  (raw sums are ≤ 1 there and ε = 3 could never fire). `units="uniform_ratio"`: relative to
+  each key's own expectation under uniform attention (removes the causal baseline);
+  `units="sum"`: raw column sums.
+- `top_k` K as a count, or `fraction`: K = ceil(fraction × real keys); `threshold` instead of
+  K: every candidate with score ≥ threshold.
+- `scope`: "all" | "prompt" | "generated" (prompt = the positions that are real and unmasked
+  at the first step).
+- `control="random"`: block as many random non-sink keys per head instead (seeded; a random
+  priority fixed for the generation), so "sinks matter" is told apart from "any masking hurts".
+- `ranking`: "per_head" (default) or "global" (K positions by the mean over layers and heads,
+  blocked in every layer and head); `layers`: restrict blocking to these layers.
+- `step0`: "unmasked" (default; step 0 has no previous map) or "probe" (an extra unmasked
+  forward ranks step 0's own sinks). `keep_self`: a blocked key still gets its own query's
+  attention. `arm_rule` (ARM): "newest" (the newest token's row, the paper's) or "prefix"
+  (every prefix row; the sampler must re-capture the prefix, `capture_prefix=True`).
 """
 from __future__ import annotations
 
-from collections import Counter
+import math
 from dataclasses import asdict, dataclass
 
 import torch
 
 from sinklens.attention.request import AttentionRequest
+from sinklens.masking.select import select, uniform_expectation
+from sinklens.masking.stats import MaskingStats
+
+_CHOICES = {"sinks": ("eq3", "topk"), "units": ("scaled_sum", "uniform_ratio", "sum"), "scope": ("all", "prompt", "generated"),
+            "control": ("none", "random"), "ranking": ("per_head", "global"), "step0": ("unmasked", "probe"),
+            "arm_rule": ("newest", "prefix")}
 
 
 @dataclass
 class MaskingConfig:
     top_k: int = 1                      # K sinks blocked per (layer, head); 0 = no masking (capture only)
-    threshold: float | None = None      # instead of K: block keys with r_j >= threshold (column-sum units)
+    fraction: float | None = None       # K = ceil(fraction × real keys) instead of top_k, in (0, 1]
+    threshold: float | None = None      # instead of K: block candidates with score >= threshold (in `units`)
+    sinks: str = "eq3"                  # "eq3" | "topk"
+    eps: float = 3.0                    # Eq. 3 margin, in `units`
+    units: str = "scaled_sum"           # "scaled_sum" | "uniform_ratio" | "sum"
+    scope: str = "all"                  # "all" | "prompt" | "generated"
+    control: str = "none"               # "none" | "random"
+    seed: int = 0                       # random control (the eval passes a per-sample seed to reset())
     ranking: str = "per_head"           # "per_head" | "global"
     keep_self: bool = False
     step0: str = "unmasked"             # "unmasked" | "probe"
@@ -40,26 +66,29 @@ class MaskingConfig:
     layers: tuple[int, ...] | None = None   # restrict blocking to these layers (None = all)
 
     def __post_init__(self):
-        if self.top_k < 0:
-            raise ValueError(f"top_k (--mask-topk) must be >= 0, got {self.top_k}")
-        if self.ranking not in ("per_head", "global"):
-            raise ValueError(f"ranking must be 'per_head' or 'global', got {self.ranking!r}")
-        if self.step0 not in ("unmasked", "probe"):
-            raise ValueError(f"step0 must be 'unmasked' or 'probe', got {self.step0!r}")
-        if self.arm_rule not in ("newest", "prefix"):
-            raise ValueError(f"arm_rule must be 'newest' or 'prefix', got {self.arm_rule!r}")
-        if self.threshold is not None and self.ranking == "global":
-            raise ValueError("threshold works per (layer, head); it cannot be combined with ranking='global'")
+        if isinstance(self.top_k, bool) or not isinstance(self.top_k, int) or self.top_k < 0:
+            raise ValueError(f"top_k (--mask-topk) must be an integer >= 0, got {self.top_k!r}")
+        if self.fraction is not None and not (0 < self.fraction <= 1):
+            raise ValueError(f"fraction (K as a share of the sequence) must be in (0, 1], got {self.fraction!r}")
+        if self.threshold is not None and not (math.isfinite(self.threshold) and self.threshold >= 0):
+            raise ValueError(f"threshold must be a finite number >= 0, got {self.threshold!r}")
+        if not (isinstance(self.eps, (int, float)) and math.isfinite(self.eps)):
+            raise ValueError(f"eps must be a finite number, got {self.eps!r}")
+        for name, allowed in _CHOICES.items():
+            if getattr(self, name) not in allowed:
+                raise ValueError(f"{name} must be one of {list(allowed)}, got {getattr(self, name)!r}")
+        if self.threshold is not None and self.fraction is not None:
+            raise ValueError("give K as top_k / fraction or a threshold, not both")
         if self.layers is not None:
             self.layers = tuple(int(l) for l in self.layers)
 
     @property
     def active(self) -> bool:
-        return self.top_k > 0 or self.threshold is not None
+        return self.top_k > 0 or self.fraction is not None or self.threshold is not None
 
     def describe(self, is_diffusion: bool = True) -> dict:
         d = asdict(self)
-        d["units"] = "column_sum"
+        d["ranking_source"] = "previous step's attention before blocking (received_unblocked)"
         if is_diffusion:
             d.pop("arm_rule")
         return d
@@ -78,44 +107,82 @@ class SinkMaskingPolicy:
         self.config, self.num_layers, self.is_diffusion, self.model = config, num_layers, is_diffusion, model
         self.reset()
 
-    def reset(self) -> None:
-        """Forget the previous step (call between generations)."""
-        self._next: torch.Tensor | None = None     # (L, B, H, S_prev) bool, for the next step
-        self.history: list[tuple[int, torch.Tensor]] = []   # (step, (N, 4) [layer, row, head, pos])
+    def reset(self, seed: int | None = None) -> None:
+        """Forget the previous generation (call between generations); `seed` for the random control."""
+        self._next = None           # Selection for the next step
+        self._prompt: torch.Tensor | None = None     # (B, S0) bool prompt positions
+        self._priority: torch.Tensor | None = None   # (L, B, H, S) random control priorities
+        self._gen = torch.Generator().manual_seed(self.config.seed if seed is None else int(seed))
+        self.stats = MaskingStats()
 
     # --- ranking ------------------------------------------------------------------------
     def check_num_keys(self, num_keys: int) -> None:
-        """Raise before compute when K cannot be satisfied (K larger than the sequence)."""
-        k = self.config.top_k
-        if self.config.threshold is None and k > num_keys:
-            raise ValueError(f"mask top-K = {k} is larger than the sequence ({num_keys} keys): choose K <= {num_keys}")
-
-    def rank(self, received: torch.Tensor) -> torch.Tensor:
-        """(L, B, H, S) received attention -> (L, B, H, S) bool keys to block."""
+        """Raise before compute when K is larger than the sequence (a typo, or use a share: 100%)."""
         cfg = self.config
+        if cfg.threshold is None and cfg.fraction is None and cfg.top_k > num_keys:
+            raise ValueError(f"mask top-K = {cfg.top_k} is larger than the sequence ({num_keys} keys): "
+                             f"choose K <= {num_keys}")
+
+    def _queries(self, B: int, S: int, real: torch.Tensor, query_positions=None) -> torch.Tensor:
+        """(B, S) bool rows whose attention was summed into the ranking source."""
+        if query_positions is not None:
+            q = torch.zeros(B, S, dtype=torch.bool)
+            for b, pos in enumerate(query_positions):
+                q[b, torch.as_tensor(pos, dtype=torch.long).cpu()] = True
+            return q & real
+        if not self.is_diffusion and self.config.arm_rule == "newest":
+            q = torch.zeros(B, S, dtype=torch.bool)
+            q[:, -1] = True
+            return q
+        return real.clone()
+
+    def _priorities(self, L: int, B: int, H: int, S: int) -> torch.Tensor:
+        """Fixed random priorities per (layer, row, head, key), grown as an ARM's prefix grows."""
+        have = 0 if self._priority is None else self._priority.shape[-1]
+        if have < S:
+            more = torch.rand(L, B, H, S - have, generator=self._gen)
+            self._priority = more if self._priority is None else torch.cat([self._priority, more], dim=-1)
+        return self._priority
+
+    def rank(self, received: torch.Tensor, *, real: torch.Tensor | None = None, queries: torch.Tensor | None = None,
+             prompt: torch.Tensor | None = None):
+        """(L, B, H, S) ranking source -> Selection (blocked keys + Eq. 3 sinks) for the next step.
+
+        real: (B, S) bool real keys (default all); queries: (B, S) bool summed query rows (default:
+        the family's rule); prompt: (B, S) bool prompt positions (default: this generation's)."""
         L, B, H, S = received.shape
-        if cfg.threshold is not None:
-            blocked = received >= cfg.threshold
-        else:
-            self.check_num_keys(S)
-            blocked = torch.zeros(L, B, H, S, dtype=torch.bool, device=received.device)
-            if cfg.ranking == "per_head":
-                idx = received.topk(cfg.top_k, dim=-1).indices              # (L, B, H, K)
-                blocked.scatter_(-1, idx, True)
-            else:
-                total = received.sum(dim=(0, 2))                             # (B, S)
-                idx = total.topk(cfg.top_k, dim=-1).indices                  # (B, K)
-                blocked[:, torch.arange(B)[:, None], :, idx] = True          # every layer and head
-        if cfg.layers is not None:
-            keep = torch.zeros(L, dtype=torch.bool, device=received.device)
-            keep[list(cfg.layers)] = True
-            blocked &= keep[:, None, None, None]
-        return blocked
+        received = received.float().cpu()
+        real = torch.ones(B, S, dtype=torch.bool) if real is None else real.bool().cpu()
+        if queries is None:
+            queries = self._queries(B, S, real)
+        if prompt is None:
+            prompt = self._prompt_mask(B, S)
+        scope = {"all": real, "prompt": prompt & real, "generated": ~prompt & real}[self.config.scope]
+        units = self.config.units
+        if units == "sum":
+            expected = real.float()
+        else:  # scaled_sum: the average key's share (the bidirectional expectation), whatever the model
+            expected = uniform_expectation(real, queries.cpu(), causal=units == "uniform_ratio" and not self.is_diffusion)
+        if self.config.sinks == "topk" and self.config.threshold is None and self.config.fraction is None:
+            self.check_num_keys(int(real.sum(-1).min()))
+        prio = self._priorities(L, B, H, S) if self.config.control == "random" else None
+        return select(received, expected, scope, self.config, prio)
+
+    def _prompt_mask(self, B: int, S: int) -> torch.Tensor:
+        if self._prompt is None:
+            return torch.ones(B, S, dtype=torch.bool)
+        p = self._prompt[:, :S]
+        if p.shape[-1] < S:
+            p = torch.cat([p, torch.zeros(B, S - p.shape[-1], dtype=torch.bool)], dim=-1)
+        return p
 
     # --- hook ---------------------------------------------------------------------------
     def before_step(self, step: int, tokens: torch.Tensor, is_masked: torch.Tensor,
                     attention_mask: torch.Tensor | None = None) -> AttentionRequest:
         B, S = tokens.shape
+        real = torch.ones(B, S, dtype=torch.bool) if attention_mask is None else attention_mask.bool().cpu()
+        if self._prompt is None:       # the first step: the prompt is what is real and not masked
+            self._prompt = real & ~is_masked.bool().cpu()
         req = AttentionRequest(capture=True, keep_self=self.config.keep_self)
         if not self.is_diffusion and self.config.arm_rule == "newest" and step == 0:
             # Prefill: rank by the newest (last prompt) token's row only.
@@ -127,17 +194,19 @@ class SinkMaskingPolicy:
             qmask = req.query_mask if req.query_mask is not None else attention_mask
             probe = AttentionRequest(capture=True, query_mask=qmask)
             self.model.forward_logits(tokens, attention_mask=attention_mask, attention=probe)
-            self._next = self.rank(probe.received)
-        if self._next is not None:
-            blocked = self._next
-            if blocked.shape[-1] < S:      # ARM: the newest key did not exist at the previous step
-                pad = torch.zeros(*blocked.shape[:-1], S - blocked.shape[-1], dtype=torch.bool,
-                                  device=blocked.device)
-                blocked = torch.cat([blocked, pad], dim=-1)
-            elif blocked.shape[-1] > S:
-                raise ValueError(f"step {step} has {S} positions but the previous step had {blocked.shape[-1]}")
-            req.blocked = blocked.to(tokens.device)
-            self.history.append((step, req.blocked.nonzero().cpu()))
+            self._next = self.rank(probe.received, real=real)
+        if self._next is None:
+            self.stats.skip()
+            return req
+        blocked, sinks = self._next.blocked, self._next.sinks
+        if blocked.shape[-1] > S:
+            raise ValueError(f"step {step} has {S} positions but the previous step had {blocked.shape[-1]}")
+        if blocked.shape[-1] < S:      # ARM: the newest key did not exist at the previous step
+            pad = torch.zeros(*blocked.shape[:-1], S - blocked.shape[-1], dtype=torch.bool)
+            blocked, sinks = torch.cat([blocked, pad], dim=-1), torch.cat([sinks, pad], dim=-1)
+        self.stats.add(blocked, sinks, tokens.cpu(), is_masked.bool().cpu(), self._prompt_mask(B, S), real,
+                       self._next.shortfall)
+        req.blocked = blocked.to(tokens.device)
         return req
 
     def after_step(self, event) -> None:
@@ -147,15 +216,15 @@ class SinkMaskingPolicy:
         if req is None or not req._received:
             raise RuntimeError("the masking policy needs the step's captured attention; the sampler "
                                "did not pass the request returned by before_step to the forward")
-        self._next = self.rank(req.received)
+        source = req.received_unblocked  # (L, B, H, S): what the keys would have received
+        _, B, _, S = source.shape
+        mask = getattr(event, "attention_mask", None)
+        real = torch.ones(B, S, dtype=torch.bool) if mask is None else mask.bool().cpu()
+        queries = self._queries(B, S, real, getattr(event, "query_positions", None))
+        self._next = self.rank(source, real=real, queries=queries)
 
     # --- what was masked ------------------------------------------------------------------
-    def summary(self, row: int = 0, top: int = 10) -> dict:
-        """Per generation: how many steps were masked, and the most often blocked positions."""
-        counts, n = Counter(), 0
-        for _, idx in self.history:
-            sel = idx[idx[:, 1] == row]
-            n += len(sel)
-            counts.update(sel[:, 3].tolist())
-        return {"steps_masked": len(self.history), "blocked_entries": n,
-                "top_positions": [[p, c] for p, c in counts.most_common(top)]}
+    def summary(self, categorize=None, top: int = 10) -> dict:
+        """Per generation: what was blocked (see sinklens.masking.stats); `categorize(token_id)`
+        adds the share per token category."""
+        return self.stats.summary(categorize, top)

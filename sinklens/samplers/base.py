@@ -158,6 +158,7 @@ def take_rows(req: AttentionRequest | None, rows: int) -> AttentionRequest | Non
     out.blocked = None if req.blocked is None else req.blocked[:, :rows]
     out._received = {l: r[:rows] for l, r in req._received.items()}
     out._received_groups = {l: r[:rows] for l, r in req._received_groups.items()}
+    out._received_unblocked = {l: r[:rows] for l, r in req._received_unblocked.items()}
     out.maps = {k: m[:rows] for k, m in req.maps.items()}
     return out
 

@@ -183,6 +183,16 @@ class Trace:
             raise KeyError(f"step {step} has no received attention stored")
         return cell.astype(np.float32).reshape(self.num_layers, self.num_heads, -1)
 
+    def received_unblocked(self, step: int, row: int = 0) -> np.ndarray:
+        """(L, H, S) float32: what the keys would have received at `step` had nothing been blocked
+        (the ranking source of sink masking); `received(step)` where nothing was blocked."""
+        cell = None
+        if "received_unblocked" in self.schema.names:  # traces written before it existed lack it
+            cell = self._cell("received_unblocked", step, row)
+        if cell is None:
+            return self.received(step, row)
+        return cell.astype(np.float32).reshape(self.num_layers, self.num_heads, -1)
+
     def received_groups(self, step: int, row: int = 0) -> np.ndarray | None:
         """(G, L, H, S) float32 received attention per query group (meta['query_groups']), or None."""
         cell = self._cell("received_groups", step, row)

@@ -49,6 +49,9 @@ def build_schema(meta: dict, received_dtype: str = "float16") -> pa.Schema:
         pa.field("received", pa.list_(value)),  # (L*H*S,) row-major (L, H, S)
         pa.field("received_groups", pa.list_(value)),  # (G*L*H*S,) row-major (G, L, H, S) or null
         pa.field("blocked", pa.list_(pa.int32())),  # flattened (layer, head, position) triples or null
+        # (L*H*S,) what the keys would have received had nothing been blocked: the ranking source of
+        # sink masking. Null when nothing was blocked at this step (it then equals `received`).
+        pa.field("received_unblocked", pa.list_(value)),
         pa.field("maps", pa.list_(map_struct)),  # full (S_q, S_k) maps of requested slices or null
     ]
     return pa.schema(fields, metadata={META_KEY: json.dumps(meta, sort_keys=True).encode("utf-8")})

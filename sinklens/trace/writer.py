@@ -127,14 +127,15 @@ class TraceWriter:
     # ---- steps ----------------------------------------------------------------------------
     def write_step(self, step: int, tokens, *, is_masked=None, revealed=None, attention_mask=None,
                    query_positions=None, received=None, received_groups=None, blocked=None,
-                   maps: Mapping[tuple[int, int], object] | None = None) -> None:
+                   maps: Mapping[tuple[int, int], object] | None = None, received_unblocked=None) -> None:
         """Write one step. Arrays are batch first; a single row may omit the batch axis.
 
         tokens (B, S) int; is_masked / revealed / attention_mask (B, S) bool (defaults: all
         False / all False / all True); query_positions (B, S_q) int or a list of per-row 1-D
         arrays (default: the real positions); received (B, L, H, S) float; received_groups
         (B, G, L, H, S) float; blocked (B, L, H, S) bool or a list of per-row (N, 3) int
-        (layer, head, position) arrays; maps {(layer, head): (B, S_q, S_k)}.
+        (layer, head, position) arrays; maps {(layer, head): (B, S_q, S_k)}; received_unblocked
+        (B, L, H, S) float: what the keys would have received without the blocking (ranking source).
         """
         if self.closed:
             raise RuntimeError(f"trace {self.path} is closed")
@@ -145,6 +146,9 @@ class TraceWriter:
         attention_mask = _batched(attention_mask, 2) if attention_mask is not None else np.ones((B, S), bool)
         received = _batched(received, 4)
         received_groups = _batched(received_groups, 5)
+        received_unblocked = _batched(received_unblocked, 4)
+        if received_unblocked is not None and (received is None or received_unblocked.shape != received.shape):
+            raise ValueError("received_unblocked must have the shape of received (B, L, H, S)")
         for name, arr, want in (("is_masked", is_masked, (B, S)), ("revealed", revealed, (B, S)),
                                 ("attention_mask", attention_mask, (B, S))):
             if arr.shape != want:
@@ -188,6 +192,8 @@ class TraceWriter:
             "received_groups": _list_column([None] * B if received_groups is None else list(received_groups),
                                             self._schema.field("received_groups").type.value_type),
             "blocked": _list_column(blocked_rows, pa.int32()),
+            "received_unblocked": _list_column([None] * B if received_unblocked is None else list(received_unblocked),
+                                               self._schema.field("received_unblocked").type.value_type),
             "maps": self._maps_column(maps, B),
         }
         batch = pa.record_batch([columns[f.name] for f in self._schema], schema=self._schema)
@@ -214,7 +220,7 @@ class TraceWriter:
     def after_step(self, event) -> None:
         """Write a sampler's StepEvent (attention arrives layer-first and is reordered here)."""
         req = event.attention
-        received = received_groups = blocked = None
+        received = received_groups = blocked = unblocked = None
         maps = None
         if req is not None:
             if req._received:
@@ -224,11 +230,14 @@ class TraceWriter:
                 received_groups = _np(groups).transpose(1, 2, 0, 3, 4)  # (L,B,G,H,S) -> (B,G,L,H,S)
             if req.blocked is not None:
                 blocked = _np(req.blocked).transpose(1, 0, 2, 3)  # (L,B,H,S) -> (B,L,H,S)
+                if req._received_unblocked:
+                    unblocked = _np(req.received_unblocked).transpose(1, 0, 2, 3)
             maps = req.maps or None
         self.write_step(event.step, event.tokens, is_masked=event.is_masked, revealed=event.revealed,
                         attention_mask=getattr(event, "attention_mask", None),
                         query_positions=getattr(event, "query_positions", None),
-                        received=received, received_groups=received_groups, blocked=blocked, maps=maps)
+                        received=received, received_groups=received_groups, blocked=blocked, maps=maps,
+                        received_unblocked=unblocked)
 
     # ---- closing --------------------------------------------------------------------------
     def close(self) -> None:
