@@ -1,8 +1,11 @@
 """`sinklens replicate`: the paper's Table 1 (and its dynamics figures) at CPU scale, on the twins.
 
 1. Accuracy on held-out arithmetic problems, unmasked and with the top-K sinks masked
-   (K = 1, 5, 10; per-head ranking from the previous step, SPEC §4), for the tiny DLM and its
-   ARM twin, with standard errors: `sinklens.eval` on task "arith" -> `<out>/eval/summary.md`.
+   (K = 1, 5, 10; the default protocol of docs/evaluation.md: per head, the top-K Eq. 3 sinks of
+   the previous step's attention before blocking), each beside its control (as many random
+   non-sink keys per head), for the tiny DLM and its ARM twin, with standard errors:
+   `sinklens.eval` on task "arith" -> `<out>/eval/summary.md`; and the persistence of the
+   blocked keys against the unmasked top-1 stability -> `<out>/persistence.md`.
 2. Sink dynamics: both twins traced on a held-out problem and reported (largest-sink
    movement, sink counts per layer, the tokens sinks sit on, figures) -> `<out>/dynamics/`.
 3. The same dynamics aggregated over `--n-traces` held-out problems (default 50) ->
@@ -86,8 +89,29 @@ def dynamics_over_problems(out: str | Path, n_traces: int = 50, progress: bool =
     return {"dynamics_md": str(out / "dynamics_over_problems.md"), "rows": results}
 
 
-def replicate(out: str | Path, n: int = 200, mask_topk: tuple[int, ...] = (0, 1, 5, 10),
-              progress: bool = True, n_traces: int = 50) -> dict:
+def persistence_table(out: str | Path, n: int = 20, progress: bool = True) -> str:
+    """Persistence of the blocked keys vs the unmasked rule, both twins -> `<out>/persistence.md`."""
+    import json
+
+    from sinklens.train.persistence import twins_persistence
+    rows = twins_persistence(n, progress=progress)
+    f = lambda v: "n/a" if v is None else f"{v:.2f}"  # noqa: E731
+    lines = [f"Persistence of masking on {n} held-out problems: of the keys blocked at step t − 1, the share "
+             "blocked again at t (masked run), against the same rule applied to an unmasked run (for top-K, "
+             "K = 1: the stability of each head's top-1 key).", "",
+             "| model | rule | blocked persistence | unmasked persistence | ratio | share of keys blocked | "
+             "blocked keys that are Eq. 3 sinks |", "|---|---|---:|---:|---:|---:|---:|"]
+    for r in rows:
+        lines.append(f"| {r['model']} | {r['rule']} | {f(r['blocked'])} | {f(r['unmasked'])} | {f(r['ratio'])} | "
+                     f"{f(r['blocked_share_of_keys'])} | {f(r['eq3_sink_share'])} |")
+    Path(out).mkdir(parents=True, exist_ok=True)
+    (Path(out) / "persistence.md").write_text("\n".join(lines) + "\n")
+    (Path(out) / "persistence.json").write_text(json.dumps(rows, indent=1))
+    return "\n".join(lines)
+
+
+def replicate(out: str | Path, n: int = 200, mask_topk: tuple[int | str, ...] = (0, 1, 5, 10),
+              progress: bool = True, n_traces: int = 50, control: str = "random") -> dict:
     from sinklens.demo import run_demo
     from sinklens.eval.runner import EvalConfig, run_eval
     from sinklens.eval.summary import write_summary
@@ -97,11 +121,13 @@ def replicate(out: str | Path, n: int = 200, mask_topk: tuple[int, ...] = (0, 1,
     for name in ("tiny-dlm", "tiny-arm"):
         run_eval(EvalConfig(model=name, task="arith", out=str(out / "eval"), mask_topk=mask_topk, limit=n,
                             shots=0, chat="on", block_length=dlm_sampler()["block_length"], dtype="float32",
-                            loglik=False, progress=progress))
+                            loglik=False, progress=progress, mask_control=control))
     md, csv = write_summary([str(out / "eval")], str(out / "eval"))
+    persistence_table(out, n=min(20, n), progress=progress)
     html = run_demo(out / "dynamics", quiet=not progress)
     dyn = dynamics_over_problems(out, n_traces, progress) if n_traces > 0 else {}
-    return {"summary_md": md, "summary_csv": csv, "report": str(html), **dyn}
+    return {"summary_md": md, "summary_csv": csv, "report": str(html), "persistence_md": str(out / "persistence.md"),
+            **dyn}
 
 
 def register(sub) -> None:
@@ -109,15 +135,22 @@ def register(sub) -> None:
                        description=__doc__)
     p.add_argument("--out", default="replicate", help="output folder (default: replicate)")
     p.add_argument("--n", type=int, default=200, help="held-out problems (default 200)")
-    p.add_argument("--mask-topk", default="0,1,5,10", help="comma-separated K values (0 = unmasked)")
+    p.add_argument("--mask-topk", default="0,1,5,10", help="comma-separated K values (0 = unmasked; 1%% = a share)")
+    p.add_argument("--mask-control", choices=["random", "none"], default="random",
+                   help="random (default): a random non-sink-key control row beside every masked row")
     p.add_argument("--n-traces", type=int, default=50,
                    help="held-out problems traced for the aggregated dynamics (default 50; 0 = skip)")
     p.add_argument("--quiet", action="store_true")
 
     def _run(a) -> int:
-        ks = tuple(int(k) for k in a.mask_topk.split(","))
-        res = replicate(a.out, a.n, ks, progress=not a.quiet, n_traces=a.n_traces)
-        print(f"table: {res['summary_md']}\ndynamics report: {res['report']}")
+        from sinklens.eval.runner import parse_k
+        try:
+            ks = tuple(parse_k(k) for k in a.mask_topk.split(",") if k.strip())
+        except ValueError as e:
+            print(f"sinklens replicate: error: {e}")
+            return 2
+        res = replicate(a.out, a.n, ks, progress=not a.quiet, n_traces=a.n_traces, control=a.mask_control)
+        print(f"table: {res['summary_md']}\ndynamics report: {res['report']}\npersistence: {res['persistence_md']}")
         if "dynamics_md" in res:
             print(f"dynamics over problems: {res['dynamics_md']}")
         return 0
