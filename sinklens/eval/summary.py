@@ -192,7 +192,7 @@ def render(rows: list[dict]) -> tuple[str, str]:
 def write_summary(paths: list[str], out_dir: str) -> tuple[str, str]:
     """Summarise every run found under `paths`; writes summary.md and summary.csv into out_dir."""
     # a run directory without a finished sample (rejected or just started) is not a result
-    rows = [row for row in map(summarize_run, find_runs(paths)) if row["n"]]
+    rows = [summarize_run(r) for r in find_runs(paths) if records.collect(r)]
     if not rows:
         raise FileNotFoundError(f"no eval runs (config.json + samples.rank*.jsonl) under {paths}")
     md, csv_text = render(rows)
