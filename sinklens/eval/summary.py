@@ -147,7 +147,7 @@ def _caption(rows: list[dict], varying: list[str]) -> str:
         fixed = {k: v for k, v in masked[0].items()
                  if k not in shown and all(m.get(k) == v for m in masked)}
         rule = ", ".join(f"{k}={v}" for k, v in sorted(fixed.items()))
-        parts.append(f"K = keys blocked per step with rule: {rule or 'see the rows'}."
+        parts.append(f"Masked runs block K keys per step; rule: {rule or 'see the rows'}."
                      + (" Control rows block K random keys instead." if any(r["control"] not in (None, "none")
                                                                            for r in rows) else ""))
     per_model = {}
