@@ -4,9 +4,12 @@ from __future__ import annotations
 import argparse
 import sys
 
+from sinklens.cliargs import CliError, OneLineParser
+
 
 def build_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="sinklens", description=__doc__)
+    # one-line usage errors (exit 2) for every sub-command: subparsers inherit the parser class
+    p = OneLineParser(prog="sinklens", description=__doc__)
     p.add_argument("--version", action="store_true", help="print the version and exit")
     sub = p.add_subparsers(dest="command", metavar="COMMAND")
     from sinklens.report.command import register as register_report; register_report(sub)  # report
@@ -28,7 +31,11 @@ def main(argv: list[str] | None = None) -> int:
     if not getattr(args, "func", None):
         parser.print_help()
         return 2
-    return int(args.func(args) or 0)
+    try:
+        return int(args.func(args) or 0)
+    except CliError as e:          # bad input found after parsing: one line, exit status 2
+        print(f"sinklens {args.command}: error: {e}", file=sys.stderr)
+        raise
 
 
 if __name__ == "__main__":

@@ -48,12 +48,47 @@ def test_malformed_lines_reported_with_line_numbers(tmp_path):
     lines[3] = '{"question": "no answer field"}'
     bad = tmp_path / "bad.jsonl"
     bad.write_text("\n".join(lines) + "\n")
-    with pytest.warns(UserWarning, match="line 2|:2:"):
-        items, errors = gsm8k.load(str(bad))
+    items, errors = gsm8k.load(str(bad))           # no warning: the caller reports (the runner, once)
     assert [it["id"] for it in items] == ["line1", "line3", "line5"]
     assert [e.line for e in errors] == [2, 4] and "missing field" in errors[1].message
+    assert str(errors[0]).startswith(f"{bad}:2: not valid JSON")
     with pytest.raises(FileNotFoundError, match="data file not found"):
         gsm8k.load(str(tmp_path / "missing.jsonl"))
+
+
+def test_every_bad_gsm8k_line_is_skipped_alone(tmp_path):
+    """Bad UTF-8, an answer without ####, "answer": null, a non-string question: each line is skipped
+    with file:line, the others load; a BOM does not cost problem 1."""
+    good = [line.encode() for line in GSM8K.read_text().splitlines()[:7]]
+    lines = list(good)
+    lines[0] = b"\xef\xbb\xbf" + good[0]                                  # UTF-8 BOM (Windows editors)
+    lines[1] = good[1].replace(b'"question": "', b'"question": "\xff\xfe ')  # invalid UTF-8 inside a string
+    lines[2] = b'{"question": "How many?", "answer": "It is 4."}'          # no #### final answer
+    lines[3] = b'{"question": "How many?", "answer": null}'
+    lines[4] = b'{"question": 17, "answer": "#### 4"}'
+    path = tmp_path / "bad.jsonl"
+    path.write_bytes(b"\n".join(lines) + b"\n")
+    items, errors = gsm8k.load(str(path))
+    assert [it["id"] for it in items] == ["line1", "line6", "line7"]
+    assert items[0]["question"] == gsm8k.load(str(GSM8K), limit=1)[0][0]["question"]
+    assert [(e.line, e.message.split(" (")[0]) for e in errors] == [
+        (2, "not valid UTF-8"), (3, "answer has no '#### N' final answer"),
+        (4, "field(s) must be strings: answer is NoneType"), (5, "field(s) must be strings: question is int")]
+    assert all(str(e).startswith(f"{path}:{e.line}: ") for e in errors)
+    assert gsm8k.load(str(path), limit=2)[0][1]["id"] == "line6"            # --limit counts usable problems
+
+
+def test_bad_humaneval_lines_are_skipped(tmp_path):
+    problems, _ = humaneval.load(limit=2)
+    import json
+    lines = [json.dumps({k: v for k, v in p.items() if k != "_line"}).encode() for p in problems]
+    path = tmp_path / "he.jsonl"
+    path.write_bytes(b"\xef\xbb\xbf" + lines[0] + b"\n" + b'{"task_id": "X/1", "prompt": null, "entry_point": "f", '
+                     b'"test": ""}\n\xff\n' + lines[1] + b"\n")
+    rows, errors = humaneval.load(str(path))
+    assert [r["id"] for r in rows] == ["HumanEval/0", "HumanEval/1"]
+    assert [(e.line, e.message) for e in errors] == [
+        (2, "field(s) must be strings: prompt is NoneType"), (3, "not valid UTF-8 (byte 0xff at column 1)")]
 
 
 def test_humaneval_extract_code():

@@ -5,6 +5,8 @@ import argparse
 import os
 import sys
 
+from sinklens.cliargs import finite_float, nonneg_int, positive_float, positive_int
+
 
 def _k_list(s: str) -> tuple[int | str, ...]:
     from sinklens.eval.runner import parse_k
@@ -23,7 +25,7 @@ def register(sub) -> None:
     p.add_argument("--mask-sinks", choices=["eq3", "topk"], default="eq3",
                    help="eq3 (default): top-K among keys that pass Eq. 3, a head without a sink blocks nothing; "
                         "topk: top-K keys per head, sinks or not")
-    p.add_argument("--eps", type=float, default=3.0, help="Eq. 3 margin in --mask-units (default 3)")
+    p.add_argument("--eps", type=finite_float, default=3.0, help="Eq. 3 margin in --mask-units (default 3)")
     p.add_argument("--mask-units", choices=["scaled_sum", "uniform_ratio", "sum"], default="scaled_sum",
                    help="score units for Eq. 3: scaled_sum (default; column sums scaled so the average key "
                         "scores 1, i.e. the column sums for DLMs), uniform_ratio or sum")
@@ -31,22 +33,22 @@ def register(sub) -> None:
                    help="which positions may be blocked (default all)")
     p.add_argument("--mask-control", choices=["none", "random"], default="none",
                    help="random: beside every masked run, block as many random non-sink keys per head (seeded)")
-    p.add_argument("--limit", type=int, default=None, help="first N samples only")
+    p.add_argument("--limit", type=positive_int, default=None, help="first N samples only")
     p.add_argument("--data", default=None, help="local JSONL (GSM8K test.jsonl / HumanEval problems)")
     p.add_argument("--out", required=True, help="output directory (re-running resumes)")
-    p.add_argument("--shots", type=int, default=8, help="GSM8K chain-of-thought exemplars (0 = zero-shot)")
+    p.add_argument("--shots", type=nonneg_int, default=8, help="GSM8K chain-of-thought exemplars (0 = zero-shot)")
     p.add_argument("--chat", choices=["auto", "on", "off"], default="auto", help="use the chat template")
-    p.add_argument("--gen-length", type=int, default=None, help="default: the paper's setting per family")
-    p.add_argument("--steps", type=int, default=None, help="diffusion steps (default = gen length)")
-    p.add_argument("--block-length", type=int, default=None, help="LLaDA/MMaDA block length (default 32)")
+    p.add_argument("--gen-length", type=positive_int, default=None, help="default: the paper's setting per family")
+    p.add_argument("--steps", type=positive_int, default=None, help="diffusion steps (default = gen length)")
+    p.add_argument("--block-length", type=positive_int, default=None, help="LLaDA/MMaDA block length (default 32)")
     p.add_argument("--ranking", choices=["per_head", "global"], default="per_head")
-    p.add_argument("--threshold", type=float, default=None, help="block keys with r_j >= this instead of top-K")
+    p.add_argument("--threshold", type=positive_float, default=None, help="block keys with r_j >= this instead of top-K")
     p.add_argument("--keep-self", action="store_true", help="a blocked key still receives its own query's attention")
     p.add_argument("--step0", choices=["unmasked", "probe"], default="unmasked")
     p.add_argument("--arm-rule", choices=["newest", "prefix"], default="newest")
     p.add_argument("--no-loglik", action="store_true", help="skip the reference-answer log-likelihood")
-    p.add_argument("--sandbox-timeout", type=float, default=10.0, help="seconds per HumanEval check")
-    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--sandbox-timeout", type=positive_float, default=10.0, help="seconds per HumanEval check")
+    p.add_argument("--seed", type=nonneg_int, default=0)
     p.add_argument("--dtype", default=None)
     p.add_argument("--device", default=None)
     p.add_argument("--no-progress", action="store_true")
@@ -59,6 +61,7 @@ def register(sub) -> None:
 
 
 def _eval(args) -> int:
+    from sinklens.eval.rundir import RunDirBusy
     from sinklens.eval.runner import EvalConfig, dist_rank_world, run_eval
     try:
         cfg = EvalConfig(model=args.model, task=args.task, out=args.out, mask_topk=args.mask_topk,
@@ -71,9 +74,12 @@ def _eval(args) -> int:
                          arm_rule=args.arm_rule, loglik=not args.no_loglik,
                          sandbox_timeout=args.sandbox_timeout, progress=not args.no_progress)
         run_eval(cfg)
-    except (ValueError, FileNotFoundError) as e:
+    except (ValueError, FileNotFoundError, RunDirBusy) as e:     # bad input: nothing was written
         print(f"sinklens eval: error: {e}", file=sys.stderr)
         return 2
+    except OSError as e:              # disk full, file-size limit, ...: the message says what was kept
+        print(f"sinklens eval: error: {e}", file=sys.stderr)
+        return 1
     summary = os.path.join(args.out, "summary.md")
     if dist_rank_world()[0] == 0 and os.path.isfile(summary):    # rank 0 writes the summary
         with open(summary) as f:
@@ -88,5 +94,8 @@ def _summary(args) -> int:
     except FileNotFoundError as e:
         print(f"sinklens eval-summary: error: {e}", file=sys.stderr)
         return 2
+    except OSError as e:
+        print(f"sinklens eval-summary: error: {e}", file=sys.stderr)
+        return 1
     print(md)
     return 0

@@ -52,10 +52,14 @@ _NUMBER = re.compile(r"-?[$]?\d[\d,]*(?:\.\d+)?")
 
 
 def load(data: str | None = None, limit: int | None = None) -> tuple[list[dict], list[JsonlError]]:
-    """GSM8K test problems: {"id", "question", "answer", "reference"} from a local JSONL, else the hub."""
+    """GSM8K test problems: {"id", "question", "answer", "reference"} from a local JSONL, else the hub.
+
+    A line without a usable question / answer is skipped and returned as an error (file:line).
+    """
     if data is not None:
-        rows, errors = read_jsonl(data, required=("question", "answer"))
-        items = [{"id": f"line{r['_line']}", "question": r["question"], "answer": r["answer"]} for r in rows]
+        rows, errors = read_jsonl(data, required=("question", "answer"), check=_check_problem)
+        items = [{"id": f"line{r['_line']}", "question": r["question"], "answer": r["answer"], "_line": r["_line"]}
+                 for r in rows]
     else:
         try:
             import datasets
@@ -68,11 +72,29 @@ def load(data: str | None = None, limit: int | None = None) -> tuple[list[dict],
         except Exception as e:       # offline, hub down, no access: say what to do instead
             raise FileNotFoundError(f"could not load openai/gsm8k from the hub ({type(e).__name__}: {e}); "
                                     "pass --data PATH to a local test.jsonl") from e
-        items = [{"id": f"test{i}", "question": r["question"], "answer": r["answer"]} for i, r in enumerate(ds)]
-        errors = []
+        items, errors = [], []
+        for i, r in enumerate(ds):
+            problem = _check_problem(r)
+            if problem:
+                errors.append(JsonlError("openai/gsm8k:test", i + 1, problem))
+            else:
+                items.append({"id": f"test{i}", "question": r["question"], "answer": r["answer"]})
     for it in items:
         it["reference"] = reference_answer(it["answer"])
     return items[:limit] if limit is not None else items, errors
+
+
+def _check_problem(rec: dict) -> str | None:
+    """What makes a record unusable (None when it is fine)."""
+    if not isinstance(rec.get("question"), str) or not rec["question"].strip():
+        return "question must be a non-empty string"
+    if not isinstance(rec.get("answer"), str):
+        return f"answer must be a string, got {type(rec.get('answer')).__name__}"
+    if "####" not in rec["answer"]:
+        return "answer has no '#### N' final answer"
+    if not rec["answer"].rsplit("####", 1)[1].strip():
+        return "answer has nothing after '####'"
+    return None
 
 
 def reference_answer(answer_field: str) -> str:

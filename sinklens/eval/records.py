@@ -35,8 +35,21 @@ def read_records(path: str) -> tuple[list[dict], int]:
     return records, good_end
 
 
+class WriteError(OSError):
+    """A file could not be written in full (disk full, file-size limit, I/O error). Whatever was
+    being written is gone again (a record's file is cut back to its last complete line), so nothing
+    torn is left for the next write to glue onto. `note` (set by the caller) says what was kept."""
+
+    def __init__(self, path: str, cause: OSError):
+        super().__init__(cause.errno, cause.strerror or str(cause))
+        self.path, self.note = path, None
+
+    def __str__(self) -> str:
+        return f"could not write {self.path} ({self.strerror})" + (f"; {self.note}" if self.note else "")
+
+
 class RecordWriter:
-    """Append-only JSONL; each `write` is on disk (fsync) when it returns."""
+    """Append-only JSONL; each `write` is on disk (fsync) when it returns, whole or not at all."""
 
     def __init__(self, path: str):
         os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
@@ -46,10 +59,26 @@ class RecordWriter:
                 f.truncate(good_end)
         self.path = path
         self.fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+        self.end = good_end                               # byte offset after the last complete line
 
     def write(self, record: dict) -> None:
-        os.write(self.fd, (json.dumps(record, ensure_ascii=False) + "\n").encode("utf-8"))
-        os.fsync(self.fd)
+        data = memoryview((json.dumps(record, ensure_ascii=False) + "\n").encode("utf-8"))
+        try:
+            while data:                                   # a short write (at a size limit) is not an error yet
+                data = data[os.write(self.fd, data):]
+            os.fsync(self.fd)
+        except OSError as e:
+            self._cut_back()
+            raise WriteError(self.path, e) from e
+        self.end = os.fstat(self.fd).st_size
+
+    def _cut_back(self) -> None:
+        """Remove a partly written line; shrinking a file needs no space, so this works on a full disk."""
+        try:
+            os.ftruncate(self.fd, self.end)
+            os.fsync(self.fd)
+        except OSError:
+            pass                                          # the reader drops a torn tail on resume anyway
 
     def close(self) -> None:
         os.close(self.fd)
@@ -75,13 +104,21 @@ def collect(run_dir: str) -> list[dict]:
 
 
 def merge(run_dir: str) -> str:
-    """Write `samples.jsonl` (all ranks, deduplicated, in sample order); returns its path."""
+    """Write `samples.jsonl` (all ranks, deduplicated, in sample order); returns its path.
+
+    Written to a temporary file and renamed, so a failed merge (disk full) leaves the old file
+    or none, never half of one; the per-rank files are the data, and re-running merges again."""
     out = os.path.join(run_dir, "samples.jsonl")
     tmp = out + ".tmp"
-    with open(tmp, "w", encoding="utf-8") as f:
-        for rec in collect(run_dir):
-            f.write(json.dumps(rec, ensure_ascii=False) + "\n")
-        f.flush()
-        os.fsync(f.fileno())
-    os.replace(tmp, out)
+    try:
+        with open(tmp, "w", encoding="utf-8") as f:
+            for rec in collect(run_dir):
+                f.write(json.dumps(rec, ensure_ascii=False) + "\n")
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, out)
+    except OSError as e:
+        if os.path.exists(tmp):
+            os.remove(tmp)
+        raise WriteError(out, e) from e
     return out

@@ -6,20 +6,28 @@ is the Table-1 style summary (`sinklens.eval.summary`).
 
 Resume: the samples already on disk (any rank's file; a torn last line does not count) are
 skipped, so re-running the same command completes a run without doing a sample twice.
+Bad input is found before any file is written (settings, data, context length, K); bad data
+lines are skipped and listed in config.json. While running, each process holds the run
+directory's lock for its rank (`rundir.RunLock`), and a failed write (disk full) keeps every
+complete sample and leaves no torn line.
 Data-parallel: under `torchrun` / `accelerate launch` (env RANK, WORLD_SIZE) sample i goes to
 rank i % WORLD_SIZE; rank 0 merges after a barrier.
 """
 from __future__ import annotations
 
+import inspect
 import json
+import math
 import os
 import re
+import sys
 import time
+from contextlib import ExitStack
 from dataclasses import asdict, dataclass, field
 
 import torch
 
-from sinklens.eval import records
+from sinklens.eval import records, rundir
 from sinklens.eval.loglik import reference_loglik
 from sinklens.eval.sandbox import SandboxConfig
 from sinklens.eval.tasks import get_task
@@ -62,8 +70,21 @@ class EvalConfig:
         self.mask_topk = tuple(parse_k(k) for k in self.mask_topk)
         if not self.mask_topk:
             raise ValueError("--mask-topk must list at least one K (e.g. 0,1,5,10 or 1%)")
-        if self.limit is not None and self.limit < 1:
-            raise ValueError(f"--limit must be >= 1, got {self.limit}")
+        # 0 and negative values are errors, never "the default" (None is the default)
+        for flag, value in (("--limit", self.limit), ("--gen-length", self.gen_length), ("--steps", self.steps),
+                            ("--block-length", self.block_length)):
+            if value is not None and not _is_int(value, minimum=1):
+                raise ValueError(f"{flag} must be a positive integer, got {value!r}")
+        if not _is_int(self.shots, minimum=0) or self.shots > 8:
+            raise ValueError(f"--shots must be an integer from 0 to 8, got {self.shots!r}")
+        if not _is_int(self.seed, minimum=0):
+            raise ValueError(f"--seed must be an integer >= 0, got {self.seed!r}")
+        if self.threshold is not None and not _is_positive_number(self.threshold):
+            raise ValueError(f"--threshold must be a finite number > 0, got {self.threshold!r}")
+        if not _is_positive_number(self.sandbox_timeout):
+            raise ValueError(f"--sandbox-timeout must be a finite number of seconds > 0, got {self.sandbox_timeout!r}")
+        if os.path.exists(self.out) and not os.path.isdir(self.out):
+            raise ValueError(f"--out {self.out!r} is a file; expected a directory")
         if self.chat not in ("auto", "on", "off"):
             raise ValueError(f"chat must be 'auto', 'on' or 'off', got {self.chat!r}")
         if self.data is not None and not os.path.isfile(self.data):
@@ -124,19 +145,41 @@ def run_name(k, control: str) -> str:
     return name if control == "none" else f"{name}-{control}"
 
 
+def _is_int(x, minimum: int) -> bool:
+    return isinstance(x, int) and not isinstance(x, bool) and x >= minimum
+
+
+def _is_positive_number(x) -> bool:
+    return isinstance(x, (int, float)) and not isinstance(x, bool) and math.isfinite(x) and x > 0
+
+
 def sampler_settings(sampler: str, task_name: str, gen_length: int | None = None, steps: int | None = None,
                      block_length: int | None = None) -> dict:
-    """The paper's settings per family (SPEC §6), with optional overrides."""
-    n = gen_length or get_task(task_name).gen_length[sampler]
+    """The paper's settings per family (SPEC §6), with optional overrides (None = the default;
+    0 or less is an error, caught by the sampler's own checks in `check_sampler_settings`)."""
+    n = get_task(task_name).gen_length[sampler] if gen_length is None else gen_length
+    steps = n if steps is None else steps
     if sampler == "llada":
-        block = block_length or min(32, n)
-        if n % block:
+        block = min(32, n) if block_length is None else block_length
+        if block > 0 and n % block:
             raise ValueError(f"LLaDA/MMaDA: gen length {n} must be a multiple of the block length {block}")
-        return dict(gen_length=n, steps=steps or n, block_length=block, temperature=0.0, cfg_scale=0.0,
+        return dict(gen_length=n, steps=steps, block_length=block, temperature=0.0, cfg_scale=0.0,
                     remasking="low_confidence")
     if sampler == "dream":
-        return dict(max_new_tokens=n, steps=steps or n, temperature=0.1, top_p=0.9, alg="entropy", alg_temp=0.0)
+        return dict(max_new_tokens=n, steps=steps, temperature=0.1, top_p=0.9, alg="entropy", alg_temp=0.0)
     return dict(max_new_tokens=n, do_sample=False)
+
+
+def check_sampler_settings(sampler: str, settings: dict) -> None:
+    """Run the sampler's own argument checks (`check_args`) now, so a setting it would reject at
+    the first generation (e.g. LLaDA steps not divisible by the number of blocks) fails before
+    any file is written. Arguments not in `settings` take the sampler's defaults."""
+    from sinklens.samplers import sampler_module
+
+    mod = sampler_module(sampler)
+    args = {n: p.default for n, p in inspect.signature(mod.generate).parameters.items() if p.default is not p.empty}
+    args.update(settings)
+    mod.check_args(**{n: args[n] for n in inspect.signature(mod.check_args).parameters})
 
 
 def model_slug(name: str) -> str:
@@ -196,12 +239,10 @@ def run_eval(cfg: EvalConfig, model=None) -> list[str]:
     """Run (or resume) every K of `cfg`; returns the run directories. `model`: an already loaded SinkModel."""
     from tqdm import tqdm
 
+    # 1. Everything that can be wrong with the inputs is found here, before any file is written,
+    #    so a rejected run leaves nothing behind that could block the next, correct one.
     task = get_task(cfg.task)
     items, errors = task.load(cfg.data, cfg.limit)
-    for e in errors:
-        print(f"sinklens eval: skipped malformed line {e}")
-    if not items:
-        raise ValueError(f"no usable samples in {cfg.data or cfg.task!r}")
     if model is None:
         import sinklens
         model = sinklens.load(cfg.model, dtype=cfg.dtype, device=cfg.device)
@@ -210,42 +251,104 @@ def run_eval(cfg: EvalConfig, model=None) -> list[str]:
         raise ValueError(f"{cfg.model!r} ships no tokenizer; the eval needs text prompts")
     rank, world = dist_rank_world()
     settings = sampler_settings(m.family.sampler, cfg.task, cfg.gen_length, cfg.steps, cfg.block_length)
+    check_sampler_settings(m.family.sampler, settings)
     gen = settings.get("gen_length") or settings["max_new_tokens"]
     sandbox = SandboxConfig(timeout=cfg.sandbox_timeout, cpu_seconds=int(cfg.sandbox_timeout) + 1)
-    prompts = [_prompt(m, task, it, cfg) for it in items]               # (ids, chat) per item
-    shortest = min(len(p) for p, _ in prompts) + (gen if m.is_diffusion else 0)
-    run_dirs = []
-    for k, control in cfg.runs():
-        mcfg = cfg.masking(k, control)
-        policy = SinkMaskingPolicy(mcfg, num_layers=m.num_layers, is_diffusion=m.is_diffusion, model=m)
-        policy.check_num_keys(shortest)                                  # K larger than the sequence: before compute
-        run_dir = os.path.join(cfg.out, model_slug(cfg.model), cfg.task, run_name(k, control))
-        os.makedirs(run_dir, exist_ok=True)
-        meta = {"model": cfg.model, "source": {k2: str(v) for k2, v in m.source.items()}, "family": m.family.name,
-                "task": cfg.task, "mask_topk": k, "masking": mcfg.describe(m.is_diffusion),
-                "sampler": m.family.sampler, "settings": settings, "n_expected": len(items),
-                "config": asdict(cfg), "data_errors": [str(e) for e in errors]}
-        _check_same_run(run_dir, meta)                                   # resume only the same experiment
-        if rank == 0:
-            with open(os.path.join(run_dir, "config.json"), "w") as f:
-                json.dump(meta, f, indent=2, default=str)
-        done = {r["id"] for r in records.collect(run_dir)}
-        mine = [i for i in range(len(items)) if i % world == rank]
-        todo = [i for i in mine if items[i]["id"] not in done]
-        bar = tqdm(total=len(mine), initial=len(mine) - len(todo), desc=f"{cfg.task} K={k}" + ("" if control == "none" else f" {control}"), unit="sample",
-                   disable=not cfg.progress, dynamic_ncols=True)
-        with records.RecordWriter(os.path.join(run_dir, f"samples.rank{rank}.jsonl")) as out:
-            for i in todo:
-                out.write(_run_sample(m, task, items[i], i, prompts[i], k, mcfg, policy, settings, cfg, sandbox))
-                bar.update(1)
-        bar.close()
-        if _barrier(world) and rank == 0:
-            records.merge(run_dir)
-        run_dirs.append(run_dir)
+    items, prompts, errors = _prepare(m, task, items, errors, cfg, gen)   # (ids, chat) per item
     if rank == 0:
-        from sinklens.eval.summary import write_summary
-        write_summary([cfg.out], cfg.out)
+        _print_data_errors(errors)
+    if not items:
+        raise ValueError(f"no usable samples in {cfg.data or cfg.task!r}")
+    shortest = min(len(p) for p, _ in prompts) + (gen if m.is_diffusion else 0)
+    runs = [_plan(cfg, m, k, control, settings, len(items), errors, shortest) for k, control in cfg.runs()]
+
+    # 2. Lock every run directory for this rank, then compute and write.
+    run_dirs = []
+    with ExitStack() as held:
+        for *_, run_dir, _ in runs:
+            held.enter_context(rundir.RunLock(run_dir, rank))
+        try:
+            for k, control, mcfg, policy, run_dir, meta in runs:
+                _check_same_run(run_dir, meta)            # again, under the lock: the folder may have changed
+                if rank == 0:
+                    rundir.write_json(os.path.join(run_dir, "config.json"), meta)
+                done = {r["id"] for r in records.collect(run_dir)}
+                mine = [i for i in range(len(items)) if i % world == rank]
+                todo = [i for i in mine if items[i]["id"] not in done]
+                bar = tqdm(total=len(mine), initial=len(mine) - len(todo), unit="sample",
+                           desc=f"{cfg.task} K={k}" + ("" if control == "none" else f" {control} control"), disable=not cfg.progress, dynamic_ncols=True)
+                with records.RecordWriter(os.path.join(run_dir, f"samples.rank{rank}.jsonl")) as out:
+                    for i in todo:
+                        out.write(_run_sample(m, task, items[i], i, prompts[i], k, mcfg, policy, settings, cfg,
+                                              sandbox))
+                        bar.update(1)
+                bar.close()
+                if _barrier(world) and rank == 0:
+                    records.merge(run_dir)
+                run_dirs.append(run_dir)
+            if rank == 0:
+                from sinklens.eval.summary import write_summary
+                write_summary([cfg.out], cfg.out)
+        except records.WriteError as e:                   # disk full, file-size limit: say what is safe
+            kept = sum(len(records.collect(d)) for _, _, _, d, _ in runs)
+            e.note = f"{kept} samples kept, re-running the same command resumes"
+            raise
     return run_dirs
+
+
+def _prepare(m, task, items: list[dict], errors: list, cfg: EvalConfig, gen: int):
+    """Prompts of the usable items; an item that cannot be used (duplicate id, no reference
+    answer) is skipped and added to `errors`. Raises when a prompt + generation does not fit
+    the model's context: that is a setting to change, not a bad line."""
+    errors = [str(e) for e in errors]
+    limit = getattr(m, "max_length", None)
+    kept, prompts, seen = [], [], {}
+    for it in items:
+        where = f"{cfg.data}:{it['_line']}" if cfg.data and "_line" in it else f"sample {it['id']!r}"
+        if it["id"] in seen:
+            errors.append(f"{where}: duplicate id {it['id']!r} (first at {seen[it['id']]}); skipped")
+            continue
+        ids, chat = _prompt(m, task, it, cfg)
+        ref = []
+        if cfg.loglik:
+            try:
+                ref = m.tokenizer(task.reference(it, chat), add_special_tokens=False)["input_ids"]
+            except (KeyError, TypeError, ValueError) as e:
+                errors.append(f"{where}: no usable reference answer ({type(e).__name__}: {e}); skipped")
+                continue
+        if limit is not None and len(ids) + max(gen, len(ref)) > limit:
+            what = f"generation {gen}" if gen >= len(ref) else f"reference answer {len(ref)} (log-likelihood)"
+            raise ValueError(f"{where}: prompt {len(ids)} + {what} = {len(ids) + max(gen, len(ref))} tokens "
+                             f"exceeds the context of {cfg.model!r} ({limit} tokens); use a smaller --gen-length"
+                             + (" or --no-loglik" if gen < len(ref) else ""))
+        seen[it["id"]] = where
+        kept.append(it)
+        prompts.append((ids, chat))
+    return kept, prompts, errors
+
+
+def _print_data_errors(errors: list[str], show: int = 20) -> None:
+    """Each skipped line once, on stderr (all of them are in config.json `data_errors`)."""
+    for e in errors[:show]:
+        print(f"sinklens eval: skipped {e}", file=sys.stderr)
+    if len(errors) > show:
+        print(f"sinklens eval: ... and {len(errors) - show} more skipped (config.json data_errors lists all)",
+              file=sys.stderr)
+
+
+def _plan(cfg: EvalConfig, m, k, control: str, settings: dict, n_items: int, errors: list[str], shortest: int):
+    """(k, control, masking config, policy, run directory, config.json contents) of one run, checked,
+    nothing written."""
+    mcfg = cfg.masking(k, control)
+    policy = SinkMaskingPolicy(mcfg, num_layers=m.num_layers, is_diffusion=m.is_diffusion, model=m)
+    policy.check_num_keys(shortest)                                      # K larger than the sequence
+    run_dir = os.path.join(cfg.out, model_slug(cfg.model), cfg.task, run_name(k, control))
+    meta = {"model": cfg.model, "source": {k2: str(v) for k2, v in m.source.items()}, "family": m.family.name,
+            "task": cfg.task, "mask_topk": k, "masking": mcfg.describe(m.is_diffusion),
+            "sampler": m.family.sampler, "settings": settings, "n_expected": n_items,
+            "config": asdict(cfg), "data_errors": errors}
+    _check_same_run(run_dir, meta)                                       # resume only the same experiment
+    return k, control, mcfg, policy, run_dir, meta
 
 
 # What must not change when a run is resumed (--limit may grow; progress, device, dtype may change).
@@ -255,13 +358,18 @@ _SAME_RUN_CONFIG = ("data", "shots", "chat", "seed", "loglik")
 
 def _check_same_run(run_dir: str, meta: dict) -> None:
     path = os.path.join(run_dir, "config.json")
-    if not os.path.exists(path) or not records.shard_files(run_dir):
+    if not os.path.exists(path) or not records.collect(run_dir):   # no finished sample: nothing to protect
         return
-    with open(path) as f:
-        old = json.loads(json.dumps(json.load(f)))
+    try:
+        with open(path) as f:
+            old = json.load(f)
+    except (OSError, ValueError) as e:
+        raise ValueError(f"{path} cannot be read ({e}), but {run_dir} holds results; "
+                         "use another --out, or delete that folder") from None
     new = json.loads(json.dumps(meta, default=str))
     diff = [k for k in _SAME_RUN_KEYS if old.get(k) != new.get(k)]
-    diff += [f"config.{k}" for k in _SAME_RUN_CONFIG if old["config"].get(k) != new["config"].get(k)]
+    diff += [f"config.{k}" for k in _SAME_RUN_CONFIG
+             if old.get("config", {}).get(k) != new["config"].get(k)]
     if diff:
         raise ValueError(f"{run_dir} holds results of a different run (differs in {diff}); "
                          "use another --out to keep both, or delete that folder")

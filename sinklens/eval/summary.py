@@ -1,7 +1,14 @@
-"""Table-1 style summary of eval runs: tasks × mask K as rows, models as columns.
+"""Table-1 style summary of eval runs: one row per setting, models as columns.
 
 Accuracy (GSM8K) / pass@1 (HumanEval) with its standard error, and the mean per-token
 log-likelihood of the reference answer (unmasked and masked, nats). Markdown + CSV.
+
+Rows: task × K × control, plus every other setting that differs between runs of one model
+(read from each run's config.json, not from a fixed list), so two runs of a model with, say,
+different generation lengths get two rows instead of overwriting each other. A random-key
+control run (masking.control == "random") sits right below the masked row of the same K.
+Settings that differ only between models (each family's own sampler defaults) stay in one row
+and are listed per model in the caption, which states what was run.
 """
 from __future__ import annotations
 
@@ -11,9 +18,20 @@ import json
 import os
 
 from sinklens.eval import records
+from sinklens.eval.rundir import write_text
 from sinklens.eval.stats import mean_stderr
 
 PAPER_K_NAMES = {0: "Unmasked", 1: "K=1 (ε0)", 5: "K=5 (ε1)", 10: "K=10 (ε2)"}
+METRIC = {"humaneval": "pass@1"}                      # every other task: accuracy
+
+# config.json entries that are bookkeeping or already shown elsewhere, never a reason for a row:
+# where results go, how they were computed (progress, device), how many samples (n is in the cell),
+# the K list of the command (each run has its own K), the model (columns).
+_NOT_A_SETTING = {"model", "source", "family", "sampler", "n_expected", "data_errors", "mask_topk",
+                  "masking.top_k", "masking.control", "config.out", "config.progress", "config.device",
+                  "config.limit", "config.mask_topk", "config.model", "config.task",
+                  # command-line overrides that config.json also holds resolved, under settings.*
+                  "config.gen_length", "config.steps", "config.block_length"}
 
 
 def find_runs(paths: list[str]) -> list[str]:
@@ -27,15 +45,38 @@ def find_runs(paths: list[str]) -> list[str]:
     return sorted(runs)
 
 
+def _flatten(d: dict, prefix: str = "") -> dict:
+    out = {}
+    for k, v in d.items():
+        if isinstance(v, dict):
+            out.update(_flatten(v, f"{prefix}{k}."))
+        else:
+            out[f"{prefix}{k}"] = json.dumps(v, sort_keys=True) if isinstance(v, list) else v
+    return out
+
+
+def run_settings(meta: dict) -> dict:
+    """Every setting of a run as flat `section.key` -> value (config.json of any sinklens version)."""
+    flat = _flatten({k: v for k, v in meta.items()})
+    resolved = {k.split(".", 1)[1] for k in flat if k.startswith(("masking.", "settings."))}
+    # config.<x> that masking / settings hold resolved (ranking, threshold, ...; mask_<x> for <x>)
+    dup = {k for k in flat if k.startswith("config.")
+           and (k[7:] in resolved or k[7:].removeprefix("mask_") in resolved)}
+    return {k: v for k, v in flat.items() if k not in _NOT_A_SETTING and k not in dup}
+
+
 def summarize_run(run_dir: str) -> dict:
     with open(os.path.join(run_dir, "config.json")) as f:
         meta = json.load(f)
+    masking = meta.get("masking") or {}
     recs = records.collect(run_dir)
     acc, se = mean_stderr([float(r["correct"]) for r in recs])
     row = {"model": meta["model"], "task": meta["task"], "mask_topk": meta["mask_topk"], "n": len(recs),
-           "n_expected": meta["n_expected"], "accuracy": acc, "stderr": se,
-           "ranking": meta["masking"].get("ranking"), "arm_rule": meta["masking"].get("arm_rule"),
-           "run_dir": run_dir}
+           "n_expected": meta.get("n_expected", len(recs)), "accuracy": acc, "stderr": se,
+           "ranking": masking.get("ranking"), "arm_rule": masking.get("arm_rule"),
+           "control": masking.get("control", "none"),          # runs before the control existed: none
+           "run_dir": run_dir, "settings": run_settings(meta), "masking": masking,
+           "sampler_settings": meta.get("settings") or {}}
     ll = [r["loglik"] for r in recs if r.get("loglik")]
     if ll:
         tok = sum(x["tokens"] for x in ll)
@@ -54,37 +95,108 @@ def _cell(r: dict) -> str:
     return s
 
 
+def _order(v) -> tuple:
+    """Sort key for values of any type (numbers by value, the rest by text; missing last)."""
+    if isinstance(v, (int, float)) and not isinstance(v, bool):
+        return (0, float(v), "")
+    return (1 if v is not None else 2, 0.0, str(v))
+
+
+def _varying(rows: list[dict]) -> list[str]:
+    """Settings with more than one value among the runs of one model (per model: a family's
+    own defaults differ between models without being a second setting)."""
+    keys = set()
+    for model in {r["model"] for r in rows}:
+        mine = [r["settings"] for r in rows if r["model"] == model]
+        for k in set().union(*mine):
+            if len({json.dumps(s.get(k), sort_keys=True, default=str) for s in mine}) > 1:
+                keys.add(k)
+    return sorted(keys - {"task"})
+
+
+def _short(key: str) -> str:
+    return key.split(".", 1)[1] if key.startswith(("masking.", "settings.", "config.")) else key
+
+
+def _label(r: dict, varying: list[str]) -> str:
+    k = r["mask_topk"]
+    if r["control"] not in (None, "none"):
+        name = f"K={k} {r['control']} keys (control)"
+    else:
+        name = PAPER_K_NAMES.get(k, f"K={k}")
+    extra = [f"{_short(v)}={r['settings'].get(v, '–')}" for v in varying]
+    return ", ".join([name, *extra])
+
+
+def _row_key(r: dict, varying: list[str]) -> tuple:
+    """Sort / identity of a table row: task, the other varying settings, then K, control last."""
+    return (r["task"], *(_order(r["settings"].get(v)) for v in varying), _order(r["mask_topk"]),
+            r["control"] not in (None, "none"), str(r["control"]))
+
+
+def _caption(rows: list[dict], varying: list[str]) -> str:
+    tasks = sorted({r["task"] for r in rows})
+    metric = ", ".join(f"{METRIC.get(t, 'accuracy')} ({t})" for t in tasks)
+    parts = [f"Tasks: {', '.join(tasks)}; cells: {metric} ± standard error; n = samples done (/ expected)."]
+    if any("loglik_masked_per_token" in r for r in rows):
+        parts.append("ll = mean log-likelihood per reference token with the sinks masked "
+                     "(nats; unmasked in the CSV).")
+    masked = [r["masking"] for r in rows if r["mask_topk"]]
+    if masked:
+        shown = {_short(v) for v in varying if v.startswith("masking.")} | {"top_k", "control"}
+        fixed = {k: v for k, v in masked[0].items()
+                 if k not in shown and all(m.get(k) == v for m in masked)}
+        rule = ", ".join(f"{k}={v}" for k, v in sorted(fixed.items()))
+        parts.append(f"Masked runs block K keys per step; rule: {rule or 'see the rows'}."
+                     + (" Control rows block K random keys instead." if any(r["control"] not in (None, "none")
+                                                                           for r in rows) else ""))
+    per_model = {}
+    for r in rows:
+        s = {k: v for k, v in r["sampler_settings"].items() if f"settings.{k}" not in varying}
+        per_model.setdefault(r["model"], s)
+    samplers = "; ".join(f"{m}: " + ", ".join(f"{k}={v}" for k, v in s.items()) for m, s in sorted(per_model.items()))
+    parts.append(f"Sampler settings: {samplers}.")
+    if varying:
+        parts.append("Rows also differ in: " + ", ".join(_short(v) for v in varying) + ".")
+    return " ".join(parts)
+
+
 def render(rows: list[dict]) -> tuple[str, str]:
+    varying = _varying(rows)
+    key = lambda r: _row_key(r, varying)              # noqa: E731
+    by = {}
+    for r in rows:
+        by.setdefault((key(r), r["model"]), []).append(r)
+    if any(len(v) > 1 for v in by.values()):          # the same setting twice (e.g. two --out folders)
+        varying = varying + ["run_dir"]
+        for r in rows:
+            r["settings"] = dict(r["settings"], run_dir=r["run_dir"])
+        by = {(key(r), r["model"]): [r] for r in rows}
     models = sorted({r["model"] for r in rows})
-    keys = sorted({(r["task"], r["mask_topk"]) for r in rows})
-    by = {(r["task"], r["mask_topk"], r["model"]): r for r in rows}
     md = ["| task | masking | " + " | ".join(models) + " |", "|---|---|" + "---|" * len(models)]
-    for task, k in keys:
-        cells = [_cell(by[(task, k, mo)]) if (task, k, mo) in by else "–" for mo in models]
-        md.append(f"| {task} | {PAPER_K_NAMES.get(k, f'K={k}')} | " + " | ".join(cells) + " |")
-    md.append("")
-    md.append("Accuracy (GSM8K) / pass@1 (HumanEval) ± standard error; n = samples done (/ expected); "
-              "ll = mean log-likelihood per reference token with the sinks masked (nats; unmasked in the CSV). "
-              "K = sinks blocked per (layer, head), ranked by the previous step's column sums.")
+    for rk in sorted({key(r) for r in rows}):
+        first = next(r for r in rows if key(r) == rk)
+        cells = [_cell(by[(rk, mo)][0]) if (rk, mo) in by else "–" for mo in models]
+        md.append(f"| {first['task']} | {_label(first, varying)} | " + " | ".join(cells) + " |")
+    md += ["", _caption(rows, varying)]
     buf = io.StringIO()
     fields = ["model", "task", "mask_topk", "n", "n_expected", "accuracy", "stderr", "loglik_unmasked_per_token",
-              "loglik_masked_per_token", "ranking", "arm_rule", "run_dir"]
+              "loglik_masked_per_token", "ranking", "arm_rule", "run_dir", "control", "row"]
     w = csv.DictWriter(buf, fieldnames=fields, extrasaction="ignore")
     w.writeheader()
-    for r in sorted(rows, key=lambda r: (r["task"], r["mask_topk"], r["model"])):
-        w.writerow(r)
+    for r in sorted(rows, key=lambda r: (key(r), r["model"])):
+        w.writerow(dict(r, row=_label(r, varying)))
     return "\n".join(md) + "\n", buf.getvalue()
 
 
 def write_summary(paths: list[str], out_dir: str) -> tuple[str, str]:
     """Summarise every run found under `paths`; writes summary.md and summary.csv into out_dir."""
-    rows = [summarize_run(r) for r in find_runs(paths)]
+    # a run directory without a finished sample (rejected or just started) is not a result
+    rows = [summarize_run(r) for r in find_runs(paths) if records.collect(r)]
     if not rows:
         raise FileNotFoundError(f"no eval runs (config.json + samples.rank*.jsonl) under {paths}")
     md, csv_text = render(rows)
     os.makedirs(out_dir, exist_ok=True)
-    with open(os.path.join(out_dir, "summary.md"), "w") as f:
-        f.write(md)
-    with open(os.path.join(out_dir, "summary.csv"), "w") as f:
-        f.write(csv_text)
+    write_text(os.path.join(out_dir, "summary.md"), md)
+    write_text(os.path.join(out_dir, "summary.csv"), csv_text)
     return md, csv_text

@@ -3,6 +3,8 @@ from __future__ import annotations
 
 import argparse
 
+from sinklens.cliargs import nonneg_float, nonneg_int, positive_float
+
 
 def _heads(text: str) -> list[tuple[int, int]]:
     """'3:5,31:0' -> [(3, 5), (31, 0)]"""
@@ -13,14 +15,19 @@ def _heads(text: str) -> list[tuple[int, int]]:
             out.append((int(l), int(h)))
         except ValueError:
             raise argparse.ArgumentTypeError(f"--heads expects LAYER:HEAD pairs separated by commas, got {part!r}") from None
+        if min(out[-1]) < 0:
+            raise argparse.ArgumentTypeError(f"--heads: layer and head must be >= 0, got {part!r}")
     return out
 
 
 def _ints(text: str) -> list[int]:
     try:
-        return [int(x) for x in text.split(",")]
+        values = [int(x) for x in text.split(",")]
     except ValueError:
         raise argparse.ArgumentTypeError(f"expected comma-separated integers, got {text!r}") from None
+    if min(values) < 0:                     # step / layer indices
+        raise argparse.ArgumentTypeError(f"expected comma-separated integers >= 0, got {text!r}")
+    return values
 
 
 def run(args: argparse.Namespace) -> int:
@@ -52,13 +59,13 @@ def register(sub) -> None:
                    help="comma-separated names for the traces (default: file names)")
     p.add_argument("--units", default="sum", choices=["sum", "mean", "gu", "uniform_ratio"],
                    help="score units (default sum = column sums, where the paper's eps = 3 applies)")
-    p.add_argument("--eps", type=float, default=3.0, help="Eq. 3 threshold in --units (default 3)")
+    p.add_argument("--eps", type=positive_float, default=3.0, help="Eq. 3 threshold in --units (default 3)")
     p.add_argument("--heads", type=_heads, default=None, help="Fig. 7 heads as LAYER:HEAD,... (default: most dynamic)")
     p.add_argument("--map-steps", type=_ints, default=None, help="Fig. 4 step indices (default: up to 3 stored)")
-    p.add_argument("--html-max-mb", type=float, default=150.0,
+    p.add_argument("--html-max-mb", type=nonneg_float, default=150.0,
                    help="cap on the HTML page size; per-head data is then kept every k-th step (0 = no cap)")
     p.add_argument("--html-layers", type=_ints, default=None, help="keep per-head data in the page for these layers only")
-    p.add_argument("--row", type=int, default=0, help="batch row to analyse in every trace (default 0)")
+    p.add_argument("--row", type=nonneg_int, default=0, help="batch row to analyse in every trace (default 0)")
     p.add_argument("--no-figures", action="store_true", help="only summary.md/json and the page (faster)")
     p.add_argument("--title", default="sinklens report")
     p.add_argument("--quiet", action="store_true", help="no progress bars")

@@ -46,6 +46,12 @@ class CaptureOptions:
     query_chunk: int = 256  # queries per chunk in the capture path (peak memory)
     received_dtype: str = "float16"  # stored precision in the trace
 
+    def __post_init__(self):
+        # checked here, not only in AttentionRequest: build_request copies query_chunk onto an
+        # existing request, and a chunk < 1 would silently capture nothing (all-zero attention)
+        if isinstance(self.query_chunk, bool) or not isinstance(self.query_chunk, int) or self.query_chunk < 1:
+            raise ValueError(f"query_chunk must be a positive integer, got {self.query_chunk!r}")
+
 
 @dataclass
 class GenerateOutput:

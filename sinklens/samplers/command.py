@@ -11,21 +11,24 @@ import json
 import os
 import sys
 
-# flag -> (type, help); every flag maps onto the official argument of the same name
+from sinklens.cliargs import CliError, nonneg_float, nonneg_int, open_unit, positive_int, probability
+
+# flag -> (type, help); every flag maps onto the official argument of the same name. The types
+# reject impossible values at parse time (one line, exit 2) instead of deep inside a sampler.
 SAMPLER_FLAGS = {
-    "steps": (int, "denoising steps (LLaDA, Dream)"),
-    "gen_length": (int, "LLaDA: tokens to generate"),
-    "block_length": (int, "LLaDA: semi-autoregressive block length"),
-    "cfg_scale": (float, "LLaDA: classifier-free guidance scale"),
+    "steps": (positive_int, "denoising steps (LLaDA, Dream)"),
+    "gen_length": (positive_int, "LLaDA: tokens to generate"),
+    "block_length": (positive_int, "LLaDA: semi-autoregressive block length"),
+    "cfg_scale": (nonneg_float, "LLaDA: classifier-free guidance scale"),
     "remasking": (str, "LLaDA: low_confidence | random"),
-    "mask_id": (int, "mask token id (default: the model's)"),
-    "max_new_tokens": (int, "Dream, ARM: tokens to generate"),
-    "eps": (float, "Dream: final time of the schedule"),
+    "mask_id": (nonneg_int, "mask token id (default: the model's)"),
+    "max_new_tokens": (positive_int, "Dream, ARM: tokens to generate"),
+    "eps": (open_unit, "Dream: final time of the schedule, in (0, 1)"),
     "alg": (str, "Dream: origin | maskgit_plus | topk_margin | entropy"),
-    "alg_temp": (float, "Dream: temperature of the position sampling"),
-    "temperature": (float, "token sampling temperature (0 = greedy for LLaDA / Dream)"),
-    "top_p": (float, "Dream, ARM: nucleus sampling"),
-    "top_k": (int, "Dream, ARM: top-k sampling"),
+    "alg_temp": (nonneg_float, "Dream: temperature of the position sampling"),
+    "temperature": (nonneg_float, "token sampling temperature (0 = greedy for LLaDA / Dream)"),
+    "top_p": (probability, "Dream, ARM: nucleus sampling, in (0, 1]"),
+    "top_k": (positive_int, "Dream, ARM: top-k sampling"),
 }
 BOOL_FLAGS = {
     "logits_eos_inf": "LLaDA: never sample EOS",
@@ -40,7 +43,7 @@ def _add_common(p: argparse.ArgumentParser) -> None:
     src.add_argument("--prompt", help="prompt text (wrapped in the chat template when the tokenizer has one)")
     src.add_argument("--input-ids", help="comma-separated token ids instead of a prompt, e.g. 1,2,3")
     p.add_argument("--raw", action="store_true", help="do not apply the chat template to --prompt")
-    p.add_argument("--seed", type=int, default=0, help="torch seed set right before sampling (default 0)")
+    p.add_argument("--seed", type=nonneg_int, default=0, help="torch seed set right before sampling (default 0)")
     p.add_argument("--dtype", default=None, help="float32 | bfloat16 | float16 (default: as stored)")
     p.add_argument("--device", default=None, help="e.g. cpu, cuda:0")
     g = p.add_argument_group("sampler arguments (official names; only those of the model's sampler are accepted)")
@@ -54,9 +57,11 @@ def parse_ids(text: str) -> list[int]:
     try:
         ids = [int(t) for t in text.replace(" ", "").split(",") if t]
     except ValueError:
-        raise SystemExit(f"--input-ids must be comma-separated integers, got {text!r}") from None
+        raise CliError(f"--input-ids must be comma-separated integers, got {text!r}") from None
     if not ids:
-        raise SystemExit("--input-ids is empty")
+        raise CliError("--input-ids is empty")
+    if min(ids) < 0:
+        raise CliError(f"--input-ids must be token ids >= 0, got {min(ids)}")
     return ids
 
 
@@ -64,7 +69,7 @@ def _prompt_ids(model, args) -> list[int]:
     if args.input_ids is not None:
         return parse_ids(args.input_ids)
     if model.tokenizer is None:
-        raise SystemExit(f"{args.model} has no tokenizer: pass --input-ids instead of --prompt")
+        raise CliError(f"{args.model} has no tokenizer: pass --input-ids instead of --prompt")
     if not args.raw and getattr(model.tokenizer, "chat_template", None):
         return model.apply_chat_template(args.prompt)
     return model.tokenizer.encode(args.prompt)
@@ -85,7 +90,7 @@ def _run(args, trace=None, capture=None, progress=False):
     try:
         out = model.generate(ids, trace=trace, capture=capture, progress=progress, **_sampler_kwargs(args))
     except (TypeError, ValueError) as e:
-        raise SystemExit(f"sinklens {args.command}: {e}") from None
+        raise CliError(str(e)) from None
     return model, ids, out
 
 
@@ -115,8 +120,10 @@ def cmd_trace(args) -> int:
             try:
                 layer, head = part.split(":")
                 slices.append((int(layer), int(head)))
+                if min(slices[-1]) < 0:
+                    raise ValueError
             except ValueError:
-                raise SystemExit(f"--map-slices must look like 3:0,5:7 (layer:head), got {args.map_slices!r}") from None
+                raise CliError(f"--map-slices must look like 3:0,5:7 (layer:head >= 0), got {args.map_slices!r}") from None
     capture = CaptureOptions(query_groups=False if args.no_groups else None, map_slices=tuple(slices),
                              capture_prefix=args.capture_prefix, query_chunk=args.query_chunk,
                              received_dtype="float32" if args.float32 else "float16")
@@ -145,5 +152,5 @@ def register(sub) -> None:
     t.add_argument("--map-slices", help="full attention maps to keep, as layer:head pairs, e.g. 3:0,5:7")
     t.add_argument("--no-groups", action="store_true", help="do not split received attention by masked / unmasked queries")
     t.add_argument("--capture-prefix", action="store_true", help="ARM: capture all prefix rows at every step")
-    t.add_argument("--query-chunk", type=int, default=256, help="query rows per chunk in capture (memory bound)")
+    t.add_argument("--query-chunk", type=positive_int, default=256, help="query rows per chunk in capture (memory bound)")
     t.set_defaults(func=cmd_trace)

@@ -1,0 +1,274 @@
+"""The eval never loses or poisons a run: bad settings, bad data lines, two writers, a full disk.
+
+Model: `tiny_dlm` (conftest.py). Every check that needs no model (argument parsing, summary
+layout, the record writer) runs without one, so the file stays fast.
+"""
+import errno
+import json
+import os
+import resource
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+import torch
+
+from sinklens.cli import main
+from sinklens.eval import records
+from sinklens.eval.rundir import RunLock
+from sinklens.eval.runner import EvalConfig, check_sampler_settings, run_eval, sampler_settings
+from sinklens.eval.summary import render, summarize_run, write_summary
+from sinklens.samplers.base import CaptureOptions
+
+torch.set_num_threads(1)
+REPO = Path(__file__).resolve().parents[1]
+GSM8K = REPO / ".." / "shared" / "data" / "gsm8k" / "test.jsonl"
+FAST = ["--task", "gsm8k", "--data", str(GSM8K), "--mask-topk", "1", "--shots", "0", "--gen-length", "8",
+        "--block-length", "4", "--no-progress", "--no-loglik"]
+
+
+def cli(*args):
+    env = dict(os.environ, PYTHONPATH=str(REPO), OMP_NUM_THREADS="1")
+    return [sys.executable, "-m", "sinklens.cli", *args], env
+
+
+def files_under(path) -> list[str]:
+    return sorted(str(p.relative_to(path)) for p in Path(path).rglob("*") if p.is_file())
+
+
+def error_lines(stderr: str) -> list[str]:
+    """sinklens' own error lines (model loading prints progress bars and warnings of its own)."""
+    return [line for line in stderr.splitlines() if line.startswith("sinklens ")]
+
+
+def run_dir_of(out, model) -> Path:
+    return Path(out) / Path(model).name / "gsm8k" / "k1"
+
+
+# --- numeric flags: one line, exit 2, nothing written ------------------------------------------
+
+@pytest.mark.parametrize("argv,flag", [
+    (["eval", *FAST, "--gen-length", "-5"], "--gen-length"),
+    (["eval", *FAST, "--gen-length", "0"], "--gen-length"),
+    (["eval", *FAST, "--steps", "0"], "--steps"),
+    (["eval", *FAST, "--block-length", "0"], "--block-length"),
+    (["eval", *FAST, "--limit", "0"], "--limit"),
+    (["eval", *FAST, "--shots", "-1"], "--shots"),
+    (["eval", *FAST, "--threshold", "-1"], "--threshold"),
+    (["eval", *FAST, "--threshold", "nan"], "--threshold"),
+    (["eval", *FAST, "--sandbox-timeout", "0"], "--sandbox-timeout"),
+    (["eval", *FAST, "--mask-topk", "0,-1"], "--mask-topk"),
+    (["trace", "--input-ids", "1,2", "--query-chunk", "-1"], "--query-chunk"),
+    (["trace", "--input-ids", "1,2", "--query-chunk", "0"], "--query-chunk"),
+    (["generate", "--input-ids", "1,2", "--steps", "0"], "--steps"),
+    (["generate", "--input-ids", "1,2", "--eps", "nan"], "--eps"),
+    (["generate", "--input-ids", "1,2", "--top-p", "2"], "--top-p"),
+    (["generate", "--input-ids", "1,2", "--temperature", "inf"], "--temperature"),
+    (["report", "t.arrow", "--eps", "nan"], "--eps"),
+    (["report", "t.arrow", "--eps", "-1"], "--eps"),
+    (["report", "t.arrow", "--row", "-1"], "--row"),
+])
+def test_bad_numbers_are_one_line_errors(argv, flag, tmp_path, capsys):
+    out = tmp_path / "out"
+    argv = [*argv, "--out", str(out)] + ([] if argv[0] == "report" else ["--model", "m"])
+    with pytest.raises(SystemExit) as e:
+        main(argv)
+    err = capsys.readouterr().err
+    assert e.value.code == 2 and len(err.strip().splitlines()) == 1, err
+    assert f"argument {flag}" in err and "error:" in err
+    assert not out.exists()
+
+
+def test_library_rejects_zero_instead_of_defaulting(tmp_path):
+    base = dict(model="m", task="gsm8k", out=str(tmp_path))
+    for field, value in [("gen_length", 0), ("steps", 0), ("block_length", -4), ("limit", 0), ("shots", 9),
+                         ("threshold", float("nan")), ("threshold", -1.0), ("sandbox_timeout", 0)]:
+        with pytest.raises(ValueError, match=field.replace("_", "-")):
+            EvalConfig(**base, **{field: value})
+    for kwargs in [dict(gen_length=0), dict(steps=0), dict(block_length=0), dict(gen_length=8, steps=3, block_length=4)]:
+        with pytest.raises(ValueError):
+            check_sampler_settings("llada", sampler_settings("llada", "gsm8k", **kwargs))
+    with pytest.raises(ValueError):
+        check_sampler_settings("dream", sampler_settings("dream", "gsm8k", steps=0))
+    with pytest.raises(ValueError, match="query_chunk"):
+        CaptureOptions(query_chunk=-1)
+
+
+# --- a rejected run writes nothing and blocks nothing -------------------------------------------
+
+def test_rejected_run_leaves_nothing_and_next_run_proceeds(tiny_dlm, tmp_path, capsys):
+    out = tmp_path / "out"
+    base = ["eval", "--model", tiny_dlm, "--out", str(out), *FAST, "--limit", "1"]
+    # longer than the model's context (4096 tokens) / steps not divisible by the 2 blocks
+    for extra, match in [(["--gen-length", "4096"], "exceeds the context"), (["--steps", "3"], "divisible")]:
+        assert main([*base, *extra]) == 2
+        err = error_lines(capsys.readouterr().err)
+        assert len(err) == 1 and match in err[0], err
+        assert not out.exists()
+    # a folder left by an older sinklens (config.json + empty shard, other settings) does not block either
+    stale = run_dir_of(out, tiny_dlm)
+    stale.mkdir(parents=True)
+    (stale / "config.json").write_text(json.dumps({"model": tiny_dlm, "settings": {"gen_length": 99}, "config": {}}))
+    (stale / "samples.rank0.jsonl").write_text("")
+    assert main(base) == 0
+    capsys.readouterr()
+    assert [r["id"] for r in records.collect(str(stale))] == ["line1"]
+    assert json.loads((stale / "config.json").read_text())["settings"]["gen_length"] == 8
+
+
+# --- bad data lines: skipped, file:line, printed once, in config.json -----------------------------
+
+def test_bad_data_lines_are_skipped_and_recorded(tiny_dlm, tmp_path, capsys):
+    good = GSM8K.read_bytes().splitlines()[:3]
+    data = tmp_path / "bad.jsonl"
+    data.write_bytes(b"\n".join([b"\xef\xbb\xbf" + good[0], b"\xff garbage", b'{"question": "q", "answer": null}',
+                                 b'{"question": "q", "answer": "no final answer"}', good[1], good[2]]) + b"\n")
+    cfg = EvalConfig(model=tiny_dlm, task="gsm8k", out=str(tmp_path / "out"), data=str(data), mask_topk=(1,),
+                     shots=0, gen_length=8, block_length=4, loglik=False, progress=False)
+    (run_dir,) = run_eval(cfg)
+    assert [r["id"] for r in records.collect(run_dir)] == ["line1", "line5", "line6"]     # BOM line kept
+    skipped = json.loads(Path(run_dir, "config.json").read_text())["data_errors"]
+    assert [e.split(": ")[0] for e in skipped] == [f"{data}:{n}" for n in (2, 3, 4)]
+    err = capsys.readouterr().err
+    assert all(err.count(e) == 1 for e in skipped)                                     # printed once each
+
+
+# --- two writers into one --out -----------------------------------------------------------------
+
+def test_second_process_is_refused_and_nothing_runs_twice(tiny_dlm, tmp_path):
+    out = tmp_path / "out"
+    cmd, env = cli("eval", "--model", tiny_dlm, "--out", str(out), *FAST, "--limit", "200")
+    first = subprocess.Popen(cmd, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    shard = run_dir_of(out, tiny_dlm) / "samples.rank0.jsonl"
+    try:
+        deadline = time.monotonic() + 120
+        while time.monotonic() < deadline and not records.read_records(str(shard))[0]:
+            time.sleep(0.05)
+        assert records.read_records(str(shard))[0], "the first process never wrote a sample"
+        second = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=120)
+        assert first.poll() is None, "the first process ended before the second one tried"
+    finally:
+        first.kill()                                   # kill -9: its lock goes with it
+        first.wait()
+    assert second.returncode == 2 and "Traceback" not in second.stderr
+    assert error_lines(second.stderr) == [f"sinklens eval: error: another sinklens eval is already writing "
+                                     f"{shard.parent} (pid {first.pid}); wait for it or use another --out"]
+    ids = [r["id"] for r in records.read_records(str(shard))[0]]
+    assert ids and len(ids) == len(set(ids))           # each sample once
+    # the kill -9 released the lock: the same command resumes in this process
+    n = len(ids) + 1
+    cfg = EvalConfig(model=tiny_dlm, task="gsm8k", out=str(out), data=str(GSM8K), limit=n, mask_topk=(1,),
+                     shots=0, gen_length=8, block_length=4, loglik=False, progress=False)
+    run_eval(cfg)
+    ids = [r["id"] for r in records.read_records(str(shard))[0]]
+    assert ids == [f"line{i}" for i in range(1, n + 1)]
+
+
+def test_lock_is_per_rank_and_names_the_holder(tmp_path):
+    with RunLock(str(tmp_path), rank=0):
+        with RunLock(str(tmp_path), rank=1):           # data-parallel ranks write side by side
+            pass
+        with pytest.raises(RuntimeError, match=rf"already writing {tmp_path} \(pid {os.getpid()}\)"):
+            with RunLock(str(tmp_path), rank=0):
+                pass
+    with RunLock(str(tmp_path), rank=0):               # released on exit
+        pass
+
+
+# --- disk full / file-size limit ------------------------------------------------------------------
+
+def test_failed_write_leaves_no_torn_line(tmp_path, monkeypatch):
+    path = str(tmp_path / "s.jsonl")
+    w = records.RecordWriter(path)
+    w.write({"id": "a", "index": 0})
+    real_write = os.write
+
+    def half_then_full(fd, data):                      # the disk fills up in the middle of a line
+        if fd != w.fd:
+            return real_write(fd, data)
+        if len(data) > 10:
+            return real_write(fd, bytes(data[:10]))
+        raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+
+    monkeypatch.setattr(records.os, "write", half_then_full)
+    with pytest.raises(records.WriteError, match=r"could not write .*s\.jsonl \(No space left on device\)"):
+        w.write({"id": "b", "index": 1, "text": "x" * 100})
+    monkeypatch.setattr(records.os, "write", real_write)
+    w.write({"id": "c", "index": 2})                   # space again: the next line starts clean
+    w.close()
+    assert [json.loads(line)["id"] for line in open(path)] == ["a", "c"]
+
+
+def test_file_size_limit_stops_cleanly_and_rerun_resumes(tiny_dlm, tmp_path):
+    out = tmp_path / "out"
+    cmd, env = cli("eval", "--model", tiny_dlm, "--out", str(out), *FAST, "--limit", "6")
+    shard = run_dir_of(out, tiny_dlm) / "samples.rank0.jsonl"
+
+    def limit_file_size():                             # SIGXFSZ ignored (as CPython does): write gets EFBIG
+        signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
+        resource.setrlimit(resource.RLIMIT_FSIZE, (4500, 4500))
+
+    full = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=300, preexec_fn=limit_file_size)
+    kept = len(records.read_records(str(shard))[0])
+    assert full.returncode == 1 and 1 <= kept < 6, full.stderr
+    assert error_lines(full.stderr) == [f"sinklens eval: error: could not write {shard} (File too large); "
+                                                    f"{kept} samples kept, re-running the same command resumes"]
+    assert "Traceback" not in full.stderr
+    assert shard.read_bytes().endswith(b"\n")          # no torn line left behind
+    again = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=300)
+    assert again.returncode == 0, again.stderr
+    ids = [json.loads(line)["id"] for line in open(shard)]
+    assert ids == [f"line{i}" for i in range(1, 7)]
+
+
+# --- summary: every differing setting is a row; the caption says what ran ------------------------
+
+def _fake_run(root: Path, name: str, k: int, gen: int, control: str | None, correct: list[bool], model="m1"):
+    d = root / name
+    d.mkdir(parents=True)
+    masking = {"top_k": k, "threshold": None, "ranking": "per_head", "keep_self": False, "step0": "unmasked",
+               "units": "column_sum"}
+    if control is not None:                            # old config.json files have no control key
+        masking["control"] = control
+    meta = {"model": model, "task": "gsm8k", "mask_topk": k, "masking": masking, "sampler": "llada",
+            "settings": {"gen_length": gen, "steps": gen, "block_length": 4}, "n_expected": len(correct),
+            "config": {"out": str(root), "limit": len(correct), "gen_length": gen, "progress": False,
+                       "ranking": "per_head", "shots": 0, "mask_topk": [0, 1]}}
+    (d / "config.json").write_text(json.dumps(meta))
+    (d / "samples.rank0.jsonl").write_text("".join(
+        json.dumps({"id": f"line{i}", "index": i, "correct": c}) + "\n" for i, c in enumerate(correct)))
+
+
+def test_summary_rows_keep_every_setting_and_put_controls_beside(tmp_path):
+    _fake_run(tmp_path, "a/k0", 0, 8, None, [True, True])
+    _fake_run(tmp_path, "a/k1", 1, 8, None, [True, False])
+    _fake_run(tmp_path, "b/k1", 1, 16, "none", [False, False])       # same model, other gen length
+    _fake_run(tmp_path, "b/k1-random", 1, 16, "random", [True, True])
+    _fake_run(tmp_path, "c/k1", 1, 8, None, [False, True], model="m2")  # second model, same settings as a/k1
+    (tmp_path / "empty").mkdir()                                       # a rejected run: no row
+    (tmp_path / "empty" / "config.json").write_text(json.dumps({"model": "m1", "settings": {"gen_length": 3}}))
+    (tmp_path / "empty" / "samples.rank0.jsonl").write_text("")
+    md, csv_text = write_summary([str(tmp_path)], str(tmp_path))
+    rows = [line for line in md.splitlines() if line.startswith("| gsm8k")]
+    assert rows == [
+        "| gsm8k | Unmasked, gen_length=8, steps=8 | 1.00 ± 0.00 (n=2) | – |",
+        "| gsm8k | K=1 (ε0), gen_length=8, steps=8 | 0.50 ± 0.50 (n=2) | 0.50 ± 0.50 (n=2) |",
+        "| gsm8k | K=1 (ε0), gen_length=16, steps=16 | 0.00 ± 0.00 (n=2) | – |",
+        "| gsm8k | K=1 random keys (control), gen_length=16, steps=16 | 1.00 ± 0.00 (n=2) | – |",
+    ]
+    caption = md.strip().splitlines()[-1]
+    assert caption.startswith("Tasks: gsm8k; cells: accuracy (gsm8k) ± standard error")
+    assert "ranking=per_head" in caption and "units=column_sum" in caption and "random keys" in caption
+    assert "HumanEval" not in caption and "previous step" not in caption
+    assert len(csv_text.strip().splitlines()) == 1 + 5
+
+
+def test_summary_same_settings_in_two_folders_are_both_shown(tmp_path):
+    _fake_run(tmp_path / "x", "k1", 1, 8, None, [True])
+    _fake_run(tmp_path / "y", "k1", 1, 8, None, [False])
+    md, _ = render([summarize_run(str(tmp_path / d / "k1")) for d in "xy"])
+    rows = [line for line in md.splitlines() if line.startswith("| gsm8k")]
+    assert len(rows) == 2 and "run_dir=" in rows[0]
