@@ -253,3 +253,34 @@ def test_masked_generation_identical_with_and_without_trace(tmp_path):
     blocked = t.blocked(step)
     assert len(blocked) and (t.received(step)[blocked[:, 0], blocked[:, 1], blocked[:, 2]] == 0).all()
     assert (t.received_unblocked(step)[blocked[:, 0], blocked[:, 1], blocked[:, 2]] > 0).all()
+
+
+# --- through the eval: control rows, K as a share, what was blocked -----------------------------
+
+def test_eval_runs_control_beside_masked_and_summary_pairs_them(tiny_dlm, tmp_path):
+    import json
+    from pathlib import Path
+
+    from sinklens.eval.runner import EvalConfig, run_eval
+    data = Path(__file__).resolve().parents[1] / ".." / "shared" / "data" / "gsm8k" / "test.jsonl"
+    cfg = EvalConfig(model=tiny_dlm, task="gsm8k", out=str(tmp_path), data=str(data), limit=2, shots=0,
+                     mask_topk=(0, 1, "10%"), mask_sinks="topk", mask_control="random", gen_length=8,
+                     block_length=4, loglik=False, progress=False)
+    dirs = run_eval(cfg)
+    assert [Path(d).name for d in dirs] == ["k0", "k1", "k1-random", "k10pct", "k10pct-random"]
+    for d in dirs[1:]:
+        meta = json.loads((Path(d) / "config.json").read_text())
+        assert meta["masking"]["control"] == ("random" if d.endswith("-random") else "none")
+        assert meta["masking"]["ranking_source"].startswith("previous step's attention before blocking")
+        recs = [json.loads(line) for line in open(Path(d) / "samples.jsonl")]
+        for rec in recs:
+            m = rec["masked"]
+            assert m["blocked_entries"] > 0 and 0 < m["blocked_share_of_keys"] < 1
+            assert abs(sum(m["category_share"].values()) - 1) < 1e-9
+            if d.endswith("-random"):
+                assert m["eq3_sink_share"] == 0.0           # the control never blocks a sink
+            else:                                          # K = 1 top-K keys: one per head and step
+                assert "prompt_share" in m and "mask_token_share" in m
+    labels = [l.split("|")[2].strip() for l in (tmp_path / "summary.md").read_text().splitlines()
+              if l.startswith("| gsm8k")]
+    assert labels == ["Unmasked", "K=1 (ε0)", "K=1 random keys (control)", "K=10%", "K=10% random keys (control)"]

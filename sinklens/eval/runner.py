@@ -290,7 +290,7 @@ def run_eval(cfg: EvalConfig, model=None) -> list[str]:
                 from sinklens.eval.summary import write_summary
                 write_summary([cfg.out], cfg.out)
         except records.WriteError as e:                   # disk full, file-size limit: say what is safe
-            kept = sum(len(records.collect(d)) for _, _, _, d, _ in runs)
+            kept = sum(len(records.collect(d)) for *_, d, _ in runs)
             e.note = f"{kept} samples kept, re-running the same command resumes"
             raise
     return run_dirs

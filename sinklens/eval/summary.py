@@ -28,7 +28,7 @@ METRIC = {"humaneval": "pass@1"}                      # every other task: accura
 # where results go, how they were computed (progress, device), how many samples (n is in the cell),
 # the K list of the command (each run has its own K), the model (columns).
 _NOT_A_SETTING = {"model", "source", "family", "sampler", "n_expected", "data_errors", "mask_topk",
-                  "masking.top_k", "masking.control", "config.out", "config.progress", "config.device",
+                  "masking.top_k", "masking.fraction", "masking.control", "config.out", "config.progress", "config.device",
                   "config.limit", "config.mask_topk", "config.model", "config.task",
                   # command-line overrides that config.json also holds resolved, under settings.*
                   "config.gen_length", "config.steps", "config.block_length"}
@@ -128,9 +128,19 @@ def _label(r: dict, varying: list[str]) -> str:
     return ", ".join([name, *extra])
 
 
+def _k_order(k) -> tuple:
+    """Unmasked first, then counts ascending, then shares of the sequence ("5%") ascending."""
+    if isinstance(k, str) and k.endswith("%"):
+        try:
+            return (1, float(k[:-1]))
+        except ValueError:
+            return (2, 0.0)
+    return _order(k)[:2]
+
+
 def _row_key(r: dict, varying: list[str]) -> tuple:
     """Sort / identity of a table row: task, the other varying settings, then K, control last."""
-    return (r["task"], *(_order(r["settings"].get(v)) for v in varying), _order(r["mask_topk"]),
+    return (r["task"], *(_order(r["settings"].get(v)) for v in varying), _k_order(r["mask_topk"]),
             r["control"] not in (None, "none"), str(r["control"]))
 
 
