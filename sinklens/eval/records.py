@@ -103,22 +103,25 @@ def collect(run_dir: str) -> list[dict]:
     return sorted(by_id.values(), key=lambda r: r["index"])
 
 
-def merge(run_dir: str) -> str:
-    """Write `samples.jsonl` (all ranks, deduplicated, in sample order); returns its path.
-
-    Written to a temporary file and renamed, so a failed merge (disk full) leaves the old file
-    or none, never half of one; the per-rank files are the data, and re-running merges again."""
-    out = os.path.join(run_dir, "samples.jsonl")
-    tmp = out + ".tmp"
+def write_text(path: str, text: str) -> None:
+    """Replace `path` with `text` in one step (temporary file + rename): a full disk leaves the old
+    file or none, never a torn one. Raises WriteError."""
+    tmp = f"{path}.tmp{os.getpid()}"
     try:
         with open(tmp, "w", encoding="utf-8") as f:
-            for rec in collect(run_dir):
-                f.write(json.dumps(rec, ensure_ascii=False) + "\n")
+            f.write(text)
             f.flush()
             os.fsync(f.fileno())
-        os.replace(tmp, out)
+        os.replace(tmp, path)
     except OSError as e:
         if os.path.exists(tmp):
             os.remove(tmp)
-        raise WriteError(out, e) from e
+        raise WriteError(path, e) from e
+
+
+def merge(run_dir: str) -> str:
+    """Write `samples.jsonl` (all ranks, deduplicated, in sample order); returns its path.
+    Atomic (`write_text`): the per-rank files are the data, and re-running merges again."""
+    out = os.path.join(run_dir, "samples.jsonl")
+    write_text(out, "".join(json.dumps(rec, ensure_ascii=False) + "\n" for rec in collect(run_dir)))
     return out

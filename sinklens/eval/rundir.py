@@ -13,7 +13,7 @@ import fcntl
 import json
 import os
 
-from sinklens.eval.records import WriteError
+from sinklens.eval.records import WriteError, write_text  # noqa: F401  (re-exported)
 
 
 class RunDirBusy(RuntimeError):
@@ -45,22 +45,6 @@ class RunLock:
         if self.fd is not None:
             os.close(self.fd)                            # closing releases the flock
             self.fd = None
-
-
-def write_text(path: str, text: str) -> None:
-    """Replace `path` with `text` in one step (temporary file + rename): a full disk leaves the old
-    file or none, never a torn one. Raises WriteError."""
-    tmp = f"{path}.tmp{os.getpid()}"
-    try:
-        with open(tmp, "w", encoding="utf-8") as f:
-            f.write(text)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-    except OSError as e:
-        if os.path.exists(tmp):
-            os.remove(tmp)
-        raise WriteError(path, e) from e
 
 
 def write_json(path: str, obj) -> None:
