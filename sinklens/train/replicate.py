@@ -131,14 +131,16 @@ def replicate(out: str | Path, n: int = 200, mask_topk: tuple[int | str, ...] = 
 
 
 def register(sub) -> None:
+    from sinklens.cliargs import nonneg_int, positive_int
+
     p = sub.add_parser("replicate", help="Table 1 + sink dynamics of the paper on the shipped tiny twins",
                        description=__doc__)
     p.add_argument("--out", default="replicate", help="output folder (default: replicate)")
-    p.add_argument("--n", type=int, default=200, help="held-out problems (default 200)")
+    p.add_argument("--n", type=positive_int, default=200, help="held-out problems (default 200)")
     p.add_argument("--mask-topk", default="0,1,5,10", help="comma-separated K values (0 = unmasked; 1%% = a share)")
     p.add_argument("--mask-control", choices=["random", "none"], default="random",
                    help="random (default): a random non-sink-key control row beside every masked row")
-    p.add_argument("--n-traces", type=int, default=50,
+    p.add_argument("--n-traces", type=nonneg_int, default=50,
                    help="held-out problems traced for the aggregated dynamics (default 50; 0 = skip)")
     p.add_argument("--quiet", action="store_true")
 
