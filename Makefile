@@ -24,4 +24,5 @@ demo: $(STAMP)
 
 test: $(STAMP)
 	bash scripts/browser-deps.sh
+	bash scripts/sandbox-deps.sh
 	$(PY) -m pytest -q tests

@@ -4,6 +4,7 @@ Model: `tiny_dlm` (conftest.py), the official tiny LLaDA checkpoint of the fixtu
 tokenizer, so the whole DLM path (LLaDA sampler, masking hook, log-likelihood) runs in seconds. The reference for resume and data-parallel
 runs is an uninterrupted single-process run of the same command.
 """
+import csv
 import json
 import os
 import shutil
@@ -160,5 +161,32 @@ def test_humaneval_through_runner_and_sandbox(tiny_dlm, tmp_path):
     (rec,) = records.collect(run_dir)
     assert rec["id"] == "HumanEval/0" and rec["correct"] is False
     assert rec["extracted"].startswith("from typing import List") and "def has_close_elements" in rec["extracted"]
-    assert rec["sandbox"]["isolation"]["fs_guard"] == "audit-hook" and rec["verdict"] == rec["sandbox"]["status"]
+    assert rec["sandbox"]["isolation"]["mode"] in ("bwrap", "fallback") and rec["verdict"] == rec["sandbox"]["status"]
+    assert rec["sandbox"]["isolation"]["proof"] == "nonce after check()"
     assert rec["loglik"]["tokens"] > 0
+
+
+def test_humaneval_exit_tricks_score_zero_through_run_eval(tiny_dlm, tmp_path, monkeypatch):
+    """The issue's case through the whole eval: 1 right completion and 3 wrong ones that exit 0
+    (sys.exit in the function, os._exit, atexit(os._exit, 0)) give pass@1 0.25, not 0.75.
+    The model is the tiny DLM; its generations are replaced by these four completions."""
+    from sinklens.eval import humaneval, runner
+    problem = next(p for p in humaneval.load()[0] if p["task_id"] == "HumanEval/2")   # truncate_number
+    data = tmp_path / "four.jsonl"
+    data.write_text("".join(json.dumps({**problem, "task_id": f"copy/{i}"}) + "\n" for i in range(4)))
+    completions = [
+        "    return number % 1.0\n",
+        "    import sys\n    sys.exit(0)\n",
+        "    import os\n    os._exit(0)\n",
+        "    import atexit, os\n    atexit.register(os._exit, 0)\n    return 0.0\n",
+    ]
+    calls = iter(completions)
+    monkeypatch.setattr(runner, "generate_text", lambda *a, **k: next(calls))
+    cfg = EvalConfig(model=tiny_dlm, task="humaneval", data=str(data), out=str(tmp_path / "out"),
+                     mask_topk=(0,), gen_length=8, block_length=4, progress=False, loglik=False)
+    (run_dir,) = run_eval(cfg)
+    recs = sorted(records.collect(run_dir), key=lambda r: r["index"])
+    assert [r["correct"] for r in recs] == [True, False, False, False], [r["verdict"] for r in recs]
+    with open(tmp_path / "out" / "summary.csv") as f:
+        rows = list(csv.DictReader(f))
+    assert len(rows) == 1 and float(rows[0]["accuracy"]) == 0.25, rows      # pass@1 in summary.md

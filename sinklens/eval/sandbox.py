@@ -1,65 +1,78 @@
-"""Run model-generated code in a sandboxed subprocess (never in this process, never via exec).
+"""Run model-generated code in a sandbox, and judge it so that no program can fake a pass.
 
-Layers, outermost first (see docs/evaluation.md, "Sandbox"):
+Two modes (docs/evaluation.md, "Sandbox", lists what each guarantees):
 
-1. **Own session / process group** (`start_new_session`): a wall-clock timeout kills the whole
-   group with SIGKILL; the group is also killed after a normal exit, so nothing lingers.
-2. **Namespaces via `unshare`**, probed at run time: a fresh *network* namespace (only a
-   down loopback: no connection leaves the sandbox, not even to 127.0.0.1 of the host) and a
-   fresh *PID* namespace (when its first process exits the kernel kills every process left in
-   it, including ones that called setsid() to leave the group). As root: `unshare --net
-   --pid`; otherwise an unprivileged user namespace `unshare -rn --pid`. When neither is
-   permitted, network is blocked inside the child by an audit hook on `socket.*` events.
-3. **Unprivileged user** (only when we are root): the child runs under a fresh high uid
-   (`setpriv`), so the kernel refuses writes to anything it does not own, and RLIMIT_NPROC
-   (ignored for root) applies to it alone.
-4. **rlimits**, set by the child's preamble before any generated code runs: CPU seconds,
-   address space, file size, number of processes, open files, no core dumps.
-5. **Audit hook** in the child (CPython `sys.addaudithook`, cannot be removed from Python
-   code): writes, deletes, renames, chmod/chown outside the temporary directory, spawning
-   processes (os.system, subprocess, exec*, posix_spawn), signalling other processes and
-   ctypes raise PermissionError. This is what protects files when layer 3 is unavailable.
-6. **Fresh temporary working directory** (HOME and TMPDIR point into it), removed afterwards.
+- **bwrap** (bubblewrap, used whenever it works here): the program sees a read-only system
+  (/usr and the interpreter only; no /home, /root, /etc, /run, /var), private size-capped tmpfs
+  for its working directory, /tmp and /dev/shm, a fresh /proc in a new PID namespace, a network
+  namespace of its own (so no host TCP listener, and with no host socket files mounted, no UNIX
+  listener either), `--die-with-parent`, a new session. As root the whole sandbox runs under a
+  fresh unprivileged uid (`setpriv`), so the per-uid process limit applies.
+- **fallback** (no working bwrap): `unshare` namespaces where permitted (network, PID with its
+  own /proc), a fresh uid when root, and an audit hook in the program's process
+  (`judge_harness.install_guard`): no writes, deletes or renames outside the working directory
+  (dir_fd-relative calls resolved through /proc/self/fd), no process creation of any kind
+  (fork, exec, `_posixsubprocess`, multiprocessing), no UNIX-domain sockets, no ctypes. One
+  warning per process names what this mode does not protect.
 
-Which layers were in force is part of every `SandboxResult.isolation` and of every eval record.
+Both: rlimits (CPU, address space, file size, processes, open files, no core), a wall-clock
+timeout that kills everything, and the two-process judge of `judge_harness`: `passed` means the
+trusted harness printed a per-run nonce after `check(candidate)` returned *and* exited 0; a
+program that exits 0 by itself is "unproven" or "failed", never "passed".
+
+This module imports only the standard library, so it can run as any user with any interpreter.
 """
 from __future__ import annotations
 
 import functools
+import json
 import os
 import secrets
 import shutil
 import signal
+import stat
 import subprocess
 import sys
 import tempfile
 import time
+import warnings
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass, field
+
+_HARNESS = os.path.join(os.path.dirname(os.path.abspath(__file__)), "judge_harness.py")
+MARK = "sinklens-sandbox"          # in every sandboxed command line (tests look for leftovers)
 
 
 @dataclass
 class SandboxConfig:
-    timeout: float = 10.0               # wall-clock seconds before the whole group is killed
+    timeout: float = 10.0               # wall-clock seconds before everything is killed
     cpu_seconds: int = 10               # RLIMIT_CPU
     memory_bytes: int = 1 << 30         # RLIMIT_AS (address space)
-    file_bytes: int = 16 << 20          # RLIMIT_FSIZE (largest file the child may write)
+    file_bytes: int = 16 << 20          # RLIMIT_FSIZE (largest file the program may write)
     max_processes: int = 32             # RLIMIT_NPROC (for the sandbox uid)
     max_open_files: int = 256           # RLIMIT_NOFILE
-    network: str = "auto"               # "auto" (netns if permitted, else audit hook) | "netns" | "audit"
+    tmpfs_bytes: int = 64 << 20         # size of each private tmpfs (bwrap mode)
+    mode: str = "auto"                  # "auto" (bwrap if it works, else fallback) | "bwrap" | "fallback"
+    network: str = "auto"               # fallback only: "auto" (netns if permitted) | "netns" | "audit"
     output_limit: int = 4096            # characters of stdout/stderr kept (tail)
 
     def __post_init__(self):
+        if self.mode not in ("auto", "bwrap", "fallback"):
+            raise ValueError(f"SandboxConfig.mode must be 'auto', 'bwrap' or 'fallback', got {self.mode!r}")
         if self.network not in ("auto", "netns", "audit"):
             raise ValueError(f"SandboxConfig.network must be 'auto', 'netns' or 'audit', got {self.network!r}")
-        if self.timeout <= 0:
+        if not self.timeout > 0:
             raise ValueError(f"SandboxConfig.timeout must be > 0 seconds, got {self.timeout}")
+        for name in ("cpu_seconds", "memory_bytes", "file_bytes", "max_processes",
+                     "max_open_files", "tmpfs_bytes", "output_limit"):
+            if not getattr(self, name) > 0:
+                raise ValueError(f"SandboxConfig.{name} must be > 0, got {getattr(self, name)}")
 
 
 @dataclass
 class SandboxResult:
-    passed: bool                # exit code 0 within the limits
-    status: str                 # "passed" | "failed" | "timeout" | "signal:<NAME>"
+    passed: bool                # the harness proved check() returned (nonce seen) and exit 0
+    status: str                 # "passed" | "failed" | "unproven" | "timeout" | "signal:<NAME>"
     returncode: int | None
     duration: float             # wall-clock seconds
     stdout: str
@@ -72,117 +85,149 @@ class SandboxResult:
 
 @dataclass(frozen=True)
 class Isolation:
-    """What the sandbox can enforce on this machine (probed once per process)."""
-    launcher: tuple[str, ...]   # command prefix, e.g. ("unshare", "--net", "--pid", "--fork", "--kill-child")
+    """What the sandbox enforces on this machine (probed once per process and mode)."""
+    mode: str                   # "bwrap" | "fallback"
+    launcher: tuple[str, ...]   # command prefix before the interpreter
+    python: str                 # interpreter run inside
     network: str                # "netns" | "audit-hook"
     pid_namespace: bool
-    drop_uid: bool              # root: run the child under a fresh unprivileged uid
+    uid: str                    # "fresh" (root dropped to a per-run uid) | "same"
 
     def describe(self) -> dict:
-        return {"network": self.network, "pid_namespace": self.pid_namespace,
-                "user": "fresh unprivileged uid" if self.drop_uid else "same user",
-                "fs_guard": "audit-hook", "rlimits": True, "process_group": True}
+        bw = self.mode == "bwrap"
+        return {"mode": self.mode, "network": self.network, "pid_namespace": self.pid_namespace,
+                "proc": "fresh" if self.pid_namespace else "host",
+                "filesystem": "read-only system, private tmpfs" if bw else "audit hook",
+                "user": "fresh unprivileged uid" if self.uid == "fresh" else "same user",
+                "process_creation": "contained (PID namespace, rlimit)" if bw else "blocked (audit hook)",
+                "unix_sockets": "no host socket mounted" if bw else "blocked (audit hook)",
+                "rlimits": True, "proof": "nonce after check()"}
 
 
 def _works(cmd: list[str]) -> bool:
     try:
-        return subprocess.run(cmd + ["true"], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-                              timeout=10).returncode == 0
+        return subprocess.run(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                              stdin=subprocess.DEVNULL, timeout=20).returncode == 0
     except (OSError, subprocess.TimeoutExpired):
         return False
 
 
+def _world_runnable(path: str) -> bool:
+    """Could another uid run `path`? (every directory on the way o+x, the file o+rx)"""
+    path = os.path.realpath(path)
+    parts = path.split(os.sep)
+    for i in range(2, len(parts)):
+        if not os.stat(os.sep.join(parts[:i]) or os.sep).st_mode & stat.S_IXOTH:
+            return False
+    return os.stat(path).st_mode & (stat.S_IROTH | stat.S_IXOTH) == (stat.S_IROTH | stat.S_IXOTH)
+
+
+def _interpreter(other_uid: bool) -> str:
+    """This process's base interpreter, or a system one when another uid could not run it."""
+    own = os.path.realpath(getattr(sys, "_base_executable", sys.executable) or sys.executable)
+    if not other_uid or _world_runnable(own):
+        return own
+    for cand in ("/usr/bin/python3", "/usr/local/bin/python3", "/bin/python3"):
+        if os.path.exists(cand) and _world_runnable(cand):
+            return os.path.realpath(cand)
+    return ""
+
+
+def _prefix_of(python: str) -> str:
+    """The installation prefix of an interpreter (…/bin/python3.x -> …)."""
+    return os.path.dirname(os.path.dirname(python))
+
+
+def _drop(uid: int) -> list[str]:
+    return ["setpriv", f"--reuid={uid}", f"--regid={uid}", "--clear-groups", "--"]
+
+
+def _bwrap_args(python: str, config: SandboxConfig) -> list[str]:
+    args = ["--unshare-all", "--die-with-parent", "--new-session", "--ro-bind", "/usr", "/usr"]
+    for top in ("/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32"):
+        if os.path.islink(top):
+            args += ["--symlink", os.readlink(top), top]
+        elif os.path.isdir(top):
+            args += ["--ro-bind", top, top]
+    prefix = _prefix_of(python)
+    if not (prefix == "/usr" or prefix.startswith("/usr/")):
+        args += ["--ro-bind", prefix, prefix]
+    size = str(config.tmpfs_bytes)
+    args += ["--proc", "/proc", "--dev", "/dev",
+             "--size", size, "--tmpfs", "/tmp", "--size", size, "--tmpfs", "/dev/shm",
+             "--size", size, "--tmpfs", "/sandbox", "--chdir", "/sandbox",
+             "--setenv", "HOME", "/sandbox", "--setenv", "TMPDIR", "/tmp"]
+    return args
+
+
 @functools.lru_cache(maxsize=None)
-def probe_isolation(network: str = "auto") -> Isolation:
-    """Find the strongest launcher this machine permits; `network="netns"` insists on a namespace."""
-    is_root = os.geteuid() == 0
-    drop_uid = is_root and shutil.which("setpriv") is not None
+def probe(mode: str = "auto", network: str = "auto") -> Isolation:
+    """The strongest sandbox this machine permits for `mode`; raises if `mode` cannot be had."""
+    root = os.geteuid() == 0
+    drop = root and shutil.which("setpriv") is not None
+    python = _interpreter(other_uid=drop)
+    if not python:                       # root, and no interpreter another uid can run
+        drop, python = False, _interpreter(other_uid=False)
+    uid = "fresh" if drop else "same"
+    test = [python, "-I", "-S", "-c", "pass"]
+    if mode in ("auto", "bwrap") and shutil.which("bwrap"):
+        bw = [shutil.which("bwrap")] + _bwrap_args(python, SandboxConfig())
+        pre = _drop(3_999_999) if drop else []
+        if _works(pre + bw + test):
+            return Isolation("bwrap", tuple(bw), python, "netns", True, uid)
+    if mode == "bwrap":
+        raise RuntimeError("sandbox mode 'bwrap' requested but bubblewrap is missing or cannot "
+                           "create namespaces here (install the Debian package `bubblewrap`; "
+                           "scripts/sandbox-deps.sh does)")
     unshare = shutil.which("unshare")
     if network != "audit" and unshare:
-        base = [unshare, "--net"] if is_root else [unshare, "--map-root-user", "--net"]
-        for extra, pid in ((["--pid", "--fork", "--kill-child"], True), ([], False)):
-            if _works(base + extra):
-                return Isolation(tuple(base + extra), "netns", pid, drop_uid)
+        base = [unshare, "--net"] if root else [unshare, "--map-root-user", "--net"]
+        pid = ["--pid", "--fork", "--kill-child", "--mount-proc"]
+        for extra, has_pid in ((pid, True), ([], False)):
+            if _works(base + extra + (_drop(3_999_999) if drop else []) + test):
+                return Isolation("fallback", tuple(base + extra), python, "netns", has_pid, uid)
     if network == "netns":
-        raise RuntimeError("sandbox network='netns' requested but `unshare --net` is not permitted here "
-                           "(no unshare binary, or user namespaces disabled); use network='auto' or 'audit'")
-    return Isolation((), "audit-hook", False, drop_uid)
+        raise RuntimeError("sandbox network='netns' requested but `unshare --net` is not permitted "
+                           "here; use network='auto' or 'audit'")
+    return Isolation("fallback", (), python, "audit-hook", False, uid)
 
 
-# The child's first code: limits and audit hook, then the program (argv[1]) as __main__.
-# It runs under `python -I -B` (isolated: no user site, no PYTHONPATH, no .pyc writes).
-_PREAMBLE = r'''
-import os, sys, resource
-_cfg = dict(arg.split("=", 1) for arg in sys.argv[2:])
-def _lim(res, value):
-    value = int(value)
-    soft, hard = resource.getrlimit(res)
-    if hard != resource.RLIM_INFINITY:
-        value = min(value, hard)
-    resource.setrlimit(res, (value, value))
-_nproc = int(_cfg["nproc"])
-if _cfg["same_user"] == "1":
-    # Not root: RLIMIT_NPROC counts every task of this user, so allow what already runs plus ours.
-    _uid, _tasks = os.getuid(), 0
-    for _p in os.listdir("/proc"):
-        if _p.isdigit():
+_warned = False
+
+
+def _warn_fallback(iso: Isolation, requested: bool) -> None:
+    """Once per process: what the fallback mode does not protect."""
+    global _warned
+    if _warned:
+        return
+    _warned = True
+    missing = ["a read-only filesystem (files are protected by an audit hook only)",
+               "private /tmp and /dev/shm"]
+    if not iso.pid_namespace:
+        missing.append("a fresh /proc (the host's processes are visible)")
+    if iso.network != "netns":
+        missing.append("a network namespace (sockets are refused by an audit hook)")
+    if iso.uid != "fresh" and os.geteuid() == 0:
+        missing.append("a separate uid (the program runs as root)")
+    why = "fallback mode requested" if requested else "bubblewrap unavailable, fallback mode"
+    warnings.warn(f"sandbox: {why}, without " + "; ".join(missing)
+                  + ". Install the Debian package `bubblewrap` for the full sandbox.",
+                  RuntimeWarning, stacklevel=3)
+
+
+def _own_tasks() -> int:
+    """Threads this uid already runs (RLIMIT_NPROC counts them all, so a shared uid adds them)."""
+    uid, tasks = os.getuid(), 0
+    for p in os.listdir("/proc"):
+        if p.isdigit():
             try:
-                _st = open(f"/proc/{_p}/status").read()
+                with open(f"/proc/{p}/status") as f:
+                    fields = dict(line.split(":", 1) for line in f if ":" in line)
             except OSError:
                 continue
-            _f = dict(l.split(":", 1) for l in _st.splitlines() if ":" in l)
-            if int(_f["Uid"].split()[0]) == _uid:
-                _tasks += int(_f["Threads"])
-    _nproc += _tasks
-_lim(resource.RLIMIT_CPU, _cfg["cpu"])
-_lim(resource.RLIMIT_AS, _cfg["mem"])
-_lim(resource.RLIMIT_FSIZE, _cfg["fsize"])
-_lim(resource.RLIMIT_NPROC, _nproc)
-_lim(resource.RLIMIT_NOFILE, _cfg["nofile"])
-_lim(resource.RLIMIT_CORE, 0)
-
-_ROOT = os.path.realpath(os.getcwd())
-_BLOCK_NET = _cfg["block_net"] == "1"
-_WRITE_FLAGS = os.O_WRONLY | os.O_RDWR | os.O_CREAT | os.O_TRUNC | os.O_APPEND
-_PATH_EVENTS = {"os.remove": 1, "os.rmdir": 1, "os.rename": 2, "os.replace": 2, "os.mkdir": 1,
-                "os.chmod": 1, "os.chown": 1, "os.truncate": 1, "os.link": 2, "os.symlink": 2,
-                "os.utime": 1, "shutil.rmtree": 1, "shutil.move": 2, "shutil.copyfile": 2,
-                "shutil.chown": 1, "os.chflags": 1, "os.lchflags": 1, "os.setxattr": 1,
-                "os.removexattr": 1, "os.mkfifo": 1, "os.mknod": 1}
-_SPAWN = {"os.system", "os.exec", "os.posix_spawn", "os.spawn", "subprocess.Popen", "os.startfile",
-          "os.kill", "os.killpg", "os.forkpty", "pty.spawn", "signal.pthread_kill", "os.pidfd_open"}
-_realpath, _fspath, _isinstance = os.path.realpath, os.fspath, isinstance
-
-def _inside(p):
-    if _isinstance(p, int):                        # a file descriptor already granted
-        return True
-    p = _realpath(_fspath(p))
-    if _isinstance(p, bytes):
-        p = p.decode("utf-8", "surrogateescape")
-    return p == _ROOT or p.startswith(_ROOT + os.sep)
-
-def _guard(event, args):
-    if event in _SPAWN or event.startswith("ctypes."):
-        raise PermissionError(f"sandbox: {event} is not allowed")
-    if _BLOCK_NET and event.startswith("socket."):
-        raise PermissionError(f"sandbox: network ({event}) is not allowed")
-    if event == "open":
-        path, mode, flags = args
-        if flags is not None and flags & _WRITE_FLAGS and not _inside(path):
-            raise PermissionError(f"sandbox: writing outside the working directory: {path!r}")
-    else:
-        n = _PATH_EVENTS.get(event)
-        if n:
-            for p in args[:n]:
-                if p is not None and not _inside(p):
-                    raise PermissionError(f"sandbox: {event} outside the working directory: {p!r}")
-
-sys.addaudithook(_guard)
-del _lim, _cfg
-import runpy
-sys.argv = [sys.argv[1]]
-runpy.run_path(sys.argv[0], run_name="__main__")
-'''
+            if int(fields["Uid"].split()[0]) == uid:
+                tasks += int(fields["Threads"])
+    return tasks
 
 
 def _tail(path: str, limit: int) -> str:
@@ -195,94 +240,144 @@ def _tail(path: str, limit: int) -> str:
         return ""
 
 
-def _kill_group(pgid: int) -> None:
-    try:
-        os.killpg(pgid, signal.SIGKILL)
-    except (ProcessLookupError, PermissionError):
-        pass
+def _frame(obj: bytes) -> bytes:
+    return len(obj).to_bytes(8, "big") + obj
 
 
-def run_program(source: str, config: SandboxConfig | None = None) -> SandboxResult:
-    """Run `source` as a Python program in the sandbox; passed = exit code 0 within the limits."""
+def _status(returncode: int, proven: bool) -> str:
+    if returncode == 0:
+        return "passed" if proven else "unproven"
+    if returncode < 0 or returncode > 128:
+        # bwrap / unshare / setpriv report a killed child as 128 + signal number
+        try:
+            return f"signal:{signal.Signals(-returncode if returncode < 0 else returncode - 128).name}"
+        except ValueError:
+            return "failed"
+    return "failed"
+
+
+def run_check(program: str, test: str | None = None, entry_point: str | None = None,
+              prompt: str | None = None, config: SandboxConfig | None = None) -> SandboxResult:
+    """Judge `program`: run it in the sandbox, then the trusted `test`'s `check(entry_point)`.
+
+    `prompt` (trusted, e.g. HumanEval's) supplies the test's helper functions; without it the
+    test sees the program's functions as remote calls. With `test=None` the run passes when the
+    program runs to its end (an exit of any kind before that fails).
+    """
+    if test is not None and not entry_point:
+        raise ValueError("run_check: a test needs the entry_point it checks")
     config = config or SandboxConfig()
-    iso = probe_isolation(config.network)
-    uid = 2_000_000 + secrets.randbelow(1_000_000) if iso.drop_uid else None
-    outer = tempfile.mkdtemp(prefix="sinklens-sandbox-")
-    work = os.path.join(outer, "work")
-    os.mkdir(work, 0o700)
-    prog = os.path.join(work, "program.py")
-    with open(prog, "w", encoding="utf-8") as f:
-        f.write(source)
-    if uid is not None:
-        os.chown(work, uid, uid)
-        os.chown(prog, uid, uid)
-        os.chmod(outer, 0o711)              # the child may traverse to its cwd, not list or write here
-    cmd = list(iso.launcher)
-    if uid is not None:
-        cmd += ["setpriv", f"--reuid={uid}", f"--regid={uid}", "--clear-groups", "--"]
-    cmd += [sys.executable, "-I", "-B", "-c", _PREAMBLE, prog,
-            f"cpu={config.cpu_seconds}", f"mem={config.memory_bytes}", f"fsize={config.file_bytes}",
-            f"nproc={config.max_processes}", f"nofile={config.max_open_files}",
-            f"block_net={int(iso.network != 'netns')}", f"same_user={int(uid is None)}"]
+    iso = probe(config.mode, config.network)
+    if iso.mode == "fallback":
+        _warn_fallback(iso, config.mode == "fallback")
+    uid = 2_000_000 + secrets.randbelow(1_000_000) if iso.uid == "fresh" else None
+    nonce = secrets.token_hex(16)
+    outer = tempfile.mkdtemp(prefix=MARK + "-")
+    work = "/sandbox" if iso.mode == "bwrap" else os.path.join(outer, "work")
+    if iso.mode == "fallback":
+        os.mkdir(work, 0o700)
+        if uid is not None:
+            os.chown(work, uid, uid)
+            os.chmod(outer, 0o711)          # the program may reach its cwd, not list this one
+    result_r, result_w = os.pipe()
+    harness_cfg = {"result_fd": result_w, "root": os.path.realpath(work), "guard": iso.mode == "fallback",
+                   "block_net": iso.network != "netns",
+                   "limits": [config.cpu_seconds, config.memory_bytes, config.file_bytes,
+                              config.max_processes + (0 if uid is not None else _own_tasks()),
+                              config.max_open_files]}
+    with open(_HARNESS, encoding="utf-8") as f:
+        harness = f.read()
+    drop = _drop(uid) if uid is not None else []
+    # bwrap runs unprivileged under the fresh uid; unshare needs root first, then drops it.
+    cmd = drop + list(iso.launcher) if iso.mode == "bwrap" else list(iso.launcher) + drop
+    cmd += [iso.python, "-I", "-S", "-B", "-c", _LIMITS + harness, json.dumps(harness_cfg), MARK]
     env = {"PATH": "/usr/bin:/bin", "HOME": work, "TMPDIR": work, "LANG": "C.UTF-8",
            "PYTHONIOENCODING": "utf-8"}
+    job = json.dumps({"nonce": nonce, "test": test, "entry_point": entry_point, "prompt": prompt})
+    payload = _frame(program.encode("utf-8", "surrogatepass")) + _frame(job.encode())
     out_path, err_path = os.path.join(outer, "stdout"), os.path.join(outer, "stderr")
     t0 = time.monotonic()
     timed_out = False
+    proof = b""
     try:
         with open(out_path, "wb") as out, open(err_path, "wb") as err:
-            proc = subprocess.Popen(cmd, cwd=work, env=env, stdin=subprocess.DEVNULL, stdout=out,
-                                    stderr=err, start_new_session=True)
+            proc = subprocess.Popen(cmd, cwd=work if iso.mode == "fallback" else outer, env=env,
+                                    stdin=subprocess.PIPE, stdout=out, stderr=err,
+                                    pass_fds=(result_w,), start_new_session=True)
+        os.close(result_w)
+        try:
+            proc.stdin.write(payload)
+            proc.stdin.close()
+        except OSError:                     # it died before reading: judged below
+            pass
         # Wait without reaping (WNOWAIT) so the group id cannot be reused before we kill the group.
         delay = 0.001
-        while True:
-            info = os.waitid(os.P_PID, proc.pid, os.WEXITED | os.WNOHANG | os.WNOWAIT)
-            if info is not None:
-                break
+        while os.waitid(os.P_PID, proc.pid, os.WEXITED | os.WNOHANG | os.WNOWAIT) is None:
             if time.monotonic() - t0 > config.timeout:
                 timed_out = True
                 break
             time.sleep(delay)
             delay = min(delay * 2, 0.02)
-        _kill_group(proc.pid)
+        try:
+            os.killpg(proc.pid, signal.SIGKILL)
+        except (ProcessLookupError, PermissionError):
+            pass
         returncode = proc.wait()
         duration = time.monotonic() - t0
         if uid is not None and not iso.pid_namespace:
             # Processes that left the group (setsid) still run under the sandbox uid: kill them all.
-            subprocess.run(["setpriv", f"--reuid={uid}", f"--regid={uid}", "--clear-groups", "--",
-                            sys.executable, "-I", "-c", "import os; os.kill(-1, 9)"],
+            subprocess.run(_drop(uid) + [iso.python, "-I", "-S", "-c", "import os; os.kill(-1, 9)"],
                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, timeout=10)
+        os.set_blocking(result_r, False)
+        try:
+            proof = os.read(result_r, 64)
+        except BlockingIOError:
+            pass
         stdout, stderr = _tail(out_path, config.output_limit), _tail(err_path, config.output_limit)
     finally:
+        os.close(result_r)
         shutil.rmtree(outer, ignore_errors=True)
     if timed_out:
         status, returncode = "timeout", None
-    elif returncode == 0:
-        status = "passed"
-    elif returncode < 0 or returncode > 128:
-        # unshare/setpriv report a killed child as 128 + signal number
-        sig = -returncode if returncode < 0 else returncode - 128
-        try:
-            status = f"signal:{signal.Signals(sig).name}"
-        except ValueError:
-            status = "failed"
     else:
-        status = "failed"
+        status = _status(returncode, proof == nonce.encode())
     return SandboxResult(passed=status == "passed", status=status, returncode=returncode,
                          duration=duration, stdout=stdout, stderr=stderr,
                          isolation=iso.describe())
 
 
-def run_programs(sources: list[str], config: SandboxConfig | None = None, workers: int = 2,
-                 progress: bool = False) -> list[SandboxResult]:
-    """Run many programs, `workers` sandboxes at a time (threads only wait; the work is in the children)."""
+def run_program(source: str, config: SandboxConfig | None = None) -> SandboxResult:
+    """Run `source` in the sandbox; passed = it ran to its end (an early exit, even 0, fails)."""
+    return run_check(source, config=config)
+
+
+def run_checks(jobs: list[dict], config: SandboxConfig | None = None, workers: int = 2,
+               progress: bool = False) -> list[SandboxResult]:
+    """`run_check(**job)` for many jobs, `workers` sandboxes at a time (threads only wait)."""
     if workers < 1:
         raise ValueError(f"workers must be >= 1, got {workers}")
     config = config or SandboxConfig()
-    probe_isolation(config.network)                 # probe once, before the threads start
+    probe(config.mode, config.network)          # probe once, before the threads start
     with ThreadPoolExecutor(max_workers=workers) as pool:
-        it = pool.map(lambda s: run_program(s, config), sources)
+        it = pool.map(lambda job: run_check(config=config, **job), jobs)
         if progress:
             from tqdm import tqdm
-            it = tqdm(it, total=len(sources), desc="sandbox", unit="prog")
+            it = tqdm(it, total=len(jobs), desc="sandbox", unit="prog")
         return list(it)
+
+
+def run_programs(sources: list[str], config: SandboxConfig | None = None, workers: int = 2,
+                 progress: bool = False) -> list[SandboxResult]:
+    return run_checks([{"program": s} for s in sources], config, workers, progress)
+
+
+# Prepended to the harness: the rlimits, set before anything else runs.
+_LIMITS = r'''
+import json as _j, resource as _r, sys as _s
+for _res, _v in zip((_r.RLIMIT_CPU, _r.RLIMIT_AS, _r.RLIMIT_FSIZE, _r.RLIMIT_NPROC, _r.RLIMIT_NOFILE,
+                     _r.RLIMIT_CORE), _j.loads(_s.argv[1])["limits"] + [0]):
+    _hard = _r.getrlimit(_res)[1]
+    _v = _v if _hard == _r.RLIM_INFINITY else min(_v, _hard)
+    _r.setrlimit(_res, (_v, _v))
+del _j, _r, _s, _res, _v, _hard
+'''
