@@ -160,3 +160,70 @@ def test_answer_only_masking(tmp_path):
     x = seen["x"]
     assert torch.equal(x[:, :b.prompt_len], b.input_ids[:, :b.prompt_len])
     assert (x[:, b.prompt_len:] == tok.mask_token_id).any()
+
+
+# ---------------------------------------------------------------- the paper's regime (story problems)
+
+STORY = DataConfig(style="story", min_ops=2, max_ops=3, max_operand=30)
+
+
+def test_story_problems_are_long_and_correct():
+    """Prompts >= 48 tokens and answers >= 128 tokens (issue 13's regime), every worked step is
+    Python's arithmetic, each step is checked back, and the split stays by combination."""
+    from sinklens.train.batch import prompt_ids
+    tok = train_tokenizer(320, STORY, n_texts=1000)
+    problems = generate(300, seed=2, split="train", cfg=STORY)
+    for p in problems:
+        assert len(prompt_ids(tok, p.question)) >= 48, p.question
+        assert len(tok.encode(p.solution, add_special_tokens=False)) >= 128, p.solution
+        steps = re.findall(r"(\d+) ([+-]) (\d+) = (\d+)\. Now", p.solution)
+        checks = re.findall(r"check it: (\d+) ([+-]) (\d+) = (\d+),", p.solution)
+        assert 2 <= len(steps) == len(checks) <= 3 and len(steps) == p.key.count("+") + p.key.count("-")
+        value = int(steps[0][0])
+        assert f"there are {value} " in p.question
+        for (a, op, b, c), (ca, cop, cb, cc) in zip(steps, checks):
+            assert int(a) == value
+            value = eval(f"{a}{op}{b}")
+            assert value == int(c) == int(ca) and eval(f"{ca}{cop}{cb}") == int(cc) == int(a)
+        assert parse_answer(p.solution) == p.answer == value == eval(p.key)
+    held = {p.key for p in generate(300, seed=0, split="heldout", cfg=STORY)}
+    assert held and not held & {p.key for p in problems}
+
+
+def test_dlm_shift_starts_from_the_arm_and_exports_a_dream_folder(tmp_path):
+    """Dream's recipe: a DLM initialised from a trained ARM run (same weights at step 0), trained
+    with the shifted loss, exported in Dream's format; sinklens.load reads it as the Dream family
+    and its logits equal the trained Llama's (Qwen2 with zero q/k/v biases is the same function)."""
+    import sinklens
+    from dataclasses import replace
+    from sinklens.train.train import TrainConfig, dlm_loss, train
+    arm = _tiny_cfg(tmp_path, "arm", 2)
+    train(arm, progress=False)
+    shift = replace(_tiny_cfg(tmp_path, "dlm-shift", 2), init_from=arm.out)
+    with pytest.raises(ValueError, match="init_from"):
+        replace(shift, init_from=str(tmp_path / "nowhere"))
+    res = train(replace(shift, steps=2, stop_after=0), progress=False)
+    assert res["finished"]
+    m = sinklens.load(f"{shift.out}/export", dtype="float32")
+    assert m.family.name == "dream" and m.is_diffusion
+    tok = AutoTokenizer.from_pretrained(f"{shift.out}/export")
+    ours = build_model(replace(arm.model, vocab_size=len(tok)), diffusion=True, seed=0).eval()
+    w = load_file(f"{shift.out}/ckpt/model.safetensors")
+    ours.load_state_dict(w)
+    ids = torch.tensor([tok.encode("Tom has 3 pens. He gets 2 more.")])
+    ref = ours.half().float()(input_ids=ids).logits            # the export is float16
+    got = m.model(input_ids=ids).logits
+    assert torch.allclose(got, ref, atol=1e-3), (got - ref).abs().max()
+    # the shifted loss reads position i - 1 for token i; at step 0 the weights are the ARM's
+    fresh = replace(_tiny_cfg(tmp_path / "f", "dlm-shift", 1), init_from=arm.out, stop_after=0)
+    a = load_file(f"{arm.out}/ckpt/model.safetensors")
+    model0 = build_model(replace(arm.model, vocab_size=len(tok)), diffusion=True, seed=fresh.seed)
+    model0.load_state_dict(a)
+    assert TrainConfig(kind="dlm-shift").shift and not TrainConfig(kind="dlm").shift
+    b = encode_batch(tok, generate(4, 0, "train", DataConfig(max_ops=1)), 24)
+    seen = {}
+    model0.register_forward_hook(lambda mod, args, kw, out: seen.update(logits=out.logits), with_kwargs=True)
+    loss, masked, correct, t = dlm_loss(model0, b.input_ids, b.attention_mask, b.prompt_len,
+                                        tok.mask_token_id, torch.Generator().manual_seed(0), shift=True)
+    P = b.prompt_len
+    assert torch.equal(correct, seen["logits"][:, P - 1:-1].argmax(-1) == b.input_ids[:, P:])

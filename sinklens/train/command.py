@@ -12,7 +12,10 @@ def register(sub) -> None:
     p = sub.add_parser("train", help="train a tiny DLM (LLaDA-style) or its ARM twin",
                        description="Train a tiny masked diffusion LM or its autoregressive twin on "
                                    "synthetic arithmetic word problems. Resumes from <out>/ckpt.")
-    p.add_argument("--kind", choices=["dlm", "arm"], required=True)
+    p.add_argument("--kind", choices=["dlm", "arm", "dlm-shift"], required=True,
+                   help="dlm: LLaDA recipe; arm: next-token twin; dlm-shift: Dream's recipe (position i-1 "
+                        "predicts masked token i), usually with --init-from an ARM run")
+    p.add_argument("--init-from", default="", help="start from this run folder's checkpoint weights")
     p.add_argument("--out", required=True, help="run folder (checkpoints, log, curves, export/)")
     for name, typ, default in [("seed", int, 0), ("steps", int, 3000), ("stop-after", int, 0), ("batch-size", int, 64),
                                ("lr", float, 2e-3), ("min-lr-frac", float, 0.1), ("warmup", int, 100),

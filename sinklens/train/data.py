@@ -39,8 +39,12 @@ class DataConfig:
     max_value: int = 99        # every intermediate result stays in [0, max_value]
     heldout_fraction: float = 0.1
     split_seed: int = 0        # decides which combinations are held out
+    style: str = "short"       # "short": one sentence per event, bare sums; "story": the paper's
+                               # regime, prompts >= 48 tokens, worked answers >= 128 (story.py)
 
     def __post_init__(self):
+        if self.style not in ("short", "story"):
+            raise ValueError(f"style must be 'short' or 'story', got {self.style!r}")
         if self.max_operand < 1:
             raise ValueError(f"max_operand must be >= 1, got {self.max_operand}")
         if not 1 <= self.min_ops <= self.max_ops:
@@ -106,6 +110,14 @@ def make_problem(nums: list[int], ops: list[str], rng: random.Random) -> Problem
     return Problem(" ".join(sentences), " ".join(steps) + f" #### {value}", value, key)
 
 
+def make_story(nums: list[int], ops: list[str], rng: random.Random) -> Problem:
+    """The same combination as a long word problem with a worked chain-of-thought answer."""
+    from sinklens.train.story import story
+    question, solution, value = story(nums, ops, rng, NAMES, PRONOUN, OBJECTS)
+    key = str(nums[0]) + "".join(f"{op}{n}" for op, n in zip(ops, nums[1:]))
+    return Problem(question, solution, value, key)
+
+
 def generate(n: int, seed: int, split: str, cfg: DataConfig = DataConfig()) -> list[Problem]:
     """`n` problems of `split` ("train" or "heldout"), deterministic given (seed, split, cfg)."""
     if split not in ("train", "heldout"):
@@ -120,7 +132,7 @@ def generate(n: int, seed: int, split: str, cfg: DataConfig = DataConfig()) -> l
         nums, ops = _sample_numbers(rng, cfg)
         key = str(nums[0]) + "".join(f"{op}{x}" for op, x in zip(ops, nums[1:]))
         if is_heldout(key, cfg) == want_heldout:
-            out.append(make_problem(nums, ops, rng))
+            out.append(make_story(nums, ops, rng) if cfg.style == "story" else make_problem(nums, ops, rng))
     return out
 
 

@@ -12,8 +12,9 @@ import torch
 
 @torch.no_grad()
 def dlm_generate(model, ids: torch.Tensor, am: torch.Tensor, *, gen_length: int, mask_id: int,
-                 block_length: int | None = None) -> torch.Tensor:
-    """Low-confidence greedy unmasking, steps = gen_length. Returns the answer region (B, G)."""
+                 block_length: int | None = None, shift: bool = False) -> torch.Tensor:
+    """Low-confidence greedy unmasking, steps = gen_length. Returns the answer region (B, G).
+    `shift`: position i is predicted by the logits at i - 1 (Dream's convention)."""
     B, P = ids.shape
     block_length = block_length or gen_length
     if gen_length % block_length:
@@ -24,6 +25,8 @@ def dlm_generate(model, ids: torch.Tensor, am: torch.Tensor, *, gen_length: int,
     for start in range(P, P + gen_length, block_length):
         for _ in range(block_length):
             logits = model(input_ids=x, attention_mask=full_am).logits.float()   # (B, S, V)
+            if shift:
+                logits = torch.cat([logits[:, :1], logits[:, :-1]], 1)
             p = logits.softmax(-1)
             conf, cand = p.max(-1)                                               # (B, S)
             allowed = x == mask_id

@@ -117,6 +117,31 @@ def save_llama_folder(model: LlamaForCausalLM, folder: str | Path, *, eos_id: in
     m.save_pretrained(str(folder), safe_serialization=True)
 
 
+def save_dream_folder(model: LlamaForCausalLM, cfg: ModelConfig, folder: str | Path, *, mask_id: int,
+                      eos_id: int, pad_id: int, dtype: torch.dtype = torch.float16) -> None:
+    """A Dream-format folder (Qwen2 names and config keys, as the official Dream-v0 checkpoint):
+    Llama and Qwen2 share parameter names; Qwen2's q/k/v biases are zero, so it is the same function."""
+    folder = Path(folder)
+    folder.mkdir(parents=True, exist_ok=True)
+    state = {k: v.detach().to(dtype).contiguous() for k, v in model.state_dict().items()}
+    for i in range(cfg.n_layers):
+        for proj in "qkv":
+            w = state[f"model.layers.{i}.self_attn.{proj}_proj.weight"]
+            state[f"model.layers.{i}.self_attn.{proj}_proj.bias"] = torch.zeros(w.shape[0], dtype=dtype)
+    save_file(state, str(folder / "model.safetensors"), metadata={"format": "pt"})
+    conf = {
+        "architectures": ["DreamModel"], "model_type": "Dream",
+        "auto_map": {"AutoConfig": "configuration_dream.DreamConfig", "AutoModel": "modeling_dream.DreamModel"},
+        "hidden_size": cfg.d_model, "intermediate_size": cfg.mlp_hidden, "num_hidden_layers": cfg.n_layers,
+        "num_attention_heads": cfg.n_heads, "num_key_value_heads": cfg.n_heads, "hidden_act": "silu",
+        "max_position_embeddings": cfg.max_len, "rms_norm_eps": RMS_EPS, "rope_theta": ROPE_THETA,
+        "rope_scaling": None, "use_sliding_window": False, "sliding_window": None, "tie_word_embeddings": False,
+        "vocab_size": cfg.vocab_size, "mask_token_id": mask_id, "eos_token_id": eos_id, "pad_token_id": pad_id,
+        "bos_token_id": None, "attention_dropout": 0.0, "use_cache": False, "torch_dtype": str(dtype).split(".")[-1],
+    }
+    (folder / "config.json").write_text(json.dumps(conf, indent=1, sort_keys=True) + "\n")
+
+
 def param_count(cfg: ModelConfig) -> int:
     return sum(p.numel() for p in build_model(cfg, diffusion=True, seed=0).parameters())
 

@@ -27,7 +27,7 @@ from tqdm import tqdm
 from sinklens.train.batch import decode_answers, encode_batch, encode_prompts, parse_answer
 from sinklens.train.data import DataConfig, ProblemStream, generate
 from sinklens.train.decode import arm_generate, dlm_generate
-from sinklens.train.model import ModelConfig, build_model, save_llada_folder, save_llama_folder
+from sinklens.train.model import ModelConfig, build_model, save_dream_folder, save_llada_folder, save_llama_folder
 from sinklens.train.tokenizer import save_tokenizer, train_tokenizer
 
 BUCKETS = 5              # masked-token accuracy is logged per mask-ratio bucket [0,.2),...,[.8,1]
@@ -35,7 +35,9 @@ BUCKETS = 5              # masked-token accuracy is logged per mask-ratio bucket
 
 @dataclass
 class TrainConfig:
-    kind: str = "dlm"                 # "dlm" or "arm"
+    kind: str = "dlm"                 # "dlm" (LLaDA recipe), "arm", or "dlm-shift" (Dream's recipe:
+                                      # the masked token at i is predicted at position i - 1)
+    init_from: str = ""               # start from another run's weights (its --out), e.g. an ARM
     out: str = "runs/dlm"
     seed: int = 0
     steps: int = 3000                 # length of the LR schedule and of the run
@@ -57,8 +59,10 @@ class TrainConfig:
     data: DataConfig = field(default_factory=DataConfig)
 
     def __post_init__(self):
-        if self.kind not in ("dlm", "arm"):
-            raise ValueError(f"kind must be 'dlm' or 'arm', got {self.kind!r}")
+        if self.kind not in ("dlm", "arm", "dlm-shift"):
+            raise ValueError(f"kind must be 'dlm', 'arm' or 'dlm-shift', got {self.kind!r}")
+        if self.init_from and not (Path(self.init_from) / "ckpt" / "model.safetensors").exists():
+            raise ValueError(f"init_from: no checkpoint at {self.init_from}/ckpt/model.safetensors")
         for name in ("steps", "batch_size", "gen_length", "log_every", "eval_every", "ckpt_every", "eval_n"):
             if getattr(self, name) < 1:
                 raise ValueError(f"{name} must be >= 1, got {getattr(self, name)}")
@@ -67,6 +71,15 @@ class TrainConfig:
 
     def to_dict(self) -> dict:
         return asdict(self)
+
+    @property
+    def diffusion(self) -> bool:
+        return self.kind != "arm"
+
+    @property
+    def shift(self) -> bool:
+        """Dream's convention: logits at position i - 1 predict token i."""
+        return self.kind != "dlm"
 
     @classmethod
     def from_dict(cls, d: dict) -> "TrainConfig":
@@ -82,7 +95,8 @@ def lr_at(step: int, cfg: TrainConfig) -> float:
     return cfg.lr * (cfg.min_lr_frac + (1 - cfg.min_lr_frac) * 0.5 * (1 + math.cos(math.pi * min(frac, 1.0))))
 
 
-def dlm_loss(model, input_ids, attention_mask, P: int, mask_id: int, gen: torch.Generator):
+def dlm_loss(model, input_ids, attention_mask, P: int, mask_id: int, gen: torch.Generator,
+             shift: bool = False):
     """LLaDA SFT loss on the answer region. Returns (loss, masked (B,G) bool, correct (B,G) bool, t (B,)).
 
     t ~ U(0, 1) per sequence, stratified across the batch (one draw per slice of (0, 1)). Instead
@@ -90,6 +104,8 @@ def dlm_loss(model, input_ids, attention_mask, P: int, mask_id: int, gen: torch.
     masked and t is taken as k / G: the same 1/t-weighted objective, sum_masked CE / (t G) =
     mean CE over the masked tokens, without the variance of a few heavily weighted tokens at
     small t (seen to dominate whole batches with Bernoulli masking).
+    `shift` (Dream's recipe, for a DLM initialised from an ARM): the prediction for position i is
+    read at position i - 1, as the ARM was trained to do.
     """
     B, S = input_ids.shape
     G = S - P
@@ -101,7 +117,8 @@ def dlm_loss(model, input_ids, attention_mask, P: int, mask_id: int, gen: torch.
     t = k.float() / G                                                          # realised ratio
     x = input_ids.clone()
     x[:, P:][masked] = mask_id
-    logits = model(input_ids=x, attention_mask=attention_mask).logits[:, P:]  # (B, G, V)
+    logits = model(input_ids=x, attention_mask=attention_mask).logits              # (B, S, V)
+    logits = logits[:, P - 1:-1] if shift else logits[:, P:]                       # (B, G, V)
     target = input_ids[:, P:]
     ce = F.cross_entropy(logits.float().reshape(-1, logits.shape[-1]), target.reshape(-1),
                          reduction="none").view(B, G)
@@ -130,16 +147,19 @@ def evaluate(model, tok, problems, cfg: TrainConfig, batch_size: int = 100) -> d
     for i in range(0, len(problems), batch_size):
         chunk = problems[i:i + batch_size]
         ids, am = encode_prompts(tok, [p.question for p in chunk])
-        if cfg.kind == "dlm":
+        if cfg.diffusion:
             ans = dlm_generate(model, ids, am, gen_length=cfg.gen_length, mask_id=tok.mask_token_id,
-                               block_length=cfg.block_length or None)
+                               block_length=cfg.block_length or None, shift=cfg.shift)
             if cfg.block_length and cfg.block_length != cfg.gen_length:   # also one whole-answer block
-                one = dlm_generate(model, ids, am, gen_length=cfg.gen_length, mask_id=tok.mask_token_id)
+                one = dlm_generate(model, ids, am, gen_length=cfg.gen_length, mask_id=tok.mask_token_id,
+                                   shift=cfg.shift)
                 correct_one_block += sum(parse_answer(t) == p.answer for p, t in zip(chunk, decode_answers(tok, one)))
             b = encode_batch(tok, chunk, cfg.gen_length)
             x = b.input_ids.clone()
             x[:, b.prompt_len:] = tok.mask_token_id
-            pred = model(input_ids=x, attention_mask=b.attention_mask).logits[:, b.prompt_len:].argmax(-1)
+            logits = model(input_ids=x, attention_mask=b.attention_mask).logits
+            P = b.prompt_len
+            pred = (logits[:, P - 1:-1] if cfg.shift else logits[:, P:]).argmax(-1)
             real = torch.arange(cfg.gen_length)[None] < b.answer_len[:, None]          # (B, G)
             full_mask_hits += int(((pred == b.input_ids[:, b.prompt_len:]) & real).sum())
             full_mask_total += int(real.sum())
@@ -153,7 +173,7 @@ def evaluate(model, tok, problems, cfg: TrainConfig, batch_size: int = 100) -> d
                 samples.append({"question": p.question, "output": text, "ok": bool(ok)})
     model.train()
     out = {"exact_acc": correct / len(problems), "n": len(problems), "samples": samples}
-    if cfg.kind == "dlm" and cfg.block_length and cfg.block_length != cfg.gen_length:
+    if cfg.diffusion and cfg.block_length and cfg.block_length != cfg.gen_length:
         out["exact_acc_one_block"] = correct_one_block / len(problems)
     if full_mask_total:
         out["full_mask_token_acc"] = full_mask_hits / full_mask_total
@@ -212,9 +232,13 @@ def _check_resumable(saved: TrainConfig, cfg: TrainConfig, ckpt: Path) -> None:
 
 
 def export(model, tok, cfg: TrainConfig, folder: Path) -> None:
-    """Write the shippable folder (fp16): LLaDA format for the DLM, Llama format for the ARM."""
+    """Write the shippable folder (fp16): LLaDA format for the DLM, Dream format for the shifted
+    DLM (Dream's sampler applies the shift), Llama format for the ARM."""
     if cfg.kind == "dlm":
         save_llada_folder(model, cfg.model, folder, mask_id=tok.mask_token_id,
+                          eos_id=tok.eos_token_id, pad_id=tok.pad_token_id)
+    elif cfg.kind == "dlm-shift":
+        save_dream_folder(model, cfg.model, folder, mask_id=tok.mask_token_id,
                           eos_id=tok.eos_token_id, pad_id=tok.pad_token_id)
     else:
         save_llama_folder(model, folder, eos_id=tok.eos_token_id, pad_id=tok.pad_token_id)
@@ -238,7 +262,10 @@ def train(cfg: TrainConfig, *, progress: bool = True) -> dict:
         _check_resumable(TrainConfig.from_dict(json.loads((ckpt / "state.json").read_text())["config"]), cfg, ckpt)
     (out / "config.json").write_text(json.dumps(cfg.to_dict(), indent=1))
 
-    model = build_model(mcfg, diffusion=cfg.kind == "dlm", seed=cfg.seed)
+    model = build_model(mcfg, diffusion=cfg.diffusion, seed=cfg.seed)
+    if cfg.init_from and not (ckpt / "state.json").exists():
+        # Dream's recipe: the DLM starts from the trained ARM's weights (same shape and tokenizer).
+        model.load_state_dict(load_file(str(Path(cfg.init_from) / "ckpt" / "model.safetensors")))
     decay = [p for n, p in model.named_parameters() if p.ndim >= 2]
     no_decay = [p for n, p in model.named_parameters() if p.ndim < 2]
     opt = torch.optim.AdamW([{"params": decay, "weight_decay": cfg.weight_decay},
@@ -268,10 +295,10 @@ def train(cfg: TrainConfig, *, progress: bool = True) -> dict:
         tokens += b.input_ids.numel()
         for g in opt.param_groups:
             g["lr"] = lr_at(step, cfg)
-        if cfg.kind == "dlm":
+        if cfg.diffusion:
             gen = torch.Generator().manual_seed(cfg.seed * 1_000_003 + step)
             loss, masked, correct, t = dlm_loss(model, b.input_ids, b.attention_mask, b.prompt_len,
-                                                tok.mask_token_id, gen)
+                                                tok.mask_token_id, gen, shift=cfg.shift)
             bucket = (t * BUCKETS).long().clamp(max=BUCKETS - 1)                  # (B,)
             hits = (correct & masked).sum(1).float()
             acc["hit"].index_add_(0, bucket, hits)
@@ -293,7 +320,7 @@ def train(cfg: TrainConfig, *, progress: bool = True) -> dict:
             record = {"step": step, "loss": acc["loss"] / acc["n"], "lr": lr_at(step - 1, cfg),
                       "grad_norm": float(gnorm), "tokens": tokens,
                       "sec_per_step": (time.time() - acc["t0"]) / acc["n"]}
-            if cfg.kind == "dlm":
+            if cfg.diffusion:
                 record["masked_acc_by_ratio"] = (acc["hit"] / acc["cnt"].clamp(min=1)).tolist()
                 record["masked_acc"] = float(acc["hit"].sum() / acc["cnt"].sum().clamp(min=1))
             else:
@@ -333,7 +360,7 @@ def plot_curves(log_path: Path, png: Path, kind: str) -> None:
     fig, axes = plt.subplots(1, 3, figsize=(15, 4))
     axes[0].plot([r["step"] for r in tr], [r["loss"] for r in tr])
     axes[0].set(title=f"{kind}: training loss", xlabel="step", yscale="log")
-    if kind == "dlm":
+    if kind != "arm":
         for k in range(BUCKETS):
             axes[1].plot([r["step"] for r in tr], [r["masked_acc_by_ratio"][k] for r in tr],
                          label=f"t in [{k / BUCKETS:.1f}, {(k + 1) / BUCKETS:.1f})")
@@ -343,7 +370,7 @@ def plot_curves(log_path: Path, png: Path, kind: str) -> None:
         axes[1].plot([r["step"] for r in tr], [r["token_acc"] for r in tr])
         axes[1].set(title="next-token accuracy (answer region)", xlabel="step")
     axes[2].plot([r["step"] for r in ev], [r["eval"]["exact_acc"] for r in ev], "o-", label="exact answer (held-out)")
-    if kind == "dlm":
+    if kind != "arm":
         axes[2].plot([r["step"] for r in ev], [r["eval"].get("full_mask_token_acc", float("nan")) for r in ev],
                      "s--", label="token acc, whole answer masked")
     axes[2].set(title="held-out", xlabel="step", ylim=(0, 1))
