@@ -227,3 +227,17 @@ def test_dlm_shift_starts_from_the_arm_and_exports_a_dream_folder(tmp_path):
                                         tok.mask_token_id, torch.Generator().manual_seed(0), shift=True)
     P = b.prompt_len
     assert torch.equal(correct, seen["logits"][:, P - 1:-1].argmax(-1) == b.input_ids[:, P:])
+
+
+def test_arith_task_reads_a_twins_data_config(tmp_path):
+    """`sinklens eval --task arith --data <run>/config.json` scores the held-out problems of that
+    twin's data settings; anything else is one clear error."""
+    from dataclasses import asdict
+    from sinklens.train import task
+    (tmp_path / "config.json").write_text(json.dumps({"kind": "arm", "data": asdict(STORY)}))
+    items, errors = task.load(str(tmp_path), limit=5)
+    assert errors == [] and len(items) == 5
+    assert [i["question"] for i in items] == [p.question for p in generate(5, task.SEED, "heldout", STORY)]
+    assert all("keeps some" in i["question"] and i["answer"].endswith(f"#### {i['reference']}") for i in items)
+    with pytest.raises(ValueError, match="training config"):
+        task.load(str(tmp_path / "missing.json"))

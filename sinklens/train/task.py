@@ -3,20 +3,41 @@
 Same interface as GSM8K in sinklens.eval.tasks: the prompt is the bare question in the chat
 template the twins were trained with (no exemplars), the verdict compares the `#### N` answer
 with the value Python computed when the problem was generated.
+
+`--data` may name another twin's training config (a run's `config.json`, or a folder holding
+`config.json` or `training/train_config.json`): the held-out problems are then generated with
+that twin's data settings (e.g. the long "story" problems of docs/training.md).
 """
 from __future__ import annotations
 
+import json
+from pathlib import Path
+
 from sinklens.train.batch import parse_answer
+from sinklens.train.data import DataConfig, generate
 from sinklens.train.demo_defaults import gen_length, heldout_problems
 
 DEFAULT_N = 200
 SEED = 0        # the held-out problems behind docs/training.md
 
 
+def data_config(path: str) -> DataConfig:
+    """The DataConfig stored in a training config (file or folder)."""
+    p = Path(path)
+    if p.is_dir():
+        p = next((c for c in (p / "config.json", p / "training" / "train_config.json") if c.is_file()), p)
+    try:
+        return DataConfig(**json.loads(p.read_text())["data"])
+    except (OSError, ValueError, KeyError, TypeError) as e:
+        raise ValueError(f"task 'arith': --data must be a twin's training config.json (or its folder); "
+                         f"{path!r}: {e}") from None
+
+
 def load(data: str | None = None, limit: int | None = None):
-    if data is not None:
-        raise ValueError("task 'arith' generates its problems; --data is not used (omit it)")
-    problems = heldout_problems(limit or DEFAULT_N, seed=SEED)
+    if data is None:
+        problems = heldout_problems(limit or DEFAULT_N, seed=SEED)
+    else:
+        problems = generate(limit or DEFAULT_N, seed=SEED, split="heldout", cfg=data_config(data))
     return [{"id": f"heldout{i}", "question": p.question, "answer": p.solution, "reference": str(p.answer)}
             for i, p in enumerate(problems)], []
 
