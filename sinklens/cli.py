@@ -18,6 +18,7 @@ def build_parser() -> argparse.ArgumentParser:
     from sinklens.demo import register as register_demo; register_demo(sub)  # demo
     from sinklens.train.command import register as register_train; register_train(sub)  # train
     from sinklens.train.replicate import register as register_replicate; register_replicate(sub)  # replicate
+    from sinklens.train.study import register as register_study; register_study(sub)  # study
     return p
 
 

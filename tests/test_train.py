@@ -241,3 +241,27 @@ def test_arith_task_reads_a_twins_data_config(tmp_path):
     assert all("keeps some" in i["question"] and i["answer"].endswith(f"#### {i['reference']}") for i in items)
     with pytest.raises(ValueError, match="training config"):
         task.load(str(tmp_path / "missing.json"))
+
+
+def test_study_end_to_end_on_tiny_runs(tmp_path):
+    """`sinklens study` on three finished (2-step) runs of the three recipes: a table row per
+    twin and K with its control, and dynamics rows for each twin and its random-init control."""
+    from dataclasses import replace
+    from sinklens.cli import main
+    from sinklens.train.train import train
+    runs = {}
+    for kind in ("arm", "dlm", "dlm-shift"):
+        cfg = replace(_tiny_cfg(tmp_path, kind, 2), init_from=runs.get("arm", ""))
+        train(cfg, progress=False)
+        runs[kind] = cfg.out
+    out = tmp_path / "study"
+    assert main(["study", "--out", str(out), "--n", "2", "--n-traces", "1", "--mask-topk", "0,1", "--quiet"]
+                + [a for k, r in runs.items() for a in ("--run", f"{k}={r}")]) == 0
+    table = (out / "eval" / "summary.md").read_text()
+    assert table.count("random keys (control)") >= 1 and all(f"{k}" in table for k in ("Unmasked", "K=1"))
+    rows = json.loads((out / "dynamics_over_problems.json").read_text())
+    labels = {r["model"] for r in rows}
+    assert labels >= {"arm", "dlm", "dlm-shift", "arm (random init)", "dlm (random init)", "dlm-shift (random init)"}
+    assert all("track_classes" in r and "drift" in r for r in rows)
+    assert (out / "controls" / "dlm-shift" / "config.json").is_file()
+    assert main(["study", "--run", str(runs["arm"]), "--out", str(out)]) == 2      # no LABEL=

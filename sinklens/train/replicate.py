@@ -21,11 +21,15 @@ from pathlib import Path
 from sinklens.train.demo_defaults import demo_models_and_prompt, dlm_sampler, heldout_problems
 
 
-def dynamics_over_problems(out: str | Path, n_traces: int = 50, progress: bool = True) -> dict:
-    """Trace both twins on `n_traces` held-out problems; aggregate the sink dynamics.
+def dynamics_over_problems(out: str | Path, n_traces: int = 50, progress: bool = True,
+                           models: list | None = None, problems: list | None = None) -> dict:
+    """Trace each model (default: both shipped twins) on `n_traces` held-out problems (default:
+    the twins'); aggregate the sink dynamics.
 
     Units: Eq. 3 (eps = 3) on column sums for both twins, and for the causal ARM also relative to
     the uniform-attention baseline (its decode steps have one query row, so sums are <= 1 there).
+    Per model: sinks per head, how often the largest sink moves, track classes (static / moving /
+    vanishing / transient, sinklens.analysis.dynamics), drift direction, Table 2 categories.
     """
     import json
 
@@ -35,18 +39,20 @@ def dynamics_over_problems(out: str | Path, n_traces: int = 50, progress: bool =
 
     import sinklens
     from sinklens.analysis.analyze import AnalysisConfig, analyze
+    from sinklens.analysis.dynamics import classify_track, drift_summary
     from sinklens.analysis.tokens import CATEGORIES
 
     out = Path(out)
     (out / "traces").mkdir(parents=True, exist_ok=True)
-    models, _ = demo_models_and_prompt()
-    problems = heldout_problems(n_traces)
+    if models is None:
+        models, _ = demo_models_and_prompt()
+    problems = heldout_problems(n_traces) if problems is None else problems[:n_traces]
     results = []
     for dm in models:
         model = sinklens.load(dm.name, **dm.load_kwargs)
         views = ["sum"] if model.is_diffusion else ["sum", "uniform_ratio"]
-        acc = {u: {"moved": 0, "pairs": 0, "with_sink": [], "per_layer": [], "cats": dict.fromkeys(CATEGORIES, 0)}
-               for u in views}
+        acc = {u: {"moved": 0, "pairs": 0, "with_sink": [], "per_layer": [], "cats": dict.fromkeys(CATEGORIES, 0),
+                   "classes": {}, "drift": []} for u in views}
         for k, prob in enumerate(tqdm(problems, desc=f"trace {dm.label}", disable=not progress)):
             path = out / "traces" / f"{dm.label}-{k:03d}.arrow"
             if not path.is_file():  # resumable: finished traces are kept
@@ -64,6 +70,11 @@ def dynamics_over_problems(out: str | Path, n_traces: int = 50, progress: bool =
                 acc[u]["per_layer"].append(a.sink_count.mean(axis=(0, 2)))  # (L,)
                 for c, v in a.token_table.categories.items():
                     acc[u]["cats"][c] += v["count"]
+                T = len(a.step_numbers)
+                for tr in a.tracks:
+                    kind = classify_track(tr, T)
+                    acc[u]["classes"][kind] = acc[u]["classes"].get(kind, 0) + 1
+                acc[u]["drift"] += a.drift
         for u, d in acc.items():
             total = sum(d["cats"].values())
             results.append({
@@ -73,7 +84,10 @@ def dynamics_over_problems(out: str | Path, n_traces: int = 50, progress: bool =
                 "fraction_step_layer_head_with_sink": float(np.mean(d["with_sink"])),
                 "sinks_per_head_and_step_by_layer": np.mean(d["per_layer"], axis=0).round(3).tolist(),
                 "sink_token_categories": {c: (n / total if total else 0.0) for c, n in d["cats"].items()},
-                "sink_occurrences": total})
+                "sink_occurrences": total,
+                "track_classes": {k: v / max(1, sum(d["classes"].values())) for k, v in sorted(d["classes"].items())},
+                "tracks": sum(d["classes"].values()),
+                "drift": drift_summary(d["drift"])})
     lines = [f"Sink dynamics over {n_traces} held-out problems (Eq. 3, eps = 3, in the units named per row; "
              "'moved' counts only consecutive steps where the head has a sink at both)", "",
              "| model | units | (step, layer, head) with a sink | largest sink moved | sinks / head / step by layer | "
@@ -84,6 +98,16 @@ def dynamics_over_problems(out: str | Path, n_traces: int = 50, progress: bool =
         lines.append(f"| {r['model']} | {r['units']} | {r['fraction_step_layer_head_with_sink']:.1%} | {moved} | "
                      + " ".join(f"{x:.2f}" for x in r["sinks_per_head_and_step_by_layer"]) + " | "
                      + " | ".join(f"{r['sink_token_categories'][c]:.1%}" for c in CATEGORIES) + " |")
+    lines += ["", "Tracks (a sink followed across steps in one head) and their moves:", "",
+              "| model | units | tracks | static | moving | vanishing | transient | moves | leftward | "
+              "mean distance (positions) |", "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|"]
+    for r in results:
+        c, dr = r["track_classes"], r["drift"]
+        left = f"{dr['fraction_leftward']:.1%}" if dr.get("moves") else "n/a"
+        dist = f"{dr['mean_distance_positions']:+.1f}" if dr.get("moves") else "n/a"
+        lines.append(f"| {r['model']} | {r['units']} | {r['tracks']} | "
+                     + " | ".join(f"{c.get(k, 0.0):.1%}" for k in ("static", "moving", "vanishing", "transient"))
+                     + f" | {dr.get('moves', 0)} | {left} | {dist} |")
     (out / "dynamics_over_problems.md").write_text("\n".join(lines) + "\n")
     (out / "dynamics_over_problems.json").write_text(json.dumps(results, indent=1))
     return {"dynamics_md": str(out / "dynamics_over_problems.md"), "rows": results}
