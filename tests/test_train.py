@@ -128,14 +128,19 @@ def _tiny_cfg(tmp_path, kind, steps):
                        data=DataConfig(max_ops=1))
 
 
-@pytest.mark.parametrize("kind", ["dlm", "arm"])
+@pytest.mark.parametrize("kind", ["dlm", "arm", "dlm-shift"])
 def test_resume_is_bit_identical(tmp_path, kind):
-    from sinklens.train.train import train
-    straight = _tiny_cfg(tmp_path / "a", kind, 4)
-    train(straight, progress=False)
-    half = _tiny_cfg(tmp_path / "b", kind, 2)
-    train(half, progress=False)
     from dataclasses import replace
+    from sinklens.train.train import train
+    init = ""
+    if kind == "dlm-shift":                                 # Dream's recipe starts from an ARM run
+        arm = _tiny_cfg(tmp_path / "arm", "arm", 2)
+        train(arm, progress=False)
+        init = arm.out
+    straight = replace(_tiny_cfg(tmp_path / "a", kind, 4), init_from=init)
+    train(straight, progress=False)
+    half = replace(_tiny_cfg(tmp_path / "b", kind, 2), init_from=init)
+    train(half, progress=False)
     train(replace(half, steps=4), progress=False)          # resumes from step 2
     wa = load_file(f"{straight.out}/ckpt/model.safetensors")
     wb = load_file(f"{half.out}/ckpt/model.safetensors")
