@@ -21,10 +21,9 @@ RULE = ("probe: one unmasked pass over prompt+reference (DLM: reference masked),
 
 def _score(m, logits: torch.Tensor, ref: torch.Tensor, p: int) -> tuple[float, bool]:
     """(sum of log p(reference), reference == argmax everywhere) from logits (1, S, V);
-    ARMs and Dream predict position i at i - 1."""
+    families with shifted logits (ARMs, Dream) predict position i at i - 1."""
     r = ref.shape[0]
-    shift = (not m.is_diffusion) or m.family.name == "dream"
-    rows = logits[0, p - 1:p + r - 1] if shift else logits[0, p:p + r]           # (R, V)
+    rows = logits[0, p - 1:p + r - 1] if m.family.shifted_logits else logits[0, p:p + r]           # (R, V)
     logp = torch.log_softmax(rows.float(), dim=-1)
     return float(logp.gather(-1, ref[:, None]).sum()), bool((logp.argmax(-1) == ref).all())
 

@@ -38,6 +38,9 @@ class Family:
     padding: str = "key_padding"
     # Tokenizer class used when the folder's tokenizer_config names a remote-code class.
     tokenizer_fallback: str | None = None
+    # Logits at position i predict token i + 1 (ARMs, and Dream, trained from an ARM): scoring a
+    # reference reads row i - 1 for token i. LLaDA predicts each masked token at its own position.
+    shifted_logits: bool = False
 
 
 FAMILIES: dict[str, Family] = {}  # insertion order = detection order
