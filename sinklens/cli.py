@@ -15,10 +15,10 @@ def build_parser() -> argparse.ArgumentParser:
     from sinklens.report.command import register as register_report; register_report(sub)  # report
     from sinklens.samplers.command import register as register_samplers; register_samplers(sub)  # generate, trace
     from sinklens.eval.commands import register as register_eval; register_eval(sub)  # eval, eval-summary
-    from sinklens.demo import register as register_demo; register_demo(sub)  # demo
+    from sinklens.experiments.demo import register as register_demo; register_demo(sub)  # demo
     from sinklens.train.command import register as register_train; register_train(sub)  # train
-    from sinklens.train.replicate import register as register_replicate; register_replicate(sub)  # replicate
-    from sinklens.train.study import register as register_study; register_study(sub)  # study
+    from sinklens.experiments.replicate import register as register_replicate; register_replicate(sub)  # replicate
+    from sinklens.experiments.study import register as register_study; register_study(sub)  # study
     return p
 
 

@@ -225,7 +225,7 @@ def test_bad_masking_configs():
 def test_twins_blocked_sink_persists_like_the_unmasked_top1():
     """The issue's bar: persistence of the blocked key >= 0.8 x the unmasked top-1 stability
     (3 held-out problems; with the old rule the blocked top-1 key never persisted: 0.00)."""
-    from sinklens.train.persistence import twins_persistence
+    from sinklens.experiments.persistence import twins_persistence
     rows = twins_persistence(3, {"topk K=1": MaskingConfig(sinks="topk", top_k=1),
                                  "eq3 K=1": MaskingConfig(top_k=1)})
     for r in rows:
@@ -238,7 +238,7 @@ def test_twins_blocked_sink_persists_like_the_unmasked_top1():
 def test_masked_generation_identical_with_and_without_trace(tmp_path):
     import sinklens
     from sinklens.samplers import CaptureOptions
-    from sinklens.train.demo_defaults import LOAD, dlm_sampler, heldout_prompt
+    from sinklens.experiments.twins import LOAD, dlm_sampler, heldout_prompt
     m = sinklens.load("tiny-dlm", **LOAD)
     ids = torch.tensor([m.apply_chat_template(heldout_prompt(1))])
     outs = []

@@ -13,7 +13,8 @@ from safetensors.torch import load_file
 
 import sinklens
 from sinklens.train.batch import decode_answers, encode_prompts, parse_answer
-from sinklens.train.demo_defaults import LOAD, arm_sampler, dlm_sampler, gen_length, heldout_problems
+from sinklens.eval.arith import gen_length, heldout_problems
+from sinklens.experiments.twins import LOAD, arm_sampler, dlm_sampler
 from sinklens.train.model import ModelConfig, build_model, llada_name
 
 ASSETS = Path(sinklens.__file__).parent / "assets"
@@ -74,7 +75,7 @@ def test_tiny_dlm_loader_logits_equal_training_architecture():
 def test_replicate_writes_table_and_dynamics(tmp_path):
     """`sinklens replicate` end to end on 2 problems: Table-1 rows for both twins + a report."""
     from sinklens.eval.summary import find_runs, summarize_run
-    from sinklens.train.replicate import replicate
+    from sinklens.experiments.replicate import replicate
     res = replicate(tmp_path, n=2, mask_topk=(0, 1), progress=False, n_traces=3)
     rows = [(summarize_run(r), Path(r).name) for r in find_runs([str(tmp_path / "eval")])]
     # every masked row has its random-key control beside it

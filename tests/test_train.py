@@ -238,7 +238,7 @@ def test_arith_task_reads_a_twins_data_config(tmp_path):
     """`sinklens eval --task arith --data <run>/config.json` scores the held-out problems of that
     twin's data settings; anything else is one clear error."""
     from dataclasses import asdict
-    from sinklens.train import task
+    from sinklens.eval import arith as task
     (tmp_path / "config.json").write_text(json.dumps({"kind": "arm", "data": asdict(STORY)}))
     items, errors = task.load(str(tmp_path), limit=5)
     assert errors == [] and len(items) == 5

@@ -1,11 +1,11 @@
-"""The two Table-1 tasks behind one small interface: data, prompt, reference, verdict, defaults."""
+"""The eval tasks (Table 1's two, the twins' arithmetic) behind one interface: data, prompt, verdict, defaults."""
 from __future__ import annotations
 
 import re
 from dataclasses import dataclass
 from typing import Callable
 
-from sinklens.eval import gsm8k, humaneval
+from sinklens.eval import arith, gsm8k, humaneval
 from sinklens.eval.sandbox import SandboxConfig
 
 
@@ -55,10 +55,8 @@ TASKS = {
                       {"llada": 512, "dream": 768, "arm": 512}),
 }
 
-from sinklens.train import task as _arith  # noqa: E402  (the tiny twins' held-out problems)
-
-TASKS["arith"] = Task("arith", _arith.load, _arith.messages, _arith.text, _arith.reference, _arith.judge,
-                      _arith.gen_lengths())
+TASKS["arith"] = Task("arith", arith.load, arith.messages, arith.text, arith.reference, arith.judge,
+                      arith.gen_lengths())  # the tiny twins' held-out problems
 
 
 def get_task(name: str) -> Task:

@@ -73,7 +73,8 @@ def _merge(into: MaskingStats, part: MaskingStats) -> None:
 def twins_persistence(n: int = 3, configs: dict[str, MaskingConfig] | None = None, progress: bool = False) -> list[dict]:
     """Persistence on both shipped twins, `n` held-out problems, their own samplers and settings."""
     import sinklens
-    from sinklens.train.demo_defaults import arm_sampler, dlm_sampler, heldout_problems, LOAD
+    from sinklens.eval.arith import heldout_problems
+    from sinklens.experiments.twins import LOAD, arm_sampler, dlm_sampler
 
     configs = configs or {"topk K=1": MaskingConfig(sinks="topk", top_k=1), "eq3 K=1": MaskingConfig(top_k=1),
                           "topk K=5": MaskingConfig(sinks="topk", top_k=5)}

@@ -19,7 +19,7 @@ import json
 from dataclasses import replace
 from pathlib import Path
 
-from sinklens.demo import DemoModel
+from sinklens.experiments.demo import DemoModel
 
 LOAD = {"dtype": "float32"}
 
@@ -68,9 +68,9 @@ def study(runs: dict[str, str], out: str | Path, n: int = 50, n_traces: int = 20
     import sinklens
     from sinklens.eval.runner import EvalConfig, run_eval
     from sinklens.eval.summary import write_summary
-    from sinklens.train.replicate import dynamics_over_problems
+    from sinklens.experiments.replicate import dynamics_over_problems
     from sinklens.train.data import generate
-    from sinklens.train.task import data_config
+    from sinklens.eval.arith import data_config
     out = Path(out)
     confs = {label: run_config(r) for label, r in runs.items()}
     for label, run in runs.items():

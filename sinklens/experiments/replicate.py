@@ -18,7 +18,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from sinklens.train.demo_defaults import demo_models_and_prompt, dlm_sampler, heldout_problems
+from sinklens.eval.arith import heldout_problems
+from sinklens.experiments.twins import demo_models_and_prompt, dlm_sampler
 
 
 def dynamics_over_problems(out: str | Path, n_traces: int = 50, progress: bool = True,
@@ -117,7 +118,7 @@ def persistence_table(out: str | Path, n: int = 20, progress: bool = True) -> st
     """Persistence of the blocked keys vs the unmasked rule, both twins -> `<out>/persistence.md`."""
     import json
 
-    from sinklens.train.persistence import twins_persistence
+    from sinklens.experiments.persistence import twins_persistence
     rows = twins_persistence(n, progress=progress)
     f = lambda v: "n/a" if v is None else f"{v:.2f}"  # noqa: E731
     lines = [f"Persistence of masking on {n} held-out problems: of the keys blocked at step t − 1, the share "
@@ -136,7 +137,7 @@ def persistence_table(out: str | Path, n: int = 20, progress: bool = True) -> st
 
 def replicate(out: str | Path, n: int = 200, mask_topk: tuple[int | str, ...] = (0, 1, 5, 10),
               progress: bool = True, n_traces: int = 50, control: str = "random") -> dict:
-    from sinklens.demo import run_demo
+    from sinklens.experiments.demo import run_demo
     from sinklens.eval.runner import EvalConfig, run_eval
     from sinklens.eval.summary import write_summary
     if n < 1:

@@ -7,18 +7,43 @@ with the value Python computed when the problem was generated.
 `--data` may name another twin's training config (a run's `config.json`, or a folder holding
 `config.json` or `training/train_config.json`): the held-out problems are then generated with
 that twin's data settings (e.g. the long "story" problems of docs/training.md).
+
+Without `--data` the task uses the shipped DLM twin's data settings and answer length, read from
+its own `training/train_config.json`.
 """
 from __future__ import annotations
 
 import json
+from functools import lru_cache
 from pathlib import Path
 
 from sinklens.train.batch import parse_answer
 from sinklens.train.data import DataConfig, generate
-from sinklens.train.demo_defaults import gen_length, heldout_problems
 
+ASSETS = Path(__file__).resolve().parents[1] / "assets"
 DEFAULT_N = 200
 SEED = 0        # the held-out problems behind docs/training.md
+
+
+@lru_cache(maxsize=1)
+def twin_train_config() -> dict:
+    """The DLM twin's training config ({} when the twins are not shipped)."""
+    conf = ASSETS / "tiny-dlm" / "training" / "train_config.json"
+    return json.loads(conf.read_text()) if conf.is_file() else {}
+
+
+def twin_data_config() -> DataConfig:
+    data = twin_train_config().get("data")
+    return DataConfig(**data) if data else DataConfig()
+
+
+def gen_length() -> int:
+    return int(twin_train_config().get("gen_length", 24))
+
+
+def heldout_problems(n: int, seed: int = 0):
+    """Problems whose number combinations never occur in the twins' training data."""
+    return generate(n, seed=seed, split="heldout", cfg=twin_data_config())
 
 
 def data_config(path: str) -> DataConfig:

@@ -30,7 +30,7 @@ def default_models() -> tuple[list[DemoModel], str]:
     from sinklens.models.loader import ALIASES
 
     if "tiny-dlm" in ALIASES and "tiny-arm" in ALIASES:
-        from sinklens.train.demo_defaults import demo_models_and_prompt  # shipped with the twins
+        from sinklens.experiments.twins import demo_models_and_prompt  # shipped with the twins
 
         return demo_models_and_prompt()
     return [DemoModel("smollm2-135m-instruct", "smollm2-arm", {"max_new_tokens": 32})], SMOLLM2_PROMPT

@@ -1,6 +1,6 @@
 """Held-out exact-answer accuracy of a shipped twin through `sinklens.load` and its real sampler.
 
-    python -m sinklens.train.score tiny-dlm [--n 200] [--block-length 8] [--dtype float32]
+    python -m sinklens.experiments.score tiny-dlm [--n 200] [--block-length 8] [--dtype float32]
 
 Batched (left-padded prompts), unmasked; the numbers in docs/training.md come from here.
 """
@@ -12,7 +12,8 @@ import json
 import torch
 
 from sinklens.train.batch import decode_answers, encode_prompts, parse_answer
-from sinklens.train.demo_defaults import arm_sampler, dlm_sampler, heldout_problems
+from sinklens.eval.arith import heldout_problems
+from sinklens.experiments.twins import arm_sampler, dlm_sampler
 
 
 def score(name: str, n: int = 200, seed: int = 0, block_length: int | None = None,

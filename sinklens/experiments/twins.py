@@ -1,0 +1,33 @@
+"""The shipped tiny twins' presets: the sampler settings behind docs/training.md and the demo.
+
+The task and its data settings (the twins' own `training/train_config.json`) live with the eval
+task in `sinklens.eval.arith`, so the demo, the eval task and the tests always match the weights
+that are shipped. The weights are stored in float16; they are run in float32 (what they were
+trained and scored in).
+"""
+from __future__ import annotations
+
+from sinklens.eval.arith import gen_length, heldout_problems, twin_train_config
+
+LOAD = {"dtype": "float32"}
+
+
+def dlm_sampler() -> dict:
+    """LLaDA low-confidence remasking, temperature 0, one token per step, semi-AR blocks."""
+    g = gen_length()
+    return {"steps": g, "gen_length": g, "block_length": int(twin_train_config().get("block_length") or g),
+            "temperature": 0.0, "remasking": "low_confidence"}
+
+
+def arm_sampler() -> dict:
+    return {"max_new_tokens": gen_length(), "do_sample": False}
+
+
+def heldout_prompt(index: int = 0) -> str:
+    return heldout_problems(index + 1)[index].question
+
+
+def demo_models_and_prompt():
+    from sinklens.experiments.demo import DemoModel
+    return ([DemoModel("tiny-dlm", "tiny-dlm", dlm_sampler(), dict(LOAD)),
+             DemoModel("tiny-arm", "tiny-arm", arm_sampler(), dict(LOAD))], heldout_prompt())
