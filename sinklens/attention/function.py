@@ -24,6 +24,7 @@ from transformers.integrations.sdpa_attention import sdpa_attention_forward
 from transformers.masking_utils import AttentionMaskInterface, sdpa_mask
 
 from sinklens.attention.request import AttentionRequest
+from sinklens.attention.weights import with_weights
 
 ATTENTION_NAME = "sinklens"
 
@@ -174,6 +175,9 @@ def sinklens_attention(
     dropout: float = 0.0,
     **kwargs,
 ) -> tuple[torch.Tensor, None]:
+    if kwargs.get("output_attentions"):   # transformers' output_attentions=True: maps via the capture path
+        return with_weights(sinklens_attention, module, query, key, value, attention_mask,
+                            scaling=scaling, dropout=dropout, **kwargs)
     req: AttentionRequest | None = kwargs.pop("sinklens", None)
     blocked = req.blocked_for(module.layer_idx) if req is not None else None
     if req is None or (blocked is None and not req.needs_probabilities):

@@ -117,6 +117,18 @@ class SinkModel:
             )
         return attention_mask.long()
 
+    @torch.no_grad()
+    def run_with_cache(self, input_ids, attention_mask=None, *, names_filter=None) -> tuple[torch.Tensor, dict]:
+        """(logits, cache) in one forward pass, TransformerLens-style (sinklens.attention.weights).
+
+        cache["blocks.{l}.attn.hook_pattern"]: (B, H, S_q, S_k) attention probabilities;
+        cache["blocks.{l}.attn.hook_received"]: (B, H, S_k) received attention (column sums).
+        names_filter: None (all), a name, a list of names, or a callable name -> bool.
+        """
+        from sinklens.attention.weights import run_with_cache
+
+        return run_with_cache(self, input_ids, attention_mask, names_filter)
+
     # -----------------------------------------------------------------------------------
 
     def generate(self, input_ids, attention_mask=None, *, trace=None, hook=None, capture=None, **sampler_kwargs):
