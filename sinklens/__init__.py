@@ -5,7 +5,7 @@ Public API (thin layer over the modules; see docs/design.md):
     sinklens.open_trace(path)          -> Trace
     sinklens.analyze(trace, ...)       -> Analysis  (sinks, dynamics, Table 2; docs/analysis.md)
 """
-__version__ = "0.1.0"
+from sinklens._version import __version__  # noqa: F401  (one source: pyproject reads it too)
 
 
 def open_trace(path):

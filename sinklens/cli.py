@@ -26,7 +26,7 @@ def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
     if args.version:
-        from sinklens import __version__
+        from sinklens._version import __version__
         print(__version__)
         return 0
     if not getattr(args, "func", None):

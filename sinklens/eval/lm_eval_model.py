@@ -50,7 +50,7 @@ class SinklensLM(LM):
         super().__init__()
         import torch
 
-        import sinklens
+        from sinklens.models.loader import load
         if device and str(device).startswith("cuda") and not torch.cuda.is_available():
             warnings.warn(f"device={device!r} (lm-eval's default) but CUDA is not available: using the CPU")
             device = None
@@ -58,7 +58,7 @@ class SinklensLM(LM):
                                     keep_self=_bool(keep_self), step0=step0, arm_rule=arm_rule,
                                     sinks=mask_sinks, eps=float(eps), units=mask_units, scope=mask_scope,
                                     control=mask_control, seed=int(seed))
-        self.m = sinklens.load(pretrained, dtype=dtype, device=device)
+        self.m = load(pretrained, dtype=dtype, device=device)
         if self.m.tokenizer is None:
             raise ValueError(f"{pretrained!r} ships no tokenizer; lm-eval needs text in and out")
         self.policy = SinkMaskingPolicy(self.config, num_layers=self.m.num_layers,

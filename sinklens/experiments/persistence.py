@@ -72,7 +72,7 @@ def _merge(into: MaskingStats, part: MaskingStats) -> None:
 
 def twins_persistence(n: int = 3, configs: dict[str, MaskingConfig] | None = None, progress: bool = False) -> list[dict]:
     """Persistence on both shipped twins, `n` held-out problems, their own samplers and settings."""
-    import sinklens
+    from sinklens.models.loader import load
     from sinklens.eval.arith import heldout_problems
     from sinklens.experiments.twins import LOAD, arm_sampler, dlm_sampler
 
@@ -80,7 +80,7 @@ def twins_persistence(n: int = 3, configs: dict[str, MaskingConfig] | None = Non
                           "topk K=5": MaskingConfig(sinks="topk", top_k=5)}
     rows = []
     for name, sampler in (("tiny-dlm", dlm_sampler()), ("tiny-arm", arm_sampler())):
-        m = sinklens.load(name, **LOAD)
+        m = load(name, **LOAD)
         prompts = [m.apply_chat_template(p.question) for p in heldout_problems(n)]
         for label, cfg in configs.items():
             r = persistence(m, prompts, cfg, sampler)

@@ -38,7 +38,7 @@ def dynamics_over_problems(out: str | Path, n_traces: int = 50, progress: bool =
     import torch
     from tqdm import tqdm
 
-    import sinklens
+    from sinklens.models.loader import load
     from sinklens.analysis.analyze import AnalysisConfig, analyze
     from sinklens.analysis.dynamics import classify_track, drift_summary
     from sinklens.analysis.tokens import CATEGORIES
@@ -50,7 +50,7 @@ def dynamics_over_problems(out: str | Path, n_traces: int = 50, progress: bool =
     problems = heldout_problems(n_traces) if problems is None else problems[:n_traces]
     results = []
     for dm in models:
-        model = sinklens.load(dm.name, **dm.load_kwargs)
+        model = load(dm.name, **dm.load_kwargs)
         views = ["sum"] if model.is_diffusion else ["sum", "uniform_ratio"]
         acc = {u: {"moved": 0, "pairs": 0, "with_sink": [], "per_layer": [], "cats": dict.fromkeys(CATEGORIES, 0),
                    "classes": {}, "drift": []} for u in views}

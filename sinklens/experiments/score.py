@@ -18,9 +18,9 @@ from sinklens.experiments.twins import arm_sampler, dlm_sampler
 
 def score(name: str, n: int = 200, seed: int = 0, block_length: int | None = None,
           dtype: str | None = "float32", batch_size: int = 100) -> dict:
-    import sinklens
+    from sinklens.models.loader import load
     torch.set_num_threads(1)
-    m = sinklens.load(name, dtype=dtype)
+    m = load(name, dtype=dtype)
     sampler = dlm_sampler() if m.is_diffusion else arm_sampler()
     if block_length and m.is_diffusion:
         sampler["block_length"] = block_length

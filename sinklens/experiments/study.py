@@ -19,7 +19,7 @@ import json
 from dataclasses import replace
 from pathlib import Path
 
-from sinklens.experiments.demo import DemoModel
+from sinklens.experiments.model_spec import DemoModel
 
 LOAD = {"dtype": "float32"}
 
@@ -65,7 +65,7 @@ def study(runs: dict[str, str], out: str | Path, n: int = 50, n_traces: int = 20
     """Accuracy with controls through `sinklens.eval` (each family's Table 1 sampler settings,
     SPEC §6), then the dynamics of every twin beside its random-init control (the samplers the
     twins were scored with in training, `sampler_kwargs`)."""
-    import sinklens
+    from sinklens.models.loader import load
     from sinklens.eval.runner import EvalConfig, run_eval
     from sinklens.eval.summary import write_summary
     from sinklens.experiments.replicate import dynamics_over_problems
@@ -78,7 +78,7 @@ def study(runs: dict[str, str], out: str | Path, n: int = 50, n_traces: int = 20
         if not (Path(run) / "export" / "config.json").is_file():
             raise ValueError(f"--run {label}={run}: training has not finished (no export/)")
         s = sampler_kwargs(c)
-        model = sinklens.load(str(Path(run) / "export"), **LOAD)
+        model = load(str(Path(run) / "export"), **LOAD)
         run_eval(EvalConfig(model=label, task="arith", data=str(Path(run) / "config.json"),
                             out=str(out / "eval"),
                             mask_topk=mask_topk, limit=n, shots=0, chat="on", gen_length=c["gen_length"],

@@ -8,6 +8,7 @@ trained and scored in).
 from __future__ import annotations
 
 from sinklens.eval.arith import gen_length, heldout_problems, twin_train_config
+from sinklens.experiments.model_spec import DemoModel
 
 LOAD = {"dtype": "float32"}
 
@@ -28,6 +29,5 @@ def heldout_prompt(index: int = 0) -> str:
 
 
 def demo_models_and_prompt():
-    from sinklens.experiments.demo import DemoModel
     return ([DemoModel("tiny-dlm", "tiny-dlm", dlm_sampler(), dict(LOAD)),
              DemoModel("tiny-arm", "tiny-arm", arm_sampler(), dict(LOAD))], heldout_prompt())

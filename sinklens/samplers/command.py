@@ -82,9 +82,9 @@ def _sampler_kwargs(args) -> dict:
 def _run(args, trace=None, capture=None, progress=False):
     import torch
 
-    import sinklens
+    from sinklens.models.loader import load
 
-    model = sinklens.load(args.model, dtype=args.dtype, device=args.device)
+    model = load(args.model, dtype=args.dtype, device=args.device)
     ids = torch.tensor([_prompt_ids(model, args)])
     torch.manual_seed(args.seed)
     try:

@@ -20,6 +20,7 @@ from typing import Callable, Mapping
 import numpy as np
 import pyarrow as pa
 
+from sinklens._version import __version__
 from sinklens.trace.schema import CHECKSUM_KEY, SCHEMA_VERSION, UNITS, VOCAB_KEY, build_schema
 
 
@@ -81,8 +82,6 @@ class TraceWriter:
 
     def __init__(self, path: str | os.PathLike, meta: Mapping | None = None, *,
                  received_dtype: str = "float16", decode: Callable[[list[int]], list[str]] | None = None):
-        from sinklens import __version__
-
         self.path = os.fspath(path)
         self.received_dtype = received_dtype
         self.decode = decode

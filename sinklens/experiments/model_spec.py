@@ -1,0 +1,12 @@
+"""One model to trace in an experiment: what to load, its label, its sampler and load settings."""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+
+@dataclass
+class DemoModel:
+    name: str  # alias or path given to sinklens.load
+    label: str
+    sampler_kwargs: dict = field(default_factory=dict)
+    load_kwargs: dict = field(default_factory=dict)  # e.g. dtype for sinklens.load
