@@ -19,7 +19,7 @@ LAYERS: list[tuple[str, ...]] = [
     ("samplers", "masking"),      # drive a model step by step (write traces); a per-step masking hook
     ("models",),                  # family adapters, loader, SinkModel (its generate dispatches to samplers)
     ("train", "analysis"),        # the pure trainer; numpy analysis of traces
-    ("report",),
+    ("report", "export"),          # outputs over analyses: figures and page; inputs for bertviz / circuitsvis
     ("eval",),
     ("experiments",),             # demo, replicate, study, score: built on everything above
     ("cli",),                     # the entry point and every sub-command's registration
