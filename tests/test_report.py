@@ -20,6 +20,7 @@ def write_planted(path, with_maps=True, dtype="float16", seed=0):
     d = P.build(seed, with_maps)
     meta = {"family": "llada", "mask_id": P.MASK_ID, "query_groups": ["masked", "unmasked"],
             "sampler": {"name": "llada", "args": {"gen_length": P.S - P.PROMPT, "block_length": P.BLOCK}},
+            "causal": False, "prompt_length": P.PROMPT, "block_length": P.BLOCK,  # as every sampler writes them
             "tokens_vocab": {str(k): v for k, v in P.VOCAB.items()}}
     with TraceWriter(path, meta, received_dtype=dtype) as w:
         for t in range(P.T):

@@ -14,8 +14,6 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 import numpy as np
 
-DLM_FAMILIES = ("llada", "mmada", "dream")
-
 
 class AnalysisInputError(ValueError):
     """The arrays / trace handed to the analysis do not fit (shape, range, empty)."""
@@ -175,24 +173,18 @@ class TraceSource(Source):
         _check_nonempty(trace.num_steps, label)
         if not 0 <= row < max(trace.batch_size, 1):
             raise AnalysisInputError(f"row {row} out of range: trace '{label}' has batch size {trace.batch_size}")
-        family = str(meta.get("family") or (meta.get("model") or {}).get("family") or "").lower()
-        causal = meta.get("causal")
-        if causal is None:
-            causal = bool(family) and family not in DLM_FAMILIES
-        sampler = meta.get("sampler") or {}
-        args = sampler.get("args", sampler) if isinstance(sampler, dict) else {}
-        block = args.get("block_length") if isinstance(args, dict) else None
-        gen = args.get("gen_length") if isinstance(args, dict) else None
-        seq_len = int(meta.get("seq_len") or 0)
+        # Written by every sampler: `causal` from the family's attention layout, `prompt_length`,
+        # and `block_length` only where semi-autoregressive blocks restrict the reveals.
+        causal = bool(meta.get("causal", False))
+        block = meta.get("block_length")
         special = [meta.get(k) for k in ("eos_id", "pad_id", "eot_id", "bos_id")]
         special += list((meta.get("model") or {}).get("special_ids") or [])
         super().__init__(num_steps=trace.num_steps, num_layers=trace.num_layers, num_heads=trace.num_heads,
                          causal=bool(causal), mask_id=meta.get("mask_id"),
                          special_ids=tuple(int(s) for s in special if s is not None),
                          group_names=tuple(meta.get("query_groups") or ()),
-                         block_length=int(block) if block and gen and block < gen else None,
-                         prompt_length=(int(meta["prompt_length"]) if meta.get("prompt_length") is not None
-                                        else seq_len - int(gen) if gen and seq_len else None),
+                         block_length=int(block) if block else None,
+                         prompt_length=None if meta.get("prompt_length") is None else int(meta["prompt_length"]),
                          label=label, meta=meta)
         self.trace, self.row = trace, row
         self.truncated = bool(getattr(trace, "truncated", False))

@@ -36,6 +36,7 @@ def _arm(name: str, model_class, config_class) -> Family:
             # Left padding as transformers' generate does it: positions cumsum(mask) - 1.
             padding="shift_positions",
             shifted_logits=True,
+            attention="causal",
         )
     )
 

@@ -41,6 +41,25 @@ class Family:
     # Logits at position i predict token i + 1 (ARMs, and Dream, trained from an ARM): scoring a
     # reference reads row i - 1 for token i. LLaDA predicts each masked token at its own position.
     shifted_logits: bool = False
+    # Who attends to whom: "bidirectional" (LLaDA, Dream, encoders), "causal" (ARMs),
+    # "encoder-decoder" (DiffusionGemma: causal prefix encoder, bidirectional canvas decoder);
+    # "block-causal" is reserved for block diffusion (Fast-dLLM v2, SDAR). The trace's `causal`
+    # flag (what the analysis reads) is derived from it.
+    attention: str = "bidirectional"
+
+    @property
+    def causal(self) -> bool:
+        return self.attention == "causal"
+
+    def position_ids(self, attention_mask):
+        """(B, S) position ids under left padding by the family's official rule, or None (0..S-1).
+
+        attention_mask (B, S): 1 = real token, 0 = pad.
+        """
+        if attention_mask is None or self.padding == "key_padding":
+            return None  # LLaDA: pads are masked as keys only, positions stay 0..S-1
+        mask = attention_mask.long()
+        return (mask.cumsum(-1) - 1).masked_fill(mask == 0, 1)  # pads get 1 (Dream, transformers' generate)
 
 
 FAMILIES: dict[str, Family] = {}  # insertion order = detection order
@@ -118,7 +137,11 @@ def special_tokens_from(
     """
     mask_id = None
     if mask_token is not None:
+        # config first, then the family's mask token by name, then the tokenizer's declared mask
+        # token (iLLaDA's new tokenizer has its mask at id 5, not LLaDA's `<|mdm_mask|>`)
+        declared = getattr(tokenizer, "mask_token_id", None) if tokenizer is not None else None
         mask_id = config_value(config, "mask_token_id", default=token_id(tokenizer, mask_token))
+        mask_id = declared if mask_id is None else mask_id
     eos = config_value(config, "eos_token_id", default=getattr(tokenizer, "eos_token_id", None))
     pad = config_value(config, "pad_token_id", default=getattr(tokenizer, "pad_token_id", None))
     eot_id = next((i for t in eot_tokens if (i := token_id(tokenizer, t)) is not None), None)

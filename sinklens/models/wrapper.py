@@ -5,7 +5,8 @@ from typing import Any
 
 import torch
 
-from .families import Family
+from .families import Family, token_id
+from .variants import detect_variant
 
 
 class SinkModel:
@@ -23,6 +24,12 @@ class SinkModel:
         ids = family.special_tokens(config_dict, tokenizer)
         self.mask_id, self.eos_id, self.pad_id, self.eot_id = ids.mask_id, ids.eos_id, ids.pad_id, ids.eot_id
         self.stop_ids = ids.stop_ids
+        # A published checkpoint of this family (iLLaDA, LLaDA 1.5, Dream-Coder, DiffuCoder) or None.
+        self.variant = detect_variant(family.name, config_dict, tokenizer, source.get("name_or_path"), self.mask_id)
+        pad = token_id(tokenizer, self.variant.pad_token) if self.variant and self.variant.pad_token else None
+        if pad is not None:  # DiffuCoder fills the tail after its answer with <|dlm_pad|>
+            self.pad_id, self.stop_ids = pad, tuple(dict.fromkeys((*self.stop_ids, pad)))
+        source["variant"] = None if self.variant is None else self.variant.name
         config = model.config
         self.num_layers = config.num_hidden_layers
         self.num_heads = config.num_attention_heads
@@ -42,8 +49,9 @@ class SinkModel:
         return self.model.dtype
 
     def __repr__(self) -> str:
+        variant = None if self.variant is None else self.variant.name
         return (
-            f"SinkModel(family={self.family.name!r}, layers={self.num_layers}, heads={self.num_heads}, "
+            f"SinkModel(family={self.family.name!r}, variant={variant!r}, layers={self.num_layers}, heads={self.num_heads}, "
             f"kv_heads={self.num_kv_heads}, dtype={self.dtype}, source={self.source['name_or_path']!r})"
         )
 
@@ -51,10 +59,7 @@ class SinkModel:
 
     def position_ids_for(self, attention_mask: torch.Tensor | None) -> torch.Tensor | None:
         """Position ids the family's official code uses under padding (None = 0..S-1)."""
-        if attention_mask is None or self.family.padding == "key_padding":
-            return None  # LLaDA: pads are masked as keys only, positions stay 0..S-1
-        mask = attention_mask.long()  # (B, S)
-        return (mask.cumsum(-1) - 1).masked_fill(mask == 0, 1)  # (B, S); pads get 1 (Dream)
+        return self.family.position_ids(attention_mask)
 
     @torch.no_grad()
     def forward_logits(
@@ -90,6 +95,19 @@ class SinkModel:
             **kwargs,
         )
         return out.logits.float()  # (B, S, V)
+
+    @torch.no_grad()
+    def forward_cached(self, input_ids: torch.Tensor, attention_mask: torch.Tensor, position_ids: torch.Tensor,
+                       cache, attention: Any = None) -> torch.Tensor:
+        """One cached decoding forward of a causal model: logits (B, S_q, V) of the fed rows.
+
+        input_ids (B, S_q) the uncached tokens; attention_mask (B, S_past + S_q); cache: a
+        transformers `Cache`, updated in place. The ARM sampler's only way into the model.
+        """
+        kwargs = {} if attention is None else {"sinklens": attention}
+        out = self.model(input_ids=input_ids, attention_mask=attention_mask, position_ids=position_ids,
+                         past_key_values=cache, use_cache=True, **kwargs)
+        return out.logits  # (B, S_q, V)
 
     def _check_ids(self, input_ids) -> torch.Tensor:
         if not isinstance(input_ids, torch.Tensor):

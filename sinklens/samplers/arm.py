@@ -90,8 +90,7 @@ def generate(model, input_ids, attention_mask=None, *, max_new_tokens: int = 32,
             real = am.bool()  # (B, S)
             not_masked = torch.zeros_like(real)
             hook_req = all_hooks.before_step(step, seq, not_masked, real)
-            positions = am.cumsum(-1) - 1  # (B, S) left padding: count from the first real token
-            positions.masked_fill_(am == 0, 1)
+            positions = model.position_ids_for(am)  # (B, S) left padding: count from the first real token
             if step == 0:  # prefill: every real prompt row is a query
                 feed, feed_pos, qmask = seq, positions, real
                 query_positions = [torch.nonzero(r).squeeze(1) for r in real]
@@ -100,13 +99,12 @@ def generate(model, input_ids, attention_mask=None, *, max_new_tokens: int = 32,
                 query_positions = [torch.tensor([S - 1]) for _ in range(B)]
             cached_capture = None if (capture_prefix and step > 0) else capture
             req = build_request(hook_req, cached_capture, step, qmask, None)
-            logits = model.model(input_ids=feed, attention_mask=am, position_ids=feed_pos, past_key_values=cache,
-                                 use_cache=True, **({} if req is None else {"sinklens": req})).logits  # (B, S_q, V)
+            logits = model.forward_cached(feed, am, feed_pos, cache, req)  # (B, S_q, V)
             if capture_prefix and step > 0:  # every prefix row, from a separate uncached pass
                 req = build_request(AttentionRequest(blocked=None if req is None else req.blocked,
                                                      keep_self=req is not None and req.keep_self),
                                     capture, step, real, None)
-                model.model(input_ids=seq, attention_mask=am, position_ids=positions, sinklens=req)
+                model.forward_logits(seq, attention_mask=am, position_ids=positions, attention=req)
                 query_positions = [torch.nonzero(r).squeeze(1) for r in real]
             if step == 0 and req is not None and req.query_mask is not None:  # a hook chose the query rows
                 query_positions = [torch.nonzero(r).squeeze(1) for r in req.query_mask]

@@ -218,7 +218,7 @@ def open_trace_writer(trace, model, sampler: str, args: dict, input_ids: torch.T
         eos_id=getattr(model, "eos_id", None),
         eot_id=getattr(model, "eot_id", None),
         pad_id=getattr(model, "pad_id", None),
-        causal=not getattr(model, "is_diffusion", True),
+        causal=bool(getattr(getattr(model, "family", None), "causal", False)),  # the family's attention layout
         prompt_length=int(input_ids.shape[1]),
         query_groups=QUERY_GROUP_NAMES if capture.query_groups else None,
         map_slices=[list(s) for s in capture.map_slices],

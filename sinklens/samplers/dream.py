@@ -123,8 +123,7 @@ def generate(model, input_ids, attention_mask=None, *, steps: int = 512, max_new
     x = F.pad(input_ids, (0, max_new_tokens), value=mask_id)  # (B, S)
     if attention_mask is not None and torch.any(attention_mask == 0):
         attention_mask = F.pad(attention_mask, (0, max_new_tokens), value=1)  # the masks are real tokens
-        position_ids = attention_mask.long().cumsum(-1) - 1  # left padding: positions start at the first real token
-        position_ids.masked_fill_(attention_mask == 0, 1)
+        position_ids = model.position_ids_for(attention_mask)  # left padding: the family's rule
         real = attention_mask.bool()
     else:
         attention_mask = position_ids = None

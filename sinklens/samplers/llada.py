@@ -106,7 +106,8 @@ def generate(model, input_ids, attention_mask=None, *, steps: int = 128, gen_len
     B = input_ids.shape[0]
 
     hooks, capture = setup_hooks(hook, trace, capture, diffusion=True)
-    writer = open_trace_writer(trace, model, "llada", args, input_ids, capture, P + gen_length)
+    writer = open_trace_writer(trace, model, "llada", args, input_ids, capture, P + gen_length,
+                               extra={"block_length": block_length if block_length < gen_length else None})
     all_hooks = Hooks(hooks.hooks + ([writer] if writer is not None else []))
 
     x = torch.full((B, P + gen_length), mask_id, dtype=torch.long, device=device)  # (B, S)
