@@ -57,8 +57,10 @@ class Analysis:
     largest_score: np.ndarray       # (T, L, H) its score, NaN none
     sink_count: np.ndarray          # (T, L, H) sinks per head and step
     sinks: dict[str, np.ndarray]    # sparse sinks: step, layer, head, pos, score, margin (N,)
-    hist: np.ndarray                # (T, B) Fig. 3 counts of real (layer, head, key) scores per bin
+    hist: np.ndarray                # (T, B) counts of real (layer, head, key) scores per bin
     quantiles: np.ndarray           # (T, len(QUANTILES)) score quantiles per step
+    margin_hist: np.ndarray         # (T, B) Fig. 3 counts of Eq. 3 margins per bin (margins < 1e-3 in bin 0)
+    margin_quantiles: np.ndarray    # (T, len(QUANTILES)) Eq. 3 margin quantiles per step
     mean_head: dict[str, np.ndarray] = field(default_factory=dict)  # mean over heads: largest_pos (T, L), ...
     eps_sweep: EpsSweep | None = None
     tracks: list[SinkTrack] = field(default_factory=list)
@@ -149,6 +151,15 @@ class Analysis:
         order = np.argsort(-key, axis=None, kind="stable")[:n]
         return [tuple(int(x) for x in np.unravel_index(i, key.shape)) for i in order if key.flat[i] > 0] or [(0, 0)]
 
+    def strongest_sink_head(self) -> tuple[int, int]:
+        """(layer, head) whose largest Eq. 3 sink scores highest, averaged over all steps (a step
+        without a sink counts 0): the head a first figure or page view should show."""
+        mean = np.where(self.largest_pos >= 0, np.nan_to_num(self.largest_score), 0.0).mean(axis=0)   # (L, H)
+        if not (mean > 0).any():
+            return 0, 0
+        l, h = np.unravel_index(int(np.argmax(mean)), mean.shape)
+        return int(l), int(h)
+
     def notes(self) -> list[str]:
         """Warnings about what the chosen units can and cannot show on this trace."""
         out, eps, u = [], self.config.eps, self.units
@@ -220,6 +231,11 @@ class Analysis:
             "score_distribution": {"units": c.units, "bin_edges": arr(HIST_EDGES, 6),
                                    "counts_per_step": self.hist.tolist(),
                                    "quantiles": list(QUANTILES), "quantiles_per_step": arr(self.quantiles)},
+            "margin_distribution": {"units": c.units, "meaning": "Eq. 3 margin score_j − mean_{k≠j} score_k; "
+                                    "margins below the first edge (negative ones too) count in bin 0",
+                                    "bin_edges": arr(HIST_EDGES, 6), "counts_per_step": self.margin_hist.tolist(),
+                                    "quantiles": list(QUANTILES), "quantiles_per_step": arr(self.margin_quantiles)},
+            "strongest_sink_head": list(self.strongest_sink_head()),
             "eps_sweep": self.eps_sweep.to_dict() if self.eps_sweep else None,
             "sink_tokens": self.token_table.to_dict() if self.token_table else None,
             "heads": heads,
@@ -250,6 +266,8 @@ def analyze(source, config: AnalysisConfig | None = None, *, row: int = 0, label
     mh_count = np.zeros((T, L), np.int32)
     hist = np.zeros((T, HIST_EDGES.size), np.int64)
     quant = np.zeros((T, len(QUANTILES)), np.float32)
+    mhist = np.zeros((T, HIST_EDGES.size), np.int64)
+    mquant = np.zeros((T, len(QUANTILES)), np.float32)
     rows: list[tuple] = []
     toks, masked, keys = [], [], []
     seq_len, n_real, n_q = np.zeros(T, np.int32), np.zeros(T, np.int32), np.zeros(T, np.int32)
@@ -280,9 +298,8 @@ def analyze(source, config: AnalysisConfig | None = None, *, row: int = 0, label
         mh_count[t] = mflag.sum(-1)
         mh_pos[t] = largest_flagged(mh, mflag)[0]
         real = sc[..., km].ravel()
-        hist[t] = np.bincount(np.searchsorted(HIST_EDGES, real, side="right").clip(1, HIST_EDGES.size) - 1,
-                              minlength=HIST_EDGES.size)[: HIST_EDGES.size]
-        quant[t] = np.quantile(real, QUANTILES) if real.size else np.nan
+        hist[t], quant[t] = _histogram(real)
+        mhist[t], mquant[t] = _histogram(margin[..., km].ravel())
         splits += split_events(t, d.received_groups, src.group_names, km, config.eps)
         toks.append(d.tokens)
         masked.append(d.is_masked)
@@ -305,13 +322,21 @@ def analyze(source, config: AnalysisConfig | None = None, *, row: int = 0, label
     a = Analysis(source=src, config=config, step_numbers=step_numbers, seq_len=seq_len, n_real=n_real,
                  n_queries=n_q, tokens=tok_arr, is_masked=mask_arr, key_mask=key_arr, top_pos=top_pos,
                  top_score=top_score, largest_pos=largest_pos, largest_score=largest_score, sink_count=sink_count,
-                 sinks=sinks, hist=hist, quantiles=quant, mean_head={"largest_pos": mh_pos, "sink_count": mh_count},
+                 sinks=sinks, hist=hist, quantiles=quant, margin_hist=mhist, margin_quantiles=mquant, mean_head={"largest_pos": mh_pos, "sink_count": mh_count},
                  eps_sweep=sweep.result(), splits=splits)
     a.tracks = _all_tracks(a)
     a.drift = drift_events(a.tracks, mask_arr, block_length=src.block_length, prompt_length=src.prompt_length)
     under = tok_arr[sinks["step"].astype(np.int64), sinks["pos"].astype(np.int64)] if sinks["step"].size else []
     a.token_table = sink_token_table(np.asarray(under), src.decode, src.mask_id, src.special_ids)
     return a
+
+
+def _histogram(x: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Counts per HIST_EDGES bin (values below the first positive edge, negatives too, in bin 0)
+    and the QUANTILES of x."""
+    counts = np.bincount(np.searchsorted(HIST_EDGES, x, side="right").clip(1, HIST_EDGES.size) - 1,
+                         minlength=HIST_EDGES.size)[: HIST_EDGES.size]
+    return counts, (np.quantile(x, QUANTILES) if x.size else np.nan)
 
 
 def _all_tracks(a: Analysis) -> list[SinkTrack]:

@@ -55,38 +55,129 @@ def _head_name(head: int | None) -> str:
     return "mean over heads" if head is None else f"head {head}"
 
 
-def received_over_steps(a: Analysis, layer: int, head: int | None = None, *, mark_sinks: bool = True) -> Figure:
-    """Fig. 1: received attention of every token (x) at every step (y) for one layer and head
-    (head None = mean over heads), log colour scale; Eq. 3 sinks marked with dots."""
-    x = a.score_slice(layer, head)                                       # (T, S)
-    fig = Figure(figsize=(min(5 + x.shape[1] / 12, 16), min(3 + x.shape[0] / 10, 10)), layout="constrained")
-    ax = fig.add_subplot()
+# ---- token axes -------------------------------------------------------------------------------
+MAX_TICK_LABELS = 48      # more positions than this: label every k-th one (the prompt boundary always)
+_SHOW = str.maketrans({"Ġ": "␣", "▁": "␣", "Ċ": "↵", "ĉ": "⇥", "\n": "↵", "\t": "⇥", "$": r"\$"})
+
+
+def position_tokens(a: Analysis, max_chars: int = 10) -> list[str]:
+    """Token string at every position as the run settled it: the token at the last step where the
+    position was not masked ("[M]" if it stayed masked); whitespace shown as ␣ ↵ ⇥."""
+    S = a.tokens.shape[1]
+    ids = np.full(S, -1, np.int64)
+    for t in range(a.num_steps):                         # later steps overwrite earlier ones
+        seen = (a.tokens[t] >= 0) & ~a.is_masked[t]
+        ids[seen] = a.tokens[t][seen]
+    known = np.unique(ids[ids >= 0])
+    text = dict(zip(known.tolist(), a.source.decode(known.tolist()))) if known.size else {}
+    out = []
+    for i in ids.tolist():
+        tok = "[M]" if i < 0 else str(text.get(i, i)).translate(_SHOW) or "∅"
+        out.append(tok if len(tok) <= max_chars else tok[: max_chars - 1] + "…")
+    return out
+
+
+def tick_positions(n: int, keep=(), max_labels: int = MAX_TICK_LABELS) -> list[int]:
+    """Positions to label on an axis of n positions: all when n ≤ max_labels, else every k-th,
+    plus the positions in `keep` (e.g. the first answer token)."""
+    k = max(1, int(np.ceil(n / max_labels)))
+    return sorted(set(range(0, n, k)) | {int(p) for p in keep if 0 <= p < n})
+
+
+def _prompt_length(a: Analysis) -> int | None:
+    p = a.source.prompt_length
+    return int(p) if p is not None and 0 < p < a.tokens.shape[1] else None
+
+
+def _token_axis(ax, a: Analysis, which: str) -> None:
+    """Label a position axis with "position token" (thinned) and draw the prompt | answer boundary."""
+    toks = position_tokens(a)
+    p = _prompt_length(a)
+    ticks = tick_positions(len(toks), keep=[] if p is None else [p])
+    labels = [f"{j} {toks[j]}" for j in ticks]
+    if which == "x":
+        ax.set_xticks(ticks, labels, rotation=90, fontsize=6, fontfamily="monospace")
+    else:
+        ax.set_yticks(ticks, labels, fontsize=6, fontfamily="monospace")
+    if p is not None:
+        line = ax.axvline if which == "x" else ax.axhline
+        line(p - 0.5, color="white" if which == "x" else "0.3", lw=1.2, ls="--")
+        line(p - 0.5, color="black" if which == "x" else "0.3", lw=0.6, ls="--", label=f"prompt | answer (position {p})")
+
+
+def _log_norm(x: np.ndarray) -> LogNorm | None:
+    """Log colour scale over the positive values, at most 4 decades deep."""
     pos = x[np.isfinite(x) & (x > 0)]
-    norm = LogNorm(vmin=max(float(pos.min()), 1e-3), vmax=float(pos.max())) if pos.size else None
-    im = ax.imshow(np.where(x > 0, x, np.nan), aspect="auto", origin="upper", cmap="magma", norm=norm,
-                   interpolation="nearest")
-    if mark_sinks:
-        s = a.sinks
-        if head is None:
-            t, p = np.nonzero(a.mean_head["largest_pos"][:, layer, None] == np.arange(x.shape[1])[None])
-        else:
-            sel = (s["layer"] == layer) & (s["head"] == head)
-            t, p = s["step"][sel], s["pos"][sel]
-        ax.scatter(p, t, s=10, facecolors="none", edgecolors="cyan", linewidths=0.8,
-                   label=f"Eq. 3 sink (ε={a.config.eps:g})")
-        if len(t):
-            ax.legend(loc="upper right", fontsize=7)
-    ax.set_xlabel("token position (key j)")
-    ax.set_ylabel(_step_label(a))
-    ax.set_title(f"{a.source.label}: received attention, layer {layer}, {_head_name(head)}")
-    fig.colorbar(im, ax=ax, label=_units(a))
+    return LogNorm(vmin=max(float(pos.min()), float(pos.max()) * 1e-4, 1e-6), vmax=float(pos.max())) if pos.size else None
+
+
+def received_over_steps(a: Analysis, layer: int | None = None, head: int | None = None, *,
+                        mark_sinks: bool = True) -> Figure:
+    """Fig. 1: received attention of every token (x, labelled with its token) at every step (y) for
+    one layer and head (head None = mean over heads; layer None = the strongest-sink head,
+    `Analysis.strongest_sink_head`), log colour scale. Eq. 3 sinks circled, masked cells hatched,
+    the prompt | answer boundary dashed. ARM traces: the prefill (many query rows) and the decoding
+    steps (one row each) get separate panels and colour scales — their column sums differ by the
+    number of rows summed."""
+    if layer is None:
+        layer, head = a.strongest_sink_head()
+    x = a.score_slice(layer, head)                                       # (T, S)
+    T, S = x.shape
+    multi = a.n_queries > 1
+    split = a.source.causal and multi.any() and (~multi).any()          # ARM: prefill vs decoding
+    groups = [np.flatnonzero(multi), np.flatnonzero(~multi)] if split else [np.arange(T)]
+    names = ["prefill", "decoding steps (one query row each)"] if split else [None]
+    rows = [max(len(g), 2) for g in groups]
+    fig = Figure(figsize=(min(6 + S / 9, 18), min(3.2 + sum(rows) / 9 + 1.2 * (len(groups) - 1), 11)),
+                 layout="constrained")
+    axes = fig.subplots(len(groups), 1, squeeze=False, sharex=True,
+                        gridspec_kw={"height_ratios": [max(r, T / 6) for r in rows]})[:, 0]
+    s = a.sinks
+    for ax, g, name in zip(axes, groups, names):
+        xs = x[g]
+        norm = _log_norm(xs)
+        if norm is not None:          # exact zeros (underflow) at the floor colour; NaN (no such position) stays blank
+            xs = np.where(np.isfinite(xs), np.maximum(xs, norm.vmin), np.nan)
+        im = ax.imshow(xs, aspect="auto", origin="upper", cmap="magma", norm=norm,
+                       interpolation="nearest", extent=(-0.5, S - 0.5, g[-1] + 0.5, g[0] - 0.5))
+        masked = a.is_masked[g].astype(float)
+        if masked.any() and min(masked.shape) >= 2:      # contours need a 2 × 2 grid
+            ax.contourf(np.arange(S), g, masked, levels=[0.5, 1.5], colors="none", hatches=["////"])
+            ax.contour(np.arange(S), g, masked, levels=[0.5], colors="deepskyblue", linewidths=0.6)
+        if mark_sinks:
+            if head is None:
+                t, p = np.nonzero(a.mean_head["largest_pos"][g, layer, None] == np.arange(S)[None])
+                t = g[t]
+            else:
+                sel = (s["layer"] == layer) & (s["head"] == head) & np.isin(s["step"], g)
+                t, p = s["step"][sel], s["pos"][sel]
+            ax.scatter(p, t, s=12, facecolors="none", edgecolors="cyan", linewidths=0.8,
+                       label=f"Eq. 3 sink (ε={a.config.eps:g})")
+        ax.set_ylabel(_step_label(a) if name is None else f"{name}\nstep index")
+        if len(g) <= 3:
+            ax.set_yticks(g)
+        fig.colorbar(im, ax=ax, label=_units(a) if name is None else f"{name.split()[0]} [units={a.units}]",
+                     shrink=0.9)
+        _token_axis(ax, a, "x")
+    from matplotlib.patches import Patch
+
+    handles, labels = axes[0].get_legend_handles_labels()
+    if a.is_masked.any():
+        handles.append(Patch(facecolor="none", edgecolor="deepskyblue", hatch="////"))
+        labels.append("masked at that step")
+    if handles:
+        axes[0].legend(handles, labels, loc="upper right", fontsize=7, framealpha=0.8)
+    axes[-1].set_xlabel("token position j and its token (last unmasked state)")
+    fig.suptitle(f"{a.source.label}: received attention, layer {layer}, {_head_name(head)}"
+                 + (" (separate colour scales)" if split else ""))
     return fig
 
 
 def score_distribution(a: Analysis) -> Figure:
-    """Fig. 3 / 9: distribution of every (layer, head, key) score at each step — a histogram per
-    step as a column (log-spaced score bins, colour = fraction of cells), with quantile lines."""
-    h = a.hist.astype(float)                                              # (T, B)
+    """Fig. 3 / 9: distribution of the Eq. 3 margin (score_j − mean of the other tokens' scores)
+    of every (layer, head, key) at each step, against ε — the quantity Eq. 3 thresholds. A
+    histogram per step as a column (log-spaced bins, colour = fraction of cells), quantile lines."""
+    h = a.margin_hist.astype(float)                                       # (T, B)
     frac = h / np.maximum(h.sum(axis=1, keepdims=True), 1)
     fig = Figure(figsize=(9, 4.5), layout="constrained")
     ax = fig.add_subplot()
@@ -95,15 +186,19 @@ def score_distribution(a: Analysis) -> Figure:
     im = ax.pcolormesh(steps, edges, np.where(frac > 0, frac, np.nan).T, cmap="viridis",
                        norm=LogNorm(vmin=max(frac[frac > 0].min(), 1e-7), vmax=1.0) if (frac > 0).any() else None)
     for qi, q in enumerate(QUANTILES):
-        ax.plot(np.arange(a.num_steps), a.quantiles[:, qi], lw=1, label=f"{q * 100:g}th percentile" if q < 1 else "max")
-    ax.axhline(a.config.eps, color="red", ls=":", lw=1, label=f"ε = {a.config.eps:g}")
+        ax.plot(np.arange(a.num_steps), np.where(a.margin_quantiles[:, qi] > 0, a.margin_quantiles[:, qi], np.nan),
+                lw=1, label=f"{q * 100:g}th percentile" if q < 1 else "max")
+    ax.axhline(a.config.eps, color="red", ls=":", lw=1.2, label=f"ε = {a.config.eps:g}: above = Eq. 3 sink")
     ax.set_yscale("log")
     used = np.flatnonzero(h.sum(axis=0))
-    if used.size:
-        ax.set_ylim(edges[used[0]], edges[used[-1] + 1])
+    lo = edges[used[0]] if used.size else edges[0]
+    hi = edges[used[-1] + 1] if used.size else edges[-1]
+    ax.set_ylim(lo, max(hi, a.config.eps * 2))
     ax.set_xlabel(_step_label(a))
-    ax.set_ylabel(_units(a))
-    ax.set_title(f"{a.source.label}: score distribution per step (all layers, heads, keys)")
+    ax.set_ylabel(f"Eq. 3 margin: score_j − mean of the others\n[units={a.units}]")
+    ax.text(0.01, np.sqrt(edges[0] * edges[1]), "≤ 1e-3 or negative", transform=ax.get_yaxis_transform(),
+            va="center", fontsize=7, color="0.2")
+    ax.set_title(f"{a.source.label}: Eq. 3 margin per step (all layers, heads, keys) against ε")
     ax.legend(fontsize=7, loc="upper right")
     fig.colorbar(im, ax=ax, label="fraction of (layer, head, key) cells in the bin")
     return fig
@@ -177,7 +272,7 @@ def sink_positions(a: Analysis, heads=None, *, show_frontier: bool = True) -> Fi
     heads = heads or a.pick_heads()
     for l, h in heads:
         a.source.check_layer_head(l, h)
-    fig = Figure(figsize=(9, 4), layout="constrained")
+    fig = Figure(figsize=(9, min(4 + a.tokens.shape[1] / 40, 9)), layout="constrained")
     ax = fig.add_subplot()
     t = np.arange(a.num_steps)
     if show_frontier and a.is_masked.any():
@@ -189,10 +284,12 @@ def sink_positions(a: Analysis, heads=None, *, show_frontier: bool = True) -> Fi
         p[p < 0] = np.nan
         ax.plot(t, p, marker="o", ms=3, lw=1, label=f"layer {l}, {_head_name(h)}")
     ax.set_xlabel(_step_label(a))
-    ax.set_ylabel("position of the largest sink (token index)")
-    ax.set_ylim(-1, a.tokens.shape[1])
+    ax.set_xlim(-0.5, a.num_steps - 0.5)              # every step, even when only some have a sink
+    ax.set_ylabel("position of the largest sink and its token")
+    ax.set_ylim(a.tokens.shape[1] - 0.5, -0.5)        # position 0 on top, as on Fig. 1's rows of tokens
+    _token_axis(ax, a, "y")
     ax.set_title(f"{a.source.label}: largest sink position (Eq. 3, ε = {a.config.eps:g}, units={a.units})")
-    ax.legend(fontsize=7)
+    ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1.0), borderaxespad=0)
     return fig
 
 

@@ -89,7 +89,7 @@ def _figures_for(a: Analysis, folder: Path, opts: ReportOptions, suffix: str, re
     last = a.num_layers - 1
     if not suffix:
         put(f"fig01_received_layer{last}_mean", lambda: F.received_over_steps(a, last, None))
-        l0, h0 = heads[0]
+        l0, h0 = a.strongest_sink_head()           # the single-head figure shows the strongest sink
         put(f"fig01_received_layer{l0}_head{h0}", lambda: F.received_over_steps(a, l0, h0))
         put("fig03_score_distribution", lambda: F.score_distribution(a))
         put("fig04_attention_maps", lambda: _maps_figure(a, opts))
