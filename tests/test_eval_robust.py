@@ -19,7 +19,7 @@ import torch
 from sinklens.cli import main
 from sinklens.eval import records
 from sinklens.eval.rundir import RunLock
-from sinklens.eval.runner import EvalConfig, check_sampler_settings, run_eval, sampler_settings
+from sinklens.eval.runner import EvalConfig, run_eval, sampler_settings
 from sinklens.eval.summary import render, summarize_run, write_summary
 from sinklens.samplers.base import CaptureOptions
 
@@ -84,15 +84,22 @@ def test_bad_numbers_are_one_line_errors(argv, flag, tmp_path, capsys):
 
 def test_library_rejects_zero_instead_of_defaulting(tmp_path):
     base = dict(model="m", task="gsm8k", out=str(tmp_path))
-    for field, value in [("gen_length", 0), ("steps", 0), ("block_length", -4), ("limit", 0), ("shots", 9),
+    for field, value in [("gen_length", 0), ("limit", 0), ("shots", 9),
                          ("threshold", float("nan")), ("threshold", -1.0), ("sandbox_timeout", 0)]:
         with pytest.raises(ValueError, match=field.replace("_", "-")):
             EvalConfig(**base, **{field: value})
-    for kwargs in [dict(gen_length=0), dict(steps=0), dict(block_length=0), dict(gen_length=8, steps=3, block_length=4)]:
+    for args, match in [({"steps": 0}, "steps must be a positive integer"),
+                        ({"block_length": -4}, "block_length must be a positive integer"),
+                        ({"alg": "nope"}, "alg must be one of"), ({"stpes": 8}, "unknown sampler argument 'stpes'")]:
+        with pytest.raises(ValueError, match=match):
+            EvalConfig(**base, sampler_args=args)
+    for gen, kwargs in [(0, {}), (None, dict(steps=0)), (None, dict(block_length=0)), (8, dict(steps=3, block_length=4))]:
         with pytest.raises(ValueError):
-            check_sampler_settings("llada", sampler_settings("llada", "gsm8k", **kwargs))
+            sampler_settings("llada", "gsm8k", gen, **kwargs)
     with pytest.raises(ValueError):
-        check_sampler_settings("dream", sampler_settings("dream", "gsm8k", steps=0))
+        sampler_settings("dream", "gsm8k", steps=0)
+    with pytest.raises(ValueError, match="the arm sampler got unknown argument"):
+        sampler_settings("arm", "gsm8k", steps=8)
     with pytest.raises(ValueError, match="query_chunk"):
         CaptureOptions(query_chunk=-1)
 
@@ -127,7 +134,7 @@ def test_bad_data_lines_are_skipped_and_recorded(tiny_dlm, tmp_path, capsys):
     data.write_bytes(b"\n".join([b"\xef\xbb\xbf" + good[0], b"\xff garbage", b'{"question": "q", "answer": null}',
                                  b'{"question": "q", "answer": "no final answer"}', good[1], good[2]]) + b"\n")
     cfg = EvalConfig(model=tiny_dlm, task="gsm8k", out=str(tmp_path / "out"), data=str(data), mask_topk=(1,),
-                     shots=0, gen_length=8, block_length=4, loglik=False, progress=False)
+                     shots=0, gen_length=8, sampler_args={"block_length": 4}, loglik=False, progress=False)
     (run_dir,) = run_eval(cfg)
     assert [r["id"] for r in records.collect(run_dir)] == ["line1", "line5", "line6"]     # BOM line kept
     skipped = json.loads(Path(run_dir, "config.json").read_text())["data_errors"]
@@ -161,7 +168,7 @@ def test_second_process_is_refused_and_nothing_runs_twice(tiny_dlm, tmp_path):
     # the kill -9 released the lock: the same command resumes in this process
     n = len(ids) + 1
     cfg = EvalConfig(model=tiny_dlm, task="gsm8k", out=str(out), data=str(GSM8K), limit=n, mask_topk=(1,),
-                     shots=0, gen_length=8, block_length=4, loglik=False, progress=False)
+                     shots=0, gen_length=8, sampler_args={"block_length": 4}, loglik=False, progress=False)
     run_eval(cfg)
     ids = [r["id"] for r in records.read_records(str(shard))[0]]
     assert ids == [f"line{i}" for i in range(1, n + 1)]

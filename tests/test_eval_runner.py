@@ -37,7 +37,7 @@ def cli(*args, env_extra=None):
 
 def reference_cfg(model, out):
     return dict(model=model, task="gsm8k", out=out, mask_topk=(1,), limit=N, data=GSM8K, shots=0,
-                gen_length=8, block_length=4, progress=False)
+                gen_length=8, sampler_args={"block_length": 4}, progress=False)
 
 
 def comparable(recs):
@@ -118,7 +118,7 @@ def test_bad_inputs(tiny_dlm, reference, tmp_path, capsys):
     with pytest.raises(ValueError, match="mask-topk"):
         EvalConfig(model=tiny_dlm, task="gsm8k", out=str(tmp_path), mask_topk=(-1,))
     cfg = EvalConfig(model=tiny_dlm, task="gsm8k", out=str(tmp_path), data=GSM8K, limit=1, shots=0,
-                     mask_topk=(100000,), gen_length=8, block_length=4, progress=False)
+                     mask_topk=(100000,), gen_length=8, sampler_args={"block_length": 4}, progress=False)
     with pytest.raises(ValueError, match=r"different run \(differs in \['settings'\]"):
         run_eval(EvalConfig(**{**reference_cfg(tiny_dlm, str(Path(run_dir).parents[2])), "gen_length": 4}))
     with pytest.raises(ValueError, match="larger than the sequence"):
@@ -156,7 +156,7 @@ def test_smollm2_gsm8k_k0_k1(smollm2, tmp_path):
 def test_humaneval_through_runner_and_sandbox(tiny_dlm, tmp_path):
     """HumanEval end to end on the tiny DLM: its (random) code fails in the sandbox, the record says how."""
     cfg = EvalConfig(model=tiny_dlm, task="humaneval", out=str(tmp_path), mask_topk=(0,), limit=1,
-                     gen_length=8, block_length=4, progress=False, sandbox_timeout=5)
+                     gen_length=8, sampler_args={"block_length": 4}, progress=False, sandbox_timeout=5)
     (run_dir,) = run_eval(cfg)
     (rec,) = records.collect(run_dir)
     assert rec["id"] == "HumanEval/0" and rec["correct"] is False
@@ -183,7 +183,7 @@ def test_humaneval_exit_tricks_score_zero_through_run_eval(tiny_dlm, tmp_path, m
     calls = iter(completions)
     monkeypatch.setattr(runner, "generate_text", lambda *a, **k: next(calls))
     cfg = EvalConfig(model=tiny_dlm, task="humaneval", data=str(data), out=str(tmp_path / "out"),
-                     mask_topk=(0,), gen_length=8, block_length=4, progress=False, loglik=False)
+                     mask_topk=(0,), gen_length=8, sampler_args={"block_length": 4}, progress=False, loglik=False)
     (run_dir,) = run_eval(cfg)
     recs = sorted(records.collect(run_dir), key=lambda r: r["index"])
     assert [r["correct"] for r in recs] == [True, False, False, False], [r["verdict"] for r in recs]

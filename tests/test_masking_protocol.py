@@ -265,7 +265,7 @@ def test_eval_runs_control_beside_masked_and_summary_pairs_them(tiny_dlm, tmp_pa
     data = Path(__file__).resolve().parents[1] / ".." / "shared" / "data" / "gsm8k" / "test.jsonl"
     cfg = EvalConfig(model=tiny_dlm, task="gsm8k", out=str(tmp_path), data=str(data), limit=2, shots=0,
                      mask_topk=(0, 1, "10%"), mask_sinks="topk", mask_control="random", gen_length=8,
-                     block_length=4, loglik=False, progress=False)
+                     sampler_args={"block_length": 4}, loglik=False, progress=False)
     dirs = run_eval(cfg)
     assert [Path(d).name for d in dirs] == ["k0", "k1", "k1-random", "k10pct", "k10pct-random"]
     for d in dirs[1:]:

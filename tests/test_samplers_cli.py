@@ -1,5 +1,6 @@
 """`sinklens generate` / `sinklens trace` on the official fixtures (expected ids from cases.json)."""
 import json
+import re
 
 import pytest
 import torch
@@ -40,8 +41,12 @@ def test_trace_writes_a_readable_trace(fixtures_dir, tmp_path, capsys):
     (["--input-ids", "1,x"], "must be comma-separated integers"),
     (["--input-ids", "1,2", "--gen-length", "16"], r"unknown argument\(s\) \['gen_length'\]"),
     (["--prompt", "hello"], "has no tokenizer: pass --input-ids"),
-    (["--input-ids", "1,2", "--alg", "nope"], "alg must be one of"),
+    (["--input-ids", "1,2", "--alg", "nope"], r"argument --alg: must be one of \['origin'"),
+    (["--input-ids", "1,2", "--steps", "0"], r"argument --steps: must be a positive integer, got 0"),
+    (["--input-ids", "1,2", "--top-p", "nan"], r"argument --top-p: must be in \(0, 1\], got nan"),
 ])
-def test_bad_cli_input_is_a_clear_error(fixtures_dir, argv, match):
-    with pytest.raises(SystemExit, match=match):
+def test_bad_cli_input_is_a_clear_error(fixtures_dir, argv, match, capsys):
+    with pytest.raises(SystemExit) as e:
         main(["generate", "--model", str(fixtures_dir / "dream"), *argv])
+    err = capsys.readouterr().err
+    assert re.search(match, str(e.value) + err), err

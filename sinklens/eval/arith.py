@@ -85,7 +85,3 @@ def judge(raw: str, item: dict, sandbox=None) -> dict:
     return {"extracted": pred, "reference": item["reference"], "correct": ok,
             "verdict": "correct" if ok else ("no answer" if pred is None else "wrong")}
 
-
-def gen_lengths() -> dict:
-    """Per sampler: the answer region the twins were trained with."""
-    return {"llada": gen_length(), "dream": gen_length(), "arm": gen_length()}

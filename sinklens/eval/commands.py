@@ -5,7 +5,7 @@ import argparse
 import os
 import sys
 
-from sinklens.cliargs import finite_float, nonneg_int, positive_float, positive_int
+from sinklens.cliargs import add_sampler_flags, finite_float, nonneg_int, positive_float, positive_int, sampler_args
 
 
 def _k_list(s: str) -> tuple[int | str, ...]:
@@ -38,9 +38,8 @@ def register(sub) -> None:
     p.add_argument("--out", required=True, help="output directory (re-running resumes)")
     p.add_argument("--shots", type=nonneg_int, default=8, help="GSM8K chain-of-thought exemplars (0 = zero-shot)")
     p.add_argument("--chat", choices=["auto", "on", "off"], default="auto", help="use the chat template")
-    p.add_argument("--gen-length", type=positive_int, default=None, help="default: the paper's setting per family")
-    p.add_argument("--steps", type=positive_int, default=None, help="diffusion steps (default = gen length)")
-    p.add_argument("--block-length", type=positive_int, default=None, help="LLaDA/MMaDA block length (default 32)")
+    p.add_argument("--gen-length", type=positive_int, default=None,
+                   help="tokens to generate, any sampler (default: the paper's setting for the task and family)")
     p.add_argument("--ranking", choices=["per_head", "global"], default="per_head")
     p.add_argument("--threshold", type=positive_float, default=None, help="block keys with r_j >= this instead of top-K")
     p.add_argument("--keep-self", action="store_true", help="a blocked key still receives its own query's attention")
@@ -52,7 +51,11 @@ def register(sub) -> None:
     p.add_argument("--dtype", default=None)
     p.add_argument("--device", default=None)
     p.add_argument("--no-progress", action="store_true")
-    p.set_defaults(func=_eval)
+    # every other sampler field, over the task preset (steps = gen length, LLaDA blocks of 32, ...);
+    # --eps is Eq. 3's margin here, so Dream's schedule end keeps its default (EvalConfig.sampler_args sets it)
+    p.set_defaults(func=_eval, sampler_fields=add_sampler_flags(
+        p, exclude=("gen_length", "max_new_tokens", "eps"),
+        title="sampler arguments over the task preset (only those of the model's sampler are accepted)"))
 
     s = sub.add_parser("eval-summary", help="Table-1 style summary (markdown + CSV) of eval output directories")
     s.add_argument("dirs", nargs="+", help="eval output directories (several models side by side)")
@@ -66,7 +69,7 @@ def _eval(args) -> int:
     try:
         cfg = EvalConfig(model=args.model, task=args.task, out=args.out, mask_topk=args.mask_topk,
                          limit=args.limit, data=args.data, shots=args.shots, chat=args.chat,
-                         gen_length=args.gen_length, steps=args.steps, block_length=args.block_length,
+                         gen_length=args.gen_length, sampler_args=sampler_args(args, args.sampler_fields),
                          seed=args.seed, dtype=args.dtype, device=args.device, ranking=args.ranking,
                          mask_sinks=args.mask_sinks, eps=args.eps, mask_units=args.mask_units,
                          mask_scope=args.mask_scope, mask_control=args.mask_control,

@@ -9,8 +9,10 @@ the plain `lm_eval` command does not know `sinklens`; from Python, `import
 sinklens.eval.lm_eval_model` first, then `lm_eval.simple_evaluate(model="sinklens", ...)`).
 
 model_args: pretrained, mask_topk (0 = unmasked), ranking, threshold, keep_self, step0, arm_rule
-(as `sinklens eval`), gen_length / steps / block_length (default: the request's max_gen_toks,
-rounded up to whole LLaDA blocks; steps = gen length), dtype, device, seed.
+(as `sinklens eval`), gen_length (tokens to generate, any sampler; default: the request's
+max_gen_toks, rounded up to what the sampler can generate, e.g. whole LLaDA blocks), any field of
+the model's sampler config (e.g. steps, block_length, alg; `sinklens.samplers.configs`), dtype,
+device, seed.
 - generate_until: the family's own sampler with the masking policy as its step hook; the text
   is cut at the request's `until` strings.
 - loglikelihood: ARMs only (exact, teacher-forced; sinks ranked by one unmasked pass, see
@@ -20,6 +22,7 @@ from __future__ import annotations
 
 import os
 import warnings
+from dataclasses import fields
 
 from lm_eval.api.model import LM
 from lm_eval.api.registry import register_model
@@ -29,6 +32,7 @@ from sinklens.eval.gsm8k import EXEMPLARS
 from sinklens.eval.loglik import reference_loglik
 from sinklens.eval.runner import generate_text, sampler_settings
 from sinklens.masking.policy import MaskingConfig, SinkMaskingPolicy
+from sinklens.samplers.configs import get_config, parse_text
 
 TASK_DIR = os.path.join(os.path.dirname(__file__), "lm_eval_tasks")
 
@@ -44,9 +48,9 @@ def _opt(v, cast):
 @register_model("sinklens")
 class SinklensLM(LM):
     def __init__(self, pretrained: str, mask_topk=0, ranking="per_head", threshold=None, keep_self=False,
-                 step0="unmasked", arm_rule="newest", gen_length=None, steps=None, block_length=None,
-                 dtype=None, device=None, seed=0, batch_size=1, mask_sinks="eq3", eps=3.0,
-                 mask_units="scaled_sum", mask_scope="all", mask_control="none", **unused):
+                 step0="unmasked", arm_rule="newest", gen_length=None, dtype=None, device=None, seed=0,
+                 batch_size=1, mask_sinks="eq3", eps=3.0, mask_units="scaled_sum", mask_scope="all",
+                 mask_control="none", **other):
         super().__init__()
         import torch
 
@@ -63,8 +67,12 @@ class SinklensLM(LM):
             raise ValueError(f"{pretrained!r} ships no tokenizer; lm-eval needs text in and out")
         self.policy = SinkMaskingPolicy(self.config, num_layers=self.m.num_layers,
                                         is_diffusion=self.m.is_diffusion, model=self.m)
-        self.gen_length, self.steps = _opt(gen_length, int), _opt(steps, int)
-        self.block_length, self.seed = _opt(block_length, int), int(seed)
+        # the sampler's own fields (steps, block_length, ...); lm-eval's extras (max_batch_size, ...) are not ours
+        self.sampler = get_config(self.m.family.sampler)
+        names = {f.name: f for f in fields(self.sampler)}
+        self.sampler_args = {k: parse_text(k, v, names[k].metadata) for k, v in other.items()
+                             if k in names and v not in (None, "")}
+        self.gen_length, self.seed = _opt(gen_length, int), int(seed)
         self.pretrained = str(pretrained)
 
     # --- chat template support (lm-eval --apply_chat_template) ------------------------------
@@ -92,10 +100,8 @@ class SinklensLM(LM):
             until = gen_kwargs.get("until") or []
             until = [until] if isinstance(until, str) else list(until)
             n = self.gen_length or int(gen_kwargs.get("max_gen_toks", 256))
-            if self.m.family.sampler == "llada":
-                block = self.block_length or min(32, n)
-                n = -(-n // block) * block                      # whole blocks
-            settings = sampler_settings(self.m.family.sampler, "gsm8k", n, self.steps, self.block_length)
+            n = self.sampler.round_length(n, **self.sampler_args)
+            settings = sampler_settings(self.m.family.sampler, "gsm8k", n, **self.sampler_args)
             text = generate_text(self.m, self._encode(context), self.policy, settings, seed=self.seed + i)
             cut = min((j for j in (text.find(s) for s in until) if j >= 0), default=len(text))
             out.append(text[:cut])

@@ -15,7 +15,6 @@ rank i % WORLD_SIZE; rank 0 merges after a barrier.
 """
 from __future__ import annotations
 
-import inspect
 import json
 import math
 import os
@@ -23,7 +22,7 @@ import re
 import sys
 import time
 from contextlib import ExitStack
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, fields
 
 import torch
 
@@ -33,6 +32,7 @@ from sinklens.eval.sandbox import SandboxConfig
 from sinklens.eval.tasks import get_task
 from sinklens.masking.policy import MaskingConfig, SinkMaskingPolicy
 from sinklens.samplers.base import CaptureOptions
+from sinklens.samplers.configs import get_config
 
 
 @dataclass
@@ -45,9 +45,8 @@ class EvalConfig:
     data: str | None = None
     shots: int = 8                      # GSM8K chain-of-thought exemplars (0 = zero-shot)
     chat: str = "auto"                  # use the chat template: "auto" (when the tokenizer has one) | "on" | "off"
-    gen_length: int | None = None       # None = the paper's setting for the family and task
-    steps: int | None = None            # None = gen_length (LLaDA's FAQ / Dream's official setting)
-    block_length: int | None = None     # LLaDA/MMaDA; None = 32 (or gen_length when shorter)
+    gen_length: int | None = None       # tokens to generate, any sampler; None = the paper's setting for the task
+    sampler_args: dict = field(default_factory=dict)  # sampler fields over the task preset, e.g. {"steps": 64}
     seed: int = 0
     dtype: str | None = None
     device: str | None = None
@@ -71,10 +70,10 @@ class EvalConfig:
         if not self.mask_topk:
             raise ValueError("--mask-topk must list at least one K (e.g. 0,1,5,10 or 1%)")
         # 0 and negative values are errors, never "the default" (None is the default)
-        for flag, value in (("--limit", self.limit), ("--gen-length", self.gen_length), ("--steps", self.steps),
-                            ("--block-length", self.block_length)):
+        for flag, value in (("--limit", self.limit), ("--gen-length", self.gen_length)):
             if value is not None and not _is_int(value, minimum=1):
                 raise ValueError(f"{flag} must be a positive integer, got {value!r}")
+        check_sampler_args(self.sampler_args)
         if not _is_int(self.shots, minimum=0) or self.shots > 8:
             raise ValueError(f"--shots must be an integer from 0 to 8, got {self.shots!r}")
         if not _is_int(self.seed, minimum=0):
@@ -153,33 +152,32 @@ def _is_positive_number(x) -> bool:
     return isinstance(x, (int, float)) and not isinstance(x, bool) and math.isfinite(x) and x > 0
 
 
-def sampler_settings(sampler: str, task_name: str, gen_length: int | None = None, steps: int | None = None,
-                     block_length: int | None = None) -> dict:
-    """The paper's settings per family (SPEC §6), with optional overrides (None = the default;
-    0 or less is an error, caught by the sampler's own checks in `check_sampler_settings`)."""
-    n = get_task(task_name).gen_length[sampler] if gen_length is None else gen_length
-    steps = n if steps is None else steps
-    if sampler == "llada":
-        block = min(32, n) if block_length is None else block_length
-        if block > 0 and n % block:
-            raise ValueError(f"LLaDA/MMaDA: gen length {n} must be a multiple of the block length {block}")
-        return dict(gen_length=n, steps=steps, block_length=block, temperature=0.0, cfg_scale=0.0,
-                    remasking="low_confidence")
-    if sampler == "dream":
-        return dict(max_new_tokens=n, steps=steps, temperature=0.1, top_p=0.9, alg="entropy", alg_temp=0.0)
-    return dict(max_new_tokens=n, do_sample=False)
+def check_sampler_args(args: dict) -> None:
+    """Each name must be a field of some registered sampler and its value allowed there (which
+    sampler runs is known only once the model is loaded; `sampler_settings` checks the rest)."""
+    from sinklens.samplers.configs import SAMPLERS, check_value
+
+    known = {f.name: f for cls in SAMPLERS.values() for f in fields(cls)}
+    for name, value in args.items():
+        if name not in known:
+            raise ValueError(f"unknown sampler argument {name!r}; known: {sorted(known)}")
+        check_value(name, value, known[name].metadata)
 
 
-def check_sampler_settings(sampler: str, settings: dict) -> None:
-    """Run the sampler's own argument checks (`check_args`) now, so a setting it would reject at
-    the first generation (e.g. LLaDA steps not divisible by the number of blocks) fails before
-    any file is written. Arguments not in `settings` take the sampler's defaults."""
-    from sinklens.samplers import sampler_module
+def sampler_settings(sampler: str, task_name: str, gen_length: int | None = None, **overrides) -> dict:
+    """The sampler's settings for a task: the paper's preset for `gen_length` tokens (None: the
+    task's own length, else the sampler's length for it; SPEC §6), then `overrides` by field
+    name, checked by the sampler config now so a bad setting fails before anything is written."""
+    from sinklens.samplers.configs import get_config
 
-    mod = sampler_module(sampler)
-    args = {n: p.default for n, p in inspect.signature(mod.generate).parameters.items() if p.default is not p.empty}
-    args.update(settings)
-    mod.check_args(**{n: args[n] for n in inspect.signature(mod.check_args).parameters})
+    cls = get_config(sampler)
+    length = get_task(task_name).gen_length if gen_length is None else gen_length
+    settings = cls.task_settings(task_name, length, **overrides)
+    try:
+        cls.from_kwargs(**settings)
+    except TypeError as e:  # a flag of another sampler: a bad setting like any other
+        raise ValueError(str(e)) from None
+    return settings
 
 
 def model_slug(name: str) -> str:
@@ -250,9 +248,8 @@ def run_eval(cfg: EvalConfig, model=None) -> list[str]:
     if m.tokenizer is None:
         raise ValueError(f"{cfg.model!r} ships no tokenizer; the eval needs text prompts")
     rank, world = dist_rank_world()
-    settings = sampler_settings(m.family.sampler, cfg.task, cfg.gen_length, cfg.steps, cfg.block_length)
-    check_sampler_settings(m.family.sampler, settings)
-    gen = settings.get("gen_length") or settings["max_new_tokens"]
+    settings = sampler_settings(m.family.sampler, cfg.task, cfg.gen_length, **cfg.sampler_args)
+    gen = get_config(m.family.sampler).from_kwargs(**settings).length
     sandbox = SandboxConfig(timeout=cfg.sandbox_timeout, cpu_seconds=int(cfg.sandbox_timeout) + 1)
     items, prompts, errors = _prepare(m, task, items, errors, cfg, gen)   # (ids, chat) per item
     if rank == 0:

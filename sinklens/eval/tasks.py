@@ -17,7 +17,7 @@ class Task:
     text: Callable                       # (item, shots) -> plain prompt
     reference: Callable                  # (item, chat) -> reference answer text (for the log-likelihood)
     judge: Callable                      # (raw, item, sandbox) -> dict(extracted, correct, verdict, ...)
-    gen_length: dict                     # sampler name -> default generation length (paper settings)
+    gen_length: int | None = None        # the task's own answer length; None = each sampler's paper setting
 
 
 def _gsm8k_reference(item: dict, chat: bool) -> str:
@@ -48,15 +48,13 @@ def _humaneval_judge(raw: str, item: dict, sandbox: SandboxConfig | None) -> dic
 
 TASKS = {
     "gsm8k": Task("gsm8k", gsm8k.load, lambda it, k: gsm8k.build_messages(it["question"], k),
-                  lambda it, k: gsm8k.build_text(it["question"], k), _gsm8k_reference, _gsm8k_judge,
-                  {"llada": 256, "dream": 256, "arm": 256}),
+                  lambda it, k: gsm8k.build_text(it["question"], k), _gsm8k_reference, _gsm8k_judge),
     "humaneval": Task("humaneval", humaneval.load, lambda it, k: humaneval.build_messages(it),
-                      lambda it, k: humaneval.build_text(it), _humaneval_reference, _humaneval_judge,
-                      {"llada": 512, "dream": 768, "arm": 512}),
+                      lambda it, k: humaneval.build_text(it), _humaneval_reference, _humaneval_judge),
 }
 
 TASKS["arith"] = Task("arith", arith.load, arith.messages, arith.text, arith.reference, arith.judge,
-                      arith.gen_lengths())  # the tiny twins' held-out problems
+                      arith.gen_length())  # the tiny twins' held-out problems
 
 
 def get_task(name: str) -> Task:

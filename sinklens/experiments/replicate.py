@@ -145,7 +145,8 @@ def replicate(out: str | Path, n: int = 200, mask_topk: tuple[int | str, ...] = 
     out = Path(out)
     for name in ("tiny-dlm", "tiny-arm"):
         run_eval(EvalConfig(model=name, task="arith", out=str(out / "eval"), mask_topk=mask_topk, limit=n,
-                            shots=0, chat="on", block_length=dlm_sampler()["block_length"], dtype="float32",
+                            shots=0, chat="on", dtype="float32",
+                            sampler_args={"block_length": dlm_sampler()["block_length"]} if name == "tiny-dlm" else {},
                             loglik=False, progress=progress, mask_control=control))
     md, csv = write_summary([str(out / "eval")], str(out / "eval"))
     persistence_table(out, n=min(20, n), progress=progress)

@@ -82,7 +82,7 @@ def study(runs: dict[str, str], out: str | Path, n: int = 50, n_traces: int = 20
         run_eval(EvalConfig(model=label, task="arith", data=str(Path(run) / "config.json"),
                             out=str(out / "eval"),
                             mask_topk=mask_topk, limit=n, shots=0, chat="on", gen_length=c["gen_length"],
-                            steps=c["gen_length"], block_length=s.get("block_length"), dtype="float32",
+                            sampler_args={k: s[k] for k in ("steps", "block_length") if k in s}, dtype="float32",
                             loglik=False, progress=progress, mask_control=control), model=model)
     md, csv = write_summary([str(out / "eval")], str(out / "eval"))
     models = []

@@ -20,20 +20,11 @@ from transformers import DynamicCache
 
 from sinklens.attention.request import AttentionRequest
 from sinklens.samplers.base import (
-    CaptureOptions, GenerateOutput, StepEvent, build_request, check_inputs, check_positive_int,
-    open_trace_writer, run_context, setup_hooks, Hooks,
+    CaptureOptions, GenerateOutput, Hooks, StepEvent, build_request, check_inputs, open_trace_writer, run_context,
+    setup_hooks,
 )
+from sinklens.samplers.configs import ARMConfig
 from sinklens.samplers.dream import top_k_filter, top_p_filter
-
-
-def check_args(max_new_tokens, do_sample, temperature, top_p, top_k) -> None:
-    check_positive_int("max_new_tokens", max_new_tokens)
-    if do_sample and not temperature > 0:
-        raise ValueError(f"do_sample=True needs temperature > 0, got {temperature}")
-    if top_p is not None and not 0 < top_p <= 1:
-        raise ValueError(f"top_p must be in (0, 1] or None, got {top_p}")
-    if top_k is not None:
-        check_positive_int("top_k", top_k)
 
 
 def next_tokens(logits: torch.Tensor, do_sample: bool, temperature: float, top_p, top_k) -> torch.Tensor:
@@ -49,26 +40,23 @@ def next_tokens(logits: torch.Tensor, do_sample: bool, temperature: float, top_p
 
 
 @torch.no_grad()
-def generate(model, input_ids, attention_mask=None, *, max_new_tokens: int = 32, do_sample: bool = False,
-             temperature: float = 1.0, top_p: float | None = None, top_k: int | None = None,
-             eos_token_id: int | list[int] | None = None, trace=None, hook=None, capture: CaptureOptions | None = None,
-             progress: bool = False) -> GenerateOutput:
+def sample(model, input_ids, config: ARMConfig, attention_mask=None, *, trace=None, hook=None,
+           capture: CaptureOptions | None = None, progress: bool = False) -> GenerateOutput:
     """Greedy (default) or sampled decoding of a causal model through the sinklens attention.
 
     input_ids (B, P), left-padded with attention_mask (B, P) for batches of unequal prompts.
-    eos_token_id: stop token id(s) (default: the model's stop ids - EOS, end of turn - or its EOS id;
-        none known = never stop early).
+    config.eos_token_id: stop token id(s) (default: the model's stop ids - EOS, end of turn - or
+        its EOS id; none known = never stop early).
     """
-    args = dict(max_new_tokens=max_new_tokens, do_sample=do_sample, temperature=temperature, top_p=top_p,
-                top_k=top_k)
-    check_args(max_new_tokens, do_sample, temperature, top_p, top_k)
-    if eos_token_id is None:
+    c = config
+    max_new_tokens, do_sample, temperature, top_p, top_k = c.max_new_tokens, c.do_sample, c.temperature, c.top_p, c.top_k
+    if c.eos_token_id is None:
         stop = list(getattr(model, "stop_ids", None) or [i for i in [getattr(model, "eos_id", None)] if i is not None])
     else:
-        stop = [eos_token_id] if isinstance(eos_token_id, int) else list(eos_token_id)
+        stop = [c.eos_token_id] if isinstance(c.eos_token_id, int) else list(c.eos_token_id)
     pad = getattr(model, "pad_id", None)
     pad = (stop[0] if stop else 0) if pad is None else pad
-    args["eos_token_id"] = stop
+    args = {**c.to_dict(), "eos_token_id": stop}
     P = torch.as_tensor(input_ids).shape[-1]
     input_ids, attention_mask = check_inputs(input_ids, attention_mask, P + max_new_tokens,
                                              getattr(model, "max_length", None))

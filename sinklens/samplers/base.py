@@ -240,17 +240,6 @@ def _jsonable(v):
     return repr(v)
 
 
-def check_choice(name: str, value, allowed: Iterable) -> None:
-    allowed = list(allowed)
-    if value not in allowed:
-        raise ValueError(f"{name} must be one of {allowed}, got {value!r}")
-
-
-def check_positive_int(name: str, value) -> None:
-    if not isinstance(value, int) or isinstance(value, bool) or value < 1:
-        raise ValueError(f"{name} must be a positive integer, got {value!r}")
-
-
 def check_inputs(input_ids, attention_mask, total_len: int, max_length: int | None):
     """Validate the prompt batch; returns (input_ids (B, P) long, attention_mask (B, P) or None)."""
     if not isinstance(input_ids, torch.Tensor):

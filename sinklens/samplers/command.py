@@ -11,31 +11,7 @@ import json
 import os
 import sys
 
-from sinklens.cliargs import CliError, nonneg_float, nonneg_int, open_unit, positive_int, probability
-
-# flag -> (type, help); every flag maps onto the official argument of the same name. The types
-# reject impossible values at parse time (one line, exit 2) instead of deep inside a sampler.
-SAMPLER_FLAGS = {
-    "steps": (positive_int, "denoising steps (LLaDA, Dream)"),
-    "gen_length": (positive_int, "LLaDA: tokens to generate"),
-    "block_length": (positive_int, "LLaDA: semi-autoregressive block length"),
-    "cfg_scale": (nonneg_float, "LLaDA: classifier-free guidance scale"),
-    "remasking": (str, "LLaDA: low_confidence | random"),
-    "mask_id": (nonneg_int, "mask token id (default: the model's)"),
-    "max_new_tokens": (positive_int, "Dream, ARM: tokens to generate"),
-    "eps": (open_unit, "Dream: final time of the schedule, in (0, 1)"),
-    "alg": (str, "Dream: origin | maskgit_plus | topk_margin | entropy"),
-    "alg_temp": (nonneg_float, "Dream: temperature of the position sampling"),
-    "temperature": (nonneg_float, "token sampling temperature (0 = greedy for LLaDA / Dream)"),
-    "top_p": (probability, "Dream, ARM: nucleus sampling, in (0, 1]"),
-    "top_k": (positive_int, "Dream, ARM: top-k sampling"),
-}
-BOOL_FLAGS = {
-    "logits_eos_inf": "LLaDA: never sample EOS",
-    "confidence_eos_eot_inf": "LLaDA: EOS / EoT get no confidence",
-    "do_sample": "ARM: sample instead of greedy",
-}
-
+from sinklens.cliargs import CliError, add_sampler_flags, nonneg_int, positive_int, sampler_args
 
 def _add_common(p: argparse.ArgumentParser) -> None:
     p.add_argument("--model", required=True, help="alias, local folder, .gguf file or hub id")
@@ -46,11 +22,7 @@ def _add_common(p: argparse.ArgumentParser) -> None:
     p.add_argument("--seed", type=nonneg_int, default=0, help="torch seed set right before sampling (default 0)")
     p.add_argument("--dtype", default=None, help="float32 | bfloat16 | float16 (default: as stored)")
     p.add_argument("--device", default=None, help="e.g. cpu, cuda:0")
-    g = p.add_argument_group("sampler arguments (official names; only those of the model's sampler are accepted)")
-    for name, (typ, help_) in SAMPLER_FLAGS.items():
-        g.add_argument("--" + name.replace("_", "-"), dest=name, type=typ, default=None, help=help_)
-    for name, help_ in BOOL_FLAGS.items():
-        g.add_argument("--" + name.replace("_", "-"), dest=name, action="store_true", default=None, help=help_)
+    p.set_defaults(sampler_fields=add_sampler_flags(p))
 
 
 def parse_ids(text: str) -> list[int]:
@@ -75,10 +47,6 @@ def _prompt_ids(model, args) -> list[int]:
     return model.tokenizer.encode(args.prompt)
 
 
-def _sampler_kwargs(args) -> dict:
-    return {k: getattr(args, k) for k in [*SAMPLER_FLAGS, *BOOL_FLAGS] if getattr(args, k) is not None}
-
-
 def _run(args, trace=None, capture=None, progress=False):
     import torch
 
@@ -88,7 +56,7 @@ def _run(args, trace=None, capture=None, progress=False):
     ids = torch.tensor([_prompt_ids(model, args)])
     torch.manual_seed(args.seed)
     try:
-        out = model.generate(ids, trace=trace, capture=capture, progress=progress, **_sampler_kwargs(args))
+        out = model.generate(ids, trace=trace, capture=capture, progress=progress, **sampler_args(args, args.sampler_fields))
     except (TypeError, ValueError) as e:
         raise CliError(str(e)) from None
     return model, ids, out

@@ -23,11 +23,10 @@ import torch
 import torch.nn.functional as F
 
 from sinklens.samplers.base import (
-    CaptureOptions, GenerateOutput, Hooks, StepEvent, build_request, check_choice, check_inputs,
-    check_positive_int, masked_unmasked_groups, open_trace_writer, run_context, setup_hooks,
+    CaptureOptions, GenerateOutput, Hooks, StepEvent, build_request, check_inputs, masked_unmasked_groups,
+    open_trace_writer, run_context, setup_hooks,
 )
-
-ALGS = ("origin", "maskgit_plus", "topk_margin", "entropy")
+from sinklens.samplers.configs import DreamConfig
 
 
 def top_p_filter(logits: torch.Tensor, top_p: float) -> torch.Tensor:
@@ -78,38 +77,17 @@ def sample_tokens(logits: torch.Tensor, temperature: float = 0.0, top_p: float |
 CONFIDENCE = {"maskgit_plus": "prob", "topk_margin": "margin", "entropy": "neg_entropy"}
 
 
-def check_args(steps, max_new_tokens, eps, alg, alg_temp, temperature, top_p, top_k) -> None:
-    check_positive_int("steps", steps)
-    check_positive_int("max_new_tokens", max_new_tokens)
-    check_choice("alg", alg, ALGS)
-    if not 0 < eps < 1:
-        raise ValueError(f"eps must be in (0, 1), got {eps}")
-    if temperature < 0:
-        raise ValueError(f"temperature must be >= 0, got {temperature}")
-    if alg_temp is not None and alg_temp < 0:
-        raise ValueError(f"alg_temp must be >= 0 or None, got {alg_temp}")
-    if top_p is not None and not 0 < top_p <= 1:
-        raise ValueError(f"top_p must be in (0, 1] or None, got {top_p}")
-    if top_k is not None:
-        check_positive_int("top_k", top_k)
-
-
 @torch.no_grad()
-def generate(model, input_ids, attention_mask=None, *, steps: int = 512, max_new_tokens: int = 128,
-             eps: float = 1e-3, alg: str = "origin", alg_temp: float | None = None, temperature: float = 0.0,
-             top_p: float | None = None, top_k: int | None = None, mask_id: int | None = None, trace=None,
-             hook=None, capture: CaptureOptions | None = None, progress: bool = False) -> GenerateOutput:
-    """Dream's diffusion_generate(). `model` is a SinkModel (forward_logits returns raw, unshifted logits).
-
-    Defaults follow Dream's generation config, except max_new_tokens (official: max_length 20).
-    """
-    args = dict(steps=steps, max_new_tokens=max_new_tokens, eps=eps, alg=alg, alg_temp=alg_temp,
-                temperature=temperature, top_p=top_p, top_k=top_k)
-    check_args(steps, max_new_tokens, eps, alg, alg_temp, temperature, top_p, top_k)
-    mask_id = model.mask_id if mask_id is None else mask_id
+def sample(model, input_ids, config: DreamConfig, attention_mask=None, *, trace=None, hook=None,
+           capture: CaptureOptions | None = None, progress: bool = False) -> GenerateOutput:
+    """Dream's diffusion_generate(). `model` is a SinkModel (forward_logits returns raw, unshifted logits)."""
+    c = config
+    steps, max_new_tokens, eps, alg, alg_temp = c.steps, c.max_new_tokens, c.eps, c.alg, c.alg_temp
+    temperature, top_p, top_k = c.temperature, c.top_p, c.top_k
+    mask_id = model.mask_id if c.mask_id is None else c.mask_id
     if mask_id is None:
         raise ValueError("mask_id is None: the model has no mask token; pass mask_id=...")
-    args["mask_id"] = mask_id
+    args = {**c.to_dict(), "mask_id": mask_id}
     P = torch.as_tensor(input_ids).shape[-1]
     input_ids, attention_mask = check_inputs(input_ids, attention_mask, P + max_new_tokens,
                                              getattr(model, "max_length", None))

@@ -24,11 +24,10 @@ import torch
 import torch.nn.functional as F
 
 from sinklens.samplers.base import (
-    CaptureOptions, GenerateOutput, Hooks, StepEvent, build_request, check_choice, check_inputs,
-    check_positive_int, masked_unmasked_groups, open_trace_writer, run_context, setup_hooks, repeat_rows, take_rows,
+    CaptureOptions, GenerateOutput, Hooks, StepEvent, build_request, check_inputs, masked_unmasked_groups,
+    open_trace_writer, repeat_rows, run_context, setup_hooks, take_rows,
 )
-
-REMASKING = ("low_confidence", "random")
+from sinklens.samplers.configs import LLaDAConfig
 
 
 def add_gumbel_noise(logits: torch.Tensor, temperature: float) -> torch.Tensor:
@@ -54,45 +53,24 @@ def num_transfer_tokens(block_is_masked: torch.Tensor, steps: int) -> torch.Tens
     return schedule
 
 
-def check_args(gen_length, block_length, steps, temperature, cfg_scale, remasking) -> int:
-    """Validate before any compute; returns the number of blocks."""
-    check_positive_int("gen_length", gen_length)
-    check_positive_int("block_length", block_length)
-    check_positive_int("steps", steps)
-    check_choice("remasking", remasking, REMASKING)
-    if gen_length % block_length != 0:
-        raise ValueError(f"gen_length ({gen_length}) must be a multiple of block_length ({block_length})")
-    num_blocks = gen_length // block_length
-    if steps % num_blocks != 0:
-        raise ValueError(f"steps ({steps}) must be divisible by the number of blocks "
-                         f"(gen_length / block_length = {num_blocks})")
-    if temperature < 0:
-        raise ValueError(f"temperature must be >= 0, got {temperature}")
-    if cfg_scale < 0:
-        raise ValueError(f"cfg_scale must be >= 0, got {cfg_scale}")
-    return num_blocks
-
-
 @torch.no_grad()
-def generate(model, input_ids, attention_mask=None, *, steps: int = 128, gen_length: int = 128,
-             block_length: int = 128, temperature: float = 0.0, cfg_scale: float = 0.0,
-             remasking: str = "low_confidence", mask_id: int | None = None, logits_eos_inf: bool = False,
-             confidence_eos_eot_inf: bool = False, trace=None, hook=None, capture: CaptureOptions | None = None,
-             progress: bool = False) -> GenerateOutput:
+def sample(model, input_ids, config: LLaDAConfig, attention_mask=None, *, trace=None, hook=None,
+           capture: CaptureOptions | None = None, progress: bool = False) -> GenerateOutput:
     """LLaDA's generate(). `model` is a SinkModel (forward_logits, mask_id, eos_id, eot_id, max_length).
 
     input_ids (B, P) prompt ids (left-padded batches with `attention_mask` (B, P));
     trace: a path or TraceWriter to record every step; hook: a step hook or a list of them;
     capture: what to record (default when tracing: received + masked/unmasked split).
     """
-    args = dict(steps=steps, gen_length=gen_length, block_length=block_length, temperature=temperature,
-                cfg_scale=cfg_scale, remasking=remasking, mask_id=mask_id, logits_eos_inf=logits_eos_inf,
-                confidence_eos_eot_inf=confidence_eos_eot_inf)
-    num_blocks = check_args(gen_length, block_length, steps, temperature, cfg_scale, remasking)
-    mask_id = model.mask_id if mask_id is None else mask_id
+    c = config
+    steps, gen_length, block_length, temperature = c.steps, c.gen_length, c.block_length, c.temperature
+    cfg_scale, remasking, logits_eos_inf, confidence_eos_eot_inf = (c.cfg_scale, c.remasking, c.logits_eos_inf,
+                                                                    c.confidence_eos_eot_inf)
+    num_blocks = c.num_blocks
+    mask_id = model.mask_id if c.mask_id is None else c.mask_id
     if mask_id is None:
         raise ValueError("mask_id is None: the model has no mask token; pass mask_id=...")
-    args["mask_id"] = mask_id
+    args = {**c.to_dict(), "mask_id": mask_id}
     eos_id, eot_id = getattr(model, "eos_id", None), getattr(model, "eot_id", None)
     if logits_eos_inf and eos_id is None:
         raise ValueError("logits_eos_inf=True but the model has no EOS id")

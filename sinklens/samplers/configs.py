@@ -1,0 +1,288 @@
+"""Sampler configs and the sampler registry: the one place a sampler's parameters are written.
+
+A sampler is a config dataclass (this file) plus a `sample(model, input_ids, config, ...)`
+function (its own module, e.g. `sinklens/samplers/llada.py`), registered by name:
+
+    @register("llada", module="sinklens.samplers.llada")
+    @dataclass
+    class LLaDAConfig(SamplerConfig):
+        steps: int = param(128, int, "denoising steps", min=1)
+        ...
+
+Each field's metadata holds its parse type, help text and range; `__post_init__` checks every
+field against it (one message format everywhere), then `check()` adds the rules between fields.
+Everything else reads these fields: `model.generate(**kwargs)` (`from_kwargs`), the command line
+flags (`sinklens.cli.types.add_sampler_flags`), the eval presets (`for_task`), lm-eval model args
+and the trace metadata (`to_dict`).
+
+This module imports neither torch nor transformers, so the command line can build its flags
+(and answer --help) without them.
+"""
+from __future__ import annotations
+
+import importlib
+import math
+from dataclasses import MISSING, asdict, dataclass, field, fields, replace
+from typing import Any, Callable, ClassVar
+
+
+def param(default, type: type, help: str, *, min=None, gt=None, max=None, lt=None, choices=None):
+    """A config field: default, parse type (int | float | str | bool | "ids"), help text and the
+    allowed values (min/max inclusive, gt/lt exclusive, or choices). A None default means "not
+    set" (the model's value, or off) and is always allowed."""
+    meta = dict(type=type, help=help, min=min, gt=gt, max=max, lt=lt, choices=choices)
+    return field(default=default, metadata=meta)
+
+
+def expected(meta: dict) -> str:
+    """What a field accepts, in words: 'a positive integer', '>= 0', 'in (0, 1]', 'one of [...]'."""
+    if meta["choices"] is not None:
+        return f"one of {list(meta['choices'])}"
+    t, lo, hi = meta["type"], meta["min"], meta["max"]
+    if t is bool:
+        return "True or False"
+    if t == "ids":
+        return "a token id >= 0 or a list of them"
+    if t is int:
+        if lo == 1 and hi is None:
+            return "a positive integer"
+        if lo is not None and hi is None:
+            return f"an integer >= {lo}"
+    if meta["gt"] is not None and meta["lt"] is None and hi is None:
+        return f"> {meta['gt']:g}"
+    if meta["gt"] is not None or meta["lt"] is not None or (lo is not None and hi is not None):
+        left = f"({meta['gt']:g}" if meta["gt"] is not None else (f"[{lo:g}" if lo is not None else "(-inf")
+        right = f"{meta['lt']:g})" if meta["lt"] is not None else (f"{hi:g}]" if hi is not None else "inf)")
+        return f"in {left}, {right}"
+    if lo is not None:
+        return f">= {lo:g}"
+    return {int: "an integer", float: "a finite number", str: "a string"}.get(t, str(t))
+
+
+def check_value(name: str, value, meta: dict) -> None:
+    """Raise ValueError('<name> must be <expected>, got <value>') when `value` breaks the field's rules."""
+    if value is None:
+        return
+    t = meta["type"]
+    ok = True
+    if t is bool:
+        ok = isinstance(value, bool)
+    elif t == "ids":
+        ids = [value] if isinstance(value, int) else value
+        ok = isinstance(ids, (list, tuple)) and all(isinstance(i, int) and not isinstance(i, bool) and i >= 0
+                                                      for i in ids)
+    elif t is int:
+        ok = isinstance(value, int) and not isinstance(value, bool)
+    elif t is float:
+        ok = isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
+    elif t is str:
+        ok = isinstance(value, str)
+    if ok and meta["choices"] is not None:
+        ok = value in meta["choices"]
+    if ok and t in (int, float):
+        ok = ((meta["min"] is None or value >= meta["min"]) and (meta["max"] is None or value <= meta["max"])
+              and (meta["gt"] is None or value > meta["gt"]) and (meta["lt"] is None or value < meta["lt"]))
+    if not ok:
+        raise ValueError(f"{name} must be {expected(meta)}, got {value!r}")
+
+
+def parse_text(name: str, text, meta: dict):
+    """A field's value from command-line text ("8", "0.9", "true", "1,2"), checked like the
+    config checks it; a value that is not a string is only checked. ValueError names the field."""
+    value = text
+    if isinstance(text, str):
+        t = meta["type"]
+        try:
+            if t is bool:
+                lowered = text.strip().lower()
+                if lowered not in ("true", "false", "1", "0", "yes", "no"):
+                    raise ValueError
+                value = lowered in ("true", "1", "yes")
+            elif t == "ids":
+                value = [int(x) for x in text.split(",") if x.strip()]
+            elif t in (int, float):
+                value = t(text)
+        except ValueError:
+            raise ValueError(f"{name} must be {expected(meta)}, got {text!r}") from None
+    check_value(name, value, meta)
+    return value
+
+
+@dataclass
+class SamplerConfig:
+    """Base of every sampler config. Subclasses are dataclasses of `param` fields."""
+
+    name: ClassVar[str] = ""  # registry name, set by @register
+    module: ClassVar[str] = ""  # module holding `sample(model, input_ids, config, ...)`
+    length_field: ClassVar[str] = "max_new_tokens"  # the field that says how many tokens to generate
+    TASK_LENGTHS: ClassVar[dict] = {}  # task -> the paper's generation length for this sampler
+
+    def __post_init__(self):
+        for f in fields(self):
+            check_value(f.name, getattr(self, f.name), f.metadata)
+        self.check()
+
+    def check(self) -> None:
+        """Rules between fields (override); single fields are checked from their metadata."""
+
+    @classmethod
+    def from_kwargs(cls, **kwargs) -> "SamplerConfig":
+        """The config from official argument names; an unknown name is a TypeError naming the sampler."""
+        known = [f.name for f in fields(cls)]
+        unknown = sorted(set(kwargs) - set(known))
+        if unknown:
+            raise TypeError(f"the {cls.name} sampler got unknown argument(s) {unknown}; it takes {known}")
+        return cls(**kwargs)
+
+    @classmethod
+    def task_settings(cls, task: str | None = None, length: int | None = None, **overrides) -> dict:
+        """The paper's settings for `task` (SPEC §6) with `length` tokens to generate (None: the
+        task's length for this sampler), then `overrides` by field name; unchecked keywords."""
+        if length is None:
+            length = cls.TASK_LENGTHS.get(task) if task else None
+        return {**(cls.preset(length) if length is not None else {}), **overrides}
+
+    @classmethod
+    def for_task(cls, task: str | None = None, length: int | None = None, **overrides) -> "SamplerConfig":
+        """`task_settings` as a checked config."""
+        return cls.from_kwargs(**cls.task_settings(task, length, **overrides))
+
+    @classmethod
+    def round_length(cls, length: int, **overrides) -> int:
+        """The smallest length >= `length` this sampler can generate with `overrides` (override)."""
+        return length
+
+    @classmethod
+    def preset(cls, length: int) -> dict:
+        """Evaluation settings for a generation of `length` tokens (override per sampler)."""
+        return {cls.length_field: length}
+
+    @property
+    def length(self) -> int:
+        """Tokens this config generates."""
+        return getattr(self, self.length_field)
+
+    def replace(self, **changes) -> "SamplerConfig":
+        return replace(self, **changes)
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+    @classmethod
+    def defaults(cls) -> dict:
+        return {f.name: f.default for f in fields(cls) if f.default is not MISSING}
+
+
+SAMPLERS: dict[str, type[SamplerConfig]] = {}
+
+
+def register(name: str, module: str) -> Callable[[type], type]:
+    """Class decorator: register a config class as sampler `name`, whose `sample` lives in `module`."""
+    def deco(cls):
+        cls.name, cls.module = name, module
+        SAMPLERS[name] = cls
+        return cls
+    return deco
+
+
+def get_config(name: str) -> type[SamplerConfig]:
+    if name not in SAMPLERS:
+        raise ValueError(f"unknown sampler {name!r}; known: {sorted(SAMPLERS)}")
+    return SAMPLERS[name]
+
+
+def get_sample(name: str) -> Callable[..., Any]:
+    """The `sample` function of sampler `name` (imports its module, and so torch)."""
+    return importlib.import_module(get_config(name).module).sample
+
+
+# --- the samplers ---------------------------------------------------------------------------------
+
+
+@register("llada", module="sinklens.samplers.llada")
+@dataclass
+class LLaDAConfig(SamplerConfig):
+    """LLaDA / MMaDA `generate()` (LLaDA's generate.py); defaults as the official function."""
+
+    length_field: ClassVar[str] = "gen_length"
+    TASK_LENGTHS: ClassVar[dict] = {"gsm8k": 256, "humaneval": 512}
+
+    steps: int = param(128, int, "denoising steps (a multiple of the number of blocks)", min=1)
+    gen_length: int = param(128, int, "tokens to generate (a multiple of block_length)", min=1)
+    block_length: int = param(128, int, "semi-autoregressive block length", min=1)
+    temperature: float = param(0.0, float, "Gumbel sampling temperature (0 = greedy)", min=0)
+    cfg_scale: float = param(0.0, float, "classifier-free guidance scale (0 = off)", min=0)
+    remasking: str = param("low_confidence", str, "which masked positions are revealed first",
+                           choices=("low_confidence", "random"))
+    mask_id: int | None = param(None, int, "mask token id (default: the model's)", min=0)
+    logits_eos_inf: bool = param(False, bool, "never sample EOS")
+    confidence_eos_eot_inf: bool = param(False, bool, "EOS / EoT get no confidence")
+
+    def check(self) -> None:
+        if self.gen_length % self.block_length:
+            raise ValueError(f"gen_length ({self.gen_length}) must be a multiple of block_length ({self.block_length})")
+        if self.steps % self.num_blocks:
+            raise ValueError(f"steps ({self.steps}) must be divisible by the number of blocks "
+                             f"(gen_length / block_length = {self.num_blocks})")
+
+    @property
+    def num_blocks(self) -> int:
+        return self.gen_length // self.block_length
+
+    @classmethod
+    def preset(cls, length: int) -> dict:
+        # blocks of 32 (the paper's setting), steps = gen length (one token per step: LLaDA's FAQ)
+        return dict(gen_length=length, steps=length, block_length=min(32, length), temperature=0.0, cfg_scale=0.0,
+                    remasking="low_confidence")
+
+    @classmethod
+    def round_length(cls, length: int, **overrides) -> int:
+        block = overrides.get("block_length") or min(32, length)
+        return -(-length // block) * block  # whole blocks
+
+
+@register("dream", module="sinklens.samplers.dream")
+@dataclass
+class DreamConfig(SamplerConfig):
+    """Dream `diffusion_generate()`; defaults as Dream's generation config, except max_new_tokens."""
+
+    TASK_LENGTHS: ClassVar[dict] = {"gsm8k": 256, "humaneval": 768}
+
+    steps: int = param(512, int, "denoising steps", min=1)
+    max_new_tokens: int = param(128, int, "tokens to generate", min=1)
+    eps: float = param(1e-3, float, "final time of the schedule", gt=0, lt=1)
+    alg: str = param("origin", str, "which masked positions are revealed",
+                     choices=("origin", "maskgit_plus", "topk_margin", "entropy"))
+    alg_temp: float | None = param(None, float, "temperature of the position sampling (None/0 = top-k)", min=0)
+    temperature: float = param(0.0, float, "token sampling temperature (0 = greedy)", min=0)
+    top_p: float | None = param(None, float, "nucleus sampling mass", gt=0, max=1)
+    top_k: int | None = param(None, int, "sample among the top-k tokens", min=1)
+    mask_id: int | None = param(None, int, "mask token id (default: the model's)", min=0)
+
+    @classmethod
+    def preset(cls, length: int) -> dict:
+        # Dream's evaluation settings: steps = gen length, entropy order, T 0.1, top-p 0.9
+        return dict(max_new_tokens=length, steps=length, temperature=0.1, top_p=0.9, alg="entropy", alg_temp=0.0)
+
+
+@register("arm", module="sinklens.samplers.arm")
+@dataclass
+class ARMConfig(SamplerConfig):
+    """Autoregressive decoding with a KV cache (transformers' generate order); greedy by default."""
+
+    TASK_LENGTHS: ClassVar[dict] = {"gsm8k": 256, "humaneval": 512}
+
+    max_new_tokens: int = param(32, int, "tokens to generate", min=1)
+    do_sample: bool = param(False, bool, "sample instead of greedy")
+    temperature: float = param(1.0, float, "sampling temperature (with do_sample)", min=0)
+    top_p: float | None = param(None, float, "nucleus sampling mass", gt=0, max=1)
+    top_k: int | None = param(None, int, "sample among the top-k tokens", min=1)
+    eos_token_id: int | list[int] | None = param(None, "ids", "stop token id(s) (default: the model's)")
+
+    @classmethod
+    def preset(cls, length: int) -> dict:
+        return dict(max_new_tokens=length, do_sample=False)  # greedy
+
+    def check(self) -> None:
+        if self.do_sample and not self.temperature > 0:
+            raise ValueError(f"do_sample=True needs temperature > 0, got {self.temperature}")

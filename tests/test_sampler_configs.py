@@ -1,0 +1,72 @@
+"""Sampler configs: one dataclass per sampler is the only place its parameters are written;
+validation, the command-line flags and the eval presets all come from its fields."""
+import argparse
+from dataclasses import dataclass, fields
+
+import pytest
+
+from sinklens.cliargs import add_sampler_flags, sampler_args
+from sinklens.samplers import configs
+from sinklens.samplers.configs import SAMPLERS, ARMConfig, DreamConfig, LLaDAConfig, SamplerConfig, param
+
+
+@pytest.mark.parametrize("cls,kwargs,match", [
+    (LLaDAConfig, dict(steps=0), r"steps must be a positive integer, got 0"),
+    (LLaDAConfig, dict(remasking="greedy"), r"remasking must be one of \['low_confidence', 'random'\]"),
+    (LLaDAConfig, dict(gen_length=16, block_length=5), r"gen_length \(16\) must be a multiple of block_length \(5\)"),
+    (LLaDAConfig, dict(temperature=float("nan")), r"temperature must be >= 0, got nan"),
+    (LLaDAConfig, dict(logits_eos_inf="yes"), r"logits_eos_inf must be True or False"),
+    (DreamConfig, dict(eps=1.0), r"eps must be in \(0, 1\), got 1.0"),
+    (DreamConfig, dict(top_p=0.0), r"top_p must be in \(0, 1\], got 0.0"),
+    (DreamConfig, dict(steps=True), r"steps must be a positive integer, got True"),
+    (ARMConfig, dict(do_sample=True, temperature=0.0), r"do_sample=True needs temperature > 0"),
+    (ARMConfig, dict(eos_token_id=[1, -2]), r"eos_token_id must be a token id >= 0 or a list of them"),
+])
+def test_fields_are_checked_from_their_metadata(cls, kwargs, match):
+    with pytest.raises(ValueError, match=match):
+        cls(**kwargs)
+
+
+def test_unknown_argument_names_the_sampler_and_its_fields():
+    with pytest.raises(TypeError, match=r"the dream sampler got unknown argument\(s\) \['gen_length'\]; it takes"):
+        DreamConfig.from_kwargs(gen_length=8)
+
+
+def test_task_presets_are_classmethods():
+    assert LLaDAConfig.for_task("gsm8k").to_dict() == {**LLaDAConfig.defaults(), "gen_length": 256, "steps": 256,
+                                                      "block_length": 32}
+    assert DreamConfig.for_task("humaneval", steps=64).length == 768
+    assert ARMConfig.for_task("gsm8k", 16).max_new_tokens == 16
+    assert LLaDAConfig.round_length(40) == 64 and LLaDAConfig.round_length(40, block_length=8) == 40
+
+
+def _parser():
+    p = argparse.ArgumentParser(exit_on_error=False)
+    return p, add_sampler_flags(p)
+
+
+def test_every_field_of_every_sampler_is_a_flag_with_help_and_default():
+    p, names = _parser()
+    assert set(names) == {f.name for cls in SAMPLERS.values() for f in fields(cls)}
+    help_text = p.format_help()
+    for name in names:
+        action = next(a for a in p._actions if a.dest == name)
+        assert action.help and "[default " in action.help, name
+        assert "--" + name.replace("_", "-") in help_text
+    args = p.parse_args(["--steps", "8", "--alg", "entropy", "--no-do-sample", "--eos-token-id", "1,2"])
+    assert sampler_args(args, names) == {"steps": 8, "alg": "entropy", "do_sample": False, "eos_token_id": [1, 2]}
+
+
+def test_a_registered_sampler_gets_its_flags_without_any_cli_edit(monkeypatch):
+    monkeypatch.setattr(configs, "SAMPLERS", dict(SAMPLERS))
+
+    @configs.register("toy", module="nowhere")
+    @dataclass
+    class ToyConfig(SamplerConfig):
+        canvas_temperature: float = param(0.5, float, "toy canvas temperature", gt=0)
+
+    p, names = _parser()
+    assert "canvas_temperature" in names
+    assert p.parse_args(["--canvas-temperature", "2"]).canvas_temperature == 2.0
+    with pytest.raises(argparse.ArgumentError, match=r"must be > 0, got -1.0"):
+        p.parse_args(["--canvas-temperature", "-1"])
