@@ -5,7 +5,7 @@ from dataclasses import dataclass, fields
 
 import pytest
 
-from sinklens.cliargs import add_sampler_flags, sampler_args
+from sinklens.samplers.command import add_sampler_flags, sampler_args
 from sinklens.samplers import configs
 from sinklens.samplers.configs import SAMPLERS, ARMConfig, DreamConfig, LLaDAConfig, SamplerConfig, param
 

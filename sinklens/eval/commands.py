@@ -5,7 +5,8 @@ import argparse
 import os
 import sys
 
-from sinklens.cliargs import add_sampler_flags, finite_float, nonneg_int, positive_float, positive_int, sampler_args
+from sinklens.cliargs import finite_float, nonneg_int, positive_float, positive_int
+from sinklens.samplers.command import add_sampler_flags, sampler_args
 
 
 def _k_list(s: str) -> tuple[int | str, ...]:

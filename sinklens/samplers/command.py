@@ -10,8 +10,53 @@ import argparse
 import json
 import os
 import sys
+from dataclasses import fields
 
-from sinklens.cliargs import CliError, add_sampler_flags, nonneg_int, positive_int, sampler_args
+from sinklens.cliargs import CliError, nonneg_int, positive_int
+
+def add_sampler_flags(parser: argparse.ArgumentParser, exclude: tuple[str, ...] = (),
+                      title: str = "sampler arguments (official names; only those of the model's sampler are accepted)"
+                      ) -> list[str]:
+    """One flag per field of the registered sampler configs (`sinklens.samplers.configs`): type,
+    range, help and default come from the field, so no flag table is kept by hand. A field that
+    several samplers share (steps, temperature, ...) is one flag. Returns the field names."""
+    from sinklens.samplers.configs import SAMPLERS, expected, parse_text
+
+    by_name: dict[str, list] = {}
+    for sampler, cls in SAMPLERS.items():
+        for f in fields(cls):
+            if f.name not in exclude:
+                by_name.setdefault(f.name, []).append((sampler, f))
+    group = parser.add_argument_group(title)
+    for name, uses in by_name.items():
+        meta = uses[0][1].metadata
+        helps = {f.metadata["help"] for _, f in uses}
+        text = helps.pop() if len(helps) == 1 else "; ".join(f"{s}: {f.metadata['help']}" for s, f in uses)
+        if meta["type"] is not bool and not meta["choices"]:
+            text += f"; {expected(meta)}"
+        text += " [default " + ", ".join(f"{s}: {'unset' if f.default is None else f.default}" for s, f in uses) + "]"
+        flag = "--" + name.replace("_", "-")
+        if meta["type"] is bool:
+            group.add_argument(flag, dest=name, action=argparse.BooleanOptionalAction, default=None,
+                               help=text.replace("%", "%%"))
+            continue
+
+        def parse(value, name=name, meta=meta):
+            try:
+                return parse_text(name, value, meta)
+            except ValueError as e:  # argparse prints "argument --flag: <message>"
+                raise argparse.ArgumentTypeError(str(e).split(" ", 1)[1]) from None
+
+        metavar = "{" + ",".join(meta["choices"]) + "}" if meta["choices"] else (
+            "ID[,ID...]" if meta["type"] == "ids" else {int: "N", float: "X"}.get(meta["type"], "TEXT"))
+        group.add_argument(flag, dest=name, type=parse, default=None, metavar=metavar, help=text.replace("%", "%%"))
+    return list(by_name)
+
+
+def sampler_args(args: argparse.Namespace, names: list[str]) -> dict:
+    """The sampler flags the user gave (a flag left out keeps the sampler's / preset's default)."""
+    return {n: getattr(args, n) for n in names if getattr(args, n, None) is not None}
+
 
 def _add_common(p: argparse.ArgumentParser) -> None:
     p.add_argument("--model", required=True, help="alias, local folder, .gguf file or hub id")

@@ -12,7 +12,7 @@ function (its own module, e.g. `sinklens/samplers/llada.py`), registered by name
 Each field's metadata holds its parse type, help text and range; `__post_init__` checks every
 field against it (one message format everywhere), then `check()` adds the rules between fields.
 Everything else reads these fields: `model.generate(**kwargs)` (`from_kwargs`), the command line
-flags (`sinklens.cli.types.add_sampler_flags`), the eval presets (`for_task`), lm-eval model args
+flags (`add_sampler_flags`), the eval presets (`for_task`), lm-eval model args
 and the trace metadata (`to_dict`).
 
 This module imports neither torch nor transformers, so the command line can build its flags
