@@ -102,3 +102,25 @@ def source(seed: int = 0, with_maps: bool = True, **kw):
                        group_names=("masked", "unmasked"), maps=d["maps"], vocab=VOCAB, mask_id=MASK_ID,
                        special_ids=(0,), block_length=BLOCK, prompt_length=PROMPT, label=kw.pop("label", "planted"),
                        **kw)
+
+
+def arm_source(label: str = "arm"):
+    """Causal: a prefill step summing 8 query rows, then 5 decoding steps of one row each."""
+    rng = np.random.default_rng(0)
+    T, S0 = 6, 8
+    S = S0 + T - 1
+    received = np.zeros((T, 1, 2, S), np.float32)
+    tokens = np.full((T, S), -1)
+    qpos = []
+    for t in range(T):
+        n = S0 + t
+        rows = n if t == 0 else 1
+        A = rng.dirichlet(np.ones(n), size=rows)                    # rows of attention over n keys
+        received[t, 0, :, :n] = A.sum(0)
+        tokens[t, :n] = np.arange(n) % 7
+        qpos.append(np.arange(n) if t == 0 else np.array([n - 1]))
+    key_mask = tokens >= 0
+    from sinklens.analysis import ArraySource
+
+    return ArraySource(received, np.where(key_mask, tokens, 0), key_mask=key_mask, query_positions=qpos,
+                       causal=True, vocab={i: f"t{i}" for i in range(7)}, prompt_length=S0, label=label)

@@ -9,7 +9,7 @@ import pytest
 from matplotlib.colors import LogNorm
 
 import _planted as P
-from sinklens.analysis import ArraySource, analyze
+from sinklens.analysis import analyze
 from sinklens.report import figures as F
 from sinklens.report.report import ReportOptions, build_report
 
@@ -76,28 +76,8 @@ def test_fig3_is_the_eq3_margin_against_eps(planted):
     assert np.allclose(maxline.get_ydata(), planted.margin_quantiles[:, -1])
 
 
-def _arm_source():
-    """Causal: a prefill step summing 8 query rows, then 5 decoding steps of one row each."""
-    rng = np.random.default_rng(0)
-    T, S0 = 6, 8
-    S = S0 + T - 1
-    received = np.zeros((T, 1, 2, S), np.float32)
-    tokens = np.full((T, S), -1)
-    qpos = []
-    for t in range(T):
-        n = S0 + t
-        rows = n if t == 0 else 1
-        A = rng.dirichlet(np.ones(n), size=rows)                    # rows of attention over n keys
-        received[t, 0, :, :n] = A.sum(0)
-        tokens[t, :n] = np.arange(n) % 7
-        qpos.append(np.arange(n) if t == 0 else np.array([n - 1]))
-    key_mask = tokens >= 0
-    return ArraySource(received, np.where(key_mask, tokens, 0), key_mask=key_mask, query_positions=qpos,
-                       causal=True, vocab={i: f"t{i}" for i in range(7)}, prompt_length=S0, label="arm")
-
-
 def test_arm_prefill_and_decoding_have_their_own_colour_scales():
-    a = analyze(_arm_source())
+    a = analyze(P.arm_source())
     fig = F.received_over_steps(a, 0, 0)
     images = [ax.images[0] for ax in fig.axes if ax.images]
     assert len(images) == 2                                         # prefill panel, decoding panel

@@ -85,7 +85,7 @@ def test_page_renders_slider_changes_step_no_console_errors(browser, tmp_path):
         v.layerSel.value = 1; v.layerSel.dispatchEvent(new Event('change'));
         v.headSel.value = 0; v.headSel.dispatchEvent(new Event('change'));""")
     cv = viewer.find_element(By.CSS_SELECTOR, "canvas.sl-map")
-    assert cv.get_attribute("width") == str(P.S) and cv.is_displayed()
+    assert int(cv.get_attribute("width")) > P.S and cv.is_displayed()     # map + axes + colour bar
     assert _errors(browser) == []
 
 
@@ -120,4 +120,83 @@ def test_page_survives_hostile_token_strings(browser, tmp_path):
     browser.get(rep.html.resolve().as_uri())
     texts = {t.get_attribute("textContent") for t in browser.find_elements(By.CSS_SELECTOR, ".sl-tok")}
     assert "</script><!--" in texts and "<b>&amp;\"'" in texts
+    assert _errors(browser) == []
+
+
+def _num(text: str) -> float:
+    return float(text.replace("−", "-"))
+
+
+def test_first_view_legend_summary_chart_and_map(browser, tmp_path):
+    """What a first look needs: the strongest-sink head with a hint, numbers on the legend, a
+    readable summary (3 significant digits), step ticks on the chart, a map with axes and a colour
+    bar in the figures' colormap (matplotlib's magma, not a copy of it)."""
+    import json
+    import re
+
+    import matplotlib
+    import numpy as np
+    from selenium.webdriver.common.by import By
+
+    from sinklens.analysis import analyze
+
+    src = P.source(label="planted")
+    strongest = analyze(src).strongest_sink_head()
+    rep = build_report([src], tmp_path / "first", options=QUICK)
+    browser.get(rep.html.resolve().as_uri())
+    v = browser.find_element(By.CSS_SELECTOR, ".sl-viewer")
+    assert (int(v.find_element(By.CSS_SELECTOR, ".sl-layer").get_attribute("value")),
+            int(v.find_element(By.CSS_SELECTOR, ".sl-head").get_attribute("value"))) == strongest
+    hint = v.find_element(By.CSS_SELECTOR, ".sl-hint").text
+    assert "strongest sink" in hint.lower() and f"layer {strongest[0]}, head {strongest[1]}" in hint
+    nums = [_num(e.text) for e in v.find_elements(By.CSS_SELECTOR, ".sl-legend-num")]
+    assert len(nums) == 5 and nums == sorted(nums) and nums[-1] > 0          # numbers, low to high
+    rows = v.find_elements(By.CSS_SELECTOR, ".sl-summary table tr")
+    assert len(rows) >= 10
+    text = v.find_element(By.CSS_SELECTOR, ".sl-summary").text
+    assert not re.search(r"\d\.\d{4,}", text) and "sinks_total" not in text and "\": " not in text   # no raw JSON, no 16-digit floats
+    ticks = browser.execute_script("return window.sinklensViewers[0].chartTicks")
+    assert ticks["x"][0] == 0 and len(ticks["x"]) >= 3 and ticks["y"][0] == 0
+    browser.execute_script("""const v = window.sinklensViewers[0]; v.setStep(0, true);
+        v.layerSel.value = 1; v.layerSel.dispatchEvent(new Event('change'));
+        v.headSel.value = 0; v.headSel.dispatchEvent(new Event('change'));""")
+    bar = browser.execute_script("return window.sinklensViewers[0].mapBar")
+    assert len(bar) == 5 and bar == sorted(bar) and abs(bar[-1] - float(src.map(0, 1, 0).max())) < 1e-3 * bar[-1]
+    cmap = json.loads(browser.execute_script("return document.getElementById('sl-cmap').textContent"))
+    magma = np.round(matplotlib.colormaps["magma"](np.linspace(0, 1, 256))[:, :3] * 255)
+    assert np.array_equal(np.array(cmap), magma)
+    keep = os.environ.get("SINKLENS_SCREENSHOT_DIR")
+    if keep:
+        browser.save_screenshot(os.path.join(keep, "report-first-view.png"))
+    assert _errors(browser) == []
+
+
+def test_compare_mode_one_column_per_trace_units_toggle(browser, tmp_path):
+    """Three traces, one causal: three columns; the causal one toggles to uniform_ratio in place."""
+    from selenium.webdriver.common.by import By
+
+    rep = build_report([P.source(label="a"), P.arm_source("arm"), P.source(seed=1, with_maps=False, label="b")],
+                       tmp_path / "cmp3", options=QUICK)
+    browser.get(rep.html.resolve().as_uri())
+    viewers = browser.find_elements(By.CSS_SELECTOR, ".sl-viewer")
+    assert [v.get_attribute("data-trace") for v in viewers] == ["a", "arm", "b"]
+    columns = browser.execute_script(
+        "return getComputedStyle(document.getElementById('sl-viewers')).gridTemplateColumns.split(' ').length")
+    assert columns == 3
+    toggles = [v.find_elements(By.CSS_SELECTOR, "select.sl-units") for v in viewers]
+    assert [len(t) for t in toggles] == [0, 1, 0]
+    sel = toggles[1][0]
+    assert [o.text for o in sel.find_elements(By.TAG_NAME, "option")] == ["sum", "uniform_ratio"]
+    before = [e.text for e in viewers[1].find_elements(By.CSS_SELECTOR, ".sl-legend-num")]
+    browser.execute_script("""const v = window.sinklensViewers[1]; v.unitsSel.value = 1;
+        v.unitsSel.dispatchEvent(new Event('change'));""")
+    assert viewers[1].get_attribute("data-units") == "uniform_ratio"
+    assert [e.text for e in viewers[1].find_elements(By.CSS_SELECTOR, ".sl-legend-num")] != before
+    assert "units=uniform_ratio" in viewers[1].find_element(By.CSS_SELECTOR, ".sl-summary summary").text
+    shot = tmp_path / "compare.png"
+    browser.save_screenshot(str(shot))
+    assert shot.stat().st_size > 10_000
+    keep = os.environ.get("SINKLENS_SCREENSHOT_DIR")
+    if keep:
+        shutil.copy(shot, keep)
     assert _errors(browser) == []

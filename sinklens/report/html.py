@@ -29,6 +29,7 @@ import base64
 import html
 import json
 import math
+import re
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -47,6 +48,7 @@ class PageOptions:
     layers: list[int] | None = None  # per-head data only for these layers (None: all)
     title: str = "sinklens report"
     progress: bool = False          # tqdm bar while the per-step bytes are written
+    element_prefix: str = "sl"      # every element id starts with it (unique per page in a notebook)
 
 
 def quantise(x: np.ndarray, xmax: float) -> np.ndarray:
@@ -115,6 +117,8 @@ def _header(a: Analysis, steps_with_heads: list[int], stride: int, layers, xmax:
         "vocab": {str(int(i)): s for i, s in zip(ids, a.source.decode(ids.tolist()))} if ids.size else {},
         "largest": _b64(a.largest_pos.astype(np.int16)), "largest_mean": _b64(mean_pos.astype(np.int16)),
         "sinks": _sink_index(a), "maps": maps, "figures": figures,
+        "strongest": list(a.strongest_sink_head()), "has_sinks": bool((a.largest_pos >= 0).any()),
+        "prompt_length": a.source.prompt_length,
         "summary": {k: summary[k] for k in ("units", "units_meaning", "notes", "eps", "sink_rule", "causal", "shape",
                                             "sinks_total", "fraction_heads_steps_with_sink", "track_kinds",
                                             "head_classes", "drift")}
@@ -153,48 +157,89 @@ def _mean_chunks(a: Analysis, xmax: float, skip: set[int]) -> str:
     return _b64(np.stack(parts)) if parts else ""
 
 
-def render_page(analyses: list[Analysis], out: str | Path, opts: PageOptions | None = None,
-                figures: list[dict] | None = None) -> Path:
-    """Write the page; `figures[k]` = {name: png bytes} embedded as data URIs for trace k.
+def _groups(analyses) -> list[list[Analysis]]:
+    """[[a], [b, b_uniform_ratio], ...]: one group (one page column) per trace, its alternative
+    unit views inside it. A flat list of analyses gives one group each."""
+    return [list(g) if isinstance(g, (list, tuple)) else [g] for g in analyses]
+
+
+def _colormap() -> list[list[int]]:
+    """The figures' colormap (magma, Fig. 1 / Fig. 4) as 256 RGB triplets for the page."""
+    import matplotlib
+
+    rgba = matplotlib.colormaps["magma"](np.linspace(0.0, 1.0, 256))
+    return np.round(rgba[:, :3] * 255).astype(int).tolist()
+
+
+def render_page(analyses, out: str | Path, opts: PageOptions | None = None, figures: list[dict] | None = None) -> Path:
+    """Write the standalone page. `analyses`: one item per trace — an Analysis, or a list of
+    Analyses of the same trace in different units (the page shows one column per trace with a
+    units toggle); `figures[k]` = {name: png bytes} embedded as data URIs for trace k.
     Written piece by piece, so peak memory holds one step's bytes, not the whole page."""
     opts = opts or PageOptions()
     out = Path(out)
-    for a in analyses:                        # bad options fail before anything is written
-        for l in opts.layers or []:
-            a.source.check_layer_head(l, None)
+    _check(analyses, opts)
     css = (HERE / "viewer.css").read_text(encoding="utf-8")
-    js = (HERE / "viewer.js").read_text(encoding="utf-8")
     out.parent.mkdir(parents=True, exist_ok=True)
     with open(out, "w", encoding="utf-8") as f:
         f.write(f"""<!DOCTYPE html>
 <html lang="en"><head><meta charset="utf-8"><meta name="viewport" content="width=device-width, initial-scale=1">
 <title>{html.escape(opts.title)}</title><link rel="icon" href="data:,"><style>{css}</style></head>
-<body><header><h1>{html.escape(opts.title)}</h1>
-<p class="note">Self-contained page (no network). Scores are in the units named on each panel; sinks are the
-exact paper Eq. 3 results (score − mean of the other tokens ≥ ε); colours come from 8-bit log-quantised
-scores (±1.8 % relative). <label><input type="checkbox" id="sl-link" checked> link steps across traces</label></p>
-</header>
-<main id="sl-viewers" style="--n:{len(analyses)}"></main>
+<body style="margin:0; background:#fafafa">
 """)
-        for k, a in enumerate(analyses):
+        write_fragment(f, analyses, opts, figures)
+        f.write("</body></html>\n")
+    return out
+
+
+def _check(analyses, opts: PageOptions) -> None:
+    for group in _groups(analyses):          # bad options fail before anything is written
+        for a in group:
+            for l in opts.layers or []:
+                a.source.check_layer_head(l, None)
+    if not re.fullmatch(r"[A-Za-z][A-Za-z0-9_-]*", opts.element_prefix):
+        raise ValueError(f"element_prefix must be letters, digits, '_' or '-' (starting with a letter), "
+                         f"got {opts.element_prefix!r}")
+
+
+def write_fragment(f, analyses, opts: PageOptions, figures: list[dict] | None = None, css: str | None = None) -> None:
+    """The page body (viewers, data, script) into the text stream `f`. Every element id starts with
+    `opts.element_prefix`, so several fragments can share one document (a notebook)."""
+    _check(analyses, opts)
+    P = opts.element_prefix
+    groups = _groups(analyses)
+    js = (HERE / "viewer.js").read_text(encoding="utf-8").replace("__SL_PREFIX__", P)
+    if css is not None:
+        f.write(f"<style>{css}</style>\n")
+    f.write(f"""<div class="sl-page" id="{P}-page"><header><h1>{html.escape(opts.title)}</h1>
+<p class="note">Self-contained (no network). Scores are in the units named on each panel; sinks are the
+exact paper Eq. 3 results (score − mean of the other tokens ≥ ε); colours come from 8-bit log-quantised
+scores (±1.8 % relative). <label><input type="checkbox" id="{P}-link" checked> link steps across traces</label></p>
+</header>
+<main class="sl-viewers" id="{P}-viewers" style="--n:{len(groups)}"></main>
+<script type="application/json" id="{P}-cmap">{json.dumps(_colormap(), separators=(",", ":"))}</script>
+""")
+    k = 0
+    for g, group in enumerate(groups):
+        for i, a in enumerate(group):
             xmax = float(np.nanmax(a.top_score)) if a.top_score.size else 1.0
             xmax = xmax if xmax > 0 else 1.0
             steps, stride = plan_steps(a, opts)
-            figs = {name: "data:image/png;base64," + base64.b64encode(png).decode("ascii")
-                    for name, png in ((figures or [{}] * len(analyses))[k] or {}).items()}
-            head = _header(a, steps, stride, opts.layers, xmax, figs)
+            pngs = ((figures or [{}] * len(groups))[g] or {}) if i == 0 else {}   # figures go with the first view
+            figs = {name: "data:image/png;base64," + base64.b64encode(png).decode("ascii") for name, png in pngs.items()}
+            head = _header(a, steps, stride, opts.layers, xmax, figs) | {"group": g, "alt": i}
             # "<" only occurs inside JSON strings: escaping it keeps "</script>" / "<!--" in token text harmless
             head_json = json.dumps(head, separators=(",", ":")).replace("<", "\\u003c")
-            f.write(f'<script type="application/json" id="sl-head-{k}">{head_json}</script>\n')
+            f.write(f'<script type="application/json" id="{P}-head-{k}">{head_json}</script>\n')
             walk = steps
             if opts.progress:
                 from tqdm.auto import tqdm
 
                 walk = tqdm(steps, desc=f"page {a.source.label}", unit="step")
             for t in walk:
-                f.write(f'<script type="application/octet-stream" id="sl-{k}-{t}">'
+                f.write(f'<script type="application/octet-stream" id="{P}-{k}-{t}">'
                         f'{_step_chunks(a, t, opts.layers, xmax)}</script>\n')
-            f.write(f'<script type="application/octet-stream" id="sl-{k}-mean">{_mean_chunks(a, xmax, set(steps))}'
+            f.write(f'<script type="application/octet-stream" id="{P}-{k}-mean">{_mean_chunks(a, xmax, set(steps))}'
                     f'</script>\n')
-        f.write(f"<script>{js}</script></body></html>\n")
-    return out
+            k += 1
+    f.write(f"<script>{js}</script></div>\n")

@@ -159,10 +159,9 @@ def build_report(traces, out: str | os.PathLike, *, labels: list[str] | None = N
         report.figures["compare_fig10_eps_sweep"] = F.save(F.eps_sweep(primaries), out / "compare_fig10_eps_sweep")
     _write_summary(report, opts)
     opts.page.progress = opts.page.progress or opts.progress
-    # every analysis gets a panel: a causal trace shows its raw sums and, beside them, the
-    # uniform_ratio view (SPEC §2: report both); the figures go with the first panel of a trace
-    panels = [(a, figs if i == 0 else {}) for r, figs in zip(reps, page_figs) for i, a in enumerate(r.analyses)]
-    render_page([a for a, _ in panels], report.html, opts.page, figures=[f for _, f in panels])
+    # one column per trace; a causal trace's uniform_ratio view is a units toggle in its column
+    # (SPEC §2: report both); the figures go with the trace's first view
+    render_page([r.analyses for r in reps], report.html, opts.page, figures=page_figs)
     return report
 
 

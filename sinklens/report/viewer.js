@@ -1,8 +1,13 @@
 // sinklens interactive viewer: reads the data embedded by sinklens/report/html.py (no network).
-// Per trace: a JSON header plus one base64 element per stored step, decoded lazily on demand.
+// Per trace view: a JSON header plus one base64 element per stored step, decoded lazily on demand.
+// Every element id starts with the page prefix P (html.py substitutes it), so two pages can share
+// one document (a notebook). One column per trace; a trace with several unit views (an ARM's sums
+// and uniform_ratio) gets a units toggle in its column.
 "use strict";
 (function () {
+  const P = "__SL_PREFIX__";
   const CACHE_CHUNKS = 256;           // decoded (step, layer) chunks kept in memory (LRU)
+  const $ = (id) => document.getElementById(P + "-" + id);
 
   function bytes(b64) {
     const bin = atob(b64);
@@ -14,15 +19,21 @@
     const b = bytes(b64);
     return new Type(b.buffer, 0, b.byteLength / Type.BYTES_PER_ELEMENT);
   }
-  // viridis-like ramp, 256 entries, from 9 anchors
-  const ANCHORS = [[68, 1, 84], [72, 40, 120], [62, 74, 137], [49, 104, 142], [38, 130, 142],
-                   [31, 158, 137], [53, 183, 121], [109, 205, 89], [253, 231, 37]];
-  const RAMP = [];
-  for (let i = 0; i < 256; i++) {
-    const x = i / 255 * (ANCHORS.length - 1), k = Math.min(Math.floor(x), ANCHORS.length - 2), f = x - k;
-    RAMP.push(ANCHORS[k].map((c, j) => Math.round(c + f * (ANCHORS[k + 1][j] - c))));
-  }
+  // the figures' colormap (magma), 256 RGB entries written by html.py
+  const RAMP = JSON.parse($("cmap").textContent);
   function rgb(c) { return "rgb(" + c[0] + "," + c[1] + "," + c[2] + ")"; }
+  function fmt(v) {                   // 3 significant digits; integers as they are
+    if (typeof v !== "number") return String(v);
+    if (!isFinite(v)) return String(v);
+    if (Number.isInteger(v)) return String(v);
+    return String(Number(v.toPrecision(3)));
+  }
+  function niceStride(n, want) {      // 1, 2, 5, 10, 20, 50, ... so that about `want` ticks show
+    const raw = Math.max(1, n / Math.max(want, 1));
+    const p = Math.pow(10, Math.floor(Math.log10(raw)));
+    for (const m of [1, 2, 5, 10]) if (m * p >= raw) return Math.max(1, Math.round(m * p));
+    return Math.max(1, Math.round(10 * p));
+  }
   function showToken(s) {
     return s.replace(/Ġ/g, "␣").replace(/Ċ/g, "↵").replace(/ĉ/g, "⇥").replace(/▁/g, "␣")
             .replace(/\n/g, "↵").replace(/ /g, "␣") || "∅";
@@ -34,11 +45,13 @@
     if (parent) parent.appendChild(e);
     return e;
   }
+  // log-quantised byte -> value (html.py `dequantise`): x0 = xmax / range
+  function dequant(q, xmax, range) { return xmax / range * Math.expm1(q / 255 * Math.log1p(range)); }
 
   class TraceData {
     constructor(k) {
       this.k = k;
-      const h = JSON.parse(document.getElementById("sl-head-" + k).textContent);
+      const h = JSON.parse($("head-" + k).textContent);
       Object.assign(this, h);
       this.tok = typed(h.tokens, Int32Array);
       this.mask = bytes(h.masked);
@@ -50,8 +63,7 @@
       this.meanIndex = new Map();
       let i = 0;
       for (let t = 0; t < h.T; t++) if (!this.headSet.has(t)) this.meanIndex.set(t, i++);
-      const x0 = h.xmax / h.log_range, lr = Math.log1p(h.log_range);
-      this.lut = new Float32Array(256).map((_, q) => x0 * Math.expm1(q / 255 * lr));
+      this.lut = new Float32Array(256).map((_, q) => dequant(q, h.xmax, h.log_range));
       this.maskLo = new Int32Array(h.T).fill(-1);   // masked span per step (chart shading)
       this.maskHi = new Int32Array(h.T).fill(-1);
       for (let t = 0; t < h.T; t++) for (let j = 0; j < h.S; j++) if (this.mask[t * h.S + j]) {
@@ -70,14 +82,14 @@
     }
     _headChunk(t, l) {            // (H + 1) * S bytes of a stored step and layer
       return this._cached(t + ":" + l, () => {
-        const txt = document.getElementById("sl-" + this.k + "-" + t).textContent;
+        const txt = $(this.k + "-" + t).textContent;
         const n = this.chunk_bytes / 3 * 4;
         return bytes(txt.substr(l * n, n));
       });
     }
     _meanRow(t, l) {              // S bytes of the mean over heads at a step without per-head bytes
       return this._cached("m" + t + ":" + l, () => {
-        if (!this._meanText) this._meanText = document.getElementById("sl-" + this.k + "-mean").textContent;
+        if (!this._meanText) this._meanText = $(this.k + "-mean").textContent;
         const n = this.S3 / 3 * 4, i = this.meanIndex.get(t) * this.L + l;
         return bytes(this._meanText.substr(i * n, n));
       });
@@ -108,24 +120,28 @@
     tokenAt(t, j) { const id = this.tok[t * this.S + j]; return id < 0 ? null : (this.vocab[id] ?? "<" + id + ">"); }
     isMasked(t, j) { return this.mask[t * this.S + j] === 1; }
     mapAt(t, l, head) { return this.maps.find(m => m.t === t && m.l === l && m.h === head) || null; }
+    stepAxis() { return this.causal ? "decoding step index (0 = prefill)" : "denoising step index"; }
   }
 
   const viewers = [];
 
   class Viewer {
-    constructor(root, data) {
-      this.d = data;
-      this.t = 0; this.l = data.L - 1; this.h = -1; this.timer = null;
-      const box = el("section", { class: "sl-viewer", "data-trace": data.label, "data-units": data.units }, root);
-      el("h2", {}, box, data.label + (data.units === "sum" ? "" : "  [" + data.units + "]"));
-      el("p", { class: "note" }, box, "units: " + data.units + " — " + data.units_label + "; sinks: Eq. 3 with ε = " +
-         data.eps + (data.causal ? " (causal model: raw sums carry the H_S − H_j baseline)" : ""));
-      const notes = (data.summary && data.summary.notes) || [];
-      if (notes.length) el("p", { class: "note sl-warn" }, box, "⚠ " + notes.join(" · "));
+    constructor(root, alts) {
+      this.alts = alts;
+      const data = this.d = alts[0];
+      this.t = 0; this.timer = null;
+      // first view: the head with the strongest sink (mean over heads has none on many traces)
+      if (data.has_sinks) { this.l = data.strongest[0]; this.h = data.strongest[1]; }
+      else { this.l = data.L - 1; this.h = -1; }
+      const box = this.box = el("section", { class: "sl-viewer", "data-trace": data.label, "data-units": data.units }, root);
+      el("h2", {}, box, data.label);
+      this.unitsNote = el("p", { class: "note" }, box);
+      this.warn = el("p", { class: "note sl-warn" }, box);
+      this.hint = el("p", { class: "sl-hint" }, box);
       const c = el("div", { class: "sl-controls" }, box);
       this.play = el("button", { type: "button", class: "sl-play" }, c, "▶ play");
       this.slider = el("input", { type: "range", min: 0, max: data.T - 1, value: 0, step: 1, class: "sl-step",
-                                  "aria-label": "denoising step" }, c);
+                                  "aria-label": "step" }, c);
       this.stepLabel = el("span", { class: "sl-steplabel" }, c);
       el("label", {}, c, " layer ");
       this.layerSel = el("select", { class: "sl-layer" }, c);
@@ -135,47 +151,101 @@
       this.headSel = el("select", { class: "sl-head" }, c);
       el("option", { value: -1 }, this.headSel, "mean over heads");
       for (let h = 0; h < data.H; h++) el("option", { value: h }, this.headSel, String(h));
+      this.headSel.value = this.h;
+      if (alts.length > 1) {
+        el("label", {}, c, " units ");
+        this.unitsSel = el("select", { class: "sl-units" }, c);
+        alts.forEach((a, i) => el("option", { value: i }, this.unitsSel, a.units));
+        this.unitsSel.addEventListener("change", () => this.setUnits(+this.unitsSel.value));
+      }
       this.info = el("p", { class: "sl-info" }, box);
       this.strip = el("div", { class: "sl-strip" }, box);
       this.cells = [];
       for (let j = 0; j < data.S; j++) this.cells.push(el("span", { class: "sl-tok" }, this.strip));
-      const legend = el("div", { class: "sl-legend" }, box);
-      el("span", {}, legend, "low");
-      const bar = el("canvas", { width: 256, height: 10 }, legend);
-      const bctx = bar.getContext("2d");
-      for (let i = 0; i < 256; i++) { bctx.fillStyle = rgb(RAMP[i]); bctx.fillRect(i, 0, 1, 10); }
-      el("span", {}, legend, "high (log scale, " + data.units + "); outlined: Eq. 3 sink, thick: largest");
+      this.legend = el("div", { class: "sl-legend" }, box);
       el("h3", {}, box, "Largest sink position over steps");
-      this.chart = el("canvas", { class: "sl-chart", width: 800, height: 200 }, box);
+      this.chart = el("canvas", { class: "sl-chart", width: 800, height: 230 }, box);
+      el("p", { class: "note" }, box, "red: position of the largest Eq. 3 sink at each step (gaps: no sink); grey: " +
+         "masked span; dashed: prompt | answer; click to jump to a step.");
       el("h3", {}, box, "Attention map of the selected slice");
       this.mapNote = el("p", { class: "note sl-mapnote" }, box);
       this.mapCanvas = el("canvas", { class: "sl-map", width: 1, height: 1 }, box);
-      this.summary(box);
+      this.summaryBox = el("details", { class: "sl-summary", open: "" }, box);
+      this.figures(box);
       this.slider.addEventListener("input", () => this.setStep(+this.slider.value, true));
       this.layerSel.addEventListener("change", () => { this.l = +this.layerSel.value; this.update(); });
       this.headSel.addEventListener("change", () => { this.h = +this.headSel.value; this.update(); });
       this.play.addEventListener("click", () => this.toggle());
       this.chart.addEventListener("click", (e) => {
-        const r = this.chart.getBoundingClientRect();
+        const r = this.chart.getBoundingClientRect(), g = this._chartGeom;
+        if (!g) return;
         const x = (e.clientX - r.left) / r.width * this.chart.width;
-        this.setStep(Math.round((x - 40) / (this.chart.width - 50) * Math.max(data.T - 1, 1)), true);
+        this.setStep(Math.round((x - g.x0) / g.w * Math.max(this.d.T - 1, 1)), true);
       });
+      this.setUnits(0);
+    }
+    setUnits(i) {
+      const d = this.d = this.alts[i];
+      this.box.setAttribute("data-units", d.units);
+      this.unitsNote.textContent = "units: " + d.units + " — " + d.units_label + "; sinks: Eq. 3 with ε = " + d.eps +
+        (d.causal ? " (causal model: raw sums carry the H_S − H_j baseline; see the uniform_ratio view)" : "");
+      const notes = (d.summary && d.summary.notes) || [];
+      this.warn.textContent = notes.length ? "⚠ " + notes.join(" · ") : "";
+      this.warn.style.display = notes.length ? "" : "none";
+      this.hint.textContent = d.has_sinks
+        ? "Strongest sink in these units: layer " + d.strongest[0] + ", head " + d.strongest[1] + " (largest Eq. 3 " +
+          "sink score, averaged over steps)" + (i === 0 ? "; the first view shows it" : "") + ". Pick another layer / " +
+          "head, or \"mean over heads\", below."
+        : "No Eq. 3 sink in any head at ε = " + d.eps + (i === 0 ? ": showing the mean over heads of the last layer." : ".");
+      this.drawLegend();
+      this.summary();
       this.update();
     }
-    summary(box) {
-      const s = this.d.summary;
-      const det = el("details", { class: "sl-summary" }, box);
-      el("summary", {}, det, "Summary (numbers with units; every number is in summary.json)");
-      el("pre", {}, det, JSON.stringify(s, null, 1));
+    drawLegend() {
+      const d = this.d, lg = this.legend;
+      lg.textContent = "";
+      const bar = el("div", { class: "sl-legend-bar" }, lg);
+      const cv = el("canvas", { width: 256, height: 10 }, bar);
+      const ctx = cv.getContext("2d");
+      for (let i = 0; i < 256; i++) { ctx.fillStyle = rgb(RAMP[i]); ctx.fillRect(i, 0, 1, 10); }
+      for (const q of [0, 64, 128, 192, 255]) {
+        el("span", { class: "sl-legend-num", style: "left:" + q + "px" }, bar, fmt(d.lut[q]));
+      }
+      el("span", {}, lg, "received attention per token, log colour [units=" + d.units + "]; outlined: Eq. 3 sink, " +
+         "thick: largest; dotted underline: masked");
+    }
+    summary() {
+      const s = this.d.summary, det = this.summaryBox;
+      det.textContent = "";
+      el("summary", {}, det, "Summary [units=" + this.d.units + "] (every number: summary.json)");
+      const tb = el("table", {}, det);
+      const row = (k, v) => { const tr = el("tr", {}, tb); el("th", {}, tr, k); el("td", {}, tr, v); };
+      const kv = (o, f) => Object.entries(o || {}).map(([k, v]) => k + " " + (f ? f(v) : fmt(v))).join(", ");
+      const sh = s.shape || {};
+      row("shape", sh.steps + " steps × " + sh.layers + " layers × " + sh.heads + " heads, up to " + sh.max_seq_len +
+          " tokens; " + (s.causal ? "causal (ARM)" : "bidirectional"));
+      row("units", s.units + " — " + s.units_meaning);
+      row("sink rule", s.sink_rule + ", ε = " + fmt(s.eps));
+      row("sinks", fmt(s.sinks_total) + " (step, layer, head, position) occurrences");
+      row("heads × steps with a sink", fmt(100 * s.fraction_heads_steps_with_sink) + " %");
+      row("strongest-sink head", "layer " + this.d.strongest[0] + ", head " + this.d.strongest[1]);
+      row("sink tracks", kv(s.track_kinds));
+      row("head classes", kv(s.head_classes));
+      row("drift (positions)", kv(s.drift));
+      row("masked / unmasked splits", fmt(s.splits) + " (step, layer, head)");
+      if (s.sink_token_categories) row("sink tokens by category", kv(s.sink_token_categories,
+        (v) => fmt(v.fraction) + " (" + v.count + ")"));
+      for (const n of s.notes || []) row("note", n);
+    }
+    figures(box) {
       const figs = this.d.figures || {};
-      if (Object.keys(figs).length) {
-        const fd = el("details", { class: "sl-figs" }, box);
-        el("summary", {}, fd, "Figures (" + Object.keys(figs).length + ")");
-        for (const name in figs) {
-          const f = el("figure", {}, fd);
-          el("img", { src: figs[name], alt: name, loading: "lazy" }, f);
-          el("figcaption", {}, f, name);
-        }
+      if (!Object.keys(figs).length) return;
+      const fd = el("details", { class: "sl-figs" }, box);
+      el("summary", {}, fd, "Figures (" + Object.keys(figs).length + ")");
+      for (const name in figs) {
+        const f = el("figure", {}, fd);
+        el("img", { src: figs[name], alt: name, loading: "lazy" }, f);
+        el("figcaption", {}, f, name);
       }
     }
     toggle() {
@@ -192,7 +262,8 @@
       if (t === this.t && +this.slider.value === t) { this.update(); return; }
       this.t = t; this.slider.value = t;
       this.update();
-      if (propagate && document.getElementById("sl-link").checked) {
+      const link = $("link");
+      if (propagate && link && link.checked) {
         const frac = this.d.T > 1 ? t / (this.d.T - 1) : 0;
         for (const v of viewers) if (v !== this) v.setStep(Math.round(frac * (v.d.T - 1)), false);
       }
@@ -226,7 +297,7 @@
         }
         cell.className = "sl-tok" + (sinks.has(j) ? " sink" : "") + (j === big ? " largest" : "") + (d.isMasked(t, j) ? " masked" : "");
         cell.title = "position " + j + " · " + JSON.stringify(tokText) + " · score " +
-          (v.q ? d.lut[q].toPrecision(3) : "n/a") + " (" + d.units + ")" + (d.isMasked(t, j) ? " · masked" : "") +
+          (v.q ? fmt(d.lut[q]) : "n/a") + " (" + d.units + ")" + (d.isMasked(t, j) ? " · masked" : "") +
           (sinks.has(j) ? " · SINK" : "");
       }
       this.drawChart();
@@ -236,24 +307,51 @@
       const d = this.d, cv = this.chart, ctx = cv.getContext("2d");
       const cw = Math.round(cv.clientWidth || 800);
       if (cw > 0 && cv.width !== cw) cv.width = cw;     // draw at the displayed size (no stretched text)
-      const W = cv.width, H = cv.height, x0 = 40, y0 = 10, w = W - 50, hh = H - 35;
+      const W = cv.width, H = cv.height, x0 = 58, y0 = 8, w = W - x0 - 12, hh = H - y0 - 44;
+      this._chartGeom = { x0: x0, w: w };
       ctx.clearRect(0, 0, W, H);
       ctx.fillStyle = "#fff"; ctx.fillRect(0, 0, W, H);
-      const X = t => x0 + (d.T > 1 ? t / (d.T - 1) : 0.5) * w, Y = p => y0 + p / Math.max(d.S - 1, 1) * hh;
+      const X = t => x0 + (d.T > 1 ? t / (d.T - 1) : 0.5) * w, Y = p => y0 + (p + 0.5) / Math.max(d.S, 1) * hh;
       ctx.fillStyle = "#e4e4e4";                      // masked span per step
       for (let t = 0; t < d.T; t++) {
         const lo = d.maskLo[t], hi = d.maskHi[t];
         if (lo < 0) continue;
         const a = Math.max(x0, X(t) - w / d.T / 2), b = Math.min(x0 + w, X(t) + w / d.T / 2);
-        ctx.fillRect(a, Y(lo), Math.max(b - a, 1), Y(hi) - Y(lo) + 1);
+        ctx.fillRect(a, Y(lo - 0.5), Math.max(b - a, 1), Y(hi + 0.5) - Y(lo - 0.5));
       }
-      ctx.strokeStyle = "#888"; ctx.strokeRect(x0, y0, w, hh);
-      ctx.fillStyle = "#333"; ctx.font = "11px sans-serif";
-      ctx.fillText("0", 28, y0 + 8); ctx.fillText(String(d.S - 1), 10, y0 + hh);
-      ctx.fillText("step →   (y: token position of the largest sink; grey: masked span; click to jump)", x0, H - 8);
-      ctx.fillStyle = "#c0392b";
+      ctx.strokeStyle = "#888"; ctx.lineWidth = 1; ctx.strokeRect(x0, y0, w, hh);
+      ctx.fillStyle = "#333"; ctx.font = "11px sans-serif"; ctx.strokeStyle = "#888";
+      // x: step ticks labelled with the sampler's step numbers
+      ctx.textAlign = "center"; ctx.textBaseline = "top";
+      const xs = niceStride(d.T, Math.max(2, Math.floor(w / 60)));
+      this.chartTicks = { x: [], y: [] };            // what was drawn (read by the browser test)
+      for (let t = 0; t < d.T; t += xs) {
+        ctx.beginPath(); ctx.moveTo(X(t), y0 + hh); ctx.lineTo(X(t), y0 + hh + 4); ctx.stroke();
+        ctx.fillText(String(d.step_numbers[t]), X(t), y0 + hh + 6);
+        this.chartTicks.x.push(d.step_numbers[t]);
+      }
+      ctx.fillText(d.stepAxis(), x0 + w / 2, y0 + hh + 22);
+      // y: token positions
+      ctx.textAlign = "right"; ctx.textBaseline = "middle";
+      const ys = niceStride(d.S, Math.max(2, Math.floor(hh / 28)));
+      for (let p = 0; p < d.S; p += ys) {
+        ctx.beginPath(); ctx.moveTo(x0 - 4, Y(p)); ctx.lineTo(x0, Y(p)); ctx.stroke();
+        ctx.fillText(String(p), x0 - 6, Y(p));
+        this.chartTicks.y.push(p);
+      }
+      ctx.save(); ctx.translate(12, y0 + hh / 2); ctx.rotate(-Math.PI / 2); ctx.textAlign = "center";
+      ctx.fillText("token position", 0, 0); ctx.restore();
+      const pl = d.prompt_length;
+      if (pl !== null && pl !== undefined && pl > 0 && pl < d.S) {
+        ctx.setLineDash([4, 3]); ctx.strokeStyle = "#555";
+        ctx.beginPath(); ctx.moveTo(x0, Y(pl - 0.5)); ctx.lineTo(x0 + w, Y(pl - 0.5)); ctx.stroke();
+        ctx.setLineDash([]);
+        ctx.textAlign = "left"; ctx.textBaseline = "bottom"; ctx.fillStyle = "#555";
+        ctx.fillText("prompt | answer", x0 + 4, Y(pl - 0.5) - 1);
+      }
+      ctx.fillStyle = "#c0392b"; ctx.strokeStyle = "#c0392b";
       let prev = null;
-      ctx.strokeStyle = "#c0392b"; ctx.beginPath();
+      ctx.beginPath();
       for (let t = 0; t < d.T; t++) {
         const p = d.largestAt(t, this.l, this.h);
         if (p < 0) { prev = null; continue; }
@@ -275,26 +373,89 @@
         return;
       }
       if (!m._q) m._q = bytes(m.data);
-      this.mapNote.textContent = "A[i, j] (rows = queries i, columns = keys j), log colour, max " + m.max.toPrecision(3);
-      cv.style.display = ""; cv.width = m.sk; cv.height = m.sq;
-      const ctx = cv.getContext("2d"), img = ctx.createImageData(m.sk, m.sq);
+      this.mapNote.textContent = "A[i, j]: rows = queries i, columns = keys j; log colour (magma, as Fig. 4); max " +
+        fmt(m.max) + ".";
+      // geometry: map, axes (left, bottom), colour bar (right)
+      const left = 44, top = 8, bottom = 36, right = 78;
+      const avail = Math.max(160, Math.min((this.box.clientWidth || 520) - 30, 560) - left - right);
+      const cwid = avail / m.sk, chei = m.sq === 1 ? 22 : Math.min(cwid, 380 / m.sq);
+      const mw = Math.round(cwid * m.sk), mh = Math.max(Math.round(chei * m.sq), 22);
+      cv.style.display = ""; cv.width = left + mw + right; cv.height = top + Math.max(mh, 110) + bottom;
+      const ctx = cv.getContext("2d");
+      ctx.fillStyle = "#fff"; ctx.fillRect(0, 0, cv.width, cv.height);
+      const off = document.createElement("canvas"); off.width = m.sk; off.height = m.sq;
+      const octx = off.getContext("2d"), img = octx.createImageData(m.sk, m.sq);
       for (let i = 0; i < m.sq * m.sk; i++) {
         const c = RAMP[m._q[i]];
         img.data[4 * i] = c[0]; img.data[4 * i + 1] = c[1]; img.data[4 * i + 2] = c[2]; img.data[4 * i + 3] = 255;
       }
-      ctx.putImageData(img, 0, 0);
+      octx.putImageData(img, 0, 0);
+      ctx.imageSmoothingEnabled = false;
+      ctx.drawImage(off, left, top, mw, mh);
+      ctx.strokeStyle = "#888"; ctx.strokeRect(left, top, mw, mh);
+      ctx.fillStyle = "#333"; ctx.font = "11px sans-serif";
+      // x: key positions j
+      ctx.textAlign = "center"; ctx.textBaseline = "top";
+      const xs = niceStride(m.sk, Math.max(2, Math.floor(mw / 45)));
+      for (let j = 0; j < m.sk; j += xs) {
+        const x = left + (j + 0.5) * mw / m.sk;
+        ctx.beginPath(); ctx.moveTo(x, top + mh); ctx.lineTo(x, top + mh + 4); ctx.stroke();
+        ctx.fillText(String(j), x, top + mh + 5);
+      }
+      ctx.fillText("key position j", left + mw / 2, top + mh + 20);
+      // y: query rows i (an ARM decoding step stores the newest token's row only)
+      ctx.textAlign = "right"; ctx.textBaseline = "middle";
+      if (m.sq === 1) ctx.fillText(String(d.seq_len[m.t] - 1), left - 5, top + mh / 2);
+      else {
+        const ys = niceStride(m.sq, Math.max(2, Math.floor(mh / 30)));
+        for (let i = 0; i < m.sq; i += ys) {
+          const y = top + (i + 0.5) * mh / m.sq;
+          ctx.beginPath(); ctx.moveTo(left - 4, y); ctx.lineTo(left, y); ctx.stroke();
+          ctx.fillText(String(i), left - 6, y);
+        }
+      }
+      ctx.save(); ctx.translate(10, top + mh / 2); ctx.rotate(-Math.PI / 2); ctx.textAlign = "center";
+      ctx.fillText(m.sq === 1 ? "query (newest)" : "query position i", 0, 0); ctx.restore();
+      // colour bar with numbers: the map's own log scale (html.py quantises each map to its max)
+      const bx = left + mw + 14, bh = Math.max(mh, 110), bw = 12;
+      for (let y = 0; y < bh; y++) {
+        ctx.fillStyle = rgb(RAMP[Math.round(255 * (1 - y / Math.max(bh - 1, 1)))]);
+        ctx.fillRect(bx, top + y, bw, 1);
+      }
+      ctx.strokeStyle = "#888"; ctx.strokeRect(bx, top, bw, bh);
+      ctx.fillStyle = "#333"; ctx.textAlign = "left"; ctx.textBaseline = "middle";
+      this.mapBar = [];                               // colour-bar numbers drawn (read by the browser test)
+      for (const q of [0, 64, 128, 192, 255]) {
+        const y = top + (1 - q / 255) * (bh - 1);
+        ctx.fillText(fmt(dequant(q, m.max, d.log_range)), bx + bw + 4, y);
+        this.mapBar.push(dequant(q, m.max, d.log_range));
+      }
+      this.mapGeom = { left: left, top: top, w: mw, h: mh };
+      ctx.save(); ctx.translate(cv.width - 4, top + bh / 2); ctx.rotate(-Math.PI / 2); ctx.textAlign = "center";
+      ctx.fillText("A[i, j]", 0, 0); ctx.restore();
     }
   }
 
   function start() {
-    const root = document.getElementById("sl-viewers");
-    for (let k = 0; document.getElementById("sl-head-" + k); k++) viewers.push(new Viewer(root, new TraceData(k)));
-    window.sinklensViewers = viewers;
+    const root = $("viewers");
+    const groups = [];
+    for (let k = 0; $("head-" + k); k++) {
+      const data = new TraceData(k);
+      (groups[data.group] = groups[data.group] || []).push(data);
+    }
+    for (const alts of groups) viewers.push(new Viewer(root, alts));
+    window.sinklensPages = window.sinklensPages || {};
+    window.sinklensPages[P] = viewers;
+    window.sinklensViewers = viewers;       // the last page started (a standalone page has one)
+    const page = $("page");
     document.addEventListener("keydown", (e) => {
-      if (e.target.tagName === "SELECT") return;
+      if (e.target.tagName === "SELECT" || e.target.tagName === "INPUT") return;
+      const mine = page && page.contains(e.target);
+      const first = Object.keys(window.sinklensPages)[0] === P;
+      if (!(mine || (e.target === document.body && first))) return;
       if (e.key === "ArrowRight" || e.key === "ArrowLeft") {
         const v = viewers[0];
-        if (v && e.target !== v.slider) v.setStep(v.t + (e.key === "ArrowRight" ? 1 : -1), true);
+        if (v) v.setStep(v.t + (e.key === "ArrowRight" ? 1 : -1), true);
       }
     });
   }
