@@ -14,6 +14,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 import numpy as np
 
+from sinklens.trace.layout import TraceLayout
+
 
 class AnalysisInputError(ValueError):
     """The arrays / trace handed to the analysis do not fit (shape, range, empty)."""
@@ -39,15 +41,26 @@ class Source:
     num_steps: int
     num_layers: int
     num_heads: int
-    causal: bool = False
+    layout: TraceLayout = field(default_factory=TraceLayout)  # causal, prompt length, blocks, query rows
     mask_id: int | None = None
     special_ids: tuple[int, ...] = ()
     group_names: tuple[str, ...] = ()
-    block_length: int | None = None   # LLaDA semi-autoregressive blocks (None: no blocks)
-    prompt_length: int | None = None  # first generated position (blocks start here)
     label: str = "trace"
     meta: dict = field(default_factory=dict)
     truncated: bool = False           # the run did not close its trace: only its finished steps are here
+
+    # ---- the layout's facts, read everywhere ---------------------------------------------------
+    @property
+    def causal(self) -> bool:
+        return self.layout.causal
+
+    @property
+    def block_length(self) -> int | None:   # generation blocks after the prompt (None: no blocks)
+        return self.layout.block_length
+
+    @property
+    def prompt_length(self) -> int | None:  # first generated position (blocks start here)
+        return self.layout.prompt_length
 
     # ---- interface -------------------------------------------------------------------------
     def step_data(self, index: int) -> StepData:  # index = 0 .. num_steps-1 (not the step number)
@@ -127,11 +140,14 @@ class ArraySource(Source):
                                          f"{(T, L, H, S)}, got {received_groups.shape}")
         if query_positions is not None and len(query_positions) != T:
             raise AnalysisInputError(f"query_positions must hold one array per step ({T}), got {len(query_positions)}")
-        super().__init__(num_steps=T, num_layers=L, num_heads=H, causal=causal, mask_id=mask_id,
+        try:
+            layout = TraceLayout(causal=causal, prompt_length=prompt_length, block_length=block_length)
+        except ValueError as e:
+            raise AnalysisInputError(str(e)) from None
+        super().__init__(num_steps=T, num_layers=L, num_heads=H, layout=layout, mask_id=mask_id,
                          special_ids=tuple(special_ids),
                          group_names=tuple(group_names) if received_groups is not None else (),
-                         block_length=block_length, prompt_length=prompt_length, label=label,
-                         meta=dict(meta or {}))
+                         label=label, meta=dict(meta or {}))
         self._received, self._tokens, self._is_masked, self._key_mask = received, tokens, is_masked, key_mask
         self._qpos = query_positions
         self._groups = received_groups
@@ -173,18 +189,16 @@ class TraceSource(Source):
         _check_nonempty(trace.num_steps, label)
         if not 0 <= row < max(trace.batch_size, 1):
             raise AnalysisInputError(f"row {row} out of range: trace '{label}' has batch size {trace.batch_size}")
-        # Written by every sampler: `causal` from the family's attention layout, `prompt_length`,
-        # and `block_length` only where semi-autoregressive blocks restrict the reveals.
-        causal = bool(meta.get("causal", False))
-        block = meta.get("block_length")
+        try:
+            layout = TraceLayout.from_meta(meta)   # written by the sampler; derived for older traces
+        except (TypeError, ValueError) as e:
+            raise AnalysisInputError(f"trace '{label}': bad layout metadata: {e}") from None
         special = [meta.get(k) for k in ("eos_id", "pad_id", "eot_id", "bos_id")]
         special += list((meta.get("model") or {}).get("special_ids") or [])
         super().__init__(num_steps=trace.num_steps, num_layers=trace.num_layers, num_heads=trace.num_heads,
-                         causal=bool(causal), mask_id=meta.get("mask_id"),
+                         layout=layout, mask_id=meta.get("mask_id"),
                          special_ids=tuple(int(s) for s in special if s is not None),
                          group_names=tuple(meta.get("query_groups") or ()),
-                         block_length=int(block) if block else None,
-                         prompt_length=None if meta.get("prompt_length") is None else int(meta["prompt_length"]),
                          label=label, meta=meta)
         self.trace, self.row = trace, row
         self.truncated = bool(getattr(trace, "truncated", False))

@@ -20,11 +20,12 @@ from transformers import DynamicCache
 
 from sinklens.attention.request import AttentionRequest
 from sinklens.samplers.base import (
-    CaptureOptions, GenerateOutput, Hooks, StepEvent, build_request, check_inputs, open_trace_writer, run_context,
-    setup_hooks,
+    CaptureOptions, GenerateOutput, Hooks, StepEvent, attention_is_causal, build_request, check_inputs,
+    open_trace_writer, run_context, setup_hooks,
 )
 from sinklens.samplers.configs import ARMConfig
 from sinklens.samplers.dream import top_k_filter, top_p_filter
+from sinklens.trace.layout import TraceLayout
 
 
 def next_tokens(logits: torch.Tensor, do_sample: bool, temperature: float, top_p, top_k) -> torch.Tensor:
@@ -63,8 +64,10 @@ def sample(model, input_ids, config: ARMConfig, attention_mask=None, *, trace=No
     B, device = input_ids.shape[0], input_ids.device
     hooks, capture = setup_hooks(hook, trace, capture, diffusion=False)
     capture_prefix = capture is not None and capture.capture_prefix
+    rows = "prefix" if capture_prefix else "newest"
     writer = open_trace_writer(trace, model, "arm", args, input_ids, capture, P + max_new_tokens,
-                               extra={"arm_query_rows": "prefix" if capture_prefix else "newest"})
+                               layout=TraceLayout(causal=attention_is_causal(model), prompt_length=P, query_rows=rows),
+                               extra={"arm_query_rows": rows})
     all_hooks = Hooks(hooks.hooks + ([writer] if writer is not None else []))
 
     am = torch.ones_like(input_ids) if attention_mask is None else attention_mask.long()  # (B, P)

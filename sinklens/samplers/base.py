@@ -180,9 +180,16 @@ def repeat_rows(req: AttentionRequest | None, times: int) -> AttentionRequest | 
     return req
 
 
+def attention_is_causal(model) -> bool:
+    """Whether the model's family attends causally (its adapter's attention layout, never its name)."""
+    return bool(getattr(getattr(model, "family", None), "causal", False))
+
+
 def open_trace_writer(trace, model, sampler: str, args: dict, input_ids: torch.Tensor,
-                      capture: CaptureOptions, seq_len: int, extra: dict | None = None):
-    """A TraceWriter for `trace` (a path or an existing writer), with the run metadata filled in."""
+                      capture: CaptureOptions, seq_len: int, *, layout, extra: dict | None = None):
+    """A TraceWriter for `trace` (a path or an existing writer), with the run metadata filled in.
+    layout: the run's `TraceLayout` (causal, prompt length, blocks, query rows): every sampler
+    states it, so the analysis never reads a sampler's own argument names."""
     if trace is None:
         return None
     from sinklens.trace.writer import TraceWriter
@@ -218,8 +225,9 @@ def open_trace_writer(trace, model, sampler: str, args: dict, input_ids: torch.T
         eos_id=getattr(model, "eos_id", None),
         eot_id=getattr(model, "eot_id", None),
         pad_id=getattr(model, "pad_id", None),
-        causal=bool(getattr(getattr(model, "family", None), "causal", False)),  # the family's attention layout
-        prompt_length=int(input_ids.shape[1]),
+        layout=layout.to_meta(),
+        causal=layout.causal,                # also top level, as before `layout` (readers of older traces)
+        prompt_length=layout.prompt_length,
         query_groups=QUERY_GROUP_NAMES if capture.query_groups else None,
         map_slices=[list(s) for s in capture.map_slices],
     )

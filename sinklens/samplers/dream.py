@@ -24,9 +24,10 @@ import torch.nn.functional as F
 
 from sinklens.samplers.base import (
     CaptureOptions, GenerateOutput, Hooks, StepEvent, build_request, check_inputs, masked_unmasked_groups,
-    open_trace_writer, run_context, setup_hooks,
+    attention_is_causal, open_trace_writer, run_context, setup_hooks,
 )
 from sinklens.samplers.configs import DreamConfig
+from sinklens.trace.layout import TraceLayout
 
 
 def top_p_filter(logits: torch.Tensor, top_p: float) -> torch.Tensor:
@@ -95,7 +96,8 @@ def sample(model, input_ids, config: DreamConfig, attention_mask=None, *, trace=
     device = input_ids.device
 
     hooks, capture = setup_hooks(hook, trace, capture, diffusion=True)
-    writer = open_trace_writer(trace, model, "dream", args, input_ids, capture, S)
+    writer = open_trace_writer(trace, model, "dream", args, input_ids, capture, S,
+                               layout=TraceLayout(causal=attention_is_causal(model), prompt_length=P))
     all_hooks = Hooks(hooks.hooks + ([writer] if writer is not None else []))
 
     x = F.pad(input_ids, (0, max_new_tokens), value=mask_id)  # (B, S)

@@ -25,9 +25,10 @@ import torch.nn.functional as F
 
 from sinklens.samplers.base import (
     CaptureOptions, GenerateOutput, Hooks, StepEvent, build_request, check_inputs, masked_unmasked_groups,
-    open_trace_writer, repeat_rows, run_context, setup_hooks, take_rows,
+    attention_is_causal, open_trace_writer, repeat_rows, run_context, setup_hooks, take_rows,
 )
 from sinklens.samplers.configs import LLaDAConfig
+from sinklens.trace.layout import TraceLayout
 
 
 def add_gumbel_noise(logits: torch.Tensor, temperature: float) -> torch.Tensor:
@@ -84,8 +85,9 @@ def sample(model, input_ids, config: LLaDAConfig, attention_mask=None, *, trace=
     B = input_ids.shape[0]
 
     hooks, capture = setup_hooks(hook, trace, capture, diffusion=True)
-    writer = open_trace_writer(trace, model, "llada", args, input_ids, capture, P + gen_length,
-                               extra={"block_length": block_length if block_length < gen_length else None})
+    layout = TraceLayout(causal=attention_is_causal(model), prompt_length=P,
+                         block_length=block_length if block_length < gen_length else None)  # one block: None
+    writer = open_trace_writer(trace, model, "llada", args, input_ids, capture, P + gen_length, layout=layout)
     all_hooks = Hooks(hooks.hooks + ([writer] if writer is not None else []))
 
     x = torch.full((B, P + gen_length), mask_id, dtype=torch.long, device=device)  # (B, S)
