@@ -10,10 +10,11 @@ from __future__ import annotations
 import torch
 
 from sinklens.samplers.base import (
-    CaptureOptions, GenerateOutput, StepEvent, Hooks, build_request, check_inputs, masked_unmasked_groups,
-    open_trace_writer, run_context, setup_hooks,
+    CaptureOptions, GenerateOutput, StepEvent, Hooks, attention_is_causal, build_request, check_inputs,
+    masked_unmasked_groups, open_trace_writer, run_context, setup_hooks,
 )
 from sinklens.samplers.configs import EncoderConfig
+from sinklens.trace.layout import TraceLayout
 
 
 @torch.no_grad()
@@ -25,8 +26,10 @@ def sample(model, input_ids, config: EncoderConfig, attention_mask=None, *, trac
                                              getattr(model, "max_length", None))
     hooks, capture = setup_hooks(hook, trace, capture, diffusion=True)
     cls_id = getattr(getattr(model, "tokenizer", None), "cls_token_id", None)
+    # the whole input is read at once: no prompt / answer split, every real row is a query
+    layout = TraceLayout(causal=attention_is_causal(model), prompt_length=None, query_rows="all")
     writer = open_trace_writer(trace, model, "encoder", config.to_dict(), input_ids, capture, input_ids.shape[1],
-                               extra={"bos_id": cls_id, "prompt_length": 0})
+                               layout=layout, extra={"bos_id": cls_id})
     all_hooks = Hooks(hooks.hooks + ([writer] if writer is not None else []))
 
     real = torch.ones_like(input_ids, dtype=torch.bool) if attention_mask is None else attention_mask.bool()  # (B, S)
