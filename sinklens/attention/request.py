@@ -12,6 +12,9 @@ from dataclasses import dataclass, field
 import torch
 
 
+ROUTES = ("auto", "exact", "lse")
+
+
 @dataclass
 class AttentionRequest:
     # --- instructions (set by the caller) -------------------------------------------------
@@ -22,7 +25,8 @@ class AttentionRequest:
     map_slices: tuple[tuple[int, int], ...] = ()  # (layer, head) pairs whose full maps are kept
     blocked: torch.Tensor | None = None  # (L, B, H, S_k) bool: key j blocked for head h of layer l
     keep_self: bool = False  # a blocked key still receives attention from its own query
-    query_chunk: int = 256  # queries per chunk in capture mode (bounds peak memory)
+    query_chunk: int | None = None  # queries per chunk in capture mode; None = from an 8 MB cache budget
+    route: str = "auto"  # capture route: "exact", "lse" or "auto" (see sinklens/attention/function.py)
 
     # --- outputs (filled by the attention function) ---------------------------------------
     _received: dict[int, torch.Tensor] = field(default_factory=dict, repr=False)
@@ -33,8 +37,10 @@ class AttentionRequest:
     maps: dict[tuple[int, int], torch.Tensor] = field(default_factory=dict, repr=False)
 
     def __post_init__(self) -> None:
-        if self.query_chunk < 1:
-            raise ValueError(f"query_chunk must be >= 1, got {self.query_chunk}")
+        if self.query_chunk is not None and self.query_chunk < 1:
+            raise ValueError(f"query_chunk must be >= 1 or None (automatic), got {self.query_chunk}")
+        if self.route not in ROUTES:
+            raise ValueError(f"route must be one of {', '.join(ROUTES)}, got {self.route!r}")
         if self.query_groups is not None and self.num_groups < 1:
             raise ValueError("query_groups was given but num_groups < 1; set num_groups to the number of groups")
         self.map_slices = tuple((int(l), int(h)) for l, h in self.map_slices)
@@ -51,6 +57,44 @@ class AttentionRequest:
         if layer >= self.blocked.shape[0]:
             raise ValueError(f"blocked has {self.blocked.shape[0]} layers but layer {layer} was run")
         return self.blocked[layer]
+
+    # --- filled by the attention function, one layer at a time ----------------------------
+    def record(self, layer: int, received=None, unblocked=None, groups=None, maps=None) -> None:
+        """Store one layer's captures: received / unblocked (B, H, S_k), groups (B, G, H, S_k),
+        maps {head: (B, S_q, S_k)}; None = not captured."""
+        if received is not None:
+            self._received[layer] = received
+        if unblocked is not None:
+            self._received_unblocked[layer] = unblocked
+        if groups is not None:
+            self._received_groups[layer] = groups
+        for head, m in (maps or {}).items():
+            self.maps[(layer, head)] = m
+
+    # --- read by samplers, traces and masking policies -----------------------------------
+    @property
+    def has_received(self) -> bool:
+        """True once a forward pass has recorded received attention."""
+        return bool(self._received)
+
+    @property
+    def has_received_unblocked(self) -> bool:
+        """True once a forward pass with blocked keys has recorded their unblocked attention."""
+        return bool(self._received_unblocked)
+
+    def first_rows(self, rows: int) -> AttentionRequest:
+        """A copy restricted to the first `rows` batch rows, instructions and captures alike
+        (CFG runs a doubled batch and records only its conditional half)."""
+        out = AttentionRequest(capture=self.capture, num_groups=self.num_groups, map_slices=self.map_slices,
+                               keep_self=self.keep_self, query_chunk=self.query_chunk, route=self.route)
+        out.query_mask = None if self.query_mask is None else self.query_mask[:rows]
+        out.query_groups = None if self.query_groups is None else self.query_groups[:rows]
+        out.blocked = None if self.blocked is None else self.blocked[:, :rows]
+        out._received = {l: r[:rows] for l, r in self._received.items()}
+        out._received_groups = {l: r[:rows] for l, r in self._received_groups.items()}
+        out._received_unblocked = {l: r[:rows] for l, r in self._received_unblocked.items()}
+        out.maps = {k: m[:rows] for k, m in self.maps.items()}
+        return out
 
     @property
     def received(self) -> torch.Tensor:

@@ -213,7 +213,7 @@ class SinkMaskingPolicy:
         req = event.attention
         if not self.config.active:
             return
-        if req is None or not req._received:
+        if req is None or not req.has_received:
             raise RuntimeError("the masking policy needs the step's captured attention; the sampler "
                                "did not pass the request returned by before_step to the forward")
         source = req.received_unblocked  # (L, B, H, S): what the keys would have received

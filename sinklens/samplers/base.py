@@ -16,7 +16,7 @@ from typing import Any, Iterable
 
 import torch
 
-from sinklens.attention.request import AttentionRequest
+from sinklens.attention.request import ROUTES, AttentionRequest
 
 QUERY_GROUP_NAMES = ["masked", "unmasked"]  # group ids 0 / 1 of the masked/unmasked split
 
@@ -43,14 +43,18 @@ class CaptureOptions:
     map_slices: tuple[tuple[int, int], ...] = ()  # (layer, head) whose full maps are kept
     map_steps: tuple[int, ...] | None = None  # steps at which maps are kept (None = every step)
     capture_prefix: bool = False  # ARM: capture all prefix rows at every decoding step, not only the newest
-    query_chunk: int = 256  # queries per chunk in the capture path (peak memory)
+    query_chunk: int | None = None  # queries per chunk in the capture path (peak memory); None = automatic
+    route: str = "auto"  # capture route: "exact", "lse" or "auto" (AttentionRequest.route)
     received_dtype: str = "float16"  # stored precision in the trace
 
     def __post_init__(self):
         # checked here, not only in AttentionRequest: build_request copies query_chunk onto an
         # existing request, and a chunk < 1 would silently capture nothing (all-zero attention)
-        if isinstance(self.query_chunk, bool) or not isinstance(self.query_chunk, int) or self.query_chunk < 1:
-            raise ValueError(f"query_chunk must be a positive integer, got {self.query_chunk!r}")
+        chunk = self.query_chunk
+        if chunk is not None and (isinstance(chunk, bool) or not isinstance(chunk, int) or chunk < 1):
+            raise ValueError(f"query_chunk must be a positive integer or None (automatic), got {chunk!r}")
+        if self.route not in ROUTES:
+            raise ValueError(f"route must be one of {', '.join(ROUTES)}, got {self.route!r}")
 
 
 @dataclass
@@ -136,6 +140,7 @@ def build_request(
     req = hook_request if hook_request is not None else AttentionRequest()
     req.capture = req.capture or capture.received
     req.query_chunk = capture.query_chunk
+    req.route = capture.route
     if query_mask is not None and req.query_mask is None:
         req.query_mask = query_mask
     if query_groups is not None and req.query_groups is None:
@@ -155,18 +160,7 @@ def masked_unmasked_groups(is_masked: torch.Tensor, real: torch.Tensor) -> torch
 def take_rows(req: AttentionRequest | None, rows: int) -> AttentionRequest | None:
     """A view of `req` restricted to the first `rows` batch rows (CFG runs a doubled batch and
     records only its conditional half)."""
-    if req is None:
-        return None
-    out = AttentionRequest(capture=req.capture, num_groups=req.num_groups, map_slices=req.map_slices,
-                           keep_self=req.keep_self, query_chunk=req.query_chunk)
-    out.query_mask = None if req.query_mask is None else req.query_mask[:rows]
-    out.query_groups = None if req.query_groups is None else req.query_groups[:rows]
-    out.blocked = None if req.blocked is None else req.blocked[:, :rows]
-    out._received = {l: r[:rows] for l, r in req._received.items()}
-    out._received_groups = {l: r[:rows] for l, r in req._received_groups.items()}
-    out._received_unblocked = {l: r[:rows] for l, r in req._received_unblocked.items()}
-    out.maps = {k: m[:rows] for k, m in req.maps.items()}
-    return out
+    return None if req is None else req.first_rows(rows)
 
 
 def repeat_rows(req: AttentionRequest | None, times: int) -> AttentionRequest | None:

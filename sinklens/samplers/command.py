@@ -138,7 +138,7 @@ def cmd_trace(args) -> int:
             except ValueError:
                 raise CliError(f"--map-slices must look like 3:0,5:7 (layer:head >= 0), got {args.map_slices!r}") from None
     capture = CaptureOptions(query_groups=False if args.no_groups else None, map_slices=tuple(slices),
-                             capture_prefix=args.capture_prefix, query_chunk=args.query_chunk,
+                             capture_prefix=args.capture_prefix, query_chunk=args.query_chunk, route=args.route,
                              received_dtype="float32" if args.float32 else "float16")
     model, ids, out = _run(args, trace=args.out, capture=capture, progress=True)
     t = out.trace
@@ -165,5 +165,9 @@ def register(sub) -> None:
     t.add_argument("--map-slices", help="full attention maps to keep, as layer:head pairs, e.g. 3:0,5:7")
     t.add_argument("--no-groups", action="store_true", help="do not split received attention by masked / unmasked queries")
     t.add_argument("--capture-prefix", action="store_true", help="ARM: capture all prefix rows at every step")
-    t.add_argument("--query-chunk", type=positive_int, default=256, help="query rows per chunk in capture (memory bound)")
+    t.add_argument("--query-chunk", type=positive_int, default=None,
+                   help="query rows per chunk in capture (memory bound; default: from an 8 MB cache budget)")
+    t.add_argument("--route", choices=("auto", "exact", "lse"), default="auto",  # AttentionRequest ROUTES
+                   help="capture route: exact softmax, or lse (output from sdpa's fused kernel, bit-identical to "
+                        "an untraced run); auto = lse on CUDA and in bf16/fp16, exact for float32 on CPU")
     t.set_defaults(func=cmd_trace)

@@ -222,14 +222,14 @@ class TraceWriter:
         received = received_groups = blocked = unblocked = None
         maps = None
         if req is not None:
-            if req._received:
+            if req.has_received:
                 received = _np(req.received).transpose(1, 0, 2, 3)  # (L,B,H,S) -> (B,L,H,S)
             groups = req.received_groups
             if groups is not None:
                 received_groups = _np(groups).transpose(1, 2, 0, 3, 4)  # (L,B,G,H,S) -> (B,G,L,H,S)
             if req.blocked is not None:
                 blocked = _np(req.blocked).transpose(1, 0, 2, 3)  # (L,B,H,S) -> (B,L,H,S)
-                if req._received_unblocked:
+                if req.has_received_unblocked:
                     unblocked = _np(req.received_unblocked).transpose(1, 0, 2, 3)
             maps = req.maps or None
         self.write_step(event.step, event.tokens, is_masked=event.is_masked, revealed=event.revealed,

@@ -1,0 +1,93 @@
+"""Capture cost per forward, per route, against a plain sdpa forward: causal and bidirectional.
+
+Models: SmolLM2-135M (real weights, causal, GQA 9/3; `--models smollm2`), a random 4-layer
+causal Llama (d 512, 8 heads; `llama4`) and a random 6-layer bidirectional Llama (d 512,
+8 heads; `bidir6`, the model of bench_attention.py). Batch 1, float32 unless --dtype.
+Modes, interleaved in one process (so load hits each alike), best of --repeats, in process
+CPU time with one torch thread (wall time on a shared 2-core machine is mostly other jobs):
+
+- plain: the sinklens attention with no request (transformers' sdpa)
+- exact / lse: capture of every layer and head through that route (AttentionRequest.route)
+- chunkN: the exact route with a fixed query chunk of N (to compare with the automatic chunk)
+
+    PYTHONPATH=. python benchmarks/bench_capture.py --models llama4 bidir6 --seqs 256 512 1024 2048
+"""
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import time
+
+import torch
+from transformers import LlamaConfig, LlamaForCausalLM
+
+import sinklens.attention as sa
+
+
+def random_llama(layers: int, causal: bool) -> LlamaForCausalLM:
+    cfg = LlamaConfig(vocab_size=8192, hidden_size=512, intermediate_size=1376, num_hidden_layers=layers,
+                      num_attention_heads=8, num_key_value_heads=8, max_position_embeddings=4096)
+    cfg.is_causal = causal
+    torch.manual_seed(0)
+    model = LlamaForCausalLM(cfg).eval()
+    model.config._attn_implementation = sa.ATTENTION_NAME
+    return model
+
+
+def load(name: str, dtype: torch.dtype):
+    if name == "smollm2":
+        import sinklens
+        return sinklens.load("smollm2-135m-instruct", dtype="float32").model.to(dtype)
+    return random_llama(*{"llama4": (4, True), "bidir6": (6, False)}[name]).to(dtype)
+
+
+def forward(model, mode: str, ids: torch.Tensor):
+    if mode == "plain":
+        return model(ids, use_cache=False).logits
+    kw = {}
+    if mode.startswith("chunk"):
+        kw["query_chunk"] = int(mode[5:])
+        mode = "exact"
+    if "route" in {f.name for f in dataclasses.fields(sa.AttentionRequest)}:
+        kw["route"] = mode
+    req = sa.AttentionRequest(capture=True, **kw)
+    model(ids, sinklens=req, use_cache=False)
+    return req.received
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--models", nargs="+", default=["smollm2", "llama4", "bidir6"])
+    p.add_argument("--seqs", nargs="+", type=int, default=[256, 512, 1024, 2048])
+    p.add_argument("--modes", nargs="+", default=["plain", "exact", "lse"])
+    p.add_argument("--repeats", type=int, default=3)
+    p.add_argument("--dtype", default="float32", choices=["float32", "bfloat16"])
+    p.add_argument("--threads", type=int, default=1)
+    args = p.parse_args()
+    torch.set_num_threads(args.threads)
+    torch.set_grad_enabled(False)
+    dtype = getattr(torch, args.dtype)
+    others = [m for m in args.modes if m != "plain"]
+    print(f"| model | S | plain s | " + " | ".join(f"{m} s" for m in others) + " | "
+          + " | ".join(f"{m}/plain" for m in others) + " |")
+    print("|---" * (3 + 2 * len(others)) + "|")
+    for name in args.models:
+        model = load(name, dtype)
+        vocab = model.config.vocab_size
+        for s in args.seqs:
+            ids = torch.randint(0, vocab, (1, s), generator=torch.Generator().manual_seed(s))
+            forward(model, "plain", ids[:, :32])  # warm-up
+            best = {m: float("inf") for m in args.modes}
+            for _ in range(args.repeats):
+                for m in args.modes:
+                    t = time.process_time()
+                    forward(model, m, ids)
+                    best[m] = min(best[m], time.process_time() - t)
+            ratios = " | ".join(f"{best[m] / best['plain']:.2f}x" for m in others)
+            print(f"| {name} | {s} | {best['plain']:.3f} | " + " | ".join(f"{best[m]:.3f}" for m in others)
+                  + f" | {ratios} |", flush=True)
+        del model
+
+
+if __name__ == "__main__":
+    main()

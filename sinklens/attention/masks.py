@@ -1,0 +1,83 @@
+"""Which keys each query may see: causal / padding masks, blocked keys, and per-chunk views.
+
+All masks here are bool, True = "may attend". Shapes broadcast as (B or 1, 1 or H, S_q, S_k).
+"""
+from __future__ import annotations
+
+import torch
+
+
+def allowed_keys(
+    attention_mask: torch.Tensor | None, is_causal: bool, s_q: int, s_k: int, device
+) -> torch.Tensor | None:
+    """(B or 1, 1, S_q, S_k) bool: which keys each query may see before any blocking.
+
+    None means "every key" (bidirectional without padding, or a single decoding query).
+    """
+    if attention_mask is None:
+        if not is_causal or s_q == 1:
+            return None
+        # Lower-right alignment: with a KV cache the queries are the last S_q positions.
+        q_pos = torch.arange(s_k - s_q, s_k, device=device)
+        return (q_pos[:, None] >= torch.arange(s_k, device=device)[None, :])[None, None]
+    if attention_mask.dtype == torch.bool:
+        return attention_mask
+    # A float additive mask: 0 = attend, a large negative number = do not.
+    return attention_mask > torch.finfo(attention_mask.dtype).min / 2
+
+
+def apply_blocking(
+    allowed: torch.Tensor | None, blocked: torch.Tensor, keep_self: bool, s_q: int, s_k: int
+) -> torch.Tensor:
+    """(B, H, S_q, S_k) bool allowed keys after blocking `blocked` (B, H, S_k).
+
+    A query row left with nothing to attend to keeps its unblocked row: blocking must never
+    turn a softmax into 0/0 (e.g. query 0 of a causal model sees only key 0).
+    """
+    if allowed is None:
+        allowed = torch.ones(1, 1, s_q, s_k, dtype=torch.bool, device=blocked.device)
+    block = blocked[:, :, None, :].expand(-1, -1, s_q, -1)  # (B, H, S_q, S_k)
+    if keep_self:
+        q_pos = torch.arange(s_k - s_q, s_k, device=blocked.device)
+        is_self = q_pos[:, None] == torch.arange(s_k, device=blocked.device)[None, :]  # (S_q, S_k)
+        block = block & ~is_self
+    after = allowed & ~block
+    empty_row = ~after.any(dim=-1, keepdim=True)  # (B, H, S_q, 1)
+    return torch.where(empty_row, allowed.expand_as(after), after)
+
+
+def additive(allowed: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
+    """The float additive mask sdpa gets for `allowed`: 0 = attend, finfo.min = do not."""
+    bias = torch.zeros(allowed.shape, dtype=dtype, device=allowed.device)
+    return bias.masked_fill(~allowed, torch.finfo(dtype).min)
+
+
+def has_empty_rows(allowed: torch.Tensor | None) -> bool:
+    """True when some query may see no key at all (e.g. a padding query of a left-padded causal row)."""
+    return allowed is not None and not bool(allowed.any(dim=-1).all())
+
+
+def nonempty_rows(ok: torch.Tensor) -> torch.Tensor:
+    """`ok` (..., S_k) with every row that allows no key turned into one that allows every key."""
+    empty = ~ok.any(dim=-1, keepdim=True)
+    return ok | empty if bool(empty.any()) else ok
+
+
+def chunk_view(
+    allowed: torch.Tensor | None, start: int, end: int, s_k: int
+) -> tuple[torch.Tensor | None, int, int]:
+    """The chunk's rows of `allowed`, cut to the key columns some of its queries can see.
+
+    Returns (ok, k0, k1): keys outside [k0, k1) are invisible to every query of the chunk (the
+    future of a causal chunk, left padding), so they are never multiplied, let alone
+    exponentiated. ok is (B|1, 1|H, c, k1 - k0) bool, or None when every key in range is allowed.
+    A query that may see no key at all attends uniformly to every key, as eager attention
+    does with a row of finfo.min (its output is never used; its row must not be 0/0).
+    """
+    if allowed is None:
+        return None, 0, s_k
+    ok = nonempty_rows(allowed[:, :, start:end])  # (B|1, 1|H, c, S_k)
+    seen = ok.flatten(0, 2).any(dim=0).nonzero()  # key indices some query of the chunk may see
+    k0, k1 = int(seen[0]), int(seen[-1]) + 1
+    ok = ok[..., k0:k1]
+    return (None if bool(ok.all()) else ok), k0, k1

@@ -1,0 +1,99 @@
+"""One query chunk's attention probabilities, and their reduction to what a capture records.
+
+Scores arrive in float32 as (B, H_kv, rep, c, K): c queries of the chunk against the K keys
+[k0, k1) some of them can see. Two ways to turn them into probabilities:
+
+- `softmax_`: the row max, then exp (the exact route, and any row whose normaliser is unknown);
+- `probs_from_lse_`: exp(s - lse) with the per-query log-sum-exp a fused sdpa kernel returned
+  (the lse route: one pass, no row max, no normaliser).
+
+Both clamp before exp: torch's CPU exp is 40-300x slower on inputs below about -87 (the
+result underflows to denormals or 0), which is what masked scores (finfo.min) and the far tail
+of a peaked softmax are. exp(-80) = 1.8e-35 is still a normal float32 and, next to a row that
+sums to >= 1, changes nothing a float32 sum can see; masked scores are zeroed after the exp.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import torch
+
+CLAMP = -80.0
+NEG = torch.finfo(torch.float32).min
+
+
+def softmax_(scores: torch.Tensor, ok: torch.Tensor | None) -> torch.Tensor:
+    """In place: unnormalised softmax numerators exp(s - max over allowed), 0 where not `ok`."""
+    if ok is not None:
+        scores.masked_fill_(~ok, NEG)  # so that a masked score never wins the max
+    scores.sub_(scores.amax(dim=-1, keepdim=True)).clamp_(min=CLAMP).exp_()
+    if ok is not None:
+        scores.masked_fill_(~ok, 0.0)
+    return scores
+
+
+def probs_from_lse_(scores: torch.Tensor, lse: torch.Tensor, ok: torch.Tensor | None) -> torch.Tensor:
+    """In place: probabilities exp(s - lse) (lse: (..., c) per query), 0 where not `ok`."""
+    # max=1: s - lse <= 0 up to rounding, but a masked score may be anything
+    scores.sub_(lse[..., None]).clamp_(min=CLAMP, max=1.0).exp_()
+    if ok is not None:
+        scores.masked_fill_(~ok, 0.0)
+    return scores
+
+
+@dataclass
+class LayerSums:
+    """What one layer's capture accumulates, chunk by chunk (all float32)."""
+
+    received: torch.Tensor | None  # (B, H, S_k) column sums over (weighted) query rows; None = not asked
+    unblocked: torch.Tensor | None  # (B, H, S_k) the same for the softmax before blocking; None = no blocking
+    groups: torch.Tensor | None  # (B, G, H, S_k) column sums per query group
+    weight: torch.Tensor | None  # (B, S_q) float 1 = real query row, 0 = not; None = every row
+    group_of: torch.Tensor | None  # (B, S_q, G) one-hot group membership (already times `weight`)
+    maps: dict[int, torch.Tensor] = field(default_factory=dict)  # head -> (B, S_q, S_k) full map
+
+    @classmethod
+    def for_request(cls, req, layer: int, b: int, h: int, s_q: int, s_k: int, unblocked: bool, device):
+        zeros = lambda *shape: torch.zeros(*shape, dtype=torch.float32, device=device)  # noqa: E731
+        weight = None if req.query_mask is None else req.query_mask.to(device).float()
+        group_of = None
+        if req.query_groups is not None:
+            # id -1 (no group) -> an all-zero row: shift by one, drop column 0
+            ids = (req.query_groups.to(device) + 1).clamp(min=0)
+            group_of = torch.nn.functional.one_hot(ids, req.num_groups + 1)[..., 1:].float()  # (B, S_q, G)
+            if weight is not None:
+                group_of = group_of * weight[..., None]
+        return cls(
+            received=zeros(b, h, s_k) if req.capture else None,
+            unblocked=zeros(b, h, s_k) if unblocked else None,
+            groups=zeros(b, req.num_groups, h, s_k) if group_of is not None else None,
+            weight=weight,
+            group_of=group_of,
+            maps={hd: zeros(b, s_q, s_k) for (ly, hd) in req.map_slices if ly == layer},
+        )
+
+    def _column_sums(self, p: torch.Tensor, start: int, end: int) -> torch.Tensor:
+        """(B, H, K) sum of p (B, H, c, K) over the chunk's real query rows."""
+        if self.weight is None:
+            return p.sum(dim=2)
+        return torch.einsum("bhqk,bq->bhk", p, self.weight[:, start:end])
+
+    def add(self, p: torch.Tensor, start: int, end: int, k0: int, k1: int) -> None:
+        """Add the chunk's probabilities p (B, H, c, K) of queries [start, end), keys [k0, k1)."""
+        if self.received is not None:
+            self.received[..., k0:k1] += self._column_sums(p, start, end)
+        if self.groups is not None:
+            self.groups[..., k0:k1] += torch.einsum("bhqk,bqg->bghk", p, self.group_of[:, start:end])
+        for hd, m in self.maps.items():
+            m[:, start:end, k0:k1] = p[:, hd]
+
+    def add_unblocked(self, num: torch.Tensor, inv_z: torch.Tensor, start: int, end: int, k0: int, k1: int) -> None:
+        """Add the chunk's softmax before blocking: numerators num (B, H, c, K) times 1/Z (B, H, c).
+
+        Weighting rows instead of dividing keeps the buffer free for the blocked softmax.
+        """
+        w = inv_z if self.weight is None else inv_z * self.weight[:, None, start:end]
+        self.unblocked[..., k0:k1] += torch.einsum("bhqk,bhq->bhk", num, w)
+
+    def store(self, req, layer: int) -> None:
+        req.record(layer, received=self.received, unblocked=self.unblocked, groups=self.groups, maps=self.maps)

@@ -1,0 +1,157 @@
+"""The two capture routes (exact, lse) and the automatic chunk size, against transformers.
+
+References: transformers' own `sdpa_attention_forward` (the lse route's output must be the
+same bits), its eager attention with `output_attentions=True` (column sums), and generations
+without any capture (token-identical when observed through the lse route).
+"""
+import types
+
+import pytest
+import torch
+from transformers.integrations.sdpa_attention import sdpa_attention_forward
+
+from sinklens.attention import ATTENTION_NAME, AttentionRequest
+from sinklens.attention.fused import fused_sdpa_with_lse
+from tests.test_attention import B, S, V, padding, run, tiny_model
+
+
+def fake_module(h, h_kv, causal):
+    return types.SimpleNamespace(num_key_value_groups=h // h_kv, is_causal=causal, layer_idx=0)
+
+
+FUSED = [(dt, kv, causal, pad, s_q) for dt in (torch.float32, torch.bfloat16) for kv in (1, 2, 6)
+         for causal in (True, False) for pad in (False, True) for s_q in (1, 7, 19)]
+
+
+@pytest.mark.parametrize("dtype,kv,causal,pad,s_q", FUSED)
+def test_fused_output_is_bitwise_transformers_sdpa(dtype, kv, causal, pad, s_q):
+    g = torch.Generator().manual_seed(0)
+    h, s_k, d = 6, 19, 16
+    q = torch.randn(2, h, s_q, d, generator=g).to(dtype)
+    k, v = (torch.randn(2, kv, s_k, d, generator=g).to(dtype) for _ in range(2))
+    mask = None
+    if pad:  # what sdpa_mask hands the attention: bool, left padding in row 0
+        mask = torch.ones(2, 1, s_q, s_k, dtype=torch.bool)
+        mask[0, ..., :3] = False
+        if causal:
+            mask &= torch.ones(s_q, s_k, dtype=torch.bool).tril(s_k - s_q)
+    ref, _ = sdpa_attention_forward(fake_module(h, kv, causal), q, k, v, mask, scaling=0.3)
+    out, lse = fused_sdpa_with_lse(q, k, v, mask, 0.3, causal)
+    assert torch.equal(out, ref)
+    if not (causal and s_q > 1 and mask is None and s_k > s_q):  # (that case crops keys, as transformers does)
+        allowed = torch.ones(s_q, s_k, dtype=torch.bool) if mask is None else mask
+        if causal and mask is None and s_q > 1:
+            allowed = torch.ones(s_q, s_k, dtype=torch.bool).tril()
+        s = torch.einsum("bhqd,bhkd->bhqk", q.float(), k.float().repeat_interleave(h // kv, 1)) * 0.3
+        expect = torch.logsumexp(s.masked_fill(~allowed, float("-inf")), dim=-1)
+        seen = allowed.expand(2, 1, s_q, s_k).any(-1).expand_as(lse)  # rows with no key have no lse
+        torch.testing.assert_close(lse[seen], expect[seen], atol=1e-4, rtol=1e-4)
+
+
+ROUTE_CASES = [(k, c, p, g) for k in ("llama", "qwen2") for c in (True, False) for p in ("none", "left") for g in (1, 4)]
+
+
+@pytest.mark.parametrize("kind,causal,pad,kv", ROUTE_CASES)
+def test_lse_route_logits_are_plain_and_sums_are_eager(kind, causal, pad, kv):
+    model = tiny_model(kind, causal, kv)
+    ids = torch.randint(0, V, (B, S), generator=torch.Generator().manual_seed(1))
+    am = padding(pad)
+    real = am.bool()
+    eager = run(model, "eager", ids, am, output_attentions=True)
+    plain = run(model, ATTENTION_NAME, ids, am).logits
+
+    groups = torch.where(real, torch.arange(S) % 2, -1)
+    req = AttentionRequest(capture=True, query_mask=real, query_groups=groups, num_groups=2,
+                           map_slices=((1, 3),), query_chunk=5, route="lse")
+    logits = run(model, ATTENTION_NAME, ids, am, sinklens=req).logits
+    assert torch.equal(logits, plain)  # observing changes nothing, to the bit
+
+    expected = torch.stack([(a * real[:, None, :, None]).sum(2) for a in eager.attentions])  # (L, B, H, S)
+    assert (req.received - expected).abs().max() < 1e-5
+    for g in (0, 1):
+        rows = (real & (groups == g))[:, None, :, None]
+        exp_g = torch.stack([(a * rows).sum(2) for a in eager.attentions])
+        assert (req.received_groups[:, :, g] - exp_g).abs().max() < 1e-5
+    m = req.maps[(1, 3)]  # (B, S, S): exact on real rows
+    assert (m - eager.attentions[1][:, 3])[real].abs().max() < 1e-5
+
+
+@pytest.mark.parametrize("route", ["exact", "lse"])
+@pytest.mark.parametrize("causal", [True, False])
+def test_blocked_keys_both_routes(route, causal):
+    """Capture + blocking: the model's output equals mask-only mode (sdpa with the keys blocked,
+    bit-identical in the lse route), received is 0 on the blocked key, and received_unblocked
+    equals a run without blocking."""
+    model = tiny_model("llama", causal, 2)
+    ids = torch.randint(0, V, (B, S), generator=torch.Generator().manual_seed(3))
+    am = padding("left")
+    blocked = torch.zeros(3, B, 4, S, dtype=torch.bool)
+    blocked[1, :, 2, 5] = True
+    masked_only = run(model, ATTENTION_NAME, ids, am, sinklens=AttentionRequest(blocked=blocked)).logits
+    req = AttentionRequest(capture=True, query_mask=am.bool(), blocked=blocked, query_chunk=4, route=route)
+    logits = run(model, ATTENTION_NAME, ids, am, sinklens=req).logits
+    real = am.bool()
+    if route == "lse":
+        assert torch.equal(logits, masked_only)
+    else:
+        assert (logits - masked_only)[real].abs().max() < 1e-5
+    assert (req.received[1, :, 2, 5] == 0).all()
+    # layer 1's unblocked sums = its sums in a run where layer 0 is the same and nothing is blocked
+    free = AttentionRequest(capture=True, query_mask=real, route=route)
+    run(model, ATTENTION_NAME, ids, am, sinklens=free)
+    assert (req.received_unblocked[:2] - free.received[:2]).abs().max() < 1e-5
+
+
+def test_lse_route_bf16_column_sums_within_1e3_of_fp32():
+    """bf16 inputs: the lse route's column sums vs a float32 softmax of the same bf16 q, k."""
+    from sinklens.attention.function import sinklens_attention
+    g = torch.Generator().manual_seed(0)
+    h, kv, s, d = 8, 2, 300, 64
+    q = (torch.randn(1, h, s, d, generator=g) * 2).bfloat16()
+    k = (torch.randn(1, kv, s, d, generator=g) * 2).bfloat16()
+    v = torch.randn(1, kv, s, d, generator=g).bfloat16()
+    for causal in (True, False):
+        req = AttentionRequest(capture=True)  # auto: bf16 -> lse
+        sinklens_attention(fake_module(h, kv, causal), q, k, v, None, sinklens=req)
+        scores = torch.einsum("bhqd,bhkd->bhqk", q.float(), k.float().repeat_interleave(h // kv, 1)) / d**0.5
+        if causal:
+            scores = scores.masked_fill(~torch.ones(s, s, dtype=torch.bool).tril(), float("-inf"))
+        ref = scores.softmax(-1).sum(2)  # (1, H, S)
+        rel = ((req.received[0] - ref).abs() / ref.abs().clamp(min=1e-6)).max()
+        assert rel < 1e-3, (causal, rel)
+
+
+def test_auto_chunk_matches_tiny_chunks():
+    model = tiny_model("llama", True, 2)
+    ids = torch.randint(0, V, (B, S), generator=torch.Generator().manual_seed(4))
+    auto, tiny = AttentionRequest(capture=True), AttentionRequest(capture=True, query_chunk=1)
+    for req in (auto, tiny):
+        run(model, ATTENTION_NAME, ids, None, sinklens=req)
+    assert (auto.received - tiny.received).abs().max() < 1e-5
+
+
+def test_bad_route_is_one_clear_line():
+    with pytest.raises(ValueError, match="route must be one of auto, exact, lse"):
+        AttentionRequest(route="fast")
+
+
+def test_smollm2_generation_token_identical_when_traced_through_lse(smollm2, tmp_path):
+    """64 greedy tokens, untraced vs traced (lse route): the same tokens."""
+    from sinklens.samplers import CaptureOptions
+    ids = torch.tensor([smollm2.apply_chat_template("Name three rivers in Europe and say where they flow.")])
+    plain = smollm2.generate(ids, max_new_tokens=64).sequences
+    traced = smollm2.generate(ids, max_new_tokens=64, trace=str(tmp_path / "t.arrow"),
+                              capture=CaptureOptions(route="lse")).sequences
+    assert torch.equal(plain, traced)
+
+
+def test_tiny_dlm_generation_token_identical_when_traced_through_lse(tmp_path):
+    import sinklens
+    from sinklens.samplers import CaptureOptions
+    from sinklens.train.demo_defaults import LOAD, dlm_sampler, heldout_prompt
+    m = sinklens.load("tiny-dlm", **LOAD)
+    ids = torch.tensor([m.apply_chat_template(heldout_prompt(0))])
+    plain = m.generate(ids, **dlm_sampler()).sequences
+    traced = m.generate(ids, trace=str(tmp_path / "t.arrow"), capture=CaptureOptions(route="lse"),
+                        **dlm_sampler()).sequences
+    assert torch.equal(plain, traced)
