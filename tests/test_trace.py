@@ -138,8 +138,43 @@ def test_other_schema_version_is_a_clear_error(tmp_path):
     path = tmp_path / "v2.arrow"
     with pa.OSFile(str(path), "wb") as f, pa.ipc.new_stream(f, schema):
         pass
-    with pytest.raises(TraceFormatError, match=rf"schema_version {SCHEMA_VERSION + 1}.*schema_version {SCHEMA_VERSION}"):
+    with pytest.raises(TraceFormatError, match=rf"schema_version {SCHEMA_VERSION + 1}.*schema_version 1 or 2\)"):
         open_trace(path)
+
+
+def test_schema2_stores_received_only_when_not_the_sum_of_groups(tmp_path):
+    """Lean traces: with the masked / unmasked split, received is derivable and not stored; the
+    reader still returns it. A received that is not the sum (other query rows) is kept."""
+    rng = np.random.default_rng(3)
+    groups = rng.random((B, G, L, H, S)).astype(np.float32)
+    lean, full = tmp_path / "lean.arrow", tmp_path / "full.arrow"
+    for path, received in ((lean, groups.sum(1)), (full, groups.sum(1) + 1.0)):
+        with TraceWriter(path, {}) as w:
+            for t in range(T):
+                w.write_step(t, tokens=np.zeros((B, S), int), received=received, received_groups=groups)
+    t_lean, t_full = open_trace(lean), open_trace(full)
+    assert t_lean.table().column("received").null_count == B * T
+    assert t_full.table().column("received").null_count == 0
+    for row in range(B):
+        np.testing.assert_allclose(t_lean.received(2, row), groups[row].astype(np.float16).astype(np.float32).sum(0))
+        np.testing.assert_array_equal(t_full.received(2, row), (groups[row].sum(0) + 1).astype(np.float16).astype(np.float32))
+    # bytes per step ~ the float16 bound of what is stored: G arrays of L*H*S, not G + 1
+    bound = T * B * G * L * H * S * 2
+    assert lean.stat().st_size < full.stat().st_size
+    assert t_lean.table().column("received_groups").nbytes <= 1.05 * bound + T * B * 8
+
+
+def test_schema1_traces_still_read(tmp_path):
+    """A version-1 trace (received always stored) reads as before."""
+    path = tmp_path / "v1.arrow"
+    rng = np.random.default_rng(4)
+    received = rng.random((B, L, H, S))
+    with TraceWriter(path, {}) as w:
+        w.meta["schema_version"] = 1
+        w.write_step(0, tokens=np.zeros((B, S), int), received=received)
+    t = open_trace(path)
+    assert t.meta["schema_version"] == 1
+    np.testing.assert_array_equal(t.received(0, 1), received[1].astype(np.float16).astype(np.float32))
 
 
 def test_foreign_and_corrupt_files_are_clear_errors(tmp_path):

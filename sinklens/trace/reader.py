@@ -16,7 +16,7 @@ import zlib
 import numpy as np
 import pyarrow as pa
 
-from sinklens.trace.schema import CHECKSUM_KEY, EOS_MARKER, META_KEY, SCHEMA_VERSION, VOCAB_KEY, TraceFormatError
+from sinklens.trace.schema import CHECKSUM_KEY, EOS_MARKER, META_KEY, READABLE_VERSIONS, VOCAB_KEY, TraceFormatError
 
 
 def _file_ends_with_eos(path: str) -> bool:
@@ -50,9 +50,10 @@ class Trace:
         except ValueError as e:
             raise TraceFormatError(f"{self.path}: the sinklens metadata is not valid JSON: {e}") from None
         version = self.meta.get("schema_version")
-        if version != SCHEMA_VERSION:
+        if version not in READABLE_VERSIONS:
+            readable = " or ".join(map(str, READABLE_VERSIONS))
             raise TraceFormatError(f"{self.path} has trace schema_version {version!r}; this sinklens "
-                                   f"(reads schema_version {SCHEMA_VERSION}) cannot read it")
+                                   f"(reads schema_version {readable}) cannot read it")
         self.schema = reader.schema
         self._batches: list[pa.RecordBatch] = []
         self._checksums: list[int | None] = []
@@ -180,7 +181,10 @@ class Trace:
         """(L, H, S) float32 received attention r_j (column sums) at `step`."""
         cell = self._cell("received", step, row)
         if cell is None:
-            raise KeyError(f"step {step} has no received attention stored")
+            groups = self.received_groups(step, row)  # schema 2: received = the sum of the groups
+            if groups is None:
+                raise KeyError(f"step {step} has no received attention stored")
+            return groups.sum(axis=0)
         return cell.astype(np.float32).reshape(self.num_layers, self.num_heads, -1)
 
     def received_unblocked(self, step: int, row: int = 0) -> np.ndarray:

@@ -14,7 +14,10 @@ from __future__ import annotations
 
 import pyarrow as pa
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2
+# Version 2 stores `received` as null where it is the sum of `received_groups` (the default
+# masked / unmasked split): a third of the bytes. Version 1 always stored it; the reader reads both.
+READABLE_VERSIONS = (1, 2)
 META_KEY = b"sinklens"  # schema metadata key (JSON)
 VOCAB_KEY = "sinklens.vocab"  # per-batch custom metadata key (JSON id -> string)
 CHECKSUM_KEY = "sinklens.crc32"  # per-batch custom metadata: zlib.crc32 of RecordBatch.serialize()
@@ -46,7 +49,7 @@ def build_schema(meta: dict, received_dtype: str = "float16") -> pa.Schema:
         pa.field("revealed", pa.list_(pa.bool_())),  # (S,) committed at this step
         pa.field("attention_mask", pa.list_(pa.bool_())),  # (S,) real (non-pad) positions
         pa.field("query_positions", pa.list_(pa.int32())),  # absolute positions of the summed query rows
-        pa.field("received", pa.list_(value)),  # (L*H*S,) row-major (L, H, S)
+        pa.field("received", pa.list_(value)),  # (L*H*S,) row-major (L, H, S); null = sum of received_groups
         pa.field("received_groups", pa.list_(value)),  # (G*L*H*S,) row-major (G, L, H, S) or null
         pa.field("blocked", pa.list_(pa.int32())),  # flattened (layer, head, position) triples or null
         # (L*H*S,) what the keys would have received had nothing been blocked: the ranking source of

@@ -46,6 +46,13 @@ def _batched(x, ndim: int) -> np.ndarray | None:
     return x
 
 
+def _is_sum_of(received: np.ndarray, groups: np.ndarray) -> bool:
+    """True when received (B, L, H, S) is the sum of groups (B, G, L, H, S) up to float32 rounding
+    (every counted query row in exactly one group: the masked / unmasked split)."""
+    total = groups.astype(np.float32).sum(axis=1)
+    return total.shape == received.shape and np.allclose(total, received, rtol=1e-4, atol=1e-5)
+
+
 def _list_column(rows: list[np.ndarray | None], value_type: pa.DataType) -> pa.Array:
     """A list<value_type> column from one flat numpy array per row (None = null row)."""
     if all(r is None for r in rows):
@@ -156,6 +163,9 @@ class TraceWriter:
             raise ValueError(f"received must have shape (B={B}, L, H, S={S}), got {received.shape}")
         if received_groups is not None and (received_groups.shape[0] != B or received_groups.shape[-1] != S):
             raise ValueError(f"received_groups must have shape (B={B}, G, L, H, S={S}), got {received_groups.shape}")
+        stored = received
+        if received is not None and received_groups is not None and _is_sum_of(received, received_groups):
+            stored = None  # derivable: the reader sums the groups (schema 2)
         if query_positions is None:
             qpos = [np.flatnonzero(attention_mask[b]) for b in range(B)]
         elif isinstance(query_positions, (list, tuple)):
@@ -186,7 +196,7 @@ class TraceWriter:
             "revealed": _list_column(list(revealed), pa.bool_()),
             "attention_mask": _list_column(list(attention_mask), pa.bool_()),
             "query_positions": _list_column(qpos, pa.int32()),
-            "received": _list_column([None] * B if received is None else list(received),
+            "received": _list_column([None] * B if stored is None else list(stored),
                                      self._schema.field("received").type.value_type),
             "received_groups": _list_column([None] * B if received_groups is None else list(received_groups),
                                             self._schema.field("received_groups").type.value_type),
