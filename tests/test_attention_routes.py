@@ -148,7 +148,7 @@ def test_smollm2_generation_token_identical_when_traced_through_lse(smollm2, tmp
 def test_tiny_dlm_generation_token_identical_when_traced_through_lse(tmp_path):
     import sinklens
     from sinklens.samplers import CaptureOptions
-    from sinklens.train.demo_defaults import LOAD, dlm_sampler, heldout_prompt
+    from sinklens.experiments.twins import LOAD, dlm_sampler, heldout_prompt
     m = sinklens.load("tiny-dlm", **LOAD)
     ids = torch.tensor([m.apply_chat_template(heldout_prompt(0))])
     plain = m.generate(ids, **dlm_sampler()).sequences
