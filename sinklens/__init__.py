@@ -4,6 +4,8 @@ Public API (thin layer over the modules; see docs/design.md):
     sinklens.load(name_or_path, ...)   -> SinkModel
     sinklens.open_trace(path)          -> Trace
     sinklens.analyze(trace, ...)       -> Analysis  (sinks, dynamics, Table 2; docs/analysis.md)
+    sinklens.show(trace_or_report)     the interactive page inline in a notebook (docs/interop.md)
+    sinklens.export                    bertviz / circuitsvis inputs from a trace's stored maps
 """
 from sinklens._version import __version__  # noqa: F401  (one source: pyproject reads it too)
 
@@ -27,3 +29,10 @@ def analyze(trace, **options):
     from sinklens.analysis.analyze import analyze as _analyze
 
     return _analyze(trace, **options)
+
+
+def show(x, **options):
+    """The interactive page inline in a notebook, for a trace, Analysis or Report (sinklens.report.show)."""
+    from sinklens.report.show import show as _show
+
+    return _show(x, **options)

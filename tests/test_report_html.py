@@ -200,3 +200,27 @@ def test_compare_mode_one_column_per_trace_units_toggle(browser, tmp_path):
     if keep:
         shutil.copy(shot, keep)
     assert _errors(browser) == []
+
+
+def test_two_inline_pages_in_one_document_work_independently(browser, tmp_path):
+    """sinklens.show in a notebook: two fragments on one page, each with its own ids and viewers."""
+    from selenium.webdriver.common.by import By
+
+    from sinklens.report.show import page_view
+
+    doc = tmp_path / "two.html"
+    doc.write_text("<!DOCTYPE html><html><head><meta charset='utf-8'></head><body><p>cell 1</p>"
+                   + page_view(P.source(label="first")).html + "<p>cell 2</p>"
+                   + page_view([P.source(seed=1, label="second"), P.arm_source("arm")]).html + "</body></html>",
+                   encoding="utf-8")
+    browser.get(doc.resolve().as_uri())
+    pages = browser.execute_script("return Object.keys(window.sinklensPages)")
+    assert len(pages) == 2
+    counts = browser.execute_script("return Object.values(window.sinklensPages).map(p => p.length)")
+    assert counts == [1, 2]
+    assert [v.get_attribute("data-trace") for v in browser.find_elements(By.CSS_SELECTOR, ".sl-viewer")] == \
+        ["first", "second", "arm"]
+    browser.execute_script("Object.values(window.sinklensPages)[1][0].setStep(4, true)")
+    steps = browser.execute_script("return Object.values(window.sinklensPages).map(p => p.map(v => v.t))")
+    assert steps[0] == [0] and steps[1][0] == 4            # the other page did not move
+    assert _errors(browser) == []

@@ -185,6 +185,59 @@ class Analysis:
                        "position 0), so raw sums flag early positions; compare with units uniform_ratio")
         return out
 
+    # ---- notebook display ---------------------------------------------------------------------
+    def summary_rows(self) -> list[tuple[str, str]]:
+        """The headline numbers as (name, text) rows, 3 significant digits (the page's Summary table)."""
+        d = self.to_dict()
+        sh = d["shape"]
+        kv = lambda o: ", ".join(f"{k} {_fmt(v)}" for k, v in o.items())   # noqa: E731
+        l, h = self.strongest_sink_head()
+        rows = [("trace", self.source.label),
+                ("shape", f"{sh['steps']} steps × {sh['layers']} layers × {sh['heads']} heads, up to "
+                          f"{sh['max_seq_len']} tokens; {'causal (ARM)' if d['causal'] else 'bidirectional'}"),
+                ("units", f"{d['units']} — {d['units_meaning']}"),
+                ("sink rule", f"{d['sink_rule']}, ε = {_fmt(d['eps'])}"),
+                ("sinks", f"{d['sinks_total']} (step, layer, head, position) occurrences"),
+                ("heads × steps with a sink", f"{_fmt(100 * d['fraction_heads_steps_with_sink'])} %"),
+                ("strongest-sink head", f"layer {l}, head {h}"),
+                ("sink tracks", kv(d["track_kinds"])),
+                ("head classes", kv(d["head_classes"])),
+                ("drift (positions)", kv(d["drift"])),
+                ("masked / unmasked splits", f"{d['masked_unmasked_splits']['count']} (step, layer, head)")]
+        cats = (d["sink_tokens"] or {}).get("categories")
+        if cats:
+            rows.append(("sink tokens by category",
+                         ", ".join(f"{k} {_fmt(v['fraction'])} ({v['count']})" for k, v in cats.items())))
+        rows += [("note", n) for n in d["notes"]]
+        return rows
+
+    def __repr__(self) -> str:
+        l, h = self.strongest_sink_head()
+        return (f"Analysis(trace={self.source.label!r}, units={self.units!r}, eps={_fmt(self.config.eps)}, "
+                f"{self.num_steps} steps × {self.num_layers} layers × {self.num_heads} heads, "
+                f"{int(self.sink_count.sum())} sinks, strongest head L{l}H{h})")
+
+    def _repr_html_(self) -> str:
+        import html
+
+        cells = "".join(f"<tr><th style='text-align:left'>{html.escape(k)}</th><td style='text-align:left'>"
+                        f"{html.escape(v)}</td></tr>" for k, v in self.summary_rows())
+        return (f"<table>{cells}</table><p style='font-size:smaller'>Every number: <code>.to_dict()</code>; tables: "
+                "<code>.sinks_frame()</code>, <code>.heads_frame()</code>, <code>.token_table.to_dataframe()</code>; "
+                "the interactive page: <code>sinklens.show(a)</code>.</p>")
+
+    def sinks_frame(self):
+        """pandas DataFrame, one row per Eq. 3 sink occurrence (sinklens.analysis.frames)."""
+        from sinklens.analysis.frames import sinks_frame
+
+        return sinks_frame(self)
+
+    def heads_frame(self):
+        """pandas DataFrame, one row per (layer, head) (sinklens.analysis.frames)."""
+        from sinklens.analysis.frames import heads_frame
+
+        return heads_frame(self)
+
     # ---- output ---------------------------------------------------------------------------
     def to_dict(self) -> dict:
         """Every number behind the figures, with units (JSON-serialisable). Computed once."""
@@ -329,6 +382,15 @@ def analyze(source, config: AnalysisConfig | None = None, *, row: int = 0, label
     under = tok_arr[sinks["step"].astype(np.int64), sinks["pos"].astype(np.int64)] if sinks["step"].size else []
     a.token_table = sink_token_table(np.asarray(under), src.decode, src.mask_id, src.special_ids)
     return a
+
+
+def _fmt(v) -> str:
+    """3 significant digits for floats, integers as they are."""
+    if isinstance(v, (bool, np.bool_)) or not isinstance(v, (int, float, np.integer, np.floating)):
+        return str(v)
+    if isinstance(v, (int, np.integer)) or float(v).is_integer():
+        return str(int(v))
+    return f"{float(v):.3g}"
 
 
 def _histogram(x: np.ndarray) -> tuple[np.ndarray, np.ndarray]:

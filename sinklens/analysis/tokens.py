@@ -56,6 +56,19 @@ class SinkTokenTable:
     categories: dict[str, dict]   # category -> {"count", "fraction"}
     total: int                    # all sink occurrences (step, layer, head, position)
 
+    def __repr__(self) -> str:
+        top = ", ".join(f"{r.token!r} {r.fraction:.3g}" for r in self.rows[:5])
+        return f"SinkTokenTable({self.total} sink occurrences, {len(self.rows)} tokens; top: {top})"
+
+    def _repr_html_(self) -> str:
+        return self.to_dataframe().head(10).to_html(index=False) + f"<p>{len(self.rows)} tokens; .to_dataframe() for all</p>"
+
+    def to_dataframe(self):
+        """pandas DataFrame: token, token_id, category, count, fraction (most frequent first)."""
+        from sinklens.analysis.frames import token_frame
+
+        return token_frame(self)
+
     def to_dict(self, top: int = 50) -> dict:
         return {"units": "fraction of all Eq. 3 sink occurrences (step, layer, head, position)",
                 "total_sink_occurrences": self.total, "categories": self.categories,

@@ -15,6 +15,7 @@ writes `stem.png` and `stem.svg`. Every figure names its units in an axis or col
 """
 from __future__ import annotations
 
+import io
 import os
 from pathlib import Path
 
@@ -28,6 +29,16 @@ from sinklens.analysis.scores import UNIT_LABELS
 from sinklens.analysis.source import AnalysisInputError
 
 FORMATS = ("png", "svg")
+
+
+class NotebookFigure(Figure):
+    """A matplotlib Figure that shows itself inline in Jupyter without pyplot: IPython renders any
+    object with `_repr_png_`, and these figures never touch pyplot's global state."""
+
+    def _repr_png_(self) -> bytes:
+        buf = io.BytesIO()
+        self.savefig(buf, format="png", dpi=100)
+        return buf.getvalue()
 
 
 def save(fig: Figure, stem: str | os.PathLike, formats=FORMATS, dpi: int = 110) -> list[Path]:
@@ -128,7 +139,7 @@ def received_over_steps(a: Analysis, layer: int | None = None, head: int | None 
     groups = [np.flatnonzero(multi), np.flatnonzero(~multi)] if split else [np.arange(T)]
     names = ["prefill", "decoding steps (one query row each)"] if split else [None]
     rows = [max(len(g), 2) for g in groups]
-    fig = Figure(figsize=(min(6 + S / 9, 18), min(3.2 + sum(rows) / 9 + 1.2 * (len(groups) - 1), 11)),
+    fig = NotebookFigure(figsize=(min(6 + S / 9, 18), min(3.2 + sum(rows) / 9 + 1.2 * (len(groups) - 1), 11)),
                  layout="constrained")
     axes = fig.subplots(len(groups), 1, squeeze=False, sharex=True,
                         gridspec_kw={"height_ratios": [max(r, T / 6) for r in rows]})[:, 0]
@@ -179,7 +190,7 @@ def score_distribution(a: Analysis) -> Figure:
     histogram per step as a column (log-spaced bins, colour = fraction of cells), quantile lines."""
     h = a.margin_hist.astype(float)                                       # (T, B)
     frac = h / np.maximum(h.sum(axis=1, keepdims=True), 1)
-    fig = Figure(figsize=(9, 4.5), layout="constrained")
+    fig = NotebookFigure(figsize=(9, 4.5), layout="constrained")
     ax = fig.add_subplot()
     edges = np.concatenate([HIST_EDGES[1:2] / 10, HIST_EDGES[1:], HIST_EDGES[-1:] * 10])  # bin 0 drawn below 1e-3
     steps = np.arange(a.num_steps + 1) - 0.5
@@ -220,7 +231,7 @@ def attention_maps(a: Analysis, steps, layer: int, head: int) -> Figure:
             maps.append(src.map(int(t), layer, head))
         except KeyError as e:
             raise AnalysisInputError(str(e).strip("'\"")) from None
-    fig = Figure(figsize=(4.2 * len(maps) + 1.5, 4.6), layout="constrained")
+    fig = NotebookFigure(figsize=(4.2 * len(maps) + 1.5, 4.6), layout="constrained")
     axes = fig.subplots(1, len(maps), squeeze=False)[0]
     vmax = max(float(m.max()) for m in maps)
     for ax, t, m in zip(axes, steps, maps):
@@ -247,7 +258,7 @@ def layer_head_scores(a: Analysis) -> Figure:
     """Fig. 5: per layer × head, the largest sink's score averaged over the steps that have a sink
     (grey: never a sink) and the mean number of sinks per step."""
     st = a.layer_head_stats()
-    fig = Figure(figsize=(min(8 + a.num_heads * 0.35, 20), min(3.5 + a.num_layers * 0.22, 12)), layout="constrained")
+    fig = NotebookFigure(figsize=(min(8 + a.num_heads * 0.35, 20), min(3.5 + a.num_layers * 0.22, 12)), layout="constrained")
     ax1, ax2 = fig.subplots(1, 2)
     cm = matplotlib.colormaps["viridis"].with_extremes(bad="lightgrey")
     im = ax1.imshow(st["largest_sink_score_mean"], aspect="auto", cmap=cm, interpolation="nearest")
@@ -272,7 +283,7 @@ def sink_positions(a: Analysis, heads=None, *, show_frontier: bool = True) -> Fi
     heads = heads or a.pick_heads()
     for l, h in heads:
         a.source.check_layer_head(l, h)
-    fig = Figure(figsize=(9, min(4 + a.tokens.shape[1] / 40, 9)), layout="constrained")
+    fig = NotebookFigure(figsize=(9, min(4 + a.tokens.shape[1] / 40, 9)), layout="constrained")
     ax = fig.add_subplot()
     t = np.arange(a.num_steps)
     if show_frontier and a.is_masked.any():
@@ -301,7 +312,7 @@ def eps_sweep(analyses, labels=None) -> Figure:
     units = {a.units for a in analyses}
     if len(units) > 1:
         raise ValueError(f"eps_sweep compares analyses in one unit; got {sorted(units)}")
-    fig = Figure(figsize=(6, 4), layout="constrained")
+    fig = NotebookFigure(figsize=(6, 4), layout="constrained")
     ax = fig.add_subplot()
     eps0 = analyses[0].config.eps
     for a, lab in zip(analyses, labels):

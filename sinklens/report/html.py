@@ -122,7 +122,7 @@ def _header(a: Analysis, steps_with_heads: list[int], stride: int, layers, xmax:
         "summary": {k: summary[k] for k in ("units", "units_meaning", "notes", "eps", "sink_rule", "causal", "shape",
                                             "sinks_total", "fraction_heads_steps_with_sink", "track_kinds",
                                             "head_classes", "drift")}
-                   | {"splits": summary["masked_unmasked_splits"]["count"],
+                   | {"rows": a.summary_rows(), "splits": summary["masked_unmasked_splits"]["count"],
                       "sink_token_categories": (summary["sink_tokens"] or {}).get("categories")},
     }
 

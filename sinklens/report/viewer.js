@@ -219,23 +219,9 @@
       det.textContent = "";
       el("summary", {}, det, "Summary [units=" + this.d.units + "] (every number: summary.json)");
       const tb = el("table", {}, det);
-      const row = (k, v) => { const tr = el("tr", {}, tb); el("th", {}, tr, k); el("td", {}, tr, v); };
-      const kv = (o, f) => Object.entries(o || {}).map(([k, v]) => k + " " + (f ? f(v) : fmt(v))).join(", ");
-      const sh = s.shape || {};
-      row("shape", sh.steps + " steps × " + sh.layers + " layers × " + sh.heads + " heads, up to " + sh.max_seq_len +
-          " tokens; " + (s.causal ? "causal (ARM)" : "bidirectional"));
-      row("units", s.units + " — " + s.units_meaning);
-      row("sink rule", s.sink_rule + ", ε = " + fmt(s.eps));
-      row("sinks", fmt(s.sinks_total) + " (step, layer, head, position) occurrences");
-      row("heads × steps with a sink", fmt(100 * s.fraction_heads_steps_with_sink) + " %");
-      row("strongest-sink head", "layer " + this.d.strongest[0] + ", head " + this.d.strongest[1]);
-      row("sink tracks", kv(s.track_kinds));
-      row("head classes", kv(s.head_classes));
-      row("drift (positions)", kv(s.drift));
-      row("masked / unmasked splits", fmt(s.splits) + " (step, layer, head)");
-      if (s.sink_token_categories) row("sink tokens by category", kv(s.sink_token_categories,
-        (v) => fmt(v.fraction) + " (" + v.count + ")"));
-      for (const n of s.notes || []) row("note", n);
+      for (const [k, v] of s.rows) {            // Analysis.summary_rows(): already 3 significant digits
+        const tr = el("tr", {}, tb); el("th", {}, tr, k); el("td", {}, tr, v);
+      }
     }
     figures(box) {
       const figs = this.d.figures || {};
