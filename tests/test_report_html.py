@@ -46,6 +46,15 @@ def browser(tmp_path_factory):
     drv.quit()
 
 
+def _screenshot(drv, path) -> None:
+    """Save a screenshot (kept in $SINKLENS_SCREENSHOT_DIR when set, to look at)."""
+    drv.save_screenshot(str(path))
+    assert path.stat().st_size > 10_000
+    keep = os.environ.get("SINKLENS_SCREENSHOT_DIR")
+    if keep:
+        shutil.copy(path, keep)
+
+
 def _errors(drv) -> list[str]:
     return [e["message"] for e in drv.get_log("browser") if e["level"] in ("SEVERE", "ERROR")]
 
@@ -74,12 +83,7 @@ def test_page_renders_slider_changes_step_no_console_errors(browser, tmp_path):
         slider.send_keys(Keys.ARROW_RIGHT)
     assert label.text.startswith("step 5 ")
     assert largest() == [20]           # the page follows the move
-    shot = tmp_path / "report-page.png"
-    browser.save_screenshot(str(shot))
-    assert shot.stat().st_size > 10_000
-    keep = os.environ.get("SINKLENS_SCREENSHOT_DIR")
-    if keep:
-        shutil.copy(shot, keep)
+    _screenshot(browser, tmp_path / "report-page.png")
     # stored map shown for (1, 0) at step 0
     browser.execute_script("""const v = window.sinklensViewers[0]; v.setStep(0, true);
         v.layerSel.value = 1; v.layerSel.dispatchEvent(new Event('change'));
@@ -165,9 +169,7 @@ def test_first_view_legend_summary_chart_and_map(browser, tmp_path):
     cmap = json.loads(browser.execute_script("return document.getElementById('sl-cmap').textContent"))
     magma = np.round(matplotlib.colormaps["magma"](np.linspace(0, 1, 256))[:, :3] * 255)
     assert np.array_equal(np.array(cmap), magma)
-    keep = os.environ.get("SINKLENS_SCREENSHOT_DIR")
-    if keep:
-        browser.save_screenshot(os.path.join(keep, "report-first-view.png"))
+    _screenshot(browser, tmp_path / "report-first-view.png")
     assert _errors(browser) == []
 
 
@@ -193,12 +195,7 @@ def test_compare_mode_one_column_per_trace_units_toggle(browser, tmp_path):
     assert viewers[1].get_attribute("data-units") == "uniform_ratio"
     assert [e.text for e in viewers[1].find_elements(By.CSS_SELECTOR, ".sl-legend-num")] != before
     assert "units=uniform_ratio" in viewers[1].find_element(By.CSS_SELECTOR, ".sl-summary summary").text
-    shot = tmp_path / "compare.png"
-    browser.save_screenshot(str(shot))
-    assert shot.stat().st_size > 10_000
-    keep = os.environ.get("SINKLENS_SCREENSHOT_DIR")
-    if keep:
-        shutil.copy(shot, keep)
+    _screenshot(browser, tmp_path / "compare.png")
     assert _errors(browser) == []
 
 

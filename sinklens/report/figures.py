@@ -167,6 +167,8 @@ def received_over_steps(a: Analysis, layer: int | None = None, head: int | None 
         ax.set_ylabel(_step_label(a) if name is None else f"{name}\nstep index")
         if len(g) <= 3:
             ax.set_yticks(g)
+        else:
+            ax.yaxis.get_major_locator().set_params(integer=True)    # step indices are whole numbers
         fig.colorbar(im, ax=ax, label=_units(a) if name is None else f"{name.split()[0]} [units={a.units}]",
                      shrink=0.9)
         _token_axis(ax, a, "x")
