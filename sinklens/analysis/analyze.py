@@ -1,5 +1,9 @@
 """One pass over a trace (step by step) that computes everything the figures and reports need.
 
+Each analysis is an accumulator (sinklens/analysis/accumulate.py: `add(step)`, `result()`,
+`to_dict()`) in `ACCUMULATORS`; `analyze()` computes each step's scores and Eq. 3 margins once
+and hands the step to every one of them. Tracks and drift are derived from the sinks afterwards.
+
     from sinklens.analysis import analyze
     a = analyze("run.arrow")                     # or a Trace, or an ArraySource
     a.largest_pos[:, layer, head]                # Fig. 7 series (−1 = no sink)
@@ -17,17 +21,21 @@ from dataclasses import dataclass, field
 import numpy as np
 from tqdm.auto import tqdm
 
+from sinklens.analysis.accumulate import Accumulator, Step, rounded
 from sinklens.analysis.dynamics import (DriftEvent, SinkTrack, SplitEvent, drift_events, drift_summary, head_class,
-                                        largest_sink_moves, split_events, track_sinks)
+                                        largest_sink_moves, track_sinks)
 from sinklens.analysis.scores import UNITS, check_units, scores
-from sinklens.analysis.sinks import DEFAULT_EPS, EpsSweep, EpsSweepAccumulator, largest_flagged, sink_margin
+from sinklens.analysis.sinks import DEFAULT_EPS, EpsSweep, EpsSweepAccumulator, sink_margin
 from sinklens.analysis.source import Source, as_source
-from sinklens.analysis.tokens import SinkTokenTable, sink_token_table
+from sinklens.analysis.step_stats import (HIST_EDGES, QUANTILES, Eq3Sinks, MarginDistribution,  # noqa: F401
+                                          MeanOverHeads, ScoreDistribution, SinkTokens, Splits, StepArrays, TopKey)
+from sinklens.analysis.tokens import SinkTokenTable
 
 DEFAULT_EPS_VALUES = np.round(np.arange(0.0, 10.01, 0.25), 2)
-# Fig. 3 histogram bins (log-spaced, in the chosen units); values below the first edge count in bin 0.
-HIST_EDGES = np.concatenate([[0.0], np.logspace(-3, 3, 49)])
-QUANTILES = (0.5, 0.9, 0.99, 1.0)
+
+# Every per-step analysis, in the order they see each step. A new one: a file + an entry here.
+ACCUMULATORS: list[type[Accumulator]] = [StepArrays, TopKey, Eq3Sinks, MeanOverHeads, ScoreDistribution,
+                                         MarginDistribution, EpsSweepAccumulator, Splits, SinkTokens]
 
 
 @dataclass
@@ -67,6 +75,8 @@ class Analysis:
     drift: list[DriftEvent] = field(default_factory=list)
     splits: list[SplitEvent] = field(default_factory=list)
     token_table: SinkTokenTable | None = None
+    extra: dict = field(default_factory=dict)              # results of accumulators beyond the built-in ones
+    accumulators: list = field(default_factory=list, repr=False)   # their to_dict() parts
     _dict: dict | None = field(default=None, repr=False)   # to_dict() cache (an Analysis is final once built)
 
     # ---- shape ----------------------------------------------------------------------------
@@ -246,11 +256,7 @@ class Analysis:
         return self._dict
 
     def _build_dict(self) -> dict:
-        def arr(x, nd=4):
-            x = np.asarray(x, dtype=float)
-            return [None if not np.isfinite(v) else round(float(v), nd) for v in x.ravel()] if x.ndim <= 1 else \
-                [arr(r, nd) for r in x]
-
+        parts = {k: v for acc in self.accumulators for k, v in acc.to_dict().items()}   # each analysis' own part
         c = self.config
         counts = {k: 0 for k in ("static", "moving", "vanishing", "transient")}
         for tr in self.tracks:
@@ -260,42 +266,33 @@ class Analysis:
         head_classes = {}
         for h in heads:
             head_classes[h["class"]] = head_classes.get(h["class"], 0) + 1
-        return {
+        d = {
             "trace": self.source.label,
             "units": c.units, "units_meaning": UNITS[c.units],
             "eps": c.eps, "sink_rule": "score_j − mean_{k≠j} score_k ≥ eps (paper Eq. 3), on real keys",
             "causal": self.source.causal, "notes": self.notes(),
             "shape": {"steps": self.num_steps, "layers": self.num_layers, "heads": self.num_heads,
                       "max_seq_len": int(self.seq_len.max())},
-            "step_numbers": list(map(int, self.step_numbers)),
-            "n_real_keys_per_step": self.n_real.tolist(), "n_queries_per_step": self.n_queries.tolist(),
-            "sinks_total": int(self.sink_count.sum()),
-            "fraction_heads_steps_with_sink": float((self.largest_pos >= 0).mean()),
+            **{k: parts.pop(k) for k in ("step_numbers", "n_real_keys_per_step", "n_queries_per_step",
+                                         "sinks_total", "fraction_heads_steps_with_sink")},
             "track_kinds": counts, "track_rule": "see sinklens/analysis/dynamics.py and docs/analysis.md",
             "head_classes": head_classes,
             "static_fraction": c.static_fraction,
             "drift": drift_summary(self.drift),
-            "masked_unmasked_splits": {"count": len(self.splits), "groups": list(self.source.group_names),
-                                       "events": [s.to_dict() for s in self.splits[:500]]},
-            "layer_head": {"units": c.units, **{k: arr(v) for k, v in stats.items()}},
-            "largest_sink_position": {"units": "token position (−1 = no sink)",
-                                      "per_step_layer_head": self.largest_pos.tolist()},
-            "largest_sink_score": {"units": c.units, "per_step_layer_head": arr(self.largest_score)},
-            "score_distribution": {"units": c.units, "bin_edges": arr(HIST_EDGES, 6),
-                                   "counts_per_step": self.hist.tolist(),
-                                   "quantiles": list(QUANTILES), "quantiles_per_step": arr(self.quantiles)},
-            "margin_distribution": {"units": c.units, "meaning": "Eq. 3 margin score_j − mean_{k≠j} score_k; "
-                                    "margins below the first edge (negative ones too) count in bin 0",
-                                    "bin_edges": arr(HIST_EDGES, 6), "counts_per_step": self.margin_hist.tolist(),
-                                    "quantiles": list(QUANTILES), "quantiles_per_step": arr(self.margin_quantiles)},
+            "masked_unmasked_splits": parts.pop("masked_unmasked_splits"),
+            "layer_head": {"units": c.units, **{k: rounded(v) for k, v in stats.items()}},
+            **{k: parts.pop(k) for k in ("largest_sink_position", "largest_sink_score", "score_distribution",
+                                         "margin_distribution")},
             "strongest_sink_head": list(self.strongest_sink_head()),
-            "eps_sweep": self.eps_sweep.to_dict() if self.eps_sweep else None,
-            "sink_tokens": self.token_table.to_dict() if self.token_table else None,
+            "eps_sweep": parts.pop("eps_sweep"),
+            "sink_tokens": parts.pop("sink_tokens"),
             "heads": heads,
             "tracks": [tr.to_dict(self.num_steps) for tr in self.tracks[:2000]],
             "tracks_truncated": len(self.tracks) > 2000,
             "drift_events": [e.to_dict() for e in self.drift[:2000]],
         }
+        d.update(parts)                 # accumulators beyond the built-in ones, under their own keys
+        return d
 
 
 def analyze(source, config: AnalysisConfig | None = None, *, row: int = 0, label: str | None = None,
@@ -308,79 +305,29 @@ def analyze(source, config: AnalysisConfig | None = None, *, row: int = 0, label
     config = dataclasses.replace(config, **overrides)       # never mutate the caller's config
     check_units(config.units)
     src = as_source(source, row=row, label=label)
-    T, L, H = src.num_steps, src.num_layers, src.num_heads
-    sweep = EpsSweepAccumulator(config.eps_values, config.units)
-    top_pos = np.zeros((T, L, H), np.int32)
-    top_score = np.zeros((T, L, H), np.float32)
-    largest_pos = np.full((T, L, H), -1, np.int32)
-    largest_score = np.full((T, L, H), np.nan, np.float32)
-    sink_count = np.zeros((T, L, H), np.int32)
-    mh_pos = np.full((T, L), -1, np.int32)
-    mh_count = np.zeros((T, L), np.int32)
-    hist = np.zeros((T, HIST_EDGES.size), np.int64)
-    quant = np.zeros((T, len(QUANTILES)), np.float32)
-    mhist = np.zeros((T, HIST_EDGES.size), np.int64)
-    mquant = np.zeros((T, len(QUANTILES)), np.float32)
-    rows: list[tuple] = []
-    toks, masked, keys = [], [], []
-    seq_len, n_real, n_q = np.zeros(T, np.int32), np.zeros(T, np.int32), np.zeros(T, np.int32)
-    step_numbers: list[int] = []
-    splits: list[SplitEvent] = []
-    it = range(T)
+    L, H = src.num_layers, src.num_heads
+    accumulators = [acc.for_analysis(src, config) for acc in ACCUMULATORS]
+    it = range(src.num_steps)
     if config.progress:
         it = tqdm(it, desc=f"analyse {src.label}", unit="step")
     for t in it:
         d = src.step_data(t)
         if d.received.shape[:2] != (L, H):
             raise ValueError(f"step {d.step}: received has (L, H) = {d.received.shape[:2]}, expected {(L, H)}")
-        km = d.key_mask
-        sc = scores(d.received, units=config.units, query_positions=d.query_positions, key_mask=km,
-                    causal=src.causal)                              # (L, H, S)
-        margin = sink_margin(sc, km)                                 # (L, H, S)
-        flagged = margin >= config.eps                              # (L, H, S) Eq. 3
-        sweep.add(margin)
-        top_pos[t], top_score[t] = largest_flagged(sc, np.broadcast_to(km, sc.shape))   # top-1 real key
-        largest_pos[t], largest_score[t] = largest_flagged(sc, flagged)
-        sink_count[t] = flagged.sum(-1)
-        l_, h_, j_ = np.nonzero(flagged)
-        rows.append((np.full(l_.size, t, np.int32), l_.astype(np.int32), h_.astype(np.int32), j_.astype(np.int32),
-                     sc[l_, h_, j_].astype(np.float32), margin[l_, h_, j_].astype(np.float32)))
-        # mean over heads: Eq. 3 on the head-averaged scores
-        mh = sc.mean(axis=1)                                          # (L, S)
-        mflag = sink_margin(mh, km) >= config.eps
-        mh_count[t] = mflag.sum(-1)
-        mh_pos[t] = largest_flagged(mh, mflag)[0]
-        real = sc[..., km].ravel()
-        hist[t], quant[t] = _histogram(real)
-        mhist[t], mquant[t] = _histogram(margin[..., km].ravel())
-        splits += split_events(t, d.received_groups, src.group_names, km, config.eps)
-        toks.append(d.tokens)
-        masked.append(d.is_masked)
-        keys.append(km)
-        seq_len[t], n_real[t], n_q[t] = d.tokens.shape[0], int(km.sum()), len(d.query_positions)
-        step_numbers.append(d.step)
+        sc = scores(d.received, units=config.units, query_positions=d.query_positions, key_mask=d.key_mask,
+                    causal=src.causal)                               # (L, H, S)
+        margin = sink_margin(sc, d.key_mask)                         # (L, H, S)
+        step = Step(index=t, data=d, scores=sc, margin=margin, flagged=margin >= config.eps)   # Eq. 3
+        for acc in accumulators:
+            acc.add(step)
 
-    S = int(seq_len.max()) if T else 0
-    tok_arr = np.full((T, S), -1, np.int64)
-    mask_arr = np.zeros((T, S), bool)
-    key_arr = np.zeros((T, S), bool)
-    for t in range(T):
-        tok_arr[t, : seq_len[t]] = toks[t]
-        mask_arr[t, : seq_len[t]] = masked[t]
-        key_arr[t, : seq_len[t]] = keys[t]
-    cols = list(zip(*rows)) if rows else [[]] * 6
-    sinks = {name: (np.concatenate(c) if len(c) else np.zeros(0)) for name, c in
-             zip(("step", "layer", "head", "pos", "score", "margin"), cols)}
-
-    a = Analysis(source=src, config=config, step_numbers=step_numbers, seq_len=seq_len, n_real=n_real,
-                 n_queries=n_q, tokens=tok_arr, is_masked=mask_arr, key_mask=key_arr, top_pos=top_pos,
-                 top_score=top_score, largest_pos=largest_pos, largest_score=largest_score, sink_count=sink_count,
-                 sinks=sinks, hist=hist, quantiles=quant, margin_hist=mhist, margin_quantiles=mquant, mean_head={"largest_pos": mh_pos, "sink_count": mh_count},
-                 eps_sweep=sweep.result(), splits=splits)
+    results = {k: v for acc in accumulators for k, v in acc.result().items()}
+    known = {f.name for f in dataclasses.fields(Analysis)}
+    a = Analysis(source=src, config=config, accumulators=accumulators,
+                 extra={k: v for k, v in results.items() if k not in known},
+                 **{k: v for k, v in results.items() if k in known})
     a.tracks = _all_tracks(a)
-    a.drift = drift_events(a.tracks, mask_arr, block_length=src.block_length, prompt_length=src.prompt_length)
-    under = tok_arr[sinks["step"].astype(np.int64), sinks["pos"].astype(np.int64)] if sinks["step"].size else []
-    a.token_table = sink_token_table(np.asarray(under), src.decode, src.mask_id, src.special_ids)
+    a.drift = drift_events(a.tracks, a.is_masked, block_length=src.block_length, prompt_length=src.prompt_length)
     return a
 
 
@@ -391,14 +338,6 @@ def _fmt(v) -> str:
     if isinstance(v, (int, np.integer)) or float(v).is_integer():
         return str(int(v))
     return f"{float(v):.3g}"
-
-
-def _histogram(x: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """Counts per HIST_EDGES bin (values below the first positive edge, negatives too, in bin 0)
-    and the QUANTILES of x."""
-    counts = np.bincount(np.searchsorted(HIST_EDGES, x, side="right").clip(1, HIST_EDGES.size) - 1,
-                         minlength=HIST_EDGES.size)[: HIST_EDGES.size]
-    return counts, (np.quantile(x, QUANTILES) if x.size else np.nan)
 
 
 def _all_tracks(a: Analysis) -> list[SinkTrack]:

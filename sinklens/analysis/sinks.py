@@ -13,6 +13,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from sinklens.analysis.accumulate import Accumulator
+
 DEFAULT_EPS = 3.0
 
 
@@ -92,8 +94,14 @@ class EpsSweep:
                 "meaning": "fraction of real (step, layer, head, key) cells with score_j − mean(others) ≥ eps"}
 
 
-class EpsSweepAccumulator:
-    """Accumulate sink margins chunk by chunk (e.g. step by step) into an ε sweep."""
+class EpsSweepAccumulator(Accumulator):
+    """Accumulate sink margins chunk by chunk (e.g. step by step) into an ε sweep (Fig. 10)."""
+
+    name = "eps_sweep"
+
+    @classmethod
+    def for_analysis(cls, source, config) -> "EpsSweepAccumulator":
+        return cls(config.eps_values, config.units)
 
     def __init__(self, eps_values, units: str):
         self.eps = np.asarray(eps_values, dtype=np.float64)
@@ -103,7 +111,10 @@ class EpsSweepAccumulator:
         self.counts = np.zeros(self.eps.size, np.int64)
         self.n = 0
 
-    def add(self, margins: np.ndarray) -> None:
+    def add(self, step) -> None:
+        self.add_margins(step.margin)
+
+    def add_margins(self, margins: np.ndarray) -> None:
         m = margins[margins > -np.inf].ravel()                  # real keys only
         # flagged(eps) = #{m ≥ eps}: how many grid values each margin reaches, then a reverse
         # cumulative count — exactly monotone, and O(N log E) rather than sorting all N margins
@@ -114,14 +125,20 @@ class EpsSweepAccumulator:
         self.counts[order] += flagged_sorted
         self.n += m.size
 
-    def result(self) -> EpsSweep:
+    def sweep(self) -> EpsSweep:
         frac = self.counts / self.n if self.n else np.zeros_like(self.eps)
         return EpsSweep(eps=self.eps.copy(), fraction=frac, n_tokens=self.n, units=self.units)
+
+    def result(self) -> dict:
+        return {"eps_sweep": self.sweep()}
+
+    def to_dict(self) -> dict:
+        return {"eps_sweep": self.sweep().to_dict()}
 
 
 def eps_sweep(scores, eps_values=None, key_mask=None, units: str = "sum") -> EpsSweep:
     """Fraction of real keys flagged by Eq. 3 for each ε, over every leading axis of `scores`."""
     eps_values = np.linspace(0, 10, 41) if eps_values is None else eps_values
     acc = EpsSweepAccumulator(eps_values, units)
-    acc.add(sink_margin(scores, key_mask))
-    return acc.result()
+    acc.add_margins(sink_margin(scores, key_mask))
+    return acc.sweep()

@@ -1,0 +1,60 @@
+"""The one protocol every per-step analysis follows, and the step it reads.
+
+`analyze()` reads a trace step by step, computes the step's scores and Eq. 3 margins once
+(`Step`), and hands the step to each accumulator in `analyze.ACCUMULATORS`:
+
+    class MyAnalysis(Accumulator):
+        name = "my_analysis"                    # key in Analysis.extra and in Analysis.to_dict()
+        def __init__(self, source, config): ... # the Source (num_layers, layout, ...) and AnalysisConfig
+        def add(self, step: Step) -> None: ...  # one step; keep (T, L, H)-sized summaries, never (T, L, H, S)
+        def result(self) -> dict: ...           # {"my_analysis": value}: attributes of the Analysis
+        def to_dict(self) -> dict: ...          # {"my_analysis": JSON}: its part of Analysis.to_dict()
+
+A new analysis is one file with such a class and one entry in `ACCUMULATORS`; its result is
+`a.extra["my_analysis"]` (built-in accumulators fill the named Analysis attributes instead).
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from sinklens.analysis.source import StepData
+
+
+@dataclass
+class Step:
+    """One step as every accumulator sees it; computed once per step by `analyze()`."""
+
+    index: int                  # 0 .. T−1 (the trace's step number is data.step)
+    data: StepData              # the source's arrays of this step
+    scores: np.ndarray          # (L, H, S) in the analysis units
+    margin: np.ndarray          # (L, H, S) Eq. 3 margin score_j − mean_{k≠j} score_k (−inf on padding)
+    flagged: np.ndarray         # (L, H, S) bool, margin ≥ eps (Eq. 3 sinks)
+
+
+class Accumulator:
+    """Base class: the protocol (see the module docstring). `for_analysis` builds one per analysis."""
+
+    name: str = ""
+
+    @classmethod
+    def for_analysis(cls, source, config) -> "Accumulator":
+        return cls(source, config)
+
+    def add(self, step: Step) -> None:
+        raise NotImplementedError
+
+    def result(self) -> dict:
+        raise NotImplementedError
+
+    def to_dict(self) -> dict:
+        return {}
+
+
+def rounded(x, nd: int = 4):
+    """JSON-ready nested lists of floats rounded to `nd` digits, None for NaN / inf."""
+    x = np.asarray(x, dtype=float)
+    if x.ndim <= 1:
+        return [None if not np.isfinite(v) else round(float(v), nd) for v in x.ravel()]
+    return [rounded(r, nd) for r in x]

@@ -1,0 +1,212 @@
+"""The built-in per-step analyses, each an `Accumulator` (sinklens/analysis/accumulate.py).
+
+Each keeps only small per-step summaries ((T, L, H) arrays, the sparse list of sinks, (T, S)
+tokens), so a trace is never held in memory at once. They fill the `Analysis` attributes named
+in their `result()`; their `to_dict()` parts are placed by `Analysis.to_dict()`.
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from sinklens.analysis.accumulate import Accumulator, Step, rounded
+from sinklens.analysis.dynamics import split_events
+from sinklens.analysis.sinks import largest_flagged, sink_margin
+from sinklens.analysis.tokens import sink_token_table
+
+# Fig. 3 histogram bins (log-spaced, in the chosen units); values below the first edge count in bin 0.
+HIST_EDGES = np.concatenate([[0.0], np.logspace(-3, 3, 49)])
+QUANTILES = (0.5, 0.9, 0.99, 1.0)
+
+
+class StepArrays(Accumulator):
+    """Step numbers, lengths, query counts and the (T, S_max) tokens / mask states / real keys."""
+
+    name = "steps"
+
+    def __init__(self, source, config):
+        T = source.num_steps
+        self.step_numbers: list[int] = []
+        self.seq_len, self.n_real, self.n_q = np.zeros(T, np.int32), np.zeros(T, np.int32), np.zeros(T, np.int32)
+        self.toks, self.masked, self.keys = [], [], []
+
+    def add(self, step: Step) -> None:
+        d, t = step.data, step.index
+        self.toks.append(d.tokens)
+        self.masked.append(d.is_masked)
+        self.keys.append(d.key_mask)
+        self.seq_len[t], self.n_real[t], self.n_q[t] = d.tokens.shape[0], int(d.key_mask.sum()), len(d.query_positions)
+        self.step_numbers.append(d.step)
+
+    def result(self) -> dict:
+        T = len(self.toks)
+        S = int(self.seq_len.max()) if T else 0
+        tok_arr = np.full((T, S), -1, np.int64)         # −1 beyond the step's length (ARM prefixes grow)
+        mask_arr = np.zeros((T, S), bool)
+        key_arr = np.zeros((T, S), bool)
+        for t in range(T):
+            tok_arr[t, : self.seq_len[t]] = self.toks[t]
+            mask_arr[t, : self.seq_len[t]] = self.masked[t]
+            key_arr[t, : self.seq_len[t]] = self.keys[t]
+        return {"step_numbers": self.step_numbers, "seq_len": self.seq_len, "n_real": self.n_real,
+                "n_queries": self.n_q, "tokens": tok_arr, "is_masked": mask_arr, "key_mask": key_arr}
+
+    def to_dict(self) -> dict:
+        return {"step_numbers": list(map(int, self.step_numbers)), "n_real_keys_per_step": self.n_real.tolist(),
+                "n_queries_per_step": self.n_q.tolist()}
+
+
+class TopKey(Accumulator):
+    """Per (step, layer, head): the highest-scoring real key, sink or not."""
+
+    name = "top_key"
+
+    def __init__(self, source, config):
+        shape = (source.num_steps, source.num_layers, source.num_heads)
+        self.pos, self.score = np.zeros(shape, np.int32), np.zeros(shape, np.float32)
+
+    def add(self, step: Step) -> None:
+        sc = step.scores
+        self.pos[step.index], self.score[step.index] = largest_flagged(sc, np.broadcast_to(step.data.key_mask, sc.shape))
+
+    def result(self) -> dict:
+        return {"top_pos": self.pos, "top_score": self.score}
+
+
+class Eq3Sinks(Accumulator):
+    """Eq. 3 sinks: the largest per (step, layer, head), their count, and the sparse list of all."""
+
+    name = "sinks"
+
+    def __init__(self, source, config):
+        shape = (source.num_steps, source.num_layers, source.num_heads)
+        self.units = config.units
+        self.largest_pos = np.full(shape, -1, np.int32)
+        self.largest_score = np.full(shape, np.nan, np.float32)
+        self.count = np.zeros(shape, np.int32)
+        self.rows: list[tuple] = []
+
+    def add(self, step: Step) -> None:
+        t, sc, flagged, margin = step.index, step.scores, step.flagged, step.margin
+        self.largest_pos[t], self.largest_score[t] = largest_flagged(sc, flagged)
+        self.count[t] = flagged.sum(-1)
+        l_, h_, j_ = np.nonzero(flagged)
+        self.rows.append((np.full(l_.size, t, np.int32), l_.astype(np.int32), h_.astype(np.int32),
+                          j_.astype(np.int32), sc[l_, h_, j_].astype(np.float32), margin[l_, h_, j_].astype(np.float32)))
+
+    def result(self) -> dict:
+        cols = list(zip(*self.rows)) if self.rows else [[]] * 6
+        sinks = {name: (np.concatenate(c) if len(c) else np.zeros(0)) for name, c in
+                 zip(("step", "layer", "head", "pos", "score", "margin"), cols)}
+        return {"largest_pos": self.largest_pos, "largest_score": self.largest_score, "sink_count": self.count,
+                "sinks": sinks}
+
+    def to_dict(self) -> dict:
+        return {"sinks_total": int(self.count.sum()),
+                "fraction_heads_steps_with_sink": float((self.largest_pos >= 0).mean()),
+                "largest_sink_position": {"units": "token position (−1 = no sink)",
+                                          "per_step_layer_head": self.largest_pos.tolist()},
+                "largest_sink_score": {"units": self.units, "per_step_layer_head": rounded(self.largest_score)}}
+
+
+class MeanOverHeads(Accumulator):
+    """Eq. 3 on the head-averaged scores of each layer: its largest sink and sink count, (T, L)."""
+
+    name = "mean_head"
+
+    def __init__(self, source, config):
+        self.eps = config.eps
+        self.pos = np.full((source.num_steps, source.num_layers), -1, np.int32)
+        self.count = np.zeros((source.num_steps, source.num_layers), np.int32)
+
+    def add(self, step: Step) -> None:
+        mh = step.scores.mean(axis=1)                                   # (L, S)
+        mflag = sink_margin(mh, step.data.key_mask) >= self.eps
+        self.count[step.index] = mflag.sum(-1)
+        self.pos[step.index] = largest_flagged(mh, mflag)[0]
+
+    def result(self) -> dict:
+        return {"mean_head": {"largest_pos": self.pos, "sink_count": self.count}}
+
+
+class ScoreDistribution(Accumulator):
+    """Fig. 3: per step, a histogram (HIST_EDGES) and QUANTILES of the real keys' scores."""
+
+    name = "score_distribution"
+    fields = ("hist", "quantiles")
+    meaning: dict = {}
+
+    def __init__(self, source, config):
+        self.units = config.units
+        self.hist = np.zeros((source.num_steps, HIST_EDGES.size), np.int64)
+        self.quant = np.zeros((source.num_steps, len(QUANTILES)), np.float32)
+
+    def values(self, step: Step) -> np.ndarray:
+        return step.scores[..., step.data.key_mask].ravel()
+
+    def add(self, step: Step) -> None:
+        x = self.values(step)
+        self.hist[step.index] = np.bincount(np.searchsorted(HIST_EDGES, x, side="right").clip(1, HIST_EDGES.size) - 1,
+                                            minlength=HIST_EDGES.size)[: HIST_EDGES.size]
+        self.quant[step.index] = np.quantile(x, QUANTILES) if x.size else np.nan
+
+    def result(self) -> dict:
+        return dict(zip(self.fields, (self.hist, self.quant)))
+
+    def to_dict(self) -> dict:
+        return {self.name: {"units": self.units, **self.meaning, "bin_edges": rounded(HIST_EDGES, 6),
+                            "counts_per_step": self.hist.tolist(), "quantiles": list(QUANTILES),
+                            "quantiles_per_step": rounded(self.quant)}}
+
+
+class MarginDistribution(ScoreDistribution):
+    """Fig. 3 on the Eq. 3 margins: values below the first edge (negative ones too) count in bin 0."""
+
+    name = "margin_distribution"
+    fields = ("margin_hist", "margin_quantiles")
+    meaning = {"meaning": "Eq. 3 margin score_j − mean_{k≠j} score_k; margins below the first edge (negative ones "
+                          "too) count in bin 0"}
+
+    def values(self, step: Step) -> np.ndarray:
+        return step.margin[..., step.data.key_mask].ravel()
+
+
+class Splits(Accumulator):
+    """Steps where the masked and the unmasked queries' largest sinks differ (dynamics.split_events)."""
+
+    name = "splits"
+
+    def __init__(self, source, config):
+        self.group_names, self.eps = source.group_names, config.eps
+        self.events = []
+
+    def add(self, step: Step) -> None:
+        d = step.data
+        self.events += split_events(step.index, d.received_groups, self.group_names, d.key_mask, self.eps)
+
+    def result(self) -> dict:
+        return {"splits": self.events}
+
+    def to_dict(self) -> dict:
+        return {"masked_unmasked_splits": {"count": len(self.events), "groups": list(self.group_names),
+                                           "events": [s.to_dict() for s in self.events[:500]]}}
+
+
+class SinkTokens(Accumulator):
+    """Table 2: the token under every sink occurrence, counted and categorised."""
+
+    name = "sink_tokens"
+
+    def __init__(self, source, config):
+        self.source, self.under = source, []
+
+    def add(self, step: Step) -> None:
+        self.under.append(step.data.tokens[np.nonzero(step.flagged)[2]])
+
+    def result(self) -> dict:
+        src = self.source
+        under = np.concatenate(self.under) if self.under else np.zeros(0, np.int64)
+        self.table = sink_token_table(under, src.decode, src.mask_id, src.special_ids)
+        return {"token_table": self.table}
+
+    def to_dict(self) -> dict:
+        return {"sink_tokens": self.table.to_dict()}
