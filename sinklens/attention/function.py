@@ -130,6 +130,8 @@ def sinklens_attention(
                             scaling=scaling, dropout=dropout, **kwargs)
     req: AttentionRequest | None = kwargs.pop("sinklens", None)
     blocked = req.blocked_for(module.layer_idx) if req is not None else None
+    if blocked is not None and req.num_keys is not None:
+        blocked = blocked[..., blocked.shape[-1] - key.shape[2]:]  # this layer's keys are the last S_k
     if req is None or (blocked is None and not req.needs_probabilities):
         return sdpa_attention_forward(
             module, query, key, value, attention_mask, dropout=dropout, scaling=scaling, **kwargs

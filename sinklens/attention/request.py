@@ -27,6 +27,11 @@ class AttentionRequest:
     keep_self: bool = False  # a blocked key still receives attention from its own query
     query_chunk: int | None = None  # queries per chunk in capture mode; None = from an 8 MB cache budget
     route: str = "auto"  # capture route: "exact", "lse" or "auto" (see sinklens/attention/function.py)
+    # Absolute key count when a layer may see only the *last* S_k of them (DiffusionGemma's
+    # sliding-window cache): that layer's captures are right-aligned into num_keys positions
+    # (earlier keys received nothing) and its `blocked` row is read for its last S_k keys.
+    # None = every layer sees all keys.
+    num_keys: int | None = None
 
     # --- outputs (filled by the attention function) ---------------------------------------
     _received: dict[int, torch.Tensor] = field(default_factory=dict, repr=False)
@@ -62,6 +67,10 @@ class AttentionRequest:
     def record(self, layer: int, received=None, unblocked=None, groups=None, maps=None) -> None:
         """Store one layer's captures: received / unblocked (B, H, S_k), groups (B, G, H, S_k),
         maps {head: (B, S_q, S_k)}; None = not captured."""
+        if self.num_keys is not None:  # a layer that saw only the last keys: put them at their positions
+            align = lambda t: t if t is None else torch.nn.functional.pad(t, (self.num_keys - t.shape[-1], 0))  # noqa: E731
+            received, unblocked, groups = align(received), align(unblocked), align(groups)
+            maps = {head: align(m) for head, m in (maps or {}).items()}
         if received is not None:
             self._received[layer] = received
         if unblocked is not None:

@@ -49,6 +49,10 @@ class Family:
     # Checkpoint parameters the loaded class does not need (regex; e.g. an encoder's MLM head):
     # dropped instead of failing the strict load. None = every parameter must be used.
     ignored_keys: str | None = None
+    # The family's own forward passes for its own sampler, when `forward_logits` is not enough
+    # (DiffusionGemma: encode_prefix / decoder_masks / denoise / new_cache). Samplers reach them
+    # through `model.family.ops`, never by importing models/ (a higher layer).
+    ops: Any = None
 
     @property
     def causal(self) -> bool:
@@ -160,4 +164,4 @@ def _ensure_builtin() -> None:
     global _BUILTIN_LOADED
     if not _BUILTIN_LOADED:
         _BUILTIN_LOADED = True
-        from . import llada, dream, arm, encoder  # noqa: F401  (MMaDA lives in llada.py)
+        from . import llada, dream, arm, encoder, diffusion_gemma  # noqa: F401  (MMaDA lives in llada.py)

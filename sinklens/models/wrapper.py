@@ -30,7 +30,7 @@ class SinkModel:
         if pad is not None:  # DiffuCoder fills the tail after its answer with <|dlm_pad|>
             self.pad_id, self.stop_ids = pad, tuple(dict.fromkeys((*self.stop_ids, pad)))
         source["variant"] = None if self.variant is None else self.variant.name
-        config = model.config
+        config = model.config.get_text_config()  # DiffusionGemma: the text part of a composite config
         self.num_layers = config.num_hidden_layers
         self.num_heads = config.num_attention_heads
         self.num_kv_heads = getattr(config, "num_key_value_heads", None) or self.num_heads  # encoders: no GQA
@@ -86,6 +86,9 @@ class SinkModel:
 
     def _forward(self, input_ids, attention_mask, position_ids, attention):
         """The model's own output object; checks the inputs and hands `attention` to the attention function."""
+        if self.family.attention == "encoder-decoder":
+            raise ValueError(f"{self.family.name!r} runs an encoder and a decoder over a canvas: there is no single "
+                             "forward of a sequence; use m.generate(...) (traced per denoising step)")
         input_ids = self._check_ids(input_ids)  # (B, S)
         if attention_mask is not None:
             attention_mask = self._check_mask(attention_mask, input_ids)
@@ -128,7 +131,7 @@ class SinkModel:
             input_ids = input_ids[None]
         if input_ids.dim() != 2 or input_ids.dtype not in (torch.long, torch.int32, torch.int64):
             raise ValueError(f"input_ids must be a (B, S) integer tensor, got {tuple(input_ids.shape)} {input_ids.dtype}")
-        vocab = self.model.config.vocab_size
+        vocab = self.model.config.get_text_config().vocab_size
         if input_ids.numel() and (int(input_ids.min()) < 0 or int(input_ids.max()) >= vocab):
             raise ValueError(f"input_ids must lie in [0, {vocab}), got range [{int(input_ids.min())}, {int(input_ids.max())}]")
         if input_ids.shape[1] > self.max_length:

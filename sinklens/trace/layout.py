@@ -11,14 +11,16 @@ diffusion, a canvas of random tokens, an encoder's single forward) fills the sam
     query_rows     which query rows a step's `received` sums (the exact rows per step are in the
                    `query_positions` column): "all" = every real position (a bidirectional step),
                    "newest" = the newest token only (ARM decoding; the prefill step: the prompt),
-                   "prefix" = every row of the prefix (ARM with capture_prefix)
+                   "prefix" = every row of the prefix (ARM with capture_prefix),
+                   "block" = the current block's rows only (DiffusionGemma's canvas: its queries
+                   are the canvas, its keys the cached prefix + the canvas; block diffusion)
 """
 from __future__ import annotations
 
 import operator
 from dataclasses import asdict, dataclass
 
-QUERY_ROWS = ("all", "newest", "prefix")
+QUERY_ROWS = ("all", "newest", "prefix", "block")
 META_KEY = "layout"
 
 
