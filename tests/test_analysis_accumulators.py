@@ -45,6 +45,12 @@ def test_a_new_accumulator_is_one_list_entry(monkeypatch):
     np.testing.assert_array_equal(a.largest_pos, base.largest_pos)
 
 
+def test_an_analysis_of_your_own_without_editing_sinklens():
+    a = analyze(P.source(), extra=[MaxScore])
+    assert a.extra["max_score"].shape == (a.num_steps,) and "max_score" in a.to_dict()
+    assert "max_score" not in analyze(P.source()).extra
+
+
 def test_every_builtin_follows_the_protocol():
     a = analyze(P.source())
     assert [type(acc) for acc in a.accumulators] == A.ACCUMULATORS and a.extra == {}

@@ -3,6 +3,7 @@
     from sinklens.analysis import analyze, scores, is_sink
     a = analyze("run.arrow", units="sum", eps=3.0)
 """
+from sinklens.analysis.accumulate import Accumulator, Step
 from sinklens.analysis.analyze import Analysis, AnalysisConfig, analyze
 from sinklens.analysis.dynamics import SinkTrack, classify_track, track_sinks
 from sinklens.analysis.scores import UNITS, scores, uniform_expectation
@@ -10,7 +11,7 @@ from sinklens.analysis.sinks import DEFAULT_EPS, eps_sweep, is_sink, largest_sin
 from sinklens.analysis.source import AnalysisInputError, ArraySource, Source, TraceSource, as_source
 from sinklens.analysis.tokens import categorize, sink_token_table
 
-__all__ = ["Analysis", "AnalysisConfig", "AnalysisInputError", "ArraySource", "DEFAULT_EPS", "SinkTrack", "Source",
-           "TraceSource", "UNITS", "analyze", "as_source", "categorize", "classify_track", "eps_sweep", "is_sink",
+__all__ = ["Accumulator", "Analysis", "AnalysisConfig", "AnalysisInputError", "ArraySource", "DEFAULT_EPS", "SinkTrack", "Source",
+           "Step", "TraceSource", "UNITS", "analyze", "as_source", "categorize", "classify_track", "eps_sweep", "is_sink",
            "largest_sink", "scores", "sink_margin", "sink_token_table", "top_k", "track_sinks",
            "uniform_expectation"]

@@ -296,8 +296,9 @@ class Analysis:
 
 
 def analyze(source, config: AnalysisConfig | None = None, *, row: int = 0, label: str | None = None,
-            **overrides) -> Analysis:
-    """Analyse a trace (path, Trace or Source) step by step. Keyword overrides set config fields."""
+            extra: tuple = (), **overrides) -> Analysis:
+    """Analyse a trace (path, Trace or Source) step by step. Keyword overrides set config fields.
+    extra: accumulator classes of your own, run after the built-in ones (results in `a.extra`)."""
     config = config or AnalysisConfig()
     unknown = sorted(set(overrides) - set(config.__dict__))
     if unknown:
@@ -306,7 +307,7 @@ def analyze(source, config: AnalysisConfig | None = None, *, row: int = 0, label
     check_units(config.units)
     src = as_source(source, row=row, label=label)
     L, H = src.num_layers, src.num_heads
-    accumulators = [acc.for_analysis(src, config) for acc in ACCUMULATORS]
+    accumulators = [acc.for_analysis(src, config) for acc in [*ACCUMULATORS, *extra]]
     it = range(src.num_steps)
     if config.progress:
         it = tqdm(it, desc=f"analyse {src.label}", unit="step")
