@@ -2,28 +2,42 @@
 from __future__ import annotations
 
 import argparse
+import importlib
 import sys
 
 from sinklens.cliargs import CliError, OneLineParser
 
 
-def build_parser() -> argparse.ArgumentParser:
+# Each module's register(sub) adds these sub-commands. Only the module of the command that runs
+# is imported: `sinklens report` then never imports torch / transformers (~300 MB and ~5 s that
+# a report does not use; docs/benchmarks.md). `sinklens --help` imports them all.
+COMMANDS = (
+    ("sinklens.report.command", ("report",)),
+    ("sinklens.samplers.command", ("generate", "trace")),
+    ("sinklens.eval.commands", ("eval", "eval-summary")),
+    ("sinklens.experiments.demo", ("demo",)),
+    ("sinklens.train.command", ("train",)),
+    ("sinklens.experiments.replicate", ("replicate",)),
+    ("sinklens.experiments.study", ("study",)),
+)
+
+
+def build_parser(command: str | None = None) -> argparse.ArgumentParser:
+    """The parser; with a known `command`, only that command's module is imported."""
     # one-line usage errors (exit 2) for every sub-command: subparsers inherit the parser class
     p = OneLineParser(prog="sinklens", description=__doc__)
     p.add_argument("--version", action="store_true", help="print the version and exit")
     sub = p.add_subparsers(dest="command", metavar="COMMAND")
-    from sinklens.report.command import register as register_report; register_report(sub)  # report
-    from sinklens.samplers.command import register as register_samplers; register_samplers(sub)  # generate, trace
-    from sinklens.eval.commands import register as register_eval; register_eval(sub)  # eval, eval-summary
-    from sinklens.experiments.demo import register as register_demo; register_demo(sub)  # demo
-    from sinklens.train.command import register as register_train; register_train(sub)  # train
-    from sinklens.experiments.replicate import register as register_replicate; register_replicate(sub)  # replicate
-    from sinklens.experiments.study import register as register_study; register_study(sub)  # study
+    known = any(command in names for _, names in COMMANDS)
+    for module, names in COMMANDS:
+        if not known or command in names:
+            importlib.import_module(module).register(sub)
     return p
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = build_parser()
+    argv = sys.argv[1:] if argv is None else list(argv)
+    parser = build_parser(next((a for a in argv if not a.startswith("-")), None))
     args = parser.parse_args(argv)
     if args.version:
         from sinklens._version import __version__

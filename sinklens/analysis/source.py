@@ -219,11 +219,14 @@ class TraceSource(Source):
         except KeyError:
             raise AnalysisInputError(f"trace '{self.label}' step {s} holds no received attention: the run did not "
                                      f"capture attention (trace it with capture on)") from None
-        return StepData(step=s, received=received, tokens=tokens,
+        data = StepData(step=s, received=received, tokens=tokens,
                         is_masked=np.zeros(tokens.shape, bool) if masked is None else np.asarray(masked, bool),
                         key_mask=np.ones(tokens.shape, bool) if mask is None else np.asarray(mask, bool),
                         query_positions=(np.flatnonzero(mask) if q is None else np.asarray(q, np.int64)),
                         received_groups=t.received_groups(s, self.row))
+        if hasattr(t, "release_pages"):
+            t.release_pages()  # one step resident at a time, not the whole memory-mapped file
+        return data
 
     def decode(self, ids) -> list[str]:
         return self.trace.decode(ids)

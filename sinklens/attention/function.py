@@ -38,6 +38,7 @@ from sinklens.attention.weights import with_weights
 
 ATTENTION_NAME = "sinklens"
 CHUNK_BYTES = 8 * 2**20  # one chunk's float32 scores: 8 MB stays in cache (measured: docs/benchmarks.md)
+MASKED_CHUNK = 128  # at most, where a mask lets chunks skip keys (causal: measured best of 64 / 128 / 256)
 
 
 def _per_kv_head(ok: torch.Tensor | None, h_kv: int, rep: int) -> torch.Tensor | None:
@@ -81,6 +82,8 @@ def _capture(
     unblocked = req.capture and req.blocked is not None
     sums = LayerSums.for_request(req, module.layer_idx, b, h, s_q, s_k, unblocked, query.device)
     chunk = req.query_chunk or max(16, CHUNK_BYTES // (4 * b * h * s_k))
+    if req.query_chunk is None and allowed_unblocked is not None:
+        chunk = min(chunk, MASKED_CHUNK)  # finer chunks skip more of a causal future
 
     for start in range(0, s_q, chunk):
         end = min(start + chunk, s_q)

@@ -182,7 +182,8 @@ def _write_summary(report: Report, opts: ReportOptions) -> None:
     doc = {"sinklens_report": 1, "units_note": ("every score is in the units named by the `units` field next to it; "
                                                 "`sum` = column sums r_j = Σ_i A[i,j] (multiples of uniform attention)"),
            "traces": traces, "compare_figures": {k: _rel(v, report.out) for k, v in report.figures.items()}}
-    report.summary_json.write_text(json.dumps(doc, indent=1, default=_json_default), encoding="utf-8")
+    with open(report.summary_json, "w", encoding="utf-8") as f:  # streamed: json.dumps would hold the text
+        json.dump(doc, f, indent=1, default=_json_default)            # and its millions of pieces at once
     report.summary_md.write_text(_markdown(report), encoding="utf-8")
 
 

@@ -10,6 +10,7 @@ Plain pyarrow reads the same file: `pyarrow.ipc.open_stream(path).read_all()` (d
 from __future__ import annotations
 
 import json
+import mmap
 import os
 import zlib
 
@@ -36,10 +37,12 @@ class Trace:
         if not os.path.exists(self.path):
             raise FileNotFoundError(f"no trace file at {self.path}")
         closed_properly = _file_ends_with_eos(self.path)
-        self._mmap = pa.memory_map(self.path, "r")
         try:
-            reader = pa.ipc.open_stream(self._mmap)
-        except (pa.ArrowInvalid, pa.ArrowIOError, OSError) as e:
+            # Python's mmap (not pyarrow's) so that pages already read can be given back: see release_pages
+            with open(self.path, "rb") as f:
+                self._mmap = mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ)
+            reader = pa.ipc.open_stream(pa.BufferReader(pa.py_buffer(self._mmap)))
+        except (pa.ArrowInvalid, pa.ArrowIOError, OSError, ValueError) as e:  # ValueError: an empty file
             raise TraceFormatError(f"{self.path} is not an Arrow IPC stream (corrupt or not a trace): {e}") from None
         raw = (reader.schema.metadata or {}).get(META_KEY)
         if raw is None:
@@ -127,6 +130,17 @@ class Trace:
                                        f"{batch.column('step')[0].as_py()} fails its CRC-32 check")
             self._verified.add(i)
         return batch
+
+    def release_pages(self) -> None:
+        """Give back the resident memory of the file pages read so far.
+
+        The file is memory-mapped: every step read stays in this process's RSS until the OS
+        needs the memory, so a pass over all steps would hold the whole file. The views handed
+        out stay valid (dropped pages are read again from the page cache on access); a
+        step-by-step reader (sinklens.analysis) calls this after each step.
+        """
+        if hasattr(mmap, "MADV_DONTNEED") and not self._mmap.closed:
+            self._mmap.madvise(mmap.MADV_DONTNEED)
 
     def verify(self) -> None:
         """Check every step's checksum now (reads the whole file); raises TraceFormatError."""
@@ -248,7 +262,10 @@ class Trace:
     def close(self) -> None:
         self._batches = []
         self._index = {}
-        self._mmap.close()
+        try:
+            self._mmap.close()
+        except BufferError:  # arrays handed out still view the map: it closes when they are gone
+            pass
 
     def __enter__(self) -> "Trace":
         return self
