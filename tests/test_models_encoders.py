@@ -147,3 +147,13 @@ def test_modernbert_sliding_layers_equal_eager(tmp_path):
     amap = trace.map(0, local, 1, 0)  # (S, S) a local layer: nothing beyond distance 2
     far = np.abs(np.arange(12)[:, None] - np.arange(12)[None, :]) > 2
     assert amap[far].max() == 0 and amap[~far].min() > 0
+
+
+def test_eval_refuses_an_encoder_in_one_line(minilm, tmp_path):
+    from sinklens.eval.runner import EvalConfig, run_eval
+
+    data = tmp_path / "q.jsonl"
+    data.write_text(json.dumps({"question": "1 + 1?", "answer": "#### 2"}) + "\n")
+    cfg = EvalConfig(model="all-minilm-l6-v2", task="gsm8k", out=str(tmp_path / "out"), data=str(data), limit=1)
+    with pytest.raises(ValueError, match="encoder: it generates no text"):
+        run_eval(cfg, model=minilm)

@@ -65,6 +65,8 @@ class SinklensLM(LM):
         self.m = load(pretrained, dtype=dtype, device=device)
         if self.m.tokenizer is None:
             raise ValueError(f"{pretrained!r} ships no tokenizer; lm-eval needs text in and out")
+        if not get_config(self.m.family.sampler).generates:
+            raise ValueError(f"{pretrained!r} is a {self.m.family.name!r} encoder: it generates no text for lm-eval")
         self.policy = SinkMaskingPolicy(self.config, num_layers=self.m.num_layers,
                                         is_diffusion=self.m.is_diffusion, model=self.m)
         # the sampler's own fields (steps, block_length, ...); lm-eval's extras (max_batch_size, ...) are not ours

@@ -248,6 +248,9 @@ def run_eval(cfg: EvalConfig, model=None) -> list[str]:
     if m.tokenizer is None:
         raise ValueError(f"{cfg.model!r} ships no tokenizer; the eval needs text prompts")
     rank, world = dist_rank_world()
+    if not get_config(m.family.sampler).generates:
+        raise ValueError(f"{cfg.model!r} is a {m.family.name!r} encoder: it generates no text, so there is nothing to "
+                         "evaluate; trace it with `sinklens trace` instead")
     settings = sampler_settings(m.family.sampler, cfg.task, cfg.gen_length, **cfg.sampler_args)
     gen = get_config(m.family.sampler).from_kwargs(**settings).length
     sandbox = SandboxConfig(timeout=cfg.sandbox_timeout, cpu_seconds=int(cfg.sandbox_timeout) + 1)

@@ -115,6 +115,7 @@ class SamplerConfig:
     name: ClassVar[str] = ""  # registry name, set by @register
     module: ClassVar[str] = ""  # module holding `sample(model, input_ids, config, ...)`
     length_field: ClassVar[str] = "max_new_tokens"  # the field that says how many tokens to generate
+    generates: ClassVar[bool] = True  # False: one forward pass, no text out (encoders); eval refuses it
     TASK_LENGTHS: ClassVar[dict] = {}  # task -> the paper's generation length for this sampler
 
     def __post_init__(self):
@@ -294,6 +295,7 @@ class EncoderConfig(SamplerConfig):
     """BERT / ModernBERT: one forward pass recorded as a one-step trace; nothing to set."""
 
     length_field: ClassVar[str] = ""  # generates nothing
+    generates: ClassVar[bool] = False
 
     @classmethod
     def preset(cls, length: int) -> dict:
