@@ -35,6 +35,7 @@ def special_tokens(config: dict, tokenizer: Any) -> SpecialTokens:
     text = config.get("text_config") or {}
     eos = text.get("eos_token_id", getattr(tokenizer, "eos_token_id", None))
     pad = text.get("pad_token_id", getattr(tokenizer, "pad_token_id", None))
+    # Gemma 4's end of turn is <turn|> (id 106; transformers' gguf loader lists it among Gemma 4's EOS ids)
     eot = tokenizer.get_vocab().get("<turn|>") if tokenizer is not None else None
     return SpecialTokens(mask_id=None, eos_id=first_id(eos), pad_id=first_id(pad), eot_id=eot, stop_ids=all_ids(eos, eot))
 
