@@ -138,6 +138,10 @@ def test_variant_generation_equals_official(fixtures_dir, tmp_path, variant):
     m = sinklens.load(folder)
     case = first_generate_case(fixtures_dir, m.family.name)
     assert run_case(m, case).sequences.tolist() == case["expected_output_ids"]
+    traced = run_case(m, case, trace=tmp_path / "t.arrow")  # capture changes no token
+    assert traced.sequences.tolist() == case["expected_output_ids"]
+    meta = sinklens.open_trace(tmp_path / "t.arrow").meta
+    assert meta["model"]["variant"] == variant and meta["family"] == m.family.name
 
 
 def test_diffucoder_detected_from_dlm_pad_token(fixtures_dir, tmp_path):
