@@ -28,7 +28,9 @@ VISION = dict(model_type="gemma4_vision", hidden_size=16, intermediate_size=32, 
 
 
 def build(folder):
-    config = DiffusionGemmaConfig(text_config=TEXT, vision_config=VISION, canvas_length=C)
+    # key set as the hub's configs (e.g. trl-internal-testing/tiny-DiffusionGemmaForBlockDiffusion):
+    # "vision" bidirectionality, a top-level EOS list (there [1, 106]; 106 is outside this vocab)
+    config = DiffusionGemmaConfig(text_config=TEXT, vision_config=VISION, canvas_length=C, eos_token_id=[1, 50])
     torch.manual_seed(0)
     DiffusionGemmaForBlockDiffusion(config).save_pretrained(folder)
     return folder
@@ -53,7 +55,7 @@ def prompt(B=2, seed=5):
 def test_loads_natively(models):
     m, _ = models
     assert m.family.name == "diffusion_gemma" and m.family.attention == "encoder-decoder" and m.is_diffusion
-    assert m.mask_id is None and m.eos_id == 1 and (m.num_layers, m.num_heads) == (3, 2)
+    assert m.mask_id is None and m.eos_id == 1 and m.stop_ids == (1, 50) and (m.num_layers, m.num_heads) == (3, 2)
     assert m.model.config.get_text_config().layer_types[-1] == "full_attention"
     with pytest.raises(ValueError, match="use m.generate"):
         m.forward_logits(prompt())

@@ -31,9 +31,10 @@ def is_diffusion_gemma(config: dict) -> bool:
 
 
 def special_tokens(config: dict, tokenizer: Any) -> SpecialTokens:
-    """No mask token (the canvas is random tokens); EOS / pad from the text config, else the tokenizer."""
+    """No mask token (the canvas is random tokens). EOS: the top-level list (the hub checkpoints
+    ship [1, 106] = <eos>, <turn|>), else the text config's, else the tokenizer's; pad likewise."""
     text = config.get("text_config") or {}
-    eos = text.get("eos_token_id", getattr(tokenizer, "eos_token_id", None))
+    eos = config.get("eos_token_id", text.get("eos_token_id", getattr(tokenizer, "eos_token_id", None)))
     pad = text.get("pad_token_id", getattr(tokenizer, "pad_token_id", None))
     # Gemma 4's end of turn is <turn|> (id 106; transformers' gguf loader lists it among Gemma 4's EOS ids)
     eot = tokenizer.get_vocab().get("<turn|>") if tokenizer is not None else None
