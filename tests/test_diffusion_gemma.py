@@ -214,3 +214,15 @@ def test_by_hub_id_from_offline_cache(folder, tmp_path, monkeypatch):
     m = sinklens.load("google/diffusiongemma-26B-A4B-it")
     assert m.family.name == "diffusion_gemma" and m.source["kind"] == "hub"
     assert json.loads((repo / "snapshots" / commit / "config.json").read_text())["model_type"] == "diffusion_gemma"
+
+
+def test_bfloat16_tokens_equal_transformers_with_capture(folder, tmp_path):
+    ref = DiffusionGemmaForBlockDiffusion.from_pretrained(str(folder), attn_implementation="sdpa",
+                                                          dtype=torch.bfloat16).eval()
+    m = sinklens.load(folder, dtype="bfloat16")
+    kw = dict(max_new_tokens=16, max_denoising_steps=5)
+    torch.manual_seed(0)
+    expected = ref.generate(prompt(), **kw).sequences
+    torch.manual_seed(0)
+    got = m.generate(prompt(), **kw, trace=tmp_path / "bf16.arrow").sequences
+    assert got.tolist() == expected.tolist()
