@@ -82,6 +82,9 @@ class StableAndConfident:
     def __init__(self, threshold: int, confidence: float):
         self.threshold, self.confidence, self.history = threshold, confidence, None
 
+    def reset(self) -> None:  # a new canvas
+        self.history = None
+
     def __call__(self, argmax: torch.Tensor, logits: torch.Tensor) -> torch.Tensor:
         B = argmax.shape[0]
         if self.threshold == 0:
@@ -145,13 +148,15 @@ def sample(model, input_ids, config: DiffusionGemmaSamplerConfig, attention_mask
             noise = torch.ones(B, C, dtype=torch.bool, device=device)  # fed as noise (not yet accepted)
             done = torch.zeros(B, dtype=torch.bool, device=device)
             if stopper is not None:
-                stopper.history = None
+                stopper.reset()
             for n in reversed(range(1, N + 1)):
                 tokens = torch.cat([seq, canvas], dim=1)  # (B, Pk + C)
                 is_masked = F.pad(noise, (Pk, 0), value=False)
                 hook_req = all_hooks.before_step(step, tokens, is_masked, key_real)
-                groups = masked_unmasked_groups(noise, torch.ones_like(noise)) if capture is not None and capture.query_groups else None
-                req = build_request(hook_req, capture, step, torch.ones_like(noise), groups)
+                every_row = torch.ones_like(noise)  # (B, C) all canvas rows are queries
+                split = capture is not None and capture.query_groups
+                groups = masked_unmasked_groups(noise, every_row) if split else None  # 0 noise, 1 accepted
+                req = build_request(hook_req, capture, step, every_row, groups)
                 if req is not None:
                     req.num_keys = Pk + C  # sliding layers see only the last keys: right-align them
                 logits = dg.denoise(model, canvas, self_cond, masks, cache, dec_pos, attention=req)  # (B, C, V)
@@ -161,8 +166,8 @@ def sample(model, input_ids, config: DiffusionGemmaSamplerConfig, attention_mask
                 drawn = torch.multinomial(probs.view(-1, V), num_samples=1).view(B, C)
                 new_argmax = logits.argmax(dim=-1)
                 accepted = accept(logits, s["entropy_bound"])  # (B, C)
-                kept = torch.where(accepted, drawn, canvas)
-                new_canvas = torch.where(accepted, kept, torch.randint(0, V, (B, C), device=device))
+                # accepted positions take the drawn token; every other one is renoised
+                new_canvas = torch.where(accepted, drawn, torch.randint(0, V, (B, C), device=device))
                 if stopper is not None:
                     if done.any():  # a row that already stopped keeps its canvas and logits
                         new_argmax = torch.where(done[:, None], argmax, new_argmax)
