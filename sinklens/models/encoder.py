@@ -32,9 +32,8 @@ def encoder_special_tokens(config: dict, tokenizer: Any) -> SpecialTokens:
 
 
 def _encoder(name: str, model_class, config_class) -> Family:
-    def matches(config: dict) -> bool:
-        return config.get("model_type") == name or any(
-            a.startswith(model_class.__name__.lower().removesuffix("model")) for a in architectures(config))
+    def matches(config: dict) -> bool:  # model_type, or any BertModel / BertForMaskedLM / ... architecture
+        return config.get("model_type") == name or any(a.startswith(name) for a in architectures(config))
 
     return register_family(
         Family(
