@@ -5,7 +5,7 @@ from dataclasses import dataclass, fields
 
 import pytest
 
-from sinklens.samplers.command import add_sampler_flags, sampler_args
+from sinklens.cli.generate import add_sampler_flags, sampler_args
 from sinklens.samplers import configs
 from sinklens.samplers.configs import SAMPLERS, ARMConfig, DreamConfig, LLaDAConfig, SamplerConfig, param
 
@@ -51,7 +51,7 @@ def test_every_field_of_every_sampler_is_a_flag_with_help_and_default():
     help_text = p.format_help()
     for name in names:
         action = next(a for a in p._actions if a.dest == name)
-        assert action.help and "[default " in action.help, name
+        assert action.help and "[official default " in action.help, name
         assert "--" + name.replace("_", "-") in help_text
     args = p.parse_args(["--steps", "8", "--alg", "entropy", "--no-do-sample", "--eos-token-id", "1,2"])
     assert sampler_args(args, names) == {"steps": 8, "alg": "entropy", "do_sample": False, "eos_token_id": [1, 2]}

@@ -269,4 +269,6 @@ def test_study_end_to_end_on_tiny_runs(tmp_path):
     assert labels >= {"arm", "dlm", "dlm-shift", "arm (random init)", "dlm (random init)", "dlm-shift (random init)"}
     assert all("track_classes" in r and "drift" in r for r in rows)
     assert (out / "controls" / "dlm-shift" / "config.json").is_file()
-    assert main(["study", "--run", str(runs["arm"]), "--out", str(out)]) == 2      # no LABEL=
+    with pytest.raises(SystemExit) as e:                                              # no LABEL=: a usage error
+        main(["study", "--run", str(runs["arm"]), "--out", str(out)])
+    assert e.value.code == 2

@@ -213,13 +213,6 @@ def _prompt(m, task, item, cfg: EvalConfig) -> tuple[list[int], bool]:
     return m.tokenizer(task.text(item, cfg.shots))["input_ids"], False
 
 
-def _decode(m, ids: torch.Tensor) -> str:
-    ids = ids.tolist()
-    stops = set(m.stop_ids or ()) | {i for i in (m.eos_id, m.eot_id) if i is not None}
-    cut = next((i for i, t in enumerate(ids) if t in stops), len(ids))   # stop at the first end token
-    return m.tokenizer.decode(ids[:cut], skip_special_tokens=True)
-
-
 def generate_text(m, ids: list[int], policy: SinkMaskingPolicy, settings: dict, seed: int = 0) -> str:
     """One generation with the family's own sampler, the masking policy as its hook; the new text."""
     torch.manual_seed(seed)
@@ -230,7 +223,7 @@ def generate_text(m, ids: list[int], policy: SinkMaskingPolicy, settings: dict, 
         capture = CaptureOptions(query_groups=False,
                                  capture_prefix=not m.is_diffusion and policy.config.arm_rule == "prefix")
     out = m.generate(torch.tensor([ids], dtype=torch.long), hook=hook, capture=capture, **settings)
-    return _decode(m, out.sequences[0, len(ids):])
+    return out.text[0]
 
 
 def run_eval(cfg: EvalConfig, model=None) -> list[str]:

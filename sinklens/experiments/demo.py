@@ -85,12 +85,3 @@ def run_demo(out: str | Path, models: list[DemoModel] | None = None, prompt: str
     print(f"\nreport: {report.html} (open in a browser; no network needed), {report.summary_md}")
     print(f"demo took {time.perf_counter() - t0:.0f} s")
     return report.html
-
-
-def register(sub) -> None:
-    p = sub.add_parser("demo", help="trace and report the embedded default model(s) on one prompt",
-                       description=__doc__)
-    p.add_argument("--out", default="demo-report", help="output folder (default: demo-report)")
-    p.add_argument("--prompt", default=None, help="prompt to trace (default: a held-out arithmetic problem)")
-    p.add_argument("--quiet", action="store_true", help="no progress bars")
-    p.set_defaults(func=lambda a: run_demo(a.out, prompt=a.prompt, quiet=a.quiet) and 0)

@@ -154,32 +154,3 @@ def replicate(out: str | Path, n: int = 200, mask_topk: tuple[int | str, ...] = 
     dyn = dynamics_over_problems(out, n_traces, progress) if n_traces > 0 else {}
     return {"summary_md": md, "summary_csv": csv, "report": str(html), "persistence_md": str(out / "persistence.md"),
             **dyn}
-
-
-def register(sub) -> None:
-    from sinklens.cliargs import nonneg_int, positive_int
-
-    p = sub.add_parser("replicate", help="Table 1 + sink dynamics of the paper on the shipped tiny twins",
-                       description=__doc__)
-    p.add_argument("--out", default="replicate", help="output folder (default: replicate)")
-    p.add_argument("--n", type=positive_int, default=200, help="held-out problems (default 200)")
-    p.add_argument("--mask-topk", default="0,1,5,10", help="comma-separated K values (0 = unmasked; 1%% = a share)")
-    p.add_argument("--mask-control", choices=["random", "none"], default="random",
-                   help="random (default): a random non-sink-key control row beside every masked row")
-    p.add_argument("--n-traces", type=nonneg_int, default=50,
-                   help="held-out problems traced for the aggregated dynamics (default 50; 0 = skip)")
-    p.add_argument("--quiet", action="store_true")
-
-    def _run(a) -> int:
-        from sinklens.eval.runner import parse_k
-        try:
-            ks = tuple(parse_k(k) for k in a.mask_topk.split(",") if k.strip())
-        except ValueError as e:
-            print(f"sinklens replicate: error: {e}")
-            return 2
-        res = replicate(a.out, a.n, ks, progress=not a.quiet, n_traces=a.n_traces, control=a.mask_control)
-        print(f"table: {res['summary_md']}\ndynamics report: {res['report']}\npersistence: {res['persistence_md']}")
-        if "dynamics_md" in res:
-            print(f"dynamics over problems: {res['dynamics_md']}")
-        return 0
-    p.set_defaults(func=_run)

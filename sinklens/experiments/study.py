@@ -95,35 +95,3 @@ def study(runs: dict[str, str], out: str | Path, n: int = 50, n_traces: int = 20
     problems = generate(n_traces, seed=0, split="heldout", cfg=data_config(first))
     dyn = dynamics_over_problems(out, n_traces, progress, models=models, problems=problems)
     return {"summary_md": md, "summary_csv": csv, **dyn}
-
-
-def register(sub) -> None:
-    from sinklens.cliargs import nonneg_int, positive_int
-
-    p = sub.add_parser("study", help="issue 13's controlled study on trained story twins",
-                       description=__doc__, formatter_class=__import__("argparse").RawDescriptionHelpFormatter)
-    p.add_argument("--run", action="append", required=True, metavar="LABEL=RUN",
-                   help="a finished training run folder and its label (repeat per twin)")
-    p.add_argument("--out", default="study", help="output folder (default: study)")
-    p.add_argument("--n", type=positive_int, default=50, help="held-out problems per run (default 50)")
-    p.add_argument("--mask-topk", default="0,1,5,10", help="comma-separated K values (0 = unmasked; 2%% = a share)")
-    p.add_argument("--n-traces", type=nonneg_int, default=20, help="held-out problems traced per model (default 20)")
-    p.add_argument("--quiet", action="store_true")
-
-    def _run(a) -> int:
-        from sinklens.eval.runner import parse_k
-        import sys
-        bad = [r for r in a.run if "=" not in r]
-        if bad:
-            print(f"sinklens study: error: --run {bad[0]!r}: expected LABEL=FOLDER", file=sys.stderr)
-            return 2
-        try:
-            ks = tuple(parse_k(k) for k in a.mask_topk.split(",") if k.strip())
-        except ValueError as e:
-            print(f"sinklens study: error: {e}", file=sys.stderr)
-            return 2
-        runs = dict(r.split("=", 1) for r in a.run)
-        res = study(runs, a.out, a.n, a.n_traces, ks, progress=not a.quiet)
-        print(f"table: {res['summary_md']}\ndynamics: {res.get('dynamics_md')}")
-        return 0
-    p.set_defaults(func=_run)

@@ -154,6 +154,14 @@ def check_weights(folder: Path) -> list[Path]:
     """The folder's safetensors files; a clear error for pickle-only or weightless folders."""
     files = sorted(folder.glob("*.safetensors"))
     if files:
+        from safetensors import safe_open
+
+        for f in files:  # the header only (memory-mapped): a corrupt or truncated file is named here
+            try:
+                with safe_open(str(f), framework="pt"):
+                    pass
+            except Exception as e:  # safetensors raises its own SafetensorError (or OSError)
+                raise ValueError(f"{f} is not a readable safetensors file ({' '.join(str(e).split())})") from None
         return files
     pickles = sorted(p.name for p in folder.iterdir() if p.suffix in PICKLE_SUFFIXES)
     if pickles:
@@ -237,7 +245,7 @@ def load(
     if device is not None:
         model.to(device)
     model.eval()
-    tokenizer = load_tokenizer(where.folder, family, where.gguf_file)
+    tokenizer = load_tokenizer(where.folder, family, where.gguf_file, config=model.config)
     source = {
         "name_or_path": str(name_or_path),
         "path": str(where.folder),
@@ -321,8 +329,11 @@ def _set_attention(model) -> None:
         model.set_attn_implementation(ATTENTION_NAME)
 
 
-def load_tokenizer(folder: Path, family: Family, gguf_file: str | None = None):
-    """The folder's tokenizer (never remote code); None when the folder ships none."""
+def load_tokenizer(folder: Path, family: Family, gguf_file: str | None = None, config=None):
+    """The folder's tokenizer (never remote code); None when the folder ships none. `config`: the
+    transformers config the model was built with; without it AutoTokenizer re-reads config.json,
+    cannot map a DLM's model_type (llada, dream) and warns "model of type `llada` to instantiate
+    a model of type ``" on every load."""
     from transformers import AutoTokenizer
 
     if gguf_file is not None:
@@ -330,7 +341,7 @@ def load_tokenizer(folder: Path, family: Family, gguf_file: str | None = None):
     if not any((folder / f).is_file() for f in TOKENIZER_FILES):
         return None
     try:
-        return AutoTokenizer.from_pretrained(str(folder), trust_remote_code=False)
+        return AutoTokenizer.from_pretrained(str(folder), config=config, trust_remote_code=False)
     except Exception as err:
         if family.tokenizer_fallback is None:
             raise

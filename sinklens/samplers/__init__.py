@@ -8,8 +8,20 @@ its config from the official argument names and runs it; `SinkModel.generate` ca
 """
 from __future__ import annotations
 
-from sinklens.samplers.base import CaptureOptions, GenerateOutput, StepEvent
+from typing import TYPE_CHECKING
+
 from sinklens.samplers.configs import SAMPLERS, SamplerConfig, get_config, get_sample
+
+if TYPE_CHECKING:
+    from sinklens.samplers.base import CaptureOptions, GenerateOutput, StepEvent
+
+
+def __getattr__(name: str):
+    # base.py needs torch; importing the configs (the command line's --help) must not
+    if name in ("CaptureOptions", "GenerateOutput", "StepEvent"):
+        from sinklens.samplers import base
+        return getattr(base, name)
+    raise AttributeError(f"module 'sinklens.samplers' has no attribute {name!r}")
 
 
 def generate(model, input_ids, attention_mask=None, *, trace=None, hook=None, capture=None, progress: bool = False,
@@ -35,8 +47,14 @@ def generate(model, input_ids, attention_mask=None, *, trace=None, hook=None, ca
     if device is not None:
         input_ids = input_ids.to(device)
         attention_mask = None if attention_mask is None else torch.as_tensor(attention_mask).to(device)
-    return get_sample(name)(model, input_ids, config, attention_mask, trace=trace, hook=hook, capture=capture,
-                            progress=progress)
+    out = get_sample(name)(model, input_ids, config, attention_mask, trace=trace, hook=hook, capture=capture,
+                           progress=progress)
+    if getattr(model, "tokenizer", None) is not None:
+        from sinklens.samplers.base import decode_new
+
+        P = input_ids.shape[-1]
+        out.text = [decode_new(model, row[P:].tolist()) for row in out.sequences]
+    return out
 
 
 __all__ = ["CaptureOptions", "GenerateOutput", "StepEvent", "SAMPLERS", "SamplerConfig", "generate", "get_config",

@@ -63,6 +63,7 @@ class GenerateOutput:
     history: list[torch.Tensor] = field(default_factory=list)  # (B, S_total) x after each step
     trace_path: str | None = None
     num_steps: int = 0
+    text: list[str] | None = None  # per row: the generated text, cut at the first end token (None: no tokenizer)
 
     @property
     def trace(self):
@@ -240,6 +241,18 @@ def _jsonable(v):
     if isinstance(v, (list, tuple)):
         return [_jsonable(x) for x in v]
     return repr(v)
+
+
+def decode_new(model, new_ids) -> str | None:
+    """Text of generated ids (a list), cut at the first end token (EOS, EoT, the model's stop ids),
+    special tokens dropped; None when the model has no tokenizer."""
+    tok = getattr(model, "tokenizer", None)
+    if tok is None:
+        return None
+    stops = set(getattr(model, "stop_ids", None) or ()) | {
+        i for i in (getattr(model, "eos_id", None), getattr(model, "eot_id", None)) if i is not None}
+    cut = next((i for i, t in enumerate(new_ids) if t in stops), len(new_ids))
+    return tok.decode(new_ids[:cut], skip_special_tokens=True)
 
 
 def check_inputs(input_ids, attention_mask, total_len: int, max_length: int | None):

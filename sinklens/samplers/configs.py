@@ -158,6 +158,31 @@ class SamplerConfig:
         """Evaluation settings for a generation of `length` tokens (override per sampler)."""
         return {cls.length_field: length}
 
+    @classmethod
+    def paper_settings(cls) -> dict:
+        """What runs when the model says nothing: the paper's GSM8K setting (SPEC §6), else the defaults."""
+        length = cls.TASK_LENGTHS.get("gsm8k")
+        return cls.preset(length) if length else {}
+
+    @classmethod
+    def trained_settings(cls, train: dict) -> dict:
+        """The settings a sinklens-trained model was scored with (`train`: its train_config.json)."""
+        return cls.preset(int(train["gen_length"]))
+
+    @classmethod
+    def with_length(cls, settings: dict, n: int) -> dict:
+        """`settings` generating `n` tokens; steps follow the length when they equalled it (override)."""
+        old = settings.get(cls.length_field, cls.defaults()[cls.length_field])
+        out = {**settings, cls.length_field: n}
+        if "steps" in cls.defaults() and settings.get("steps", cls.defaults()["steps"]) == old:
+            out["steps"] = n
+        return out
+
+    @classmethod
+    def fit_length(cls, settings: dict, room: int) -> int:
+        """The longest length <= `room` this sampler can generate with `settings` (override)."""
+        return room
+
     @property
     def length(self) -> int:
         """Tokens this config generates."""
@@ -241,6 +266,25 @@ class LLaDAConfig(SamplerConfig):
         block = overrides.get("block_length") or min(32, length)
         return -(-length // block) * block  # whole blocks
 
+    @classmethod
+    def trained_settings(cls, train: dict) -> dict:
+        g = int(train["gen_length"])  # one token per step; the twin's eval block (0 = the whole answer)
+        return dict(gen_length=g, steps=g, block_length=int(train.get("block_length") or g), temperature=0.0,
+                    remasking="low_confidence")
+
+    @classmethod
+    def with_length(cls, settings: dict, n: int) -> dict:
+        d = {**cls.defaults(), **settings}
+        block = d["block_length"] if n % d["block_length"] == 0 else n  # else one block
+        per_block = max(1, d["steps"] // max(1, d["gen_length"] // d["block_length"]))
+        steps = n if d["steps"] == d["gen_length"] else per_block * (n // block)
+        return {**settings, "gen_length": n, "block_length": block, "steps": steps}
+
+    @classmethod
+    def fit_length(cls, settings: dict, room: int) -> int:
+        block = settings.get("block_length", cls.defaults()["block_length"])
+        return room // block * block if room >= block else room  # whole blocks
+
 
 @register("dream", module="sinklens.samplers.dream")
 @dataclass
@@ -264,6 +308,11 @@ class DreamConfig(SamplerConfig):
     def preset(cls, length: int) -> dict:
         # Dream's evaluation settings: steps = gen length, entropy order, T 0.1, top-p 0.9
         return dict(max_new_tokens=length, steps=length, temperature=0.1, top_p=0.9, alg="entropy", alg_temp=0.0)
+
+    @classmethod
+    def trained_settings(cls, train: dict) -> dict:
+        g = int(train["gen_length"])  # the dlm-shift twins' scoring: confidence order, greedy
+        return dict(max_new_tokens=g, steps=g, temperature=0.0, alg="maskgit_plus", alg_temp=0.0)
 
 
 @register("arm", module="sinklens.samplers.arm")

@@ -1,7 +1,7 @@
 """argparse types for numeric flags: a bad value is a one-line error naming the flag, never a silent default.
 
-Used by every sub-command (eval, trace, generate, report). Dependency-free on purpose: the
-command line must be able to reject `--steps 0` before torch is imported.
+Used by every sub-command. Dependency-free on purpose: the command line must answer --help and
+reject `--steps 0` before torch is imported.
 """
 from __future__ import annotations
 
@@ -9,8 +9,24 @@ import argparse
 import math
 
 
+class HelpFormatter(argparse.RawDescriptionHelpFormatter):
+    """Descriptions as written; every flag shows its default (unless its help already says it, or there is none to show)."""
+
+    def _get_help_string(self, action):
+        text = action.help or ""
+        if ("default" in text or not action.option_strings
+                or any(action.default is x for x in (None, False, True, argparse.SUPPRESS))):
+            return text
+        return f"{text} (default: %(default)s)" if text else "default: %(default)s"
+
+
 class OneLineParser(argparse.ArgumentParser):
-    """An ArgumentParser whose errors are one line on stderr (exit status 2), without the usage block."""
+    """An ArgumentParser whose errors are one line on stderr (exit status 2), without the usage block;
+    its sub-command parsers are OneLineParsers with the same help formatter."""
+
+    def __init__(self, *args, **kwargs):
+        kwargs["formatter_class"] = HelpFormatter
+        super().__init__(*args, **kwargs)
 
     def error(self, message):
         self.exit(2, f"{self.prog}: error: {message} (see {self.prog} --help)\n")
@@ -96,13 +112,17 @@ def nonneg_int_list(text: str) -> tuple[int, ...]:
     return int_list(text, 0)
 
 
-class CliError(SystemExit):
-    """Bad input found by a command after parsing: `sinklens.cli.main` prints it as one line; exit status 2."""
+class CliError(ValueError):
+    """Bad input found by a command after parsing: `sinklens.cli.main` prints it as one line, exit status 2."""
 
-    def __init__(self, message: str):
-        super().__init__(2)
-        self.message = message
 
-    def __str__(self) -> str:
-        return self.message
-
+def add_common_flags(p: argparse.ArgumentParser) -> None:
+    """--quiet / --verbose / --debug, the same in every sub-command (and before it:
+    `sinklens --debug trace ...`). SUPPRESS: a flag given before the sub-command is not reset by it."""
+    g = p.add_argument_group("output")
+    g.add_argument("-q", "--quiet", "--no-progress", dest="quiet", action="store_true", default=argparse.SUPPRESS,
+                   help="no progress bars or notes, only results and errors (--no-progress: same)")
+    g.add_argument("-v", "--verbose", action="store_true", default=argparse.SUPPRESS,
+                   help="more detail: timings, notes, library warnings (transformers, accelerate)")
+    g.add_argument("--debug", action="store_true", default=argparse.SUPPRESS,
+                   help="show the full traceback of an error (implies --verbose)")

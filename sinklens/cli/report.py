@@ -1,9 +1,9 @@
-"""`sinklens report TRACE [TRACE ...] --out DIR` (registered in sinklens/cli.py)."""
+"""`sinklens report TRACE [TRACE ...] --out DIR`: figures, summary and the interactive page from traces."""
 from __future__ import annotations
 
 import argparse
 
-from sinklens.cliargs import nonneg_float, nonneg_int, positive_float
+from sinklens.cli.types import nonneg_float, nonneg_int, positive_float
 
 
 def _heads(text: str) -> list[tuple[int, int]]:
@@ -37,7 +37,7 @@ def run(args: argparse.Namespace) -> int:
     page = PageOptions(max_mb=None if args.html_max_mb <= 0 else args.html_max_mb, layers=args.html_layers,
                        title=args.title)
     opts = ReportOptions(units=args.units, eps=args.eps, heads=args.heads, map_steps=args.map_steps, page=page,
-                         progress=not args.quiet, row=args.row, figures=not args.no_figures)
+                         progress=args.progress, row=args.row, figures=not args.no_figures)
     rep = build_report(args.traces, args.out, labels=args.labels, options=opts)
     n_fig = sum(len(r.figures) for r in rep.traces) + len(rep.figures)
     print(f"wrote {n_fig} figures/tables, {rep.summary_md}, {rep.summary_json} and {rep.html} "
@@ -67,6 +67,5 @@ def register(sub) -> None:
     p.add_argument("--html-layers", type=_ints, default=None, help="keep per-head data in the page for these layers only")
     p.add_argument("--row", type=nonneg_int, default=0, help="batch row to analyse in every trace (default 0)")
     p.add_argument("--no-figures", action="store_true", help="only summary.md/json and the page (faster)")
-    p.add_argument("--title", default="sinklens report")
-    p.add_argument("--quiet", action="store_true", help="no progress bars")
+    p.add_argument("--title", default="sinklens report", help="title of the HTML page")
     p.set_defaults(func=run)

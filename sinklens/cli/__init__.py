@@ -1,0 +1,86 @@
+"""The `sinklens` command line: one module per sub-command (sinklens/cli/<command>.py), each
+calling library functions; nothing else.
+
+Fast help: only the chosen sub-command's module is imported (the others are listed from the
+table below), and the modules import torch / transformers inside their run functions, so
+`sinklens --help` and `sinklens report --help` answer without them.
+Errors: one line `sinklens <cmd>: error: ...`; exit 2 for bad input (usage, arguments, missing
+or unreadable input files), 1 for failures while running; `--debug` shows the traceback.
+`--quiet` / `--verbose` / `--debug` work the same in every sub-command (sinklens.cli.logs).
+"""
+from __future__ import annotations
+
+import argparse
+import importlib
+import sys
+
+from sinklens.cli.types import CliError, OneLineParser, add_common_flags
+
+# sub-command -> (module in sinklens/cli/, one-line help). The module's `register(sub)` adds the full parser.
+COMMANDS = {
+    "demo": ("demo", "trace and report the embedded default model(s) on one prompt"),
+    "generate": ("generate", "run a model's own sampler and print the text"),
+    "trace": ("trace", "run a model's own sampler and record every step's attention to a trace file"),
+    "report": ("report", "figures, summary and an interactive HTML page from one or more traces"),
+    "eval": ("eval", "GSM8K / HumanEval / arith accuracy with the top-K sinks masked (paper Table 1)"),
+    "eval-summary": ("eval_summary", "Table-1 style summary (markdown + CSV) of eval output directories"),
+    "lm-eval-task": ("lm_eval_task", "write the GSM8K lm-eval task YAML for a local data file"),
+    "train": ("train", "train a tiny DLM (LLaDA-style) or its ARM twin"),
+    "replicate": ("replicate", "Table 1 + sink dynamics of the paper on the shipped tiny twins"),
+    "study": ("study", "issue 13's controlled study on trained story twins"),
+}
+
+
+def _chosen(argv: list[str]) -> str | None:
+    """The sub-command named in argv (the first word that is one), before parsing."""
+    return next((a for a in argv if a in COMMANDS), None)
+
+
+def build_parser(command: str | None = None) -> argparse.ArgumentParser:
+    """The parser; sub-commands other than `command` are listed without their flags
+    (command=None: every sub-command in full, e.g. for tests that read all flags)."""
+    p = OneLineParser(prog="sinklens", description="sinklens: where attention goes inside diffusion language "
+                      "models while they denoise. Run `sinklens COMMAND --help` for a command's flags.")
+    p.add_argument("--version", action="store_true", help="print the version and exit")
+    add_common_flags(p)
+    sub = p.add_subparsers(dest="command", metavar="COMMAND")
+    for name, (module, help_) in COMMANDS.items():
+        if command is None or name == command:
+            before = set(sub.choices)
+            importlib.import_module(f"sinklens.cli.{module}").register(sub)
+            for new in set(sub.choices) - before:
+                add_common_flags(sub.choices[new])
+        elif name not in sub.choices:
+            sub.add_parser(name, help=help_, add_help=False)
+    return p
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else list(argv)
+    parser = build_parser(_chosen(argv) or "")
+    args = parser.parse_args(argv)
+    if args.version:
+        from sinklens._version import __version__
+        print(__version__)
+        return 0
+    if not getattr(args, "func", None):
+        parser.print_help()
+        return 2
+    from sinklens.cli import logs
+    args.debug = bool(getattr(args, "debug", False))
+    try:
+        logs.setup(args)
+        return int(args.func(args) or 0)
+    except KeyboardInterrupt:
+        print(f"sinklens {args.command}: interrupted", file=sys.stderr)
+        return 130
+    except Exception as e:  # noqa: BLE001  (every failure becomes one line; --debug shows the traceback)
+        if args.debug:
+            raise
+        code, message = logs.describe(e)
+        hint = " (--debug shows the traceback)" if code == 1 and not isinstance(e, OSError) else ""
+        print(f"sinklens {args.command}: error: {message}{hint}", file=sys.stderr)
+        return code
+
+
+__all__ = ["COMMANDS", "CliError", "build_parser", "main"]

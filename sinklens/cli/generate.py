@@ -1,0 +1,153 @@
+"""`sinklens generate`: run a model's own sampler and print the text (or --json).
+
+    sinklens generate --model tiny-dlm --prompt "Tom has 3 apples ..."
+    sinklens generate --model smollm2-135m-instruct --prompt "Hi" --max-new-tokens 16 --json
+    sinklens generate --model ./my-llada --input-ids 1,2,3 --steps 32 --gen-length 32
+
+Sampler flags left out take the model's defaults (sinklens.samplers.defaults): a sinklens twin's
+training settings, else the family's published setting, cut to the model's context with a note.
+The sampler flags are derived from the sampler configs (sinklens.samplers.configs); `sinklens
+trace` shares this module's options.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+from dataclasses import fields
+
+from sinklens.cli.types import CliError, nonneg_int
+
+def add_sampler_flags(parser: argparse.ArgumentParser, exclude: tuple[str, ...] = (),
+                      title: str = "sampler arguments (official names; only those of the model's sampler are accepted)"
+                      ) -> list[str]:
+    """One flag per field of the registered sampler configs (`sinklens.samplers.configs`): type,
+    range, help and default come from the field, so no flag table is kept by hand. A field that
+    several samplers share (steps, temperature, ...) is one flag. Returns the field names."""
+    from sinklens.samplers.configs import SAMPLERS, expected, parse_text
+
+    by_name: dict[str, list] = {}
+    for sampler, cls in SAMPLERS.items():
+        for f in fields(cls):
+            if f.name not in exclude:
+                by_name.setdefault(f.name, []).append((sampler, f))
+    group = parser.add_argument_group(title)
+    for name, uses in by_name.items():
+        meta = uses[0][1].metadata
+        helps = {f.metadata["help"] for _, f in uses}
+        text = helps.pop() if len(helps) == 1 else "; ".join(f"{s}: {f.metadata['help']}" for s, f in uses)
+        if meta["type"] is not bool and not meta["choices"]:
+            text += f"; {expected(meta)}"
+        text += " [official default " + ", ".join(f"{s}: {'unset' if f.default is None else f.default}"
+                                                  for s, f in uses) + "]"
+        flag = "--" + name.replace("_", "-")
+        if meta["type"] is bool:
+            group.add_argument(flag, dest=name, action=argparse.BooleanOptionalAction, default=None,
+                               help=text.replace("%", "%%"))
+            continue
+
+        def parse(value, name=name, meta=meta):
+            try:
+                return parse_text(name, value, meta)
+            except ValueError as e:  # argparse prints "argument --flag: <message>"
+                raise argparse.ArgumentTypeError(str(e).split(" ", 1)[1]) from None
+
+        metavar = "{" + ",".join(meta["choices"]) + "}" if meta["choices"] else (
+            "ID[,ID...]" if meta["type"] == "ids" else {int: "N", float: "X"}.get(meta["type"], "TEXT"))
+        group.add_argument(flag, dest=name, type=parse, default=None, metavar=metavar, help=text.replace("%", "%%"))
+    return list(by_name)
+
+
+def sampler_args(args: argparse.Namespace, names: list[str]) -> dict:
+    """The sampler flags the user gave (a flag left out keeps the sampler's / preset's default)."""
+    return {n: getattr(args, n) for n in names if getattr(args, n, None) is not None}
+
+
+RUN_SAMPLER_TITLE = ("sampler arguments (official names; only those of the model's sampler are accepted; "
+                     "one left out takes the model's default: a twin's training settings, else the paper's "
+                     "GSM8K setting, capped by the context)")
+
+
+def add_run_flags(p: argparse.ArgumentParser) -> None:
+    """Model, prompt and sampler flags (generate and trace)."""
+    p.add_argument("--model", required=True, help="alias, local folder, .gguf file or hub id")
+    src = p.add_mutually_exclusive_group(required=True)
+    src.add_argument("--prompt", help="prompt text (wrapped in the chat template when the tokenizer has one)")
+    src.add_argument("--input-ids", type=parse_ids, help="comma-separated token ids instead of a prompt, e.g. 1,2,3")
+    p.add_argument("--raw", action="store_true", help="do not apply the chat template to --prompt")
+    p.add_argument("--seed", type=nonneg_int, default=0, help="torch seed set right before sampling")
+    p.add_argument("--dtype", default=None, help="float32 | bfloat16 | float16 (default: as stored)")
+    p.add_argument("--device", default=None, help="e.g. cpu, cuda:0")
+    p.set_defaults(sampler_fields=add_sampler_flags(p, title=RUN_SAMPLER_TITLE))
+
+
+def parse_ids(text: str) -> list[int]:
+    try:
+        ids = [int(t) for t in text.replace(" ", "").split(",") if t]
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"must be comma-separated integers, got {text!r}") from None
+    if not ids:
+        raise argparse.ArgumentTypeError("is empty")
+    if min(ids) < 0:
+        raise argparse.ArgumentTypeError(f"must be token ids >= 0, got {min(ids)}")
+    return ids
+
+
+def prompt_ids(model, args) -> list[int]:
+    if args.input_ids is not None:
+        return args.input_ids
+    if model.tokenizer is None:
+        raise CliError(f"{args.model} has no tokenizer: pass --input-ids instead of --prompt")
+    if not args.raw and getattr(model.tokenizer, "chat_template", None):
+        return model.apply_chat_template(args.prompt)
+    return model.tokenizer.encode(args.prompt)
+
+
+def run(args, trace=None, capture=None, check=None):
+    """Load, `check(model)`, build the sampler config (model defaults + flags, notes on stderr),
+    generate. Returns (model, ids (1, P), config, GenerateOutput)."""
+    import torch
+
+    from sinklens.cli.logs import note
+    from sinklens.models.loader import load
+    from sinklens.samplers.defaults import default_config
+
+    model = load(args.model, dtype=args.dtype, device=args.device)
+    if check is not None:
+        check(model)
+    ids = torch.tensor([prompt_ids(model, args)])
+    try:
+        config, notes = default_config(model, ids.shape[1], **sampler_args(args, args.sampler_fields))
+    except TypeError as e:  # a flag of another family's sampler
+        raise CliError(str(e)) from None
+    for line in notes:
+        note(line)
+    torch.manual_seed(args.seed)
+    out = model.generate(ids, trace=trace, capture=capture, progress=args.progress, config=config)
+    return model, ids, config, out
+
+
+def new_text(ids, out) -> str:
+    """The generated text (token ids when the model has no tokenizer)."""
+    if out.text is not None:
+        return out.text[0]
+    return " ".join(map(str, out.sequences[0, ids.shape[1]:].tolist()))
+
+
+def cmd_generate(args) -> int:
+    model, ids, config, out = run(args)
+    if args.json:
+        print(json.dumps({"text": out.text[0] if out.text else None, "prompt_ids": ids[0].tolist(),
+                          "generated_ids": out.sequences[0, ids.shape[1]:].tolist(),
+                          "sequence": out.sequences[0].tolist(), "steps": out.num_steps,
+                          "sampler": {"name": config.name, "args": config.to_dict()}}))
+    else:
+        print(new_text(ids, out))
+    return 0
+
+
+def register(sub) -> None:
+    g = sub.add_parser("generate", help="run a model's own sampler and print the text", description=__doc__)
+    add_run_flags(g)
+    g.add_argument("--json", action="store_true",
+                   help="print one JSON object: text, prompt / generated / full ids, steps, sampler settings")
+    g.set_defaults(func=cmd_generate)

@@ -1,0 +1,32 @@
+"""`sinklens lm-eval-task --data PATH --out DIR`: write the GSM8K chain-of-thought lm-eval task
+(`sinklens_gsm8k_cot.yaml`) reading a local JSONL by its absolute path, so lm-eval finds the data
+from any working directory:
+
+    sinklens lm-eval-task --data ~/data/gsm8k/test.jsonl --out tasks/
+    sinklens-lm-eval --model sinklens --model_args pretrained=tiny-dlm,mask_topk=1 \\
+        --tasks sinklens_gsm8k_cot --include_path tasks/ --limit 5
+"""
+from __future__ import annotations
+
+import os
+
+
+def run(args) -> int:
+    from sinklens.eval.lm_eval_task import write_task_yaml
+
+    data = os.path.abspath(os.path.expanduser(args.data))
+    if not os.path.isfile(data):
+        raise FileNotFoundError(2, "no such data file (expected GSM8K test.jsonl lines)", data)
+    if os.path.exists(args.out) and not os.path.isdir(args.out):
+        raise NotADirectoryError(20, "--out is a file; expected a folder", args.out)
+    path = write_task_yaml(args.out, data)
+    print(path)
+    return 0
+
+
+def register(sub) -> None:
+    p = sub.add_parser("lm-eval-task", help="write the GSM8K lm-eval task YAML for a local data file",
+                       description=__doc__)
+    p.add_argument("--data", required=True, help="GSM8K test.jsonl (question / answer lines)")
+    p.add_argument("--out", required=True, help="folder for sinklens_gsm8k_cot.yaml (lm-eval --include_path)")
+    p.set_defaults(func=run)

@@ -1,0 +1,37 @@
+"""`sinklens study --run dlm=RUN --run arm=RUN --run dlm-from-arm=RUN --out DIR`: issue 13's
+controlled study on trained story twins (sinklens.experiments.study)."""
+from __future__ import annotations
+
+import argparse
+
+from sinklens.cli.replicate import k_list
+from sinklens.cli.types import nonneg_int, positive_int
+
+
+def label_run(text: str) -> tuple[str, str]:
+    if "=" not in text:
+        raise argparse.ArgumentTypeError(f"expected LABEL=FOLDER, got {text!r}")
+    label, folder = text.split("=", 1)
+    return label, folder
+
+
+def run(a) -> int:
+    from sinklens.experiments.study import study
+
+    res = study(dict(a.run), a.out, a.n, a.n_traces, a.mask_topk, progress=a.progress)
+    print(f"table: {res['summary_md']}\ndynamics: {res.get('dynamics_md')}")
+    return 0
+
+
+def register(sub) -> None:
+    from sinklens.experiments import study
+
+    p = sub.add_parser("study", help="issue 13's controlled study on trained story twins", description=study.__doc__)
+    p.add_argument("--run", action="append", required=True, metavar="LABEL=RUN", type=label_run,
+                   help="a finished training run folder and its label (repeat per twin)")
+    p.add_argument("--out", default="study", help="output folder")
+    p.add_argument("--n", type=positive_int, default=50, help="held-out problems per run")
+    p.add_argument("--mask-topk", type=k_list, default=(0, 1, 5, 10),
+                   help="comma-separated K values (0 = unmasked; 2%% = a share)")
+    p.add_argument("--n-traces", type=nonneg_int, default=20, help="held-out problems traced per model")
+    p.set_defaults(func=run)

@@ -1,0 +1,75 @@
+"""`sinklens trace`: run a model's own sampler and record every step's attention to a trace file.
+
+    sinklens trace --model tiny-dlm --prompt "Tom has 3 apples ..." --out run.arrow
+    sinklens trace --model ./my-llada --prompt "2+2=" --steps 32 --gen-length 32 --out run.arrow
+    sinklens trace --model ./my-llada --input-ids 1,2,3 --map-slices 3:0,5:7 --out run.arrow
+
+Model, prompt and sampler flags as `sinklens generate`; then `sinklens report run.arrow --out DIR`.
+"""
+from __future__ import annotations
+
+import argparse
+import os
+
+from sinklens.cli.generate import add_run_flags, new_text, run
+from sinklens.cli.types import CliError, positive_int
+
+
+def map_slices(text: str) -> tuple[tuple[int, int], ...]:
+    """'3:0,5:7' -> ((3, 0), (5, 7))"""
+    out = []
+    for part in text.split(","):
+        if not part:
+            continue
+        try:
+            layer, head = (int(x) for x in part.split(":"))
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"expected LAYER:HEAD pairs like 3:0,5:7, got {text!r}") from None
+        if min(layer, head) < 0:
+            raise argparse.ArgumentTypeError(f"layer and head must be >= 0, got {part!r}")
+        out.append((layer, head))
+    return tuple(out)
+
+
+def cmd_trace(args) -> int:
+    from sinklens.cli.logs import note
+    from sinklens.samplers.base import CaptureOptions
+
+    if os.path.isdir(args.out):
+        raise CliError(f"--out {args.out!r} is a folder; expected a trace file path such as run.arrow")
+    capture = CaptureOptions(query_groups=False if args.no_groups else None, map_slices=args.map_slices,
+                             capture_prefix=args.capture_prefix, query_chunk=args.query_chunk, route=args.route,
+                             received_dtype="float32" if args.float32 else "float16")
+
+    def check(model):
+        bad = [f"{l}:{h}" for l, h in args.map_slices if l >= model.num_layers or h >= model.num_heads]
+        if bad:
+            raise CliError(f"--map-slices {','.join(bad)}: the model has {model.num_layers} layers x "
+                           f"{model.num_heads} heads (0-based)")
+
+    model, ids, config, out = run(args, trace=args.out, capture=capture, check=check)
+    layers, heads = model.num_layers, model.num_heads
+    size = os.path.getsize(args.out)
+    note(f"wrote {args.out}: {out.num_steps} steps x {layers} layers x {heads} heads, {size / 1e6:.2f} MB "
+         f"({size / max(out.num_steps, 1) / 1e3:.1f} kB per step)")
+    print(new_text(ids, out))
+    return 0
+
+
+def register(sub) -> None:
+    t = sub.add_parser("trace", help="run a model's own sampler and record every step's attention to a trace file",
+                       description=__doc__)
+    add_run_flags(t)
+    t.add_argument("--out", required=True, help="trace file to write (Arrow IPC stream, .arrow)")
+    t.add_argument("--float32", action="store_true", help="store received attention as float32 (default float16)")
+    t.add_argument("--map-slices", type=map_slices, default=(), help="full attention maps to keep, as LAYER:HEAD "
+                   "pairs, e.g. 3:0,5:7")
+    t.add_argument("--no-groups", action="store_true", help="do not split received attention by masked / unmasked "
+                   "queries")
+    t.add_argument("--capture-prefix", action="store_true", help="ARM: capture all prefix rows at every step")
+    t.add_argument("--query-chunk", type=positive_int, default=None,
+                   help="query rows per chunk in capture (memory bound; default: from an 8 MB cache budget)")
+    t.add_argument("--route", choices=("auto", "exact", "lse"), default="auto",  # AttentionRequest ROUTES
+                   help="capture route: exact softmax, or lse (output from sdpa's fused kernel, bit-identical to "
+                        "an untraced run); auto = lse on CUDA and in bf16/fp16, exact for float32 on CPU")
+    t.set_defaults(func=cmd_trace)

@@ -1,0 +1,178 @@
+"""The command line as a new user meets it: fast --help, one-line errors with the right exit
+status, the same --quiet / --verbose / --debug everywhere, every flag with help, and defaults
+that fit the model (a sinklens twin's training settings; the paper's, capped by the context)."""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from sinklens.cli import COMMANDS, build_parser, main
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+def _env():
+    return {**os.environ, "PYTHONPATH": f"{REPO}{os.pathsep}{os.environ.get('PYTHONPATH', '')}",
+            "OMP_NUM_THREADS": "1"}
+
+
+def test_help_imports_neither_torch_nor_transformers():
+    """`sinklens --help` and every sub-command's --help but train's (its model config lives with
+    the torch model) answer without the heavy imports: checked by the modules loaded, not by time."""
+    probe = ("import sys, runpy\n"
+             "from sinklens.cli import main\n"
+             "for argv in ARGVS:\n"
+             "    try:\n"
+             "        main(argv)\n"
+             "    except SystemExit:\n"
+             "        pass\n"
+             "print(sorted(m for m in ('torch', 'transformers', 'pyarrow', 'matplotlib') if m in sys.modules))\n")
+    argvs = [["--help"]] + [[name, "--help"] for name in COMMANDS if name != "train"]
+    out = subprocess.run([sys.executable, "-c", f"ARGVS = {argvs!r}\n" + probe], env=_env(), capture_output=True,
+                         text=True, timeout=120)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.strip().splitlines()[-1] == "[]"
+
+
+def test_every_command_has_the_common_flags_and_every_flag_has_help():
+    parser = build_parser()
+    sub = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction))
+    assert set(sub.choices) == set(COMMANDS)
+    for name, p in sub.choices.items():
+        flags = {o for a in p._actions for o in a.option_strings}
+        assert {"--quiet", "--verbose", "--debug", "--help"} <= flags, name
+        for a in p._actions:
+            assert a.help, f"sinklens {name} {a.option_strings or a.dest} has no help"
+    # defaults are shown
+    assert "(default: 0)" in sub.choices["generate"].format_help()
+    assert "(default: 8)" in sub.choices["eval"].format_help()
+    assert "arith" in sub.choices["eval"].format_help()   # every task is listed
+    from sinklens.eval.tasks import TASKS
+    assert all(t in sub.choices["eval"].format_help() for t in TASKS)
+
+
+@pytest.fixture(scope="module")
+def bad_inputs(tmp_path_factory, fixtures_dir):
+    """Files for the table below: a planted trace, a corrupt trace, a corrupt checkpoint, a plain file."""
+    from test_report import write_planted
+
+    d = tmp_path_factory.mktemp("bad")
+    write_planted(d / "ok.arrow")
+    (d / "corrupt.arrow").write_bytes(b"this is not an arrow stream" * 10)
+    (d / "file.txt").write_text("x")
+    broken = d / "broken-llada"
+    broken.mkdir()
+    shutil.copy(fixtures_dir / "llada" / "config.json", broken / "config.json")
+    (broken / "model.safetensors").write_bytes(b"\x10\x00\x00\x00\x00\x00\x00\x00{not json}" + b"0" * 64)
+    return d
+
+
+def _cases(d, fx):
+    """(argv, exit status, text the one error line contains)."""
+    llada, dream = str(fx / "llada"), str(fx / "dream")
+    ids = ["--input-ids", "1,2,3"]
+    return [
+        (["nope"], 2, "invalid choice: 'nope'"),
+        (["report", str(d / "missing.arrow"), "--out", str(d / "r1")], 2, "missing.arrow"),
+        (["report", str(d / "corrupt.arrow"), "--out", str(d / "r2")], 2, "corrupt.arrow"),
+        (["report", str(d / "ok.arrow"), "--out", str(d / "r3"), "--heads", "99:0"], 2, "layer 99 out of range"),
+        (["report", str(d / "ok.arrow"), "--out", str(d / "r4"), "--heads", "0-1"], 2, "argument --heads"),
+        (["report", str(d / "ok.arrow"), "--out", str(d / "file.txt")], 2, "file.txt"),
+        (["generate", "--model", "no-such-model-anywhere", "--prompt", "hi"], 2, "no-such-model-anywhere"),
+        (["generate", "--model", str(d / "broken-llada"), *ids], 2, "model.safetensors is not a readable safetensors"),
+        (["generate", "--model", llada, *ids, "--steps", "0"], 2, "argument --steps: must be a positive integer"),
+        (["generate", "--model", llada, *ids, "--alg", "entropy"], 2, "the llada sampler got unknown argument(s) ['alg']"),
+        (["generate", "--model", llada, *ids, "--gen-length", "8", "--block-length", "3"], 2,
+         "gen_length (8) must be a multiple of block_length (3)"),
+        (["generate", "--model", dream, *ids, "--max-new-tokens", "200000"], 2, "exceeds the model's context"),
+        (["generate", "--model", llada, "--prompt", "hi"], 2, "has no tokenizer: pass --input-ids"),
+        (["generate", "--model", llada, "--input-ids", "1,x"], 2, "argument --input-ids: must be comma-separated"),
+        (["trace", "--model", llada, *ids, "--out", str(d)], 2, "is a folder"),
+        (["trace", "--model", llada, *ids, "--out", str(d / "t.arrow"), "--map-slices", "99:0"], 2,
+         "--map-slices 99:0: the model has 2 layers"),
+        (["eval", "--model", llada, "--task", "nope", "--out", str(d / "e1")], 2, "unknown task 'nope'"),
+        (["eval", "--model", llada, "--task", "gsm8k", "--out", str(d / "file.txt")], 2, "is a file"),
+        (["eval", "--model", llada, "--task", "gsm8k", "--out", str(d / "e2"), "--data", str(d / "no.jsonl")], 2,
+         "no.jsonl"),
+        (["eval", "--model", llada, "--task", "gsm8k", "--out", str(d / "e3"), "--mask-topk", "x"], 2,
+         "argument --mask-topk"),
+        (["eval-summary", str(d / "no-such-dir")], 2, "no-such-dir"),
+        (["train", "--kind", "gpt", "--out", str(d / "tr")], 2, "argument --kind"),
+        (["lm-eval-task", "--data", str(d / "no.jsonl"), "--out", str(d / "tasks")], 2, "no.jsonl"),
+        (["lm-eval-task", "--data", str(d / "file.txt"), "--out", str(d / "file.txt")], 2, "is a file"),
+        (["replicate", "--mask-topk", "-1"], 2, "argument --mask-topk"),
+        (["study", "--run", "nolabel"], 2, "expected LABEL=FOLDER"),
+        (["generate", "--model", llada, *ids, "--quiet", "--verbose"], 2, "exclude each other"),
+    ]
+
+
+def test_bad_input_is_one_line_with_the_right_exit_status(bad_inputs, fixtures_dir, capsys):
+    failures = []
+    for argv, status, text in _cases(bad_inputs, fixtures_dir):
+        try:
+            code = main(argv)
+        except SystemExit as e:  # argparse's own usage errors
+            code = e.code
+        err = capsys.readouterr().err.strip().splitlines()
+        cmd = argv[0] if argv[0] in COMMANDS else None
+        prefix = f"sinklens {cmd}: error: " if cmd else "sinklens: error: "
+        if code != status or len(err) != 1 or not err[0].startswith(prefix) or text not in err[0]:
+            failures.append(f"{argv} -> exit {code}, stderr {err}")
+    assert not failures, "\n".join(failures)
+
+
+def test_debug_shows_the_traceback(bad_inputs):
+    with pytest.raises(FileNotFoundError):
+        main(["report", str(bad_inputs / "missing.arrow"), "--out", str(bad_inputs / "r9"), "--debug"])
+
+
+def test_generate_defaults_fit_the_shipped_twin_and_json_has_the_text(capsys):
+    """The README's first command after the demo, with no sampler flags: the twin's own settings."""
+    assert main(["generate", "--model", "tiny-dlm", "--prompt", "Tom has 3 apples and buys 4 more. How many?",
+                 "--json", "--quiet"]) == 0
+    captured = capsys.readouterr()
+    out = json.loads(captured.out)
+    assert captured.err == ""                       # --quiet: no bars, no notes
+    from sinklens.eval.arith import twin_train_config
+    g = twin_train_config()["gen_length"]
+    assert out["sampler"]["name"] == "llada" and out["sampler"]["args"]["gen_length"] == g
+    assert len(out["generated_ids"]) == g and isinstance(out["text"], str) and out["text"].strip()
+
+
+class _Model:
+    """What default_config reads from a SinkModel."""
+
+    def __init__(self, sampler, max_length, path=None):
+        self.family = type("F", (), {"sampler": sampler})
+        self.max_length, self.source = max_length, {"path": path}
+
+
+def test_paper_defaults_are_capped_by_the_context_with_a_note():
+    from sinklens.samplers.defaults import default_config
+
+    cfg, notes = default_config(_Model("llada", 64), prompt_length=20)
+    assert (cfg.gen_length, cfg.block_length, cfg.steps) == (32, 32, 32)   # 44 free -> whole blocks of 32
+    assert notes and "gen_length 256 (the paper's setting) capped to 32" in notes[0]
+    cfg, notes = default_config(_Model("dream", 4096), prompt_length=20)
+    assert (cfg.max_new_tokens, cfg.steps, cfg.alg, cfg.temperature, cfg.top_p) == (256, 256, "entropy", 0.1, 0.9)
+    assert not notes
+    cfg, notes = default_config(_Model("llada", 64), prompt_length=20, gen_length=40)   # the user's length
+    assert (cfg.gen_length, cfg.block_length, cfg.steps) == (40, 40, 40) and not notes
+
+
+def test_twin_defaults_come_from_its_training_config():
+    from sinklens.models.loader import ALIASES
+    from sinklens.samplers.defaults import default_config, training_config
+
+    folder = ALIASES["tiny-dlm"]().folder
+    train = training_config(folder)
+    assert train is not None and train["kind"] == "dlm"
+    cfg, _ = default_config(_Model("llada", 128, folder), prompt_length=10)
+    assert cfg.gen_length == train["gen_length"] and cfg.block_length == (train["block_length"] or train["gen_length"])
