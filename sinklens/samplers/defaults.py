@@ -41,11 +41,13 @@ def default_config(model, prompt_length: int, sampler: str | None = None, **over
         settings, origin = cls.paper_settings(), "the paper's setting"
     notes = []
     field = cls.length_field
+    if not field:  # a sampler that generates nothing (encoders)
+        return cls.from_kwargs(**{**settings, **overrides}), notes
     if field in overrides:  # the user's length; steps / blocks of the preset follow it
         settings = cls.with_length(settings, overrides[field])
     settings = {**settings, **overrides}
     limit = getattr(model, "max_length", None)
-    length = settings.get(field, cls.defaults()[field])
+    length = cls.from_kwargs(**settings).length
     if limit is not None and field not in overrides and prompt_length + length > limit and limit - prompt_length >= 1:
         settings = cls.with_length(settings, cls.fit_length(settings, limit - prompt_length))
         notes.append(f"note: {field} {length} ({origin}) capped to {settings[field]}: the prompt has "
