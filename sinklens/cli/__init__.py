@@ -70,6 +70,10 @@ def main(argv: list[str] | None = None) -> int:
     args.debug = bool(getattr(args, "debug", False))
     try:
         logs.setup(args)
+        from sinklens.cli.launch import maybe_relaunch
+        relaunched = maybe_relaunch(args.command, argv)
+        if relaunched is not None:
+            return relaunched
         return int(args.func(args) or 0)
     except KeyboardInterrupt:
         print(f"sinklens {args.command}: interrupted", file=sys.stderr)

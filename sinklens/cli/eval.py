@@ -70,7 +70,8 @@ def register(sub) -> None:
 
 def _eval(args) -> int:
     from sinklens.eval.rundir import RunDirBusy
-    from sinklens.eval.runner import EvalConfig, dist_rank_world, run_eval
+    from sinklens.eval.dist import env_world
+    from sinklens.eval.runner import EvalConfig, run_eval
     try:  # bad input raises before anything is written; a failed write (OSError) says what was kept
         cfg = EvalConfig(model=args.model, task=args.task, out=args.out, mask_topk=args.mask_topk,
                          limit=args.limit, data=args.data, shots=args.shots, chat=args.chat,
@@ -85,7 +86,7 @@ def _eval(args) -> int:
     except RunDirBusy as e:  # another process writes the same run: an input problem (exit 2)
         raise CliError(str(e)) from None
     summary = os.path.join(args.out, "summary.md")
-    if dist_rank_world()[0] == 0 and os.path.isfile(summary):    # rank 0 writes the summary
+    if env_world()[0] == 0 and os.path.isfile(summary):    # rank 0 writes the summary
         with open(summary) as f:
             print(f.read())
     return 0

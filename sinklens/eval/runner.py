@@ -10,8 +10,8 @@ Bad input is found before any file is written (settings, data, context length, K
 lines are skipped and listed in config.json. While running, each process holds the run
 directory's lock for its rank (`rundir.RunLock`), and a failed write (disk full) keeps every
 complete sample and leaves no torn line.
-Data-parallel: under `torchrun` / `accelerate launch` (env RANK, WORLD_SIZE) sample i goes to
-rank i % WORLD_SIZE; rank 0 merges after a barrier.
+Data-parallel: under `torchrun` / `accelerate launch` (sinklens.eval.dist: accelerate's state)
+sample i goes to rank i % WORLD_SIZE; the main process merges after a barrier.
 """
 from __future__ import annotations
 
@@ -27,6 +27,7 @@ from dataclasses import asdict, dataclass, field, fields
 import torch
 
 from sinklens.eval import records, rundir
+from sinklens.eval.dist import dist_state
 from sinklens.eval.loglik import reference_loglik
 from sinklens.eval.sandbox import SandboxConfig
 from sinklens.eval.tasks import get_task
@@ -184,26 +185,6 @@ def model_slug(name: str) -> str:
     return re.sub(r"[^A-Za-z0-9_.-]+", "__", os.path.basename(str(name).rstrip("/")) or str(name))
 
 
-def dist_rank_world() -> tuple[int, int]:
-    rank, world = int(os.environ.get("RANK", 0)), int(os.environ.get("WORLD_SIZE", 1))
-    if not 0 <= rank < world:
-        raise ValueError(f"RANK={rank} must lie in [0, WORLD_SIZE={world})")
-    return rank, world
-
-
-def _barrier(world: int) -> bool:
-    """Wait for every rank (torch.distributed gloo, set up from torchrun/accelerate env)."""
-    if world == 1:
-        return True
-    import torch.distributed as dist
-    if "MASTER_ADDR" not in os.environ:
-        return False
-    if not dist.is_initialized():
-        dist.init_process_group("gloo")
-    dist.barrier()
-    return True
-
-
 def _prompt(m, task, item, cfg: EvalConfig) -> tuple[list[int], bool]:
     has_template = m.tokenizer is not None and getattr(m.tokenizer, "chat_template", None)
     if cfg.chat == "on" and not has_template:
@@ -234,13 +215,14 @@ def run_eval(cfg: EvalConfig, model=None) -> list[str]:
     #    so a rejected run leaves nothing behind that could block the next, correct one.
     task = get_task(cfg.task)
     items, errors = task.load(cfg.data, cfg.limit)
+    dist = dist_state(cfg.device)  # the launcher's processes (accelerate's state), or just this one
     if model is None:
         from sinklens.models.loader import load
-        model = load(cfg.model, dtype=cfg.dtype, device=cfg.device)
+        model = load(cfg.model, dtype=cfg.dtype, device=cfg.device or dist.device)
     m = model
     if m.tokenizer is None:
         raise ValueError(f"{cfg.model!r} ships no tokenizer; the eval needs text prompts")
-    rank, world = dist_rank_world()
+    rank, world = dist.rank, dist.world
     if not get_config(m.family.sampler).generates:
         raise ValueError(f"{cfg.model!r} is a {m.family.name!r} encoder: it generates no text, so there is nothing to "
                          "evaluate; trace it with `sinklens trace` instead")
@@ -268,16 +250,22 @@ def run_eval(cfg: EvalConfig, model=None) -> list[str]:
                 done = {r["id"] for r in records.collect(run_dir)}
                 mine = [i for i in range(len(items)) if i % world == rank]
                 todo = [i for i in mine if items[i]["id"] not in done]
-                bar = tqdm(total=len(mine), initial=len(mine) - len(todo), unit="sample",
-                           desc=f"{cfg.task} K={k}" + ("" if control == "none" else f" {control} control"), disable=not cfg.progress, dynamic_ncols=True)
+                # one bar, on the main process, labelled with its share when several processes run
+                label = f"{cfg.task} K={k}" + ("" if control == "none" else f" {control} control")
+                if world > 1:
+                    label += f" [rank 0 of {world}: every {world}th sample]"
+                bar = tqdm(total=len(mine), initial=len(mine) - len(todo), unit="sample", desc=label,
+                           disable=not cfg.progress or not dist.is_main, dynamic_ncols=True)
                 with records.RecordWriter(os.path.join(run_dir, f"samples.rank{rank}.jsonl")) as out:
                     for i in todo:
                         out.write(_run_sample(m, task, items[i], i, prompts[i], k, mcfg, policy, settings, cfg,
                                               sandbox))
                         bar.update(1)
                 bar.close()
-                if _barrier(world) and rank == 0:
-                    records.merge(run_dir)
+                if world == 1 or "MASTER_ADDR" in os.environ:  # hand-set shards have no group: a later run merges
+                    dist.barrier()
+                    if dist.is_main:
+                        records.merge(run_dir)
                 run_dirs.append(run_dir)
             if rank == 0:
                 from sinklens.eval.summary import write_summary

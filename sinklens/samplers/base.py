@@ -313,6 +313,9 @@ def run_context(writer, trace, total: int, progress: bool, desc: str):
         raise
     finally:
         if bar is not None:
+            if bar.n < bar.total:  # stopped early (EOS, interrupted): the bar ends where the run ended
+                bar.total = bar.n
+                bar.refresh()
             bar.close()
     if owned:
         writer.close()
