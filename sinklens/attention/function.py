@@ -30,6 +30,7 @@ from transformers import AttentionInterface
 from transformers.integrations.sdpa_attention import sdpa_attention_forward
 from transformers.masking_utils import AttentionMaskInterface, sdpa_mask
 
+from sinklens.attention import triton_route
 from sinklens.attention.fused import fused_sdpa_with_lse, lse_kernel_available
 from sinklens.attention.masks import additive, allowed_keys, apply_blocking, chunk_view, has_empty_rows, nonempty_rows
 from sinklens.attention.reduce import LayerSums, probs_from_lse_, softmax_
@@ -161,7 +162,13 @@ def sinklens_attention(
         kwargs["is_causal"] = is_causal
         return sdpa_attention_forward(module, query, key, value, attention_mask, dropout=dropout, scaling=scaling, **kwargs)
 
-    if choose_route(req, query) == "lse":
+    route = choose_route(req, query)
+    if route == "triton":
+        out = triton_route.capture(module, query, key, value, attention_mask, scaling, is_causal, blocked, req)
+        if out is not None:
+            return out, None
+        route = "lse"  # where the kernel does not apply
+    if route == "lse":
         out, lse = fused_sdpa_with_lse(query, key, value, attention_mask, scaling, is_causal)
         # a query that may see no key has no finite lse: such chunks take the softmax instead
         _capture(module, query, key, value, allowed, unblocked, scaling, req, None,

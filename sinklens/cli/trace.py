@@ -69,7 +69,8 @@ def register(sub) -> None:
     t.add_argument("--capture-prefix", action="store_true", help="ARM: capture all prefix rows at every step")
     t.add_argument("--query-chunk", type=positive_int, default=None,
                    help="query rows per chunk in capture (memory bound; default: from an 8 MB cache budget)")
-    t.add_argument("--route", choices=("auto", "exact", "lse"), default="auto",  # AttentionRequest ROUTES
-                   help="capture route: exact softmax, or lse (output from sdpa's fused kernel, bit-identical to "
-                        "an untraced run); auto = lse on CUDA and in bf16/fp16, exact for float32 on CPU")
+    t.add_argument("--route", choices=("auto", "exact", "lse", "triton"), default="auto",  # AttentionRequest ROUTES
+                   help="capture route: exact softmax, lse (output from sdpa's fused kernel, bit-identical to "
+                        "an untraced run), triton (fused kernel, extra gpu; falls back to lse where it does not "
+                        "apply); auto = lse on CUDA, exact on CPU (measured faster there)")
     t.set_defaults(func=cmd_trace)

@@ -44,7 +44,7 @@ class CaptureOptions:
     map_steps: tuple[int, ...] | None = None  # steps at which maps are kept (None = every step)
     capture_prefix: bool = False  # ARM: capture all prefix rows at every decoding step, not only the newest
     query_chunk: int | None = None  # queries per chunk in the capture path (peak memory); None = automatic
-    route: str = "auto"  # capture route: "exact", "lse" or "auto" (AttentionRequest.route)
+    route: str = "auto"  # capture route: "exact", "lse", "triton" or "auto" (AttentionRequest.route)
     received_dtype: str = "float16"  # stored precision in the trace
 
     def __post_init__(self):
