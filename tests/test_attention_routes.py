@@ -102,23 +102,23 @@ def test_blocked_keys_both_routes(route, causal):
     assert (req.received_unblocked[:2] - free.received[:2]).abs().max() < 1e-5
 
 
-def test_lse_route_bf16_column_sums_within_1e3_of_fp32():
-    """bf16 inputs: the lse route's column sums vs a float32 softmax of the same bf16 q, k."""
+def test_bf16_column_sums_within_1e3_of_fp32():
+    """bf16 inputs: both routes' column sums vs a float32 softmax of the same bf16 q, k."""
     from sinklens.attention.function import sinklens_attention
     g = torch.Generator().manual_seed(0)
     h, kv, s, d = 8, 2, 300, 64
     q = (torch.randn(1, h, s, d, generator=g) * 2).bfloat16()
     k = (torch.randn(1, kv, s, d, generator=g) * 2).bfloat16()
     v = torch.randn(1, kv, s, d, generator=g).bfloat16()
-    for causal in (True, False):
-        req = AttentionRequest(capture=True)  # auto: bf16 -> lse
+    for causal, route in ((True, "lse"), (False, "lse"), (True, "exact"), (False, "exact")):
+        req = AttentionRequest(capture=True, route=route)
         sinklens_attention(fake_module(h, kv, causal), q, k, v, None, sinklens=req)
         scores = torch.einsum("bhqd,bhkd->bhqk", q.float(), k.float().repeat_interleave(h // kv, 1)) / d**0.5
         if causal:
             scores = scores.masked_fill(~torch.ones(s, s, dtype=torch.bool).tril(), float("-inf"))
         ref = scores.softmax(-1).sum(2)  # (1, H, S)
         rel = ((req.received[0] - ref).abs() / ref.abs().clamp(min=1e-6)).max()
-        assert rel < 1e-3, (causal, rel)
+        assert rel < 1e-3, (causal, route, rel)
 
 
 def test_auto_chunk_matches_tiny_chunks():

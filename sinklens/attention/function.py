@@ -14,8 +14,8 @@ arrive as `kwargs["sinklens"]`, an `AttentionRequest`.
   - exact: softmax per chunk, and the output from those same probabilities;
   - lse: output and per-query log-sum-exp from sdpa's fused kernel (so the output is
     bit-identical to plain mode and observing a generation cannot change it), then one pass
-    exp(s - lse) for the column sums. Auto: lse on CUDA and in half precision, exact for
-    float32 on CPU, where it measured faster (docs/benchmarks.md).
+    exp(s - lse) for the column sums. Auto: lse on CUDA, exact on CPU, where it measured
+    faster in float32 and bfloat16 (docs/benchmarks.md).
   Keys no query of a chunk can see (a causal chunk's future, left padding) are skipped, and
   masked scores are never exponentiated (see reduce.py for why that matters on CPU).
 - capture with blocked keys: the same pass also reduces the softmax over the keys allowed
@@ -53,9 +53,8 @@ def choose_route(req: AttentionRequest, query: torch.Tensor) -> str:
     """"exact" or "lse" for this call (see the module docstring)."""
     if req.route != "auto":
         return req.route
-    if lse_kernel_available(query) and (query.device.type == "cuda" or query.dtype != torch.float32):
-        return "lse"
-    return "exact"
+    # Measured on CPU (docs/benchmarks.md): exact is faster in float32 and in bfloat16 too.
+    return "lse" if query.device.type == "cuda" and lse_kernel_available(query) else "exact"
 
 
 def _capture(
