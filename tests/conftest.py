@@ -2,6 +2,10 @@
 import os
 from pathlib import Path
 
+# Triton kernels (extra `gpu`) run on the CPU through Triton's interpreter in tests. The switch is
+# read when triton is first imported, which torch may do early: so it is set before anything else.
+os.environ.setdefault("TRITON_INTERPRET", "1")
+
 import pytest
 
 REPO = Path(__file__).resolve().parents[1]

@@ -1,13 +1,9 @@
 """The fused Triton kernel (extra `gpu`) on CPU through Triton's interpreter, against torch's own
 sdpa (output) and a float64 softmax (column sums). Skipped when triton is not installed."""
-import os
+import pytest
+import torch
 
-os.environ.setdefault("TRITON_INTERPRET", "1")  # before triton is imported: run kernels on the CPU
-
-import pytest  # noqa: E402
-import torch  # noqa: E402
-
-pytest.importorskip("triton")
+pytest.importorskip("triton")  # TRITON_INTERPRET=1 is set in conftest.py: kernels run on the CPU
 from sinklens.attention.triton_kernel import fused_attention_colsums  # noqa: E402
 
 B, H, H_KV, D = 1, 4, 2, 16
