@@ -48,6 +48,52 @@ def test_lm_eval_cli_offline_with_masking(tiny_dlm, tmp_path, monkeypatch):
     assert {d["doc_id"] for d in docs} == {0, 1} and all("Q: There are 15 trees" in d["arguments"]["gen_args_0"]["arg_0"] for d in docs)
 
 
+def test_documented_commands_work_from_any_directory(tiny_dlm, tmp_path):
+    """docs/evaluation.md: `sinklens lm-eval-task` then `sinklens-lm-eval`, run from a temporary
+    directory (the shipped YAML's relative data path would not be found there)."""
+    import glob
+    import json
+    import subprocess
+    repo = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    env = {**os.environ, "PYTHONPATH": f"{repo}{os.pathsep}{os.environ.get('PYTHONPATH', '')}",
+           "HF_DATASETS_OFFLINE": "1", "HF_HUB_OFFLINE": "1", "OMP_NUM_THREADS": "1"}
+    work = tmp_path / "elsewhere"
+    work.mkdir()
+    run = lambda *a: subprocess.run([sys.executable, *a], cwd=work, env=env, capture_output=True, text=True,  # noqa: E731
+                                    timeout=300)
+    res = run("-m", "sinklens.cli", "lm-eval-task", "--data", os.path.relpath(GSM8K, work), "--out", "tasks")
+    assert res.returncode == 0, res.stderr
+    import yaml
+    conf = yaml.safe_load(open(work / "tasks" / "sinklens_gsm8k_cot.yaml"))
+    assert conf["dataset_kwargs"]["data_files"]["test"] == GSM8K            # absolute
+    res = run("-m", "sinklens.eval.lm_eval_model", "--model", "sinklens", "--model_args",
+              f"pretrained={tiny_dlm},gen_length=4,block_length=4", "--device", "cpu", "--tasks",
+              "sinklens_gsm8k_cot", "--include_path", "tasks", "--limit", "1", "--num_fewshot", "0",
+              "--output_path", "out")
+    assert res.returncode == 0, res.stderr[-3000:]
+    (out,) = glob.glob(str(work / "out" / "*" / "results_*.json"))
+    assert "sinklens_gsm8k_cot" in json.load(open(out))["results"]
+
+
+def test_entry_point_names_the_registered_model_type():
+    """pyproject's lm_eval.models entry point resolves to the class lm-eval registers as `sinklens`."""
+    import importlib
+    import tomllib
+    repo = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    target = tomllib.load(open(os.path.join(repo, "pyproject.toml"), "rb"))["project"]["entry-points"][
+        "lm_eval.models"]["sinklens"]
+    module, name = target.split(":")
+    from lm_eval.api.registry import get_model
+    assert getattr(importlib.import_module(module), name) is get_model("sinklens") is SinklensLM
+
+
+def test_sampler_fields_are_model_args(tiny_dlm):
+    lm = SinklensLM(pretrained=tiny_dlm, steps="8", block_length="4", gen_length="8", device="cpu")
+    assert lm.sampler_args == {"steps": 8, "block_length": 4}
+    with pytest.raises(ValueError, match="steps must be a positive integer"):
+        SinklensLM(pretrained=tiny_dlm, steps="0", device="cpu")
+
+
 def test_loglikelihood_equals_transformers_and_drops_when_masked(smollm2):
     """K=0: exactly transformers' own log p(continuation | context); K=1: lower."""
     ctx, cont = "The capital of France is", " Paris."

@@ -70,6 +70,10 @@ class SinklensLM(LM):
         names = {f.name: f for f in fields(self.sampler)}
         self.sampler_args = {k: parse_text(k, v, names[k].metadata) for k, v in other.items()
                              if k in names and v not in (None, "")}
+        unknown = sorted(set(other) - set(names) - {"max_batch_size"})  # max_batch_size: lm-eval's own
+        if unknown:
+            warnings.warn(f"model_args {unknown} are neither sinklens nor {self.sampler.name} sampler arguments "
+                          f"(those are {sorted(names)}); ignored")
         self.gen_length, self.seed = _opt(gen_length, int), int(seed)
         self.pretrained = str(pretrained)
 
