@@ -33,13 +33,9 @@ def run_config(run: str | Path) -> dict:
 
 def sampler_kwargs(conf: dict) -> dict:
     """Each family's sampler at the settings the twin was scored with during training."""
-    g = int(conf["gen_length"])
-    if conf["kind"] == "arm":
-        return {"max_new_tokens": g, "do_sample": False}
-    if conf["kind"] == "dlm":
-        return {"gen_length": g, "steps": g, "block_length": int(conf.get("block_length") or g),
-                "temperature": 0.0, "remasking": "low_confidence"}
-    return {"max_new_tokens": g, "steps": g, "temperature": 0.0, "alg": "maskgit_plus", "alg_temp": 0.0}
+    from sinklens.samplers.configs import get_config
+
+    return get_config({"dlm": "llada", "arm": "arm", "dlm-shift": "dream"}[conf["kind"]]).trained_settings(conf)
 
 
 def random_control(run: str | Path, out: str | Path, seed: int = 1234) -> Path:

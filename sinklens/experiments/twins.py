@@ -7,21 +7,20 @@ trained and scored in).
 """
 from __future__ import annotations
 
-from sinklens.eval.arith import gen_length, heldout_problems, twin_train_config
+from sinklens.eval.arith import heldout_problems, twin_train_config
 from sinklens.experiments.model_spec import DemoModel
+from sinklens.samplers.configs import ARMConfig, LLaDAConfig
 
 LOAD = {"dtype": "float32"}
 
 
 def dlm_sampler() -> dict:
-    """LLaDA low-confidence remasking, temperature 0, one token per step, semi-AR blocks."""
-    g = gen_length()
-    return {"steps": g, "gen_length": g, "block_length": int(twin_train_config().get("block_length") or g),
-            "temperature": 0.0, "remasking": "low_confidence"}
+    """LLaDA low-confidence remasking, temperature 0, one token per step, the twin's eval blocks."""
+    return LLaDAConfig.trained_settings(twin_train_config())
 
 
 def arm_sampler() -> dict:
-    return {"max_new_tokens": gen_length(), "do_sample": False}
+    return ARMConfig.trained_settings(twin_train_config())
 
 
 def heldout_prompt(index: int = 0) -> str:
