@@ -110,6 +110,8 @@ def _cases(d, fx):
         (["replicate", "--mask-topk", "-1"], 2, "argument --mask-topk"),
         (["study", "--run", "nolabel"], 2, "expected LABEL=FOLDER"),
         (["generate", "--model", llada, *ids, "--quiet", "--verbose"], 2, "exclude each other"),
+        (["trace", "--model", llada, *ids, "--out", str(d / "t.arrow"), "--heads", "1"], 2,
+         "unrecognized arguments: --heads 1"),
     ]
 
 
@@ -144,6 +146,15 @@ def test_generate_defaults_fit_the_shipped_twin_and_json_has_the_text(capsys):
     g = twin_train_config()["gen_length"]
     assert out["sampler"]["name"] == "llada" and out["sampler"]["args"]["gen_length"] == g
     assert len(out["generated_ids"]) == g and isinstance(out["text"], str) and out["text"].strip()
+
+
+def test_progress_bar_ends_where_an_early_stop_ends(capsys):
+    """The ARM twin stops at EOS before max_new_tokens: its bar says 100 %, not 44 %."""
+    assert main(["generate", "--model", "tiny-arm", "--prompt", "Tom has 3 apples and buys 4 more. How many?",
+                 "--max-new-tokens", "40"]) == 0
+    captured = capsys.readouterr()
+    last = captured.err.replace("\r", "\n").strip().splitlines()[-1]
+    assert "100%" in last and "/40" not in last, last
 
 
 class _Model:

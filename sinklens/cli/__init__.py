@@ -58,7 +58,10 @@ def build_parser(command: str | None = None) -> argparse.ArgumentParser:
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else list(argv)
     parser = build_parser(_chosen(argv) or "")
-    args = parser.parse_args(argv)
+    args, extra = parser.parse_known_args(argv)
+    if extra:  # said by the sub-command's parser, so the line names it: "sinklens trace: error: ..."
+        sub = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction))
+        (sub.choices.get(getattr(args, "command", None)) or parser).error(f"unrecognized arguments: {' '.join(extra)}")
     if args.version:
         from sinklens._version import __version__
         print(__version__)

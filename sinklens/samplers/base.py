@@ -315,7 +315,6 @@ def run_context(writer, trace, total: int, progress: bool, desc: str):
         if bar is not None:
             if bar.n < bar.total:  # stopped early (EOS, interrupted): the bar ends where the run ended
                 bar.total = bar.n
-                bar.refresh()
             bar.close()
     if owned:
         writer.close()
