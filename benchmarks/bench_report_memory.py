@@ -9,6 +9,9 @@ counts the memory-mapped trace pages it touched) is compared to the trace's size
 and whether torch / transformers were imported is printed.
 
     PYTHONPATH=. python benchmarks/bench_report_memory.py --dir /tmp/bench_report
+
+The child is `python -c ...`, whose sys.path starts with the current directory: run it from the
+checkout you mean to measure (to measure another one, cd elsewhere and set PYTHONPATH to it).
 """
 from __future__ import annotations
 
