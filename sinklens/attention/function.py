@@ -16,6 +16,7 @@ arrive as `kwargs["sinklens"]`, an `AttentionRequest`.
     bit-identical to plain mode and observing a generation cannot change it), then one pass
     exp(s - lse) for the column sums. Auto: lse on CUDA, exact on CPU, where it measured
     faster in float32 and bfloat16 (docs/benchmarks.md).
+  A third, "triton", is a fused kernel (triton_route.py; extra `gpu`), where it applies.
   Keys no query of a chunk can see (a causal chunk's future, left padding) are skipped, and
   masked scores are never exponentiated (see reduce.py for why that matters on CPU).
 - capture with blocked keys: the same pass also reduces the softmax over the keys allowed
@@ -50,7 +51,7 @@ def _per_kv_head(ok: torch.Tensor | None, h_kv: int, rep: int) -> torch.Tensor |
 
 
 def choose_route(req: AttentionRequest, query: torch.Tensor) -> str:
-    """"exact" or "lse" for this call (see the module docstring)."""
+    """The request's route; for "auto", "exact" or "lse" (see the module docstring)."""
     if req.route != "auto":
         return req.route
     # Measured on CPU (docs/benchmarks.md): exact is faster in float32 and in bfloat16 too.
