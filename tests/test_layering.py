@@ -25,7 +25,6 @@ LAYERS: list[tuple[str, ...]] = [
     ("cli",),                     # the entry point and every sub-command's registration
 ]
 RANK = {pkg: r for r, peers in enumerate(LAYERS) for pkg in peers}
-COMMAND_MODULES = {"command", "commands"}  # argparse registration: the cli layer wherever it sits
 
 
 def module_name(path: Path) -> str:
@@ -64,11 +63,9 @@ def graph() -> dict[str, set[str]]:
 
 
 def layer(module: str) -> str:
-    """'face' for sinklens/__init__.py, else the layer package ('cli' for command modules)."""
+    """'face' for sinklens/__init__.py, else the layer package."""
     parts = module.split(".")
-    if len(parts) == 1:
-        return "face"
-    return "cli" if parts[-1] in COMMAND_MODULES else parts[1]
+    return "face" if len(parts) == 1 else parts[1]
 
 
 def violations(g: dict[str, set[str]]) -> list[str]:
