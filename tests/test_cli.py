@@ -187,3 +187,31 @@ def test_twin_defaults_come_from_its_training_config():
     assert train is not None and train["kind"] == "dlm"
     cfg, _ = default_config(_Model("llada", 128, folder), prompt_length=10)
     assert cfg.gen_length == train["gen_length"] and cfg.block_length == (train["block_length"] or train["gen_length"])
+
+
+def test_loading_a_dlm_does_not_warn_about_model_types():
+    """transformers' "model of type `llada` to instantiate a model of type ``" came from the
+    tokenizer re-reading config.json; the loader passes the built config instead."""
+    import logging
+
+    from transformers.utils import logging as hf_logging
+
+    from sinklens.models.loader import load
+
+    seen = []
+
+    class Catch(logging.Handler):
+        def emit(self, record):
+            seen.append(record.getMessage())
+
+    logger, handler = hf_logging.get_logger("transformers"), Catch(level=logging.WARNING)
+    old = logger.level
+    logger.setLevel(logging.WARNING)
+    logger.addHandler(handler)
+    try:
+        m = load("tiny-dlm")
+    finally:
+        logger.removeHandler(handler)
+        logger.setLevel(old)
+    assert m.tokenizer is not None
+    assert not [s for s in seen if "to instantiate a model of type" in s], seen
