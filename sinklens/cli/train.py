@@ -39,9 +39,8 @@ def _add_fields(p: argparse.ArgumentParser, dc, skip=()) -> None:
 
 
 def register(sub) -> None:
+    from sinklens.train.config import ModelConfig, TrainConfig
     from sinklens.train.data import DataConfig
-    from sinklens.train.model import ModelConfig
-    from sinklens.train.train import TrainConfig
 
     p = sub.add_parser("train", help="train a tiny DLM (LLaDA-style) or its ARM twin", description=__doc__)
     p.add_argument("--kind", choices=["dlm", "arm", "dlm-shift"], required=True,
@@ -56,9 +55,9 @@ def register(sub) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    from sinklens.train.config import ModelConfig, TrainConfig
     from sinklens.train.data import DataConfig
-    from sinklens.train.model import ModelConfig
-    from sinklens.train.train import TrainConfig, train
+    from sinklens.train.train import train
 
     model = ModelConfig(**{f.name: getattr(args, f.name) for f in fields(ModelConfig) if f.name != "vocab_size"})
     data = DataConfig(**{f.name: getattr(args, f.name) for f in fields(DataConfig)})

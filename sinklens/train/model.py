@@ -8,29 +8,17 @@ from __future__ import annotations
 
 import json
 import re
-from dataclasses import asdict, dataclass
+from dataclasses import asdict
 from pathlib import Path
 
 import torch
 from safetensors.torch import save_file
 from transformers import LlamaConfig, LlamaForCausalLM
 
+from sinklens.train.config import ModelConfig  # noqa: F401  (public here too)
+
 ROPE_THETA = 500000.0   # LLaDA's values, so the DLM folder is a faithful (tiny) LLaDA
 RMS_EPS = 1e-5
-
-
-@dataclass(frozen=True)
-class ModelConfig:
-    n_layers: int = 4
-    d_model: int = 192
-    n_heads: int = 6
-    mlp_hidden: int = 512
-    vocab_size: int = 256
-    max_len: int = 128
-
-    def __post_init__(self):
-        if self.d_model % self.n_heads:
-            raise ValueError(f"d_model ({self.d_model}) must be divisible by n_heads ({self.n_heads})")
 
 
 def build_model(cfg: ModelConfig, *, diffusion: bool, seed: int) -> LlamaForCausalLM:

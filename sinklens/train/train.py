@@ -16,7 +16,7 @@ import math
 import os
 import sys
 import time
-from dataclasses import asdict, dataclass, field, replace
+from dataclasses import replace
 from pathlib import Path
 
 import torch
@@ -27,64 +27,11 @@ from tqdm import tqdm
 from sinklens.train.batch import decode_answers, encode_batch, encode_prompts, parse_answer
 from sinklens.train.data import DataConfig, ProblemStream, generate
 from sinklens.train.decode import arm_generate, dlm_generate
-from sinklens.train.model import ModelConfig, build_model, save_dream_folder, save_llada_folder, save_llama_folder
+from sinklens.train.config import ModelConfig, TrainConfig  # noqa: F401  (TrainConfig is public here too)
+from sinklens.train.model import build_model, save_dream_folder, save_llada_folder, save_llama_folder
 from sinklens.train.tokenizer import save_tokenizer, train_tokenizer
 
 BUCKETS = 5              # masked-token accuracy is logged per mask-ratio bucket [0,.2),...,[.8,1]
-
-
-@dataclass
-class TrainConfig:
-    kind: str = "dlm"                 # "dlm" (LLaDA recipe), "arm", or "dlm-shift" (Dream's recipe:
-                                      # the masked token at i is predicted at position i - 1)
-    init_from: str = ""               # start from another run's weights (its --out), e.g. an ARM
-    out: str = "runs/dlm"
-    seed: int = 0
-    steps: int = 3000                 # length of the LR schedule and of the run
-    stop_after: int = 0               # stop (with a checkpoint) after this step; 0 = run to `steps`
-    batch_size: int = 64
-    lr: float = 2e-3
-    min_lr_frac: float = 0.1
-    warmup: int = 100
-    weight_decay: float = 0.01
-    grad_clip: float = 1.0
-    gen_length: int = 24
-    block_length: int = 0             # DLM eval decoding block (0 = whole answer in one block)
-    log_every: int = 25
-    eval_every: int = 500
-    eval_n: int = 200
-    ckpt_every: int = 100
-    vocab_size: int = 256
-    model: ModelConfig = field(default_factory=ModelConfig)
-    data: DataConfig = field(default_factory=DataConfig)
-
-    def __post_init__(self):
-        if self.kind not in ("dlm", "arm", "dlm-shift"):
-            raise ValueError(f"kind must be 'dlm', 'arm' or 'dlm-shift', got {self.kind!r}")
-        if self.init_from and not (Path(self.init_from) / "ckpt" / "model.safetensors").exists():
-            raise ValueError(f"init_from: no checkpoint at {self.init_from}/ckpt/model.safetensors")
-        for name in ("steps", "batch_size", "gen_length", "log_every", "eval_every", "ckpt_every", "eval_n"):
-            if getattr(self, name) < 1:
-                raise ValueError(f"{name} must be >= 1, got {getattr(self, name)}")
-        if self.lr <= 0:
-            raise ValueError(f"lr must be > 0, got {self.lr}")
-
-    def to_dict(self) -> dict:
-        return asdict(self)
-
-    @property
-    def diffusion(self) -> bool:
-        return self.kind != "arm"
-
-    @property
-    def shift(self) -> bool:
-        """Dream's convention: logits at position i - 1 predict token i."""
-        return self.kind != "dlm"
-
-    @classmethod
-    def from_dict(cls, d: dict) -> "TrainConfig":
-        d = dict(d)
-        return cls(**{**d, "model": ModelConfig(**d["model"]), "data": DataConfig(**d["data"])})
 
 
 def lr_at(step: int, cfg: TrainConfig) -> float:
