@@ -12,7 +12,7 @@ from transformers.integrations.sdpa_attention import sdpa_attention_forward
 
 from sinklens.attention import ATTENTION_NAME, AttentionRequest
 from sinklens.attention.fused import fused_sdpa_with_lse
-from tests.test_attention import B, S, V, padding, run, tiny_model
+from test_attention import B, S, V, padding, run, tiny_model  # tests/ is on sys.path (like _planted)
 
 
 def fake_module(h, h_kv, causal):

@@ -63,7 +63,7 @@ def test_blocking_that_empties_a_row_is_refused():
 def test_triton_route_in_a_model_equals_eager_column_sums():
     """Through the attention function (route="triton"): a tiny causal GQA Llama, no padding."""
     from sinklens.attention import ATTENTION_NAME, AttentionRequest
-    from tests.test_attention import B as B_, S, V, run, tiny_model
+    from test_attention import B as B_, S, V, run, tiny_model
     model = tiny_model("llama", True, 2)
     ids = torch.randint(0, V, (B_, S), generator=torch.Generator().manual_seed(5))
     eager = run(model, "eager", ids, None, output_attentions=True)
