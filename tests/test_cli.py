@@ -58,6 +58,22 @@ def test_every_command_has_the_common_flags_and_every_flag_has_help():
     assert all(t in sub.choices["eval"].format_help() for t in TASKS)
 
 
+def test_every_eval_config_field_is_set_from_a_flag():
+    """`sinklens eval` builds EvalConfig from its fields; a field without a flag fails here."""
+    from dataclasses import fields
+
+    from sinklens.cli.eval import config_kwargs
+    from sinklens.cli.logs import setup
+    from sinklens.eval.runner import EvalConfig
+
+    args = build_parser("eval").parse_args(["eval", "--model", "m", "--task", "gsm8k", "--out", "o", "--steps", "8",
+                                            "--mask-topk", "0,1", "--no-loglik", "-q"])
+    setup(args)
+    kw = config_kwargs(args)
+    assert set(kw) == {f.name for f in fields(EvalConfig)}
+    assert kw["sampler_args"] == {"steps": 8} and kw["mask_topk"] == (0, 1) and not kw["loglik"] and not kw["progress"]
+
+
 @pytest.fixture(scope="module")
 def bad_inputs(tmp_path_factory, fixtures_dir):
     """Files for the table below: a planted trace, a corrupt trace, a corrupt checkpoint, a plain file."""

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import argparse
 import os
+from dataclasses import fields
 
 from sinklens.cli.generate import add_sampler_flags, sampler_args
 from sinklens.cli.types import CliError, finite_float, nonneg_int, positive_float, positive_int
@@ -68,20 +69,22 @@ def register(sub) -> None:
         title="sampler arguments over the task preset (only those of the model's sampler are accepted)"))
 
 
+def config_kwargs(args) -> dict:
+    """EvalConfig's fields from the parsed flags: a flag is named after its field (--mask-topk ->
+    mask_topk); the three that are not: --no-loglik, --quiet (progress) and the sampler flags."""
+    from sinklens.eval.runner import EvalConfig
+
+    special = {"loglik": not args.no_loglik, "progress": args.progress,
+               "sampler_args": sampler_args(args, args.sampler_fields)}
+    return {f.name: special[f.name] if f.name in special else getattr(args, f.name) for f in fields(EvalConfig)}
+
+
 def _eval(args) -> int:
     from sinklens.eval.rundir import RunDirBusy
     from sinklens.eval.dist import env_world
     from sinklens.eval.runner import EvalConfig, run_eval
     try:  # bad input raises before anything is written; a failed write (OSError) says what was kept
-        cfg = EvalConfig(model=args.model, task=args.task, out=args.out, mask_topk=args.mask_topk,
-                         limit=args.limit, data=args.data, shots=args.shots, chat=args.chat,
-                         gen_length=args.gen_length, sampler_args=sampler_args(args, args.sampler_fields),
-                         seed=args.seed, dtype=args.dtype, device=args.device, ranking=args.ranking,
-                         mask_sinks=args.mask_sinks, eps=args.eps, mask_units=args.mask_units,
-                         mask_scope=args.mask_scope, mask_control=args.mask_control,
-                         threshold=args.threshold, keep_self=args.keep_self, step0=args.step0,
-                         arm_rule=args.arm_rule, loglik=not args.no_loglik,
-                         sandbox_timeout=args.sandbox_timeout, progress=args.progress)
+        cfg = EvalConfig(**config_kwargs(args))
         run_eval(cfg)
     except RunDirBusy as e:  # another process writes the same run: an input problem (exit 2)
         raise CliError(str(e)) from None
