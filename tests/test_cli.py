@@ -173,6 +173,13 @@ def test_progress_bar_ends_where_an_early_stop_ends(capsys):
     assert "100%" in last and "/40" not in last, last
 
 
+def test_verbose_says_what_ran(fixtures_dir, capsys):
+    assert main(["generate", "--model", str(fixtures_dir / "llada"), "--input-ids", "1,2,3", "--gen-length", "4",
+                 "--verbose"]) == 0
+    err = capsys.readouterr().err
+    assert "sampler llada: {'steps': 4, 'gen_length': 4, 'block_length': 4" in err and "generated in" in err
+
+
 class _Model:
     """What default_config reads from a SinkModel."""
 

@@ -107,11 +107,15 @@ def run(args, trace=None, capture=None, check=None):
     generate. Returns (model, ids (1, P), config, GenerateOutput)."""
     import torch
 
-    from sinklens.cli.logs import note
+    import time
+
+    from sinklens.cli.logs import note, verbose
     from sinklens.models.loader import load
     from sinklens.samplers.defaults import default_config
 
+    t0 = time.perf_counter()
     model = load(args.model, dtype=args.dtype, device=args.device)
+    verbose(f"loaded {args.model} in {time.perf_counter() - t0:.1f} s: {model!r}")
     if check is not None:
         check(model)
     ids = torch.tensor([prompt_ids(model, args)])
@@ -121,8 +125,11 @@ def run(args, trace=None, capture=None, check=None):
         raise CliError(str(e)) from None
     for line in notes:
         note(line)
+    verbose(f"prompt: {ids.shape[1]} tokens; sampler {config.name}: {config.to_dict()}")
     torch.manual_seed(args.seed)
+    t0 = time.perf_counter()
     out = model.generate(ids, trace=trace, capture=capture, progress=args.progress, config=config)
+    verbose(f"generated in {time.perf_counter() - t0:.1f} s ({out.num_steps} steps)")
     return model, ids, config, out
 
 
