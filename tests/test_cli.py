@@ -74,6 +74,33 @@ def test_every_eval_config_field_is_set_from_a_flag():
     assert kw["sampler_args"] == {"steps": 8} and kw["mask_topk"] == (0, 1) and not kw["loglik"] and not kw["progress"]
 
 
+def test_every_report_option_is_a_flag():
+    """`sinklens report`'s flags are built from ReportOptions / PageOptions: a new `param` field gets
+    its flag with no CLI edit; a field without `param` must be one the command sets itself."""
+    from dataclasses import fields
+
+    from sinklens.cli.logs import setup
+    from sinklens.cli.report import options
+    from sinklens.report.options import PageOptions, ReportOptions
+
+    set_by_command = {ReportOptions: {"page", "progress"}, PageOptions: {"progress", "element_prefix"}}
+    for cls, own in set_by_command.items():
+        assert {f.name for f in fields(cls) if "type" not in f.metadata} == own, cls.__name__
+    args = build_parser("report").parse_args(["report", "t.arrow", "--out", "o", "--units", "gu", "--eps", "2",
+                                              "--heads", "3:5,1:0", "--map-steps", "0,4", "--row", "1",
+                                              "--no-figures", "--html-max-mb", "0", "--html-layers", "2",
+                                              "--title", "T", "-q"])
+    setup(args)
+    assert options(args) == ReportOptions(units="gu", eps=2.0, heads=[(3, 5), (1, 0)], map_steps=[0, 4], row=1,
+                                          figures=False, progress=False,
+                                          page=PageOptions(max_mb=None, layers=[2], title="T"))
+    args = build_parser("report").parse_args(["report", "t.arrow", "--out", "o", "-q"])
+    setup(args)
+    assert options(args) == ReportOptions(progress=False)
+    with pytest.raises(ValueError, match="eps must be > 0, got 0"):
+        ReportOptions(eps=0)
+
+
 @pytest.fixture(scope="module")
 def bad_inputs(tmp_path_factory, fixtures_dir):
     """Files for the table below: a planted trace, a corrupt trace, a corrupt checkpoint, a plain file."""

@@ -15,7 +15,9 @@ import argparse
 import json
 from dataclasses import fields
 
+from sinklens.cli.fields import add_field_flag
 from sinklens.cli.types import CliError, nonneg_int
+
 
 def add_sampler_flags(parser: argparse.ArgumentParser, exclude: tuple[str, ...] = (),
                       title: str = "sampler arguments (official names; only those of the model's sampler are accepted)"
@@ -23,7 +25,7 @@ def add_sampler_flags(parser: argparse.ArgumentParser, exclude: tuple[str, ...] 
     """One flag per field of the registered sampler configs (`sinklens.samplers.configs`): type,
     range, help and default come from the field, so no flag table is kept by hand. A field that
     several samplers share (steps, temperature, ...) is one flag. Returns the field names."""
-    from sinklens.samplers.configs import SAMPLERS, expected, parse_text
+    from sinklens.samplers.configs import SAMPLERS, expected
 
     by_name: dict[str, list] = {}
     for sampler, cls in SAMPLERS.items():
@@ -39,21 +41,7 @@ def add_sampler_flags(parser: argparse.ArgumentParser, exclude: tuple[str, ...] 
             text += f"; {expected(meta)}"
         text += " [official default " + ", ".join(f"{s}: {'unset' if f.default is None else f.default}"
                                                   for s, f in uses) + "]"
-        flag = "--" + name.replace("_", "-")
-        if meta["type"] is bool:
-            group.add_argument(flag, dest=name, action=argparse.BooleanOptionalAction, default=None,
-                               help=text.replace("%", "%%"))
-            continue
-
-        def parse(value, name=name, meta=meta):
-            try:
-                return parse_text(name, value, meta)
-            except ValueError as e:  # argparse prints "argument --flag: <message>"
-                raise argparse.ArgumentTypeError(str(e).split(" ", 1)[1]) from None
-
-        metavar = "{" + ",".join(meta["choices"]) + "}" if meta["choices"] else (
-            "ID[,ID...]" if meta["type"] == "ids" else {int: "N", float: "X"}.get(meta["type"], "TEXT"))
-        group.add_argument(flag, dest=name, type=parse, default=None, metavar=metavar, help=text.replace("%", "%%"))
+        add_field_flag(group, "--" + name.replace("_", "-"), name, meta, None, text)
     return list(by_name)
 
 

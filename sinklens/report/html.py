@@ -30,25 +30,16 @@ import html
 import json
 import math
 import re
-from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 
 from sinklens.analysis.analyze import Analysis
+from sinklens.report.options import PageOptions
 
 HERE = Path(__file__).parent
 LOG_RANGE = 1e4          # xmax / x0
 MAX_MAPS = 32            # attention maps embedded per trace (each S_q × S_k bytes)
-
-
-@dataclass
-class PageOptions:
-    max_mb: float | None = 150.0   # cap on the page size (None: no cap)
-    layers: list[int] | None = None  # per-head data only for these layers (None: all)
-    title: str = "sinklens report"
-    progress: bool = False          # tqdm bar while the per-step bytes are written
-    element_prefix: str = "sl"      # every element id starts with it (unique per page in a notebook)
 
 
 def quantise(x: np.ndarray, xmax: float) -> np.ndarray:

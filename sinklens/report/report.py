@@ -26,19 +26,8 @@ import numpy as np
 from sinklens.analysis.analyze import Analysis, AnalysisConfig, analyze
 from sinklens.analysis.source import AnalysisInputError, as_source
 from sinklens.report import figures as F
-from sinklens.report.html import PageOptions, render_page
-
-
-@dataclass
-class ReportOptions:
-    units: str = "sum"
-    eps: float = 3.0
-    heads: list[tuple[int, int]] | None = None     # Fig. 7 heads (default: the most dynamic ones)
-    map_steps: list[int] | None = None              # Fig. 4 step indices (default: up to 3 stored ones)
-    page: PageOptions = field(default_factory=PageOptions)
-    progress: bool = True
-    row: int = 0                                    # batch row of every trace
-    figures: bool = True                            # False: only summary + page (quick look at a big trace)
+from sinklens.report.html import render_page
+from sinklens.report.options import ReportOptions
 
 
 @dataclass

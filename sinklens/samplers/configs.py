@@ -21,91 +21,10 @@ This module imports neither torch nor transformers, so the command line can buil
 from __future__ import annotations
 
 import importlib
-import math
-from dataclasses import MISSING, asdict, dataclass, field, fields, replace
+from dataclasses import MISSING, asdict, dataclass, fields, replace
 from typing import Any, Callable, ClassVar
 
-
-def param(default, type: type, help: str, *, min=None, gt=None, max=None, lt=None, choices=None):
-    """A config field: default, parse type (int | float | str | bool | "ids"), help text and the
-    allowed values (min/max inclusive, gt/lt exclusive, or choices). A None default means "not
-    set" (the model's value, or off) and is always allowed."""
-    meta = dict(type=type, help=help, min=min, gt=gt, max=max, lt=lt, choices=choices)
-    return field(default=default, metadata=meta)
-
-
-def expected(meta: dict) -> str:
-    """What a field accepts, in words: 'a positive integer', '>= 0', 'in (0, 1]', 'one of [...]'."""
-    if meta["choices"] is not None:
-        return f"one of {list(meta['choices'])}"
-    t, lo, hi = meta["type"], meta["min"], meta["max"]
-    if t is bool:
-        return "True or False"
-    if t == "ids":
-        return "a token id >= 0 or a list of them"
-    if t is int:
-        if lo == 1 and hi is None:
-            return "a positive integer"
-        if lo is not None and hi is None:
-            return f"an integer >= {lo}"
-    if meta["gt"] is not None and meta["lt"] is None and hi is None:
-        return f"> {meta['gt']:g}"
-    if meta["gt"] is not None or meta["lt"] is not None or (lo is not None and hi is not None):
-        left = f"({meta['gt']:g}" if meta["gt"] is not None else (f"[{lo:g}" if lo is not None else "(-inf")
-        right = f"{meta['lt']:g})" if meta["lt"] is not None else (f"{hi:g}]" if hi is not None else "inf)")
-        return f"in {left}, {right}"
-    if lo is not None:
-        return f">= {lo:g}"
-    return {int: "an integer", float: "a finite number", str: "a string"}.get(t, str(t))
-
-
-def check_value(name: str, value, meta: dict) -> None:
-    """Raise ValueError('<name> must be <expected>, got <value>') when `value` breaks the field's rules."""
-    if value is None:
-        return
-    t = meta["type"]
-    ok = True
-    if t is bool:
-        ok = isinstance(value, bool)
-    elif t == "ids":
-        ids = [value] if isinstance(value, int) else value
-        ok = isinstance(ids, (list, tuple)) and all(isinstance(i, int) and not isinstance(i, bool) and i >= 0
-                                                      for i in ids)
-    elif t is int:
-        ok = isinstance(value, int) and not isinstance(value, bool)
-    elif t is float:
-        ok = isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
-    elif t is str:
-        ok = isinstance(value, str)
-    if ok and meta["choices"] is not None:
-        ok = value in meta["choices"]
-    if ok and t in (int, float):
-        ok = ((meta["min"] is None or value >= meta["min"]) and (meta["max"] is None or value <= meta["max"])
-              and (meta["gt"] is None or value > meta["gt"]) and (meta["lt"] is None or value < meta["lt"]))
-    if not ok:
-        raise ValueError(f"{name} must be {expected(meta)}, got {value!r}")
-
-
-def parse_text(name: str, text, meta: dict):
-    """A field's value from command-line text ("8", "0.9", "true", "1,2"), checked like the
-    config checks it; a value that is not a string is only checked. ValueError names the field."""
-    value = text
-    if isinstance(text, str):
-        t = meta["type"]
-        try:
-            if t is bool:
-                lowered = text.strip().lower()
-                if lowered not in ("true", "false", "1", "0", "yes", "no"):
-                    raise ValueError
-                value = lowered in ("true", "1", "yes")
-            elif t == "ids":
-                value = [int(x) for x in text.split(",") if x.strip()]
-            elif t in (int, float):
-                value = t(text)
-        except ValueError:
-            raise ValueError(f"{name} must be {expected(meta)}, got {text!r}") from None
-    check_value(name, value, meta)
-    return value
+from sinklens.params import check_fields, check_value, expected, param, parse_text  # noqa: F401 (re-exported)
 
 
 @dataclass
@@ -119,8 +38,7 @@ class SamplerConfig:
     TASK_LENGTHS: ClassVar[dict] = {}  # task -> the paper's generation length for this sampler
 
     def __post_init__(self):
-        for f in fields(self):
-            check_value(f.name, getattr(self, f.name), f.metadata)
+        check_fields(self)
         self.check()
 
     def check(self) -> None:

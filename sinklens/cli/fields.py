@@ -1,0 +1,54 @@
+"""Flags from config dataclasses: one flag per `param` field (`sinklens/params.py`).
+
+The parse type, range, choices, help and default of a flag come from its field, so no flag table
+is kept by hand: the sampler flags (`generate.add_sampler_flags`) and `sinklens report`
+(`ReportOptions`, `PageOptions`) are built here. Torch-free (the command line's --help).
+"""
+from __future__ import annotations
+
+import argparse
+from dataclasses import fields
+
+
+def add_field_flag(group, flag: str, dest: str, meta: dict, default, text: str) -> None:
+    """One argparse flag for a field with `param` metadata; a bad value is argparse's one-line
+    'argument --flag: must be <expected>, got <value>'. Booleans get --x / --no-x."""
+    from sinklens.params import parse_text
+
+    if meta["type"] is bool:
+        group.add_argument(flag, dest=dest, action=argparse.BooleanOptionalAction, default=default,
+                           help=text.replace("%", "%%"))
+        return
+
+    def parse(value):
+        try:
+            return parse_text(dest, value, meta)
+        except ValueError as e:  # "<field> must be ..." -> argparse prints "argument --flag: must be ..."
+            raise argparse.ArgumentTypeError(str(e).split(" ", 1)[1]) from None
+
+    metavar = "{" + ",".join(meta["choices"]) + "}" if meta["choices"] else {
+        "ids": "ID[,ID...]", "indices": "I[,I...]", "pairs": "L:H[,L:H...]", int: "N", float: "X"}.get(
+        meta["type"], "TEXT")
+    group.add_argument(flag, dest=dest, type=parse, default=default, metavar=metavar, help=text.replace("%", "%%"))
+
+
+def add_config_flags(parser, cls, prefix: str = "") -> list[str]:
+    """A flag per `param` field of dataclass `cls`: `--<prefix><field>` with dashes (or the field's
+    own `flag`), dest `<prefix><field>`, default = the field's. Returns the dests."""
+    from sinklens.params import expected
+
+    dests = []
+    for f in fields(cls):
+        meta = f.metadata
+        if "type" not in meta:          # a plain field: set by the caller, not a flag
+            continue
+        dest = (prefix + f.name).replace("-", "_")
+        text = meta["help"] + (f"; {expected(meta)}" if meta["type"] in (int, float) and not meta["choices"] else "")
+        add_field_flag(parser, meta["flag"] or "--" + dest.replace("_", "-"), dest, meta, f.default, text)
+        dests.append(dest)
+    return dests
+
+
+def flag_values(cls, args: argparse.Namespace, prefix: str = "") -> dict:
+    """`cls`'s `param` fields from the parsed flags of `add_config_flags(parser, cls, prefix)`."""
+    return {f.name: getattr(args, (prefix + f.name).replace("-", "_")) for f in fields(cls) if "type" in f.metadata}

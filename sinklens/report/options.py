@@ -1,0 +1,46 @@
+"""What a report draws and how big its page may be: `ReportOptions` and `PageOptions`.
+
+Their `param` fields are the `sinklens report` flags (`sinklens/cli/report.py` builds one flag
+per field; PageOptions' as `--html-*`), so a new option is one field here. Fields declared with
+plain `field` are set by the caller, not by a flag. Torch- and numpy-free, for a fast --help.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from sinklens.params import check_fields, param
+
+UNITS = ("sum", "mean", "gu", "uniform_ratio")
+
+
+@dataclass
+class PageOptions:
+    max_mb: float | None = param(150.0, float, "cap on the HTML page size in MB; per-head data is then kept every "
+                                               "k-th step (0 = no cap)", min=0)   # None or 0: no cap
+    layers: list[int] | None = param(None, "indices", "keep per-head data in the page for these layers only "
+                                                      "(default: all)")
+    title: str = param("sinklens report", str, "title of the HTML page", flag="--title")
+    progress: bool = False          # tqdm bar while the per-step bytes are written
+    element_prefix: str = "sl"      # every element id starts with it (unique per page in a notebook)
+
+    def __post_init__(self):
+        check_fields(self)
+        if self.max_mb == 0:
+            self.max_mb = None
+
+
+@dataclass
+class ReportOptions:
+    units: str = param("sum", str, "score units (default sum = column sums, where the paper's eps = 3 applies)",
+                       choices=UNITS)
+    eps: float = param(3.0, float, "Eq. 3 threshold in the score units", gt=0)
+    heads: list[tuple[int, int]] | None = param(None, "pairs", "Fig. 7 heads as LAYER:HEAD,... (default: the most "
+                                                               "dynamic ones)")
+    map_steps: list[int] | None = param(None, "indices", "Fig. 4 step indices (default: up to 3 stored ones)")
+    row: int = param(0, int, "batch row to analyse in every trace", min=0)
+    figures: bool = param(True, bool, "draw the figures (--no-figures: only summary.md/json and the page, faster)")
+    page: PageOptions = field(default_factory=PageOptions)
+    progress: bool = True
+
+    def __post_init__(self):
+        check_fields(self)
