@@ -65,6 +65,12 @@ def measure_peak(mode: str, seq: int) -> float:
     model = build_model()
     ids = torch.randint(0, 8192, (1, seq))
     forward(model, "plain", ids[:, :8])  # allocations common to every mode
+    return peak_growth(lambda: forward(model, mode, ids))
+
+
+def peak_growth(fn) -> float:
+    """RSS growth in MB during fn(), sampled every 0.5 ms by a thread (never time such a call:
+    the thread's CPU time counts in the process's)."""
     base, peak, done = rss_mb(), [0.0], threading.Event()
 
     def sample():
@@ -74,9 +80,11 @@ def measure_peak(mode: str, seq: int) -> float:
 
     t = threading.Thread(target=sample)
     t.start()
-    forward(model, mode, ids)
-    done.set()
-    t.join()
+    try:
+        fn()
+    finally:
+        done.set()
+        t.join()
     return max(peak[0], rss_mb()) - base
 
 

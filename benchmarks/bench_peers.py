@@ -12,7 +12,8 @@ Routes:
              `run_with_cache` with only the `hook_pattern` hooks
 - nnsight:   nnsight tracing the eager model, saving each layer's attention weights
 Time: process CPU seconds (one torch thread), best of --repeats, routes interleaved.
-Memory: peak RSS growth during the call over the RSS just before it (a sampling thread, 0.5 ms),
+Memory: peak RSS growth during one more call over the RSS just before it (a sampling thread,
+0.5 ms; never during a timed call),
 run with glibc's mmap threshold fixed (MALLOC_MMAP_THRESHOLD_=131072, set by this script when
 it re-executes itself) so that freed buffers leave RSS and a route's peak is its own.
 
@@ -25,7 +26,6 @@ import argparse
 import copy
 import os
 import sys
-import threading
 import time
 
 if os.environ.get("MALLOC_MMAP_THRESHOLD_") is None:  # re-exec with a fixed mmap threshold (see docstring)
@@ -36,13 +36,9 @@ import torch  # noqa: E402
 from transformers import LlamaConfig, LlamaForCausalLM  # noqa: E402
 
 import sinklens.attention as sa  # noqa: E402
+from benchmarks.bench_attention import peak_growth  # noqa: E402
 
 ROUTES = ("plain", "sinklens-exact", "sinklens-lse", "eager", "tlens", "nnsight")
-
-
-def rss_mb() -> float:
-    with open("/proc/self/statm") as f:
-        return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE") / 2**20
 
 
 def load(name: str) -> LlamaForCausalLM:
@@ -97,26 +93,6 @@ class Routes:
         return torch.stack([s[0].sum(1) for s in saved])
 
 
-def measure(fn) -> tuple[float, float]:
-    """(process CPU seconds, peak RSS growth MB) of fn()."""
-    base, peak, done = rss_mb(), [0.0], threading.Event()
-
-    def sample():
-        while not done.is_set():
-            peak[0] = max(peak[0], rss_mb())
-            time.sleep(0.0005)
-
-    th = threading.Thread(target=sample)
-    th.start()
-    t = time.process_time()
-    result = fn()
-    cpu = time.process_time() - t
-    done.set()
-    th.join()
-    del result
-    return cpu, max(peak[0], rss_mb()) - base
-
-
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--models", nargs="+", default=["smollm2", "bidir"])
@@ -136,12 +112,14 @@ def main() -> None:
             ids = torch.randint(0, routes.model.config.vocab_size, (1, s), generator=torch.Generator().manual_seed(s))
             for r in args.routes:
                 routes.run(r, ids[:, :16])  # warm-up
-            cpu = {r: float("inf") for r in args.routes}
-            mem = {r: 0.0 for r in args.routes}
-            for _ in range(args.repeats):
+            cpu, mem = {r: float("inf") for r in args.routes}, {}
+            for _ in range(args.repeats):  # time without the memory sampler (its CPU would count)
                 for r in args.routes:
-                    c, m = measure(lambda: routes.run(r, ids))
-                    cpu[r], mem[r] = min(cpu[r], c), max(mem[r], m)
+                    t = time.process_time()
+                    routes.run(r, ids)
+                    cpu[r] = min(cpu[r], time.process_time() - t)
+            for r in args.routes:
+                mem[r] = peak_growth(lambda: routes.run(r, ids))
             diff = ""
             if "eager" in args.routes:
                 ref = routes.run("eager", ids)
