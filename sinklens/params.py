@@ -15,11 +15,17 @@ def param(default, type: type, help: str, *, min=None, gt=None, max=None, lt=Non
     """A config field: default, parse type (int | float | str | bool | "ids" | "indices" | "pairs"),
     help text and the allowed values (min/max inclusive, gt/lt exclusive, or choices). A None
     default means "not set" (the model's value, or off) and is always allowed. `flag`: the
-    command-line flag when it is not `--` + the field name with dashes.
+    command-line flag when it is not `--` + the field name with dashes. A `dataclasses.MISSING`
+    default makes a required field (a required flag).
     "ids": token ids >= 0 (one or a list); "indices": a list of integers >= 0 (steps, layers);
     "pairs": a list of (a, b) integer pairs >= 0, written A:B,A:B (layer:head)."""
     meta = dict(type=type, help=help, min=min, gt=gt, max=max, lt=lt, choices=choices, flag=flag)
     return field(default=default, metadata=meta)
+
+
+def flag_name(name: str, meta: dict) -> str:
+    """The command-line flag of a `param` field: its own `flag`, else `--` + the name with dashes."""
+    return meta["flag"] or "--" + name.replace("_", "-")
 
 
 def _nonneg_int(x) -> bool:

@@ -72,6 +72,19 @@ def test_every_eval_config_field_is_set_from_a_flag():
     kw = config_kwargs(args)
     assert set(kw) == {f.name for f in fields(EvalConfig)}
     assert kw["sampler_args"] == {"steps": 8} and kw["mask_topk"] == (0, 1) and not kw["loglik"] and not kw["progress"]
+    # the flags come from EvalConfig's `param` fields: only these three are parsed by the command itself
+    assert {f.name for f in fields(EvalConfig) if "type" not in f.metadata} == {"mask_topk", "sampler_args", "progress"}
+    eval_parser = next(a for a in build_parser()._actions if isinstance(a, argparse._SubParsersAction)).choices["eval"]
+    flags = [o for a in eval_parser._actions for o in a.option_strings]
+    assert len(flags) == len(set(flags))                    # no flag written twice
+    args = build_parser("eval").parse_args(["eval", "--model", "m", "--task", "gsm8k", "--out", "o", "--shots", "0",
+                                            "--keep-self", "--threshold", "2.5", "--mask-units", "sum", "-q"])
+    setup(args)
+    kw = config_kwargs(args)
+    assert (kw["shots"], kw["keep_self"], kw["threshold"], kw["mask_units"], kw["loglik"]) == (0, True, 2.5, "sum", True)
+    defaults = {f.name: f.default for f in fields(EvalConfig) if "type" in f.metadata and f.name not in
+                ("model", "task", "out", "shots", "keep_self", "threshold", "mask_units")}
+    assert {n: kw[n] for n in defaults} == defaults and kw["mask_topk"] == (0,)
 
 
 def test_every_report_option_is_a_flag():

@@ -1,23 +1,27 @@
 """Flags from config dataclasses: one flag per `param` field (`sinklens/params.py`).
 
 The parse type, range, choices, help and default of a flag come from its field, so no flag table
-is kept by hand: the sampler flags (`generate.add_sampler_flags`) and `sinklens report`
-(`ReportOptions`, `PageOptions`) are built here. Torch-free (the command line's --help).
+is kept by hand: the sampler flags (`generate.add_sampler_flags`), `sinklens report`
+(`ReportOptions`, `PageOptions`) and `sinklens eval` (`EvalConfig`) are built here. Torch-free
+(the command line's --help).
 """
 from __future__ import annotations
 
 import argparse
-from dataclasses import fields
+from dataclasses import MISSING, fields
 
 
 def add_field_flag(group, flag: str, dest: str, meta: dict, default, text: str) -> None:
     """One argparse flag for a field with `param` metadata; a bad value is argparse's one-line
-    'argument --flag: must be <expected>, got <value>'. Booleans get --x / --no-x."""
+    'argument --flag: must be <expected>, got <value>'. Booleans get --x / --no-x; a field without
+    a default (`MISSING`) is a required flag."""
     from sinklens.params import parse_text
 
+    required = default is MISSING
+    default = None if required else default
     if meta["type"] is bool:
         group.add_argument(flag, dest=dest, action=argparse.BooleanOptionalAction, default=default,
-                           help=text.replace("%", "%%"))
+                           required=required, help=text.replace("%", "%%"))
         return
 
     def parse(value):
@@ -29,13 +33,14 @@ def add_field_flag(group, flag: str, dest: str, meta: dict, default, text: str) 
     metavar = "{" + ",".join(meta["choices"]) + "}" if meta["choices"] else {
         "ids": "ID[,ID...]", "indices": "I[,I...]", "pairs": "L:H[,L:H...]", int: "N", float: "X"}.get(
         meta["type"], "TEXT")
-    group.add_argument(flag, dest=dest, type=parse, default=default, metavar=metavar, help=text.replace("%", "%%"))
+    group.add_argument(flag, dest=dest, type=parse, default=default, required=required, metavar=metavar,
+                       help=text.replace("%", "%%"))
 
 
 def add_config_flags(parser, cls, prefix: str = "") -> list[str]:
     """A flag per `param` field of dataclass `cls`: `--<prefix><field>` with dashes (or the field's
     own `flag`), dest `<prefix><field>`, default = the field's. Returns the dests."""
-    from sinklens.params import expected
+    from sinklens.params import expected, flag_name
 
     dests = []
     for f in fields(cls):
@@ -44,7 +49,7 @@ def add_config_flags(parser, cls, prefix: str = "") -> list[str]:
             continue
         dest = (prefix + f.name).replace("-", "_")
         text = meta["help"] + (f"; {expected(meta)}" if meta["type"] in (int, float) and not meta["choices"] else "")
-        add_field_flag(parser, meta["flag"] or "--" + dest.replace("_", "-"), dest, meta, f.default, text)
+        add_field_flag(parser, flag_name(dest, meta), dest, meta, f.default, text)
         dests.append(dest)
     return dests
 

@@ -9,7 +9,7 @@ def k_list(text: str) -> tuple:
     """'0,1,5,1%' -> (0, 1, 5, '1%'), checked like `sinklens eval --mask-topk`."""
     import argparse
 
-    from sinklens.eval.runner import parse_k
+    from sinklens.eval.config import parse_k
     try:
         return tuple(parse_k(k) for k in text.split(",") if k.strip())
     except ValueError as e:

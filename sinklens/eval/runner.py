@@ -16,153 +16,24 @@ sample i goes to rank i % WORLD_SIZE; the main process merges after a barrier.
 from __future__ import annotations
 
 import json
-import math
 import os
 import re
 import sys
 import time
 from contextlib import ExitStack
-from dataclasses import asdict, dataclass, field, fields
+from dataclasses import asdict
 
 import torch
 
 from sinklens.eval import records, rundir
+from sinklens.eval.config import EvalConfig, run_name  # EvalConfig: re-exported (it lives in config.py)
 from sinklens.eval.dist import dist_state
 from sinklens.eval.loglik import reference_loglik
 from sinklens.eval.sandbox import SandboxConfig
 from sinklens.eval.tasks import get_task
-from sinklens.masking.policy import MaskingConfig, SinkMaskingPolicy
+from sinklens.masking.policy import SinkMaskingPolicy
 from sinklens.samplers.base import CaptureOptions
 from sinklens.samplers.configs import get_config
-
-
-@dataclass
-class EvalConfig:
-    model: str
-    task: str
-    out: str
-    mask_topk: tuple[int | str, ...] = (0,)   # K per (layer, head): a count, or "N%" of the sequence; 0 = unmasked
-    limit: int | None = None
-    data: str | None = None
-    shots: int = 8                      # GSM8K chain-of-thought exemplars (0 = zero-shot)
-    chat: str = "auto"                  # use the chat template: "auto" (when the tokenizer has one) | "on" | "off"
-    gen_length: int | None = None       # tokens to generate, any sampler; None = the paper's setting for the task
-    sampler_args: dict = field(default_factory=dict)  # sampler fields over the task preset, e.g. {"steps": 64}
-    seed: int = 0
-    dtype: str | None = None
-    device: str | None = None
-    mask_sinks: str = "eq3"             # what counts as a sink: "eq3" (top-K among Eq. 3 sinks) | "topk"
-    eps: float = 3.0                    # Eq. 3 margin, in mask_units
-    mask_units: str = "scaled_sum"     # "scaled_sum" (= column sums for DLMs) | "uniform_ratio" | "sum"
-    mask_scope: str = "all"             # keys that may be blocked: "all" | "prompt" | "generated"
-    mask_control: str = "none"          # "random": beside every masked run, K random non-sink keys per head
-    ranking: str = "per_head"
-    threshold: float | None = None
-    keep_self: bool = False
-    step0: str = "unmasked"
-    arm_rule: str = "newest"
-    loglik: bool = True                 # also score the reference answer's log-likelihood
-    sandbox_timeout: float = 10.0
-    progress: bool = True
-
-    def __post_init__(self):
-        get_task(self.task)                                   # unknown task -> clear error first
-        self.mask_topk = tuple(parse_k(k) for k in self.mask_topk)
-        if not self.mask_topk:
-            raise ValueError("--mask-topk must list at least one K (e.g. 0,1,5,10 or 1%)")
-        # 0 and negative values are errors, never "the default" (None is the default)
-        for flag, value in (("--limit", self.limit), ("--gen-length", self.gen_length)):
-            if value is not None and not _is_int(value, minimum=1):
-                raise ValueError(f"{flag} must be a positive integer, got {value!r}")
-        check_sampler_args(self.sampler_args)
-        if not _is_int(self.shots, minimum=0) or self.shots > 8:
-            raise ValueError(f"--shots must be an integer from 0 to 8, got {self.shots!r}")
-        if not _is_int(self.seed, minimum=0):
-            raise ValueError(f"--seed must be an integer >= 0, got {self.seed!r}")
-        if self.threshold is not None and not _is_positive_number(self.threshold):
-            raise ValueError(f"--threshold must be a finite number > 0, got {self.threshold!r}")
-        if not _is_positive_number(self.sandbox_timeout):
-            raise ValueError(f"--sandbox-timeout must be a finite number of seconds > 0, got {self.sandbox_timeout!r}")
-        if os.path.exists(self.out) and not os.path.isdir(self.out):
-            raise ValueError(f"--out {self.out!r} is a file; expected a directory")
-        if self.chat not in ("auto", "on", "off"):
-            raise ValueError(f"chat must be 'auto', 'on' or 'off', got {self.chat!r}")
-        if self.data is not None and not os.path.isfile(self.data):
-            raise FileNotFoundError(f"--data {self.data!r} does not exist (expected a JSONL file)")
-        for k, control in self.runs():                        # validates every masking option
-            self.masking(k, control)
-
-    def runs(self) -> list[tuple[int | str, str]]:
-        """(K, control) of every run: each masked K once with the sinks, and once with the random
-        control beside it when --mask-control random."""
-        out = []
-        for k in self.mask_topk:
-            out.append((k, "none"))
-            if self.mask_control != "none" and k not in (0, "0"):
-                out.append((k, self.mask_control))
-        return out
-
-    def masking(self, k: int | str, control: str = "none") -> MaskingConfig:
-        count, fraction = k_spec(k)
-        active = count > 0 or fraction is not None
-        return MaskingConfig(top_k=count, fraction=fraction, threshold=self.threshold if active else None,
-                             sinks=self.mask_sinks, eps=self.eps, units=self.mask_units, scope=self.mask_scope,
-                             control=control, seed=self.seed, ranking=self.ranking, keep_self=self.keep_self,
-                             step0=self.step0, arm_rule=self.arm_rule)
-
-
-def parse_k(k) -> int | str:
-    """A K of --mask-topk: an integer count >= 0, or a share of the sequence written "N%"."""
-    text = str(k).strip()
-    if text.endswith("%"):
-        k_spec(text)
-        return text
-    try:
-        value = int(text)
-    except ValueError:
-        raise ValueError(f"--mask-topk values must be integers >= 0 or shares like 1%, got {k!r}") from None
-    if value < 0:
-        raise ValueError(f"--mask-topk values must be integers >= 0 or shares like 1%, got {k!r}")
-    return value
-
-
-def k_spec(k) -> tuple[int, float | None]:
-    """(count, fraction) of a parsed K: 5 -> (5, None); "2.5%" -> (0, 0.025)."""
-    if isinstance(k, str) and k.endswith("%"):
-        try:
-            share = float(k[:-1]) / 100
-        except ValueError:
-            share = float("nan")
-        if not 0 < share <= 1:
-            raise ValueError(f"--mask-topk share must be in (0%, 100%], got {k!r}")
-        return 0, share
-    return int(k), None
-
-
-def run_name(k, control: str) -> str:
-    """Run directory name: k5, k2.5pct, k5-random."""
-    name = f"k{str(k)[:-1]}pct" if isinstance(k, str) and k.endswith("%") else f"k{k}"
-    return name if control == "none" else f"{name}-{control}"
-
-
-def _is_int(x, minimum: int) -> bool:
-    return isinstance(x, int) and not isinstance(x, bool) and x >= minimum
-
-
-def _is_positive_number(x) -> bool:
-    return isinstance(x, (int, float)) and not isinstance(x, bool) and math.isfinite(x) and x > 0
-
-
-def check_sampler_args(args: dict) -> None:
-    """Each name must be a field of some registered sampler and its value allowed there (which
-    sampler runs is known only once the model is loaded; `sampler_settings` checks the rest)."""
-    from sinklens.samplers.configs import SAMPLERS, check_value
-
-    known = {f.name: f for cls in SAMPLERS.values() for f in fields(cls)}
-    for name, value in args.items():
-        if name not in known:
-            raise ValueError(f"unknown sampler argument {name!r}; known: {sorted(known)}")
-        check_value(name, value, known[name].metadata)
 
 
 def sampler_settings(sampler: str, task_name: str, gen_length: int | None = None, **overrides) -> dict:

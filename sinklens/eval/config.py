@@ -1,0 +1,148 @@
+"""`EvalConfig`: the settings of one `sinklens eval` (paper Table 1) and the K values it masks.
+
+Its `param` fields are the `sinklens eval` flags (`sinklens/cli/eval.py` builds one flag per
+field with `sinklens/cli/fields.py`), so a new setting is one field here. Fields declared with
+plain `field` are set by the caller (the sampler flags, --quiet). Field names are what a saved
+run's config.json records, so they do not change. Torch-free at import (the command line's
+--help); the task table and the masking policy are imported when a config is built.
+"""
+from __future__ import annotations
+
+import os
+from dataclasses import MISSING, dataclass, field, fields
+
+from sinklens.params import check_value, flag_name, param
+
+
+def parse_k(k) -> int | str:
+    """A K of --mask-topk: an integer count >= 0, or a share of the sequence written "N%"."""
+    text = str(k).strip()
+    if text.endswith("%"):
+        k_spec(text)
+        return text
+    try:
+        value = int(text)
+    except ValueError:
+        raise ValueError(f"--mask-topk values must be integers >= 0 or shares like 1%, got {k!r}") from None
+    if value < 0:
+        raise ValueError(f"--mask-topk values must be integers >= 0 or shares like 1%, got {k!r}")
+    return value
+
+
+def k_spec(k) -> tuple[int, float | None]:
+    """(count, fraction) of a parsed K: 5 -> (5, None); "2.5%" -> (0, 0.025)."""
+    if isinstance(k, str) and k.endswith("%"):
+        try:
+            share = float(k[:-1]) / 100
+        except ValueError:
+            share = float("nan")
+        if not 0 < share <= 1:
+            raise ValueError(f"--mask-topk share must be in (0%, 100%], got {k!r}")
+        return 0, share
+    return int(k), None
+
+
+def run_name(k, control: str) -> str:
+    """Run directory name: k5, k2.5pct, k5-random."""
+    name = f"k{str(k)[:-1]}pct" if isinstance(k, str) and k.endswith("%") else f"k{k}"
+    return name if control == "none" else f"{name}-{control}"
+
+
+@dataclass
+class EvalConfig:
+    model: str = param(MISSING, str, "alias, local folder, .gguf or hub id")
+    task: str = param(MISSING, str,   # checked in __post_init__ (importing the task table needs torch)
+                      "gsm8k | humaneval (paper Table 1) | arith (the tiny twins' held-out problems)")
+    out: str = param(MISSING, str, "output directory (re-running resumes)")
+    # K per (layer, head): a count, or "N%" of the sequence; 0 = unmasked. Not a `param` type:
+    # cli/eval.py parses the comma list with parse_k (its flag is named after this field)
+    mask_topk: tuple[int | str, ...] = (0,)
+    limit: int | None = param(None, int, "first N samples only", min=1)
+    data: str | None = param(None, str, "local JSONL (GSM8K test.jsonl / HumanEval problems; arith: a twin's "
+                                        "training config)")
+    shots: int = param(8, int, "GSM8K chain-of-thought exemplars (0 = zero-shot)", min=0, max=8)
+    chat: str = param("auto", str, "use the chat template (auto: when the tokenizer has one)",
+                      choices=("auto", "on", "off"))
+    gen_length: int | None = param(None, int, "tokens to generate, any sampler (default: the paper's setting for "
+                                              "the task and family)", min=1)
+    sampler_args: dict = field(default_factory=dict)  # sampler fields over the task preset, e.g. {"steps": 64}
+    seed: int = param(0, int, "sample i uses seed + i (the same on any rank)", min=0)
+    dtype: str | None = param(None, str, "float32 | bfloat16 | float16 (default: as stored)")
+    device: str | None = param(None, str, "e.g. cpu, cuda:0 (default: the launcher's device, else cpu)")
+    mask_sinks: str = param("eq3", str, "eq3 (default): top-K among keys that pass Eq. 3, a head without a sink "
+                                        "blocks nothing; topk: top-K keys per head, sinks or not",
+                            choices=("eq3", "topk"))
+    eps: float = param(3.0, float, "Eq. 3 margin in --mask-units (default 3)")
+    mask_units: str = param("scaled_sum", str, "score units for Eq. 3: scaled_sum (default; column sums scaled so "
+                                               "the average key scores 1, i.e. the column sums for DLMs), "
+                                               "uniform_ratio or sum",
+                            choices=("scaled_sum", "uniform_ratio", "sum"))
+    mask_scope: str = param("all", str, "which positions may be blocked (default all)",
+                            choices=("all", "prompt", "generated"))
+    mask_control: str = param("none", str, "random: beside every masked run, block as many random non-sink keys "
+                                           "per head (seeded)", choices=("none", "random"))
+    ranking: str = param("per_head", str, "rank sinks per (layer, head), or over all heads of a layer together",
+                         choices=("per_head", "global"))
+    threshold: float | None = param(None, float, "block keys with r_j >= this instead of top-K", gt=0)
+    keep_self: bool = param(False, bool, "a blocked key still receives its own query's attention")
+    step0: str = param("unmasked", str, "DLM step 0 has no attention yet: run it unmasked, or rank sinks by a "
+                                        "probe pass first", choices=("unmasked", "probe"))
+    arm_rule: str = param("newest", str, "ARM: rank sinks by the newest token's row, or by every prefix row",
+                          choices=("newest", "prefix"))
+    loglik: bool = param(True, bool, "score the reference answer's log-likelihood (--no-loglik: skip it)",
+                         flag="--loglik")
+    sandbox_timeout: float = param(10.0, float, "seconds per HumanEval check", gt=0)
+    progress: bool = True               # progress bars (the command line: off with --quiet)
+
+    def __post_init__(self):
+        from sinklens.eval.tasks import get_task
+
+        get_task(self.task)                                   # unknown task -> clear error first
+        self.mask_topk = tuple(parse_k(k) for k in self.mask_topk)
+        if not self.mask_topk:
+            raise ValueError("--mask-topk must list at least one K (e.g. 0,1,5,10 or 1%)")
+        # every `param` field against its type and range, named by its flag ("--limit must be a
+        # positive integer, got 0"): 0 and negative values are errors, never "the default"
+        for f in fields(self):
+            if "type" in f.metadata:
+                check_value(flag_name(f.name, f.metadata), getattr(self, f.name), f.metadata)
+        check_sampler_args(self.sampler_args)
+        if os.path.exists(self.out) and not os.path.isdir(self.out):
+            raise ValueError(f"--out {self.out!r} is a file; expected a directory")
+        if self.data is not None and not os.path.isfile(self.data):
+            raise FileNotFoundError(f"--data {self.data!r} does not exist (expected a JSONL file)")
+        for k, control in self.runs():                        # validates every masking option
+            self.masking(k, control)
+
+    def runs(self) -> list[tuple[int | str, str]]:
+        """(K, control) of every run: each masked K once with the sinks, and once with the random
+        control beside it when --mask-control random."""
+        out = []
+        for k in self.mask_topk:
+            out.append((k, "none"))
+            if self.mask_control != "none" and k not in (0, "0"):
+                out.append((k, self.mask_control))
+        return out
+
+    def masking(self, k: int | str, control: str = "none"):
+        """The MaskingConfig of the run (K, control)."""
+        from sinklens.masking.policy import MaskingConfig
+
+        count, fraction = k_spec(k)
+        active = count > 0 or fraction is not None
+        return MaskingConfig(top_k=count, fraction=fraction, threshold=self.threshold if active else None,
+                             sinks=self.mask_sinks, eps=self.eps, units=self.mask_units, scope=self.mask_scope,
+                             control=control, seed=self.seed, ranking=self.ranking, keep_self=self.keep_self,
+                             step0=self.step0, arm_rule=self.arm_rule)
+
+
+def check_sampler_args(args: dict) -> None:
+    """Each name must be a field of some registered sampler and its value allowed there (which
+    sampler runs is known only once the model is loaded; `sampler_settings` checks the rest)."""
+    from sinklens.samplers.configs import SAMPLERS
+
+    known = {f.name: f for cls in SAMPLERS.values() for f in fields(cls)}
+    for name, value in args.items():
+        if name not in known:
+            raise ValueError(f"unknown sampler argument {name!r}; known: {sorted(known)}")
+        check_value(name, value, known[name].metadata)
