@@ -23,6 +23,13 @@ def param(default, type: type, help: str, *, min=None, gt=None, max=None, lt=Non
     return field(default=default, metadata=meta)
 
 
+def param_like(cls, name: str, **changes):
+    """A field declared like `cls`'s `param` field `name` (default, type, help, range), with
+    `changes` to its metadata: one setting that two configs carry is written once."""
+    f = next(f for f in fields(cls) if f.name == name)
+    return field(default=f.default, metadata={**f.metadata, **changes})
+
+
 def flag_name(name: str, meta: dict) -> str:
     """The command-line flag of a `param` field: its own `flag`, else `--` + the name with dashes."""
     return meta["flag"] or "--" + name.replace("_", "-")

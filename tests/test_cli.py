@@ -87,6 +87,28 @@ def test_every_eval_config_field_is_set_from_a_flag():
     assert {n: kw[n] for n in defaults} == defaults and kw["mask_topk"] == (0,)
 
 
+def test_eval_masking_flags_reach_the_masking_config(tmp_path):
+    """The masking flags of `sinklens eval` are declared once, in MaskingConfig: each one set on the
+    command line arrives in the run's MaskingConfig, and MaskingConfig's choices are the flag's."""
+    from sinklens.cli.eval import config_kwargs
+    from sinklens.cli.logs import setup
+    from sinklens.eval.config import EvalConfig
+
+    args = build_parser("eval").parse_args([
+        "eval", "--model", "m", "--task", "gsm8k", "--out", str(tmp_path / "o"), "--mask-topk", "0,2",
+        "--mask-sinks", "topk", "--eps", "2", "--mask-units", "sum", "--mask-scope", "prompt",
+        "--mask-control", "random", "--ranking", "global", "--threshold", "1.5", "--keep-self", "--step0", "probe",
+        "--arm-rule", "prefix", "--seed", "4", "-q"])
+    setup(args)
+    cfg = EvalConfig(**config_kwargs(args))
+    assert cfg.runs() == [(0, "none"), (2, "none"), (2, "random")]
+    got = cfg.masking(2, "random")
+    assert (got.top_k, got.sinks, got.eps, got.units, got.scope, got.control, got.ranking, got.threshold,
+            got.keep_self, got.step0, got.arm_rule, got.seed) == (2, "topk", 2.0, "sum", "prompt", "random", "global",
+                                                                   1.5, True, "probe", "prefix", 4)
+    assert not cfg.masking(0).active                      # K = 0: unmasked, the threshold is not applied
+
+
 def test_every_report_option_is_a_flag():
     """`sinklens report`'s flags are built from ReportOptions / PageOptions: a new `param` field gets
     its flag with no CLI edit; a field without `param` must be one the command sets itself."""

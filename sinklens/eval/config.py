@@ -3,15 +3,17 @@
 Its `param` fields are the `sinklens eval` flags (`sinklens/cli/eval.py` builds one flag per
 field with `sinklens/cli/fields.py`), so a new setting is one field here. Fields declared with
 plain `field` are set by the caller (the sampler flags, --quiet). Field names are what a saved
-run's config.json records, so they do not change. Torch-free at import (the command line's
---help); the task table and the masking policy are imported when a config is built.
+run's config.json records, so they do not change. The masking settings are declared once, in
+`MaskingConfig` (`param_like`). Torch-free at import (the command line's --help); the task table
+is imported when a config is built.
 """
 from __future__ import annotations
 
 import os
 from dataclasses import MISSING, dataclass, field, fields
 
-from sinklens.params import check_value, flag_name, param
+from sinklens.masking.config import MaskingConfig
+from sinklens.params import check_value, flag_name, param, param_like
 
 
 def parse_k(k) -> int | str:
@@ -69,26 +71,18 @@ class EvalConfig:
     seed: int = param(0, int, "sample i uses seed + i (the same on any rank)", min=0)
     dtype: str | None = param(None, str, "float32 | bfloat16 | float16 (default: as stored)")
     device: str | None = param(None, str, "e.g. cpu, cuda:0 (default: the launcher's device, else cpu)")
-    mask_sinks: str = param("eq3", str, "eq3 (default): top-K among keys that pass Eq. 3, a head without a sink "
-                                        "blocks nothing; topk: top-K keys per head, sinks or not",
-                            choices=("eq3", "topk"))
-    eps: float = param(3.0, float, "Eq. 3 margin in --mask-units (default 3)")
-    mask_units: str = param("scaled_sum", str, "score units for Eq. 3: scaled_sum (default; column sums scaled so "
-                                               "the average key scores 1, i.e. the column sums for DLMs), "
-                                               "uniform_ratio or sum",
-                            choices=("scaled_sum", "uniform_ratio", "sum"))
-    mask_scope: str = param("all", str, "which positions may be blocked (default all)",
-                            choices=("all", "prompt", "generated"))
-    mask_control: str = param("none", str, "random: beside every masked run, block as many random non-sink keys "
-                                           "per head (seeded)", choices=("none", "random"))
-    ranking: str = param("per_head", str, "rank sinks per (layer, head), or over all heads of a layer together",
-                         choices=("per_head", "global"))
-    threshold: float | None = param(None, float, "block keys with r_j >= this instead of top-K", gt=0)
-    keep_self: bool = param(False, bool, "a blocked key still receives its own query's attention")
-    step0: str = param("unmasked", str, "DLM step 0 has no attention yet: run it unmasked, or rank sinks by a "
-                                        "probe pass first", choices=("unmasked", "probe"))
-    arm_rule: str = param("newest", str, "ARM: rank sinks by the newest token's row, or by every prefix row",
-                          choices=("newest", "prefix"))
+    # the masking settings, declared in MaskingConfig (type, choices, help, default); the run's
+    # MaskingConfig is built from them in `masking()`
+    mask_sinks: str = param_like(MaskingConfig, "sinks")
+    eps: float = param_like(MaskingConfig, "eps")
+    mask_units: str = param_like(MaskingConfig, "units")
+    mask_scope: str = param_like(MaskingConfig, "scope")
+    mask_control: str = param_like(MaskingConfig, "control")
+    ranking: str = param_like(MaskingConfig, "ranking")
+    threshold: float | None = param_like(MaskingConfig, "threshold", min=None, gt=0)   # 0 would block every key
+    keep_self: bool = param_like(MaskingConfig, "keep_self")
+    step0: str = param_like(MaskingConfig, "step0")
+    arm_rule: str = param_like(MaskingConfig, "arm_rule")
     loglik: bool = param(True, bool, "score the reference answer's log-likelihood (--no-loglik: skip it)",
                          flag="--loglik")
     sandbox_timeout: float = param(10.0, float, "seconds per HumanEval check", gt=0)
@@ -124,10 +118,8 @@ class EvalConfig:
                 out.append((k, self.mask_control))
         return out
 
-    def masking(self, k: int | str, control: str = "none"):
+    def masking(self, k: int | str, control: str = "none") -> MaskingConfig:
         """The MaskingConfig of the run (K, control)."""
-        from sinklens.masking.policy import MaskingConfig
-
         count, fraction = k_spec(k)
         active = count > 0 or fraction is not None
         return MaskingConfig(top_k=count, fraction=fraction, threshold=self.threshold if active else None,

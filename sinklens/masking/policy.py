@@ -9,7 +9,7 @@ allowed keys before blocking, which the capture pass reduces alongside the real 
 (`AttentionRequest.received_unblocked`). Ranking on the blocked step's own attention would see
 the blocked sink at ~0, block the runner-up next, and free the real sink every other step.
 
-Options (every result records `MaskingConfig.describe()`; the defaults read the paper's
+Options (`MaskingConfig`, `masking/config.py`; every result records `MaskingConfig.describe()`; the defaults read the paper's
 "the top-K attention sinks identified by our metric (Equation 3)"):
 - `sinks="eq3"` (default): the top-K among keys that pass Eq. 3 at `eps` in `units`; a head
   without a sink blocks nothing. `sinks="topk"`: the top-K keys per head, sinks or not.
@@ -34,64 +34,12 @@ Options (every result records `MaskingConfig.describe()`; the defaults read the 
 """
 from __future__ import annotations
 
-import math
-from dataclasses import asdict, dataclass
-
 import torch
 
 from sinklens.attention.request import AttentionRequest
+from sinklens.masking.config import MaskingConfig  # re-exported: `from sinklens.masking.policy import MaskingConfig`
 from sinklens.masking.select import select, uniform_expectation
 from sinklens.masking.stats import MaskingStats
-
-_CHOICES = {"sinks": ("eq3", "topk"), "units": ("scaled_sum", "uniform_ratio", "sum"), "scope": ("all", "prompt", "generated"),
-            "control": ("none", "random"), "ranking": ("per_head", "global"), "step0": ("unmasked", "probe"),
-            "arm_rule": ("newest", "prefix")}
-
-
-@dataclass
-class MaskingConfig:
-    top_k: int = 1                      # K sinks blocked per (layer, head); 0 = no masking (capture only)
-    fraction: float | None = None       # K = ceil(fraction × real keys) instead of top_k, in (0, 1]
-    threshold: float | None = None      # instead of K: block candidates with score >= threshold (in `units`)
-    sinks: str = "eq3"                  # "eq3" | "topk"
-    eps: float = 3.0                    # Eq. 3 margin, in `units`
-    units: str = "scaled_sum"           # "scaled_sum" | "uniform_ratio" | "sum"
-    scope: str = "all"                  # "all" | "prompt" | "generated"
-    control: str = "none"               # "none" | "random"
-    seed: int = 0                       # random control (the eval passes a per-sample seed to reset())
-    ranking: str = "per_head"           # "per_head" | "global"
-    keep_self: bool = False
-    step0: str = "unmasked"             # "unmasked" | "probe"
-    arm_rule: str = "newest"            # ARM only: "newest" | "prefix"
-    layers: tuple[int, ...] | None = None   # restrict blocking to these layers (None = all)
-
-    def __post_init__(self):
-        if isinstance(self.top_k, bool) or not isinstance(self.top_k, int) or self.top_k < 0:
-            raise ValueError(f"top_k (--mask-topk) must be an integer >= 0, got {self.top_k!r}")
-        if self.fraction is not None and not (0 < self.fraction <= 1):
-            raise ValueError(f"fraction (K as a share of the sequence) must be in (0, 1], got {self.fraction!r}")
-        if self.threshold is not None and not (math.isfinite(self.threshold) and self.threshold >= 0):
-            raise ValueError(f"threshold must be a finite number >= 0, got {self.threshold!r}")
-        if not (isinstance(self.eps, (int, float)) and math.isfinite(self.eps)):
-            raise ValueError(f"eps must be a finite number, got {self.eps!r}")
-        for name, allowed in _CHOICES.items():
-            if getattr(self, name) not in allowed:
-                raise ValueError(f"{name} must be one of {list(allowed)}, got {getattr(self, name)!r}")
-        if self.threshold is not None and self.fraction is not None:
-            raise ValueError("give K as top_k / fraction or a threshold, not both")
-        if self.layers is not None:
-            self.layers = tuple(int(l) for l in self.layers)
-
-    @property
-    def active(self) -> bool:
-        return self.top_k > 0 or self.fraction is not None or self.threshold is not None
-
-    def describe(self, is_diffusion: bool = True) -> dict:
-        d = asdict(self)
-        d["ranking_source"] = "previous step's attention before blocking (received_unblocked)"
-        if is_diffusion:
-            d.pop("arm_rule")
-        return d
 
 
 class SinkMaskingPolicy:
