@@ -6,20 +6,12 @@
 """
 from __future__ import annotations
 
-import argparse
 import os
 
 from sinklens.cli.fields import add_config_flags, flag_values
 from sinklens.cli.generate import add_sampler_flags, sampler_args
+from sinklens.cli.replicate import k_list
 from sinklens.cli.types import CliError
-
-
-def _k_list(s: str) -> tuple[int | str, ...]:
-    from sinklens.eval.config import parse_k
-    try:
-        return tuple(parse_k(x) for x in s.split(",") if x.strip())
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected comma-separated K values like 0,1,5,10 or 1%,5%, got {s!r}") from None
 
 
 def register(sub) -> None:
@@ -31,7 +23,7 @@ def register(sub) -> None:
     add_config_flags(p, EvalConfig)
     # the fields that are not one `param` value: mask_topk (a list of counts or shares), the
     # sampler fields (sampler_args) and progress (--quiet)
-    p.add_argument("--mask-topk", type=_k_list, default=EvalConfig.mask_topk, metavar="K[,K...]",
+    p.add_argument("--mask-topk", type=k_list, default=EvalConfig.mask_topk, metavar="K[,K...]",
                    help="K sinks per (layer, head), e.g. 0,1,5,10 (0 = unmasked; default 0) or shares of the "
                         "sequence, e.g. 1%%,5%%")
     # every other sampler field, over the task preset (steps = gen length, LLaDA blocks of 32, ...);
