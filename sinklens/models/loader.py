@@ -97,12 +97,13 @@ def _all_minilm_l6_v2() -> Resolved:
 ALIASES: dict[str, Callable[[], Resolved]] = {"smollm2-135m-instruct": _smollm2_135m_instruct,
                                               "all-minilm-l6-v2": _all_minilm_l6_v2}
 
-# The tiny DLM / ARM twins trained by `sinklens train` and shipped in sinklens/assets
-# (docs/training.md): registered only when their folders are present.
+# The twins trained by `sinklens train` and shipped in sinklens/assets (docs/training.md): every
+# asset folder with a config.json is an alias under its folder name (tiny-dlm, tiny-arm, the story
+# twins of the controlled study).
 ASSETS = Path(__file__).resolve().parents[1] / "assets"
-for _twin in ("tiny-dlm", "tiny-arm"):
-    if (ASSETS / _twin / "config.json").is_file():
-        ALIASES[_twin] = lambda _folder=ASSETS / _twin: Resolved(_folder, None, "alias")
+_SHIPPED = sorted(p.name for p in ASSETS.iterdir() if (p / "config.json").is_file()) if ASSETS.is_dir() else []
+for _twin in _SHIPPED:
+    ALIASES[_twin] = lambda _folder=ASSETS / _twin: Resolved(_folder, None, "alias")
 
 
 def register_alias(name: str, resolve: Callable[[], Resolved]) -> None:
