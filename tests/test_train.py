@@ -272,3 +272,23 @@ def test_study_end_to_end_on_tiny_runs(tmp_path):
     with pytest.raises(SystemExit) as e:                                              # no LABEL=: a usage error
         main(["study", "--run", str(runs["arm"]), "--out", str(out)])
     assert e.value.code == 2
+
+
+def test_dlm_shift_starts_from_an_exported_arm_folder(tmp_path):
+    """--init-from also takes an exported ARM folder (what `sinklens/assets/story-arm-4l` ships),
+    so Dream's recipe can start from a shipped twin without its training run: the first weights
+    are the export's (fp16 -> fp32); another tokenizer is refused in one line."""
+    from dataclasses import replace
+    from sinklens.train.train import _init_weights, train
+    arm = _tiny_cfg(tmp_path, "arm", 2)
+    train(arm, progress=False)
+    exported = f"{arm.out}/export"
+    shift = replace(_tiny_cfg(tmp_path / "s", "dlm-shift", 1), init_from=exported)
+    res = train(shift, progress=False)
+    assert res["finished"]
+    w = _init_weights(exported, tmp_path / "s" / "dlm-shift" / "tokenizer")
+    ref = load_file(f"{exported}/model.safetensors")
+    assert w.keys() == ref.keys() and all(torch.equal(w[k], ref[k].float()) for k in w)
+    other = replace(_tiny_cfg(tmp_path / "o", "dlm-shift", 1), vocab_size=100, init_from=exported)
+    with pytest.raises(ValueError, match="another tokenizer"):
+        train(other, progress=False)

@@ -46,7 +46,7 @@ def register(sub) -> None:
     p.add_argument("--kind", choices=["dlm", "arm", "dlm-shift"], required=True,
                    help="dlm: LLaDA recipe; arm: next-token twin; dlm-shift: Dream's recipe (position i-1 "
                         "predicts masked token i), usually with --init-from an ARM run")
-    p.add_argument("--init-from", default="", help="start from this run folder's checkpoint weights")
+    p.add_argument("--init-from", default="", help="start from these weights: a run folder (its checkpoint) or an exported ARM folder, e.g. sinklens/assets/story-arm-4l")
     p.add_argument("--out", required=True, help="run folder (checkpoints, log, curves, export/)")
     _add_fields(p, TrainConfig, skip=("kind", "init_from", "out", "model", "data"))
     _add_fields(p, ModelConfig, skip=("vocab_size",))

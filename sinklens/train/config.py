@@ -26,7 +26,7 @@ class ModelConfig:
 class TrainConfig:
     kind: str = "dlm"                 # "dlm" (LLaDA recipe), "arm", or "dlm-shift" (Dream's recipe:
                                       # the masked token at i is predicted at position i - 1)
-    init_from: str = ""               # start from another run's weights (its --out), e.g. an ARM
+    init_from: str = ""               # start from another run's weights (its --out) or an exported ARM folder
     out: str = "runs/dlm"
     seed: int = 0
     steps: int = 3000                 # length of the LR schedule and of the run
@@ -50,8 +50,10 @@ class TrainConfig:
     def __post_init__(self):
         if self.kind not in ("dlm", "arm", "dlm-shift"):
             raise ValueError(f"kind must be 'dlm', 'arm' or 'dlm-shift', got {self.kind!r}")
-        if self.init_from and not (Path(self.init_from) / "ckpt" / "model.safetensors").exists():
-            raise ValueError(f"init_from: no checkpoint at {self.init_from}/ckpt/model.safetensors")
+        if self.init_from and not any((Path(self.init_from) / f).is_file()
+                                      for f in ("ckpt/model.safetensors", "model.safetensors")):
+            raise ValueError(f"init_from: {self.init_from} is neither a training run (ckpt/model.safetensors) "
+                             "nor an exported folder (model.safetensors)")
         for name in ("steps", "batch_size", "gen_length", "log_every", "eval_every", "ckpt_every", "eval_n"):
             if getattr(self, name) < 1:
                 raise ValueError(f"{name} must be >= 1, got {getattr(self, name)}")

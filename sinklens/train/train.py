@@ -168,6 +168,20 @@ def _load_ckpt(model, opt, ckpt: Path) -> int:
 
 # ---------------------------------------------------------------- main loop
 
+def _init_weights(init_from: str, tok_dir: Path) -> dict:
+    """The weights a run starts from: another run's checkpoint (its --out) or an exported ARM
+    folder such as the shipped `sinklens/assets/story-arm-4l` (Llama names, fp16 -> fp32). The
+    token ids must mean the same thing, so the tokenizers must be equal."""
+    src = Path(init_from)
+    run_ckpt = src / "ckpt" / "model.safetensors"
+    weights, their_tok = ((run_ckpt, src / "tokenizer" / "tokenizer.json") if run_ckpt.is_file()
+                          else (src / "model.safetensors", src / "tokenizer.json"))
+    vocab = lambda f: json.loads(f.read_text())["model"]   # noqa: E731
+    if vocab(their_tok) != vocab(tok_dir / "tokenizer.json"):
+        raise ValueError(f"init_from: {src} has another tokenizer (different data settings or vocab size)")
+    return {k: v.float() for k, v in load_file(str(weights)).items()}
+
+
 def _check_resumable(saved: TrainConfig, cfg: TrainConfig, ckpt: Path) -> None:
     """Only the schedule-free bookkeeping may change on resume (steps changes the LR schedule:
     allowed, but it is the caller's choice)."""
@@ -212,7 +226,7 @@ def train(cfg: TrainConfig, *, progress: bool = True) -> dict:
     model = build_model(mcfg, diffusion=cfg.diffusion, seed=cfg.seed)
     if cfg.init_from and not (ckpt / "state.json").exists():
         # Dream's recipe: the DLM starts from the trained ARM's weights (same shape and tokenizer).
-        model.load_state_dict(load_file(str(Path(cfg.init_from) / "ckpt" / "model.safetensors")))
+        model.load_state_dict(_init_weights(cfg.init_from, tok_dir))
     decay = [p for n, p in model.named_parameters() if p.ndim >= 2]
     no_decay = [p for n, p in model.named_parameters() if p.ndim < 2]
     opt = torch.optim.AdamW([{"params": decay, "weight_decay": cfg.weight_decay},
