@@ -212,6 +212,9 @@ def test_dlm_shift_starts_from_the_arm_and_exports_a_dream_folder(tmp_path):
     m = sinklens.load(f"{shift.out}/export", dtype="float32")
     assert m.family.name == "dream" and m.is_diffusion
     tok = AutoTokenizer.from_pretrained(f"{shift.out}/export")
+    text = "Tom has 3 pens. He gets 2 more."   # the loaded twin reads text with its own tokenizer
+    assert m.tokenizer(text)["input_ids"] == tok(text)["input_ids"]
+    assert m.tokenizer.decode(tok(text)["input_ids"]) == text
     ours = build_model(replace(arm.model, vocab_size=len(tok)), diffusion=True, seed=0).eval()
     w = load_file(f"{shift.out}/ckpt/model.safetensors")
     ours.load_state_dict(w)

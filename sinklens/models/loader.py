@@ -330,6 +330,17 @@ def _set_attention(model) -> None:
         model.set_attn_implementation(ATTENTION_NAME)
 
 
+def _shipped_tokenizer_class(folder: Path):
+    """The tokenizer class tokenizer_config.json names, if transformers ships it (never remote code)."""
+    import transformers
+
+    cfg = folder / "tokenizer_config.json"
+    if not cfg.is_file():
+        return None
+    name = json.loads(cfg.read_text()).get("tokenizer_class")
+    return getattr(transformers, name, None) if isinstance(name, str) else None
+
+
 def load_tokenizer(folder: Path, family: Family, gguf_file: str | None = None, config=None):
     """The folder's tokenizer (never remote code); None when the folder ships none. `config`: the
     transformers config the model was built with; without it AutoTokenizer re-reads config.json,
@@ -341,6 +352,15 @@ def load_tokenizer(folder: Path, family: Family, gguf_file: str | None = None, c
         return AutoTokenizer.from_pretrained(str(folder), gguf_file=gguf_file)
     if not any((folder / f).is_file() for f in TOKENIZER_FILES):
         return None
+    named = _shipped_tokenizer_class(folder)
+    if named is not None:
+        # The class tokenizer_config.json names, when transformers ships it: AutoTokenizer given a
+        # Qwen2 config would pick Qwen2's class over it, which splits a Dream-format twin's text
+        # (exported by `sinklens train`, its own tokenizer) into other ids.
+        try:
+            return named.from_pretrained(str(folder))
+        except Exception:
+            pass
     try:
         return AutoTokenizer.from_pretrained(str(folder), config=config, trust_remote_code=False)
     except Exception as err:
