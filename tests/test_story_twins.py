@@ -56,3 +56,20 @@ def test_study_eval_runs_on_the_shipped_arm(tmp_path):
     for d in dirs:
         rows = [json.loads(line) for line in (Path(d) / "samples.jsonl").read_text().splitlines()]
         assert len(rows) == 2 and all(isinstance(r["correct"], bool) for r in rows)
+
+
+def test_shipped_story_twins_run_the_study_with_k_a_small_share_of_the_keys(tmp_path):
+    """`sinklens replicate --study` reads the shipped twins by alias (their training config beside
+    the weights); on these long problems K = 1 blocked key per head is < 1 % of the keys, and
+    blocking the top sink per head costs more than blocking a random key (fixed problems)."""
+    from sinklens.experiments.study import shipped_twins, study, twin_files
+    twins = shipped_twins()
+    assert twins["arm"] == ARM
+    folder, conf = twin_files(ARM)
+    assert folder == ASSETS / ARM and conf["kind"] == "arm"
+    study({"arm": ARM}, tmp_path, n=3, n_traces=0, mask_topk=(0, 1), progress=False)
+    row = next(line for line in (tmp_path / "study.md").read_text().splitlines() if line.startswith("| arm |"))
+    cells = [c.strip() for c in row.strip("|").split("|")]
+    acc = [float(c.split(" ")[0]) for c in cells[1:4]]       # unmasked, K=1 sinks, K=1 random
+    assert acc[1] < acc[2] and acc[1] < acc[0], row
+    assert float(cells[4].rstrip("%")) < 1.0, row

@@ -263,10 +263,21 @@ def test_study_end_to_end_on_tiny_runs(tmp_path):
         train(cfg, progress=False)
         runs[kind] = cfg.out
     out = tmp_path / "study"
-    assert main(["study", "--out", str(out), "--n", "2", "--n-traces", "1", "--mask-topk", "0,1", "--quiet"]
-                + [a for k, r in runs.items() for a in ("--run", f"{k}={r}")]) == 0
+    assert main(["study", "--out", str(out), "--n", "2", "--n-traces", "1", "--mask-topk", "0,1", "--quiet",
+                 "--workers", "2"] + [a for k, r in runs.items() for a in ("--run", f"{k}={r}")]) == 0
     table = (out / "eval" / "summary.md").read_text()
     assert table.count("random keys (control)") >= 1 and all(f"{k}" in table for k in ("Unmasked", "K=1"))
+    study_md = (out / "study.md").read_text()
+    assert all(f"| {k} |" in study_md for k in runs) and "K=1 / S" in study_md and (out / "study.png").is_file()
+    # two worker processes split the samples; the merged result is what one process computes
+    one = tmp_path / "study1"
+    assert main(["study", "--out", str(one), "--n", "2", "--n-traces", "0", "--mask-topk", "0,1", "--quiet",
+                 "--workers", "1"] + [a for k, r in runs.items() for a in ("--run", f"{k}={r}")]) == 0
+    for f in sorted((one / "eval").glob("*/arith/*/samples.jsonl")):
+        split = out / f.relative_to(one)
+        a, b = (sorted((json.loads(x)["id"], json.loads(x)["raw_output"]) for x in p.read_text().splitlines())
+                for p in (f, split))
+        assert a == b and len(a) == 2, f
     rows = json.loads((out / "dynamics_over_problems.json").read_text())
     labels = {r["model"] for r in rows}
     assert labels >= {"arm", "dlm", "dlm-shift", "arm (random init)", "dlm (random init)", "dlm-shift (random init)"}

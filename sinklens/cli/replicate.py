@@ -2,7 +2,15 @@
 (sinklens.experiments.replicate)."""
 from __future__ import annotations
 
+from pathlib import Path
+
 from sinklens.cli.types import nonneg_int, positive_int
+
+
+def default_workers() -> int:
+    import os
+
+    return max(1, min(4, len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1))
 
 
 def k_list(text: str) -> tuple:
@@ -17,8 +25,12 @@ def k_list(text: str) -> tuple:
 
 
 def run(a) -> int:
+    if a.study:
+        return run_study(a)
     from sinklens.experiments.replicate import replicate
 
+    a.n = 200 if a.n is None else a.n
+    a.n_traces = 50 if a.n_traces is None else a.n_traces
     res = replicate(a.out, a.n, a.mask_topk, progress=a.progress, n_traces=a.n_traces, control=a.mask_control)
     print(f"table: {res['summary_md']}\ndynamics report: {res['report']}\npersistence: {res['persistence_md']}")
     if "dynamics_md" in res:
@@ -26,15 +38,32 @@ def run(a) -> int:
     return 0
 
 
+def run_study(a) -> int:
+    from sinklens.experiments.study import STUDY_N, STUDY_TRACES, shipped_twins, study
+
+    twins = shipped_twins()
+    if not twins:
+        raise ValueError("--study: no story twins are shipped in sinklens/assets")
+    res = study(twins, a.out, STUDY_N if a.n is None else a.n, STUDY_TRACES if a.n_traces is None else a.n_traces,
+                a.mask_topk, a.mask_control, progress=a.progress, workers=a.workers)
+    print(f"table: {res['study_md']}\nevery row: {Path(a.out) / 'eval' / 'summary.md'}\ndynamics: {res.get('dynamics_md')}")
+    return 0
+
+
 def register(sub) -> None:
     p = sub.add_parser("replicate", help="Table 1 + sink dynamics of the paper on the shipped tiny twins",
                        description=__doc__)
     p.add_argument("--out", default="replicate", help="output folder")
-    p.add_argument("--n", type=positive_int, default=200, help="held-out problems")
+    p.add_argument("--study", action="store_true",
+                   help="issue 13's controlled study on the shipped story twins instead of the tiny twins")
+    p.add_argument("--n", type=positive_int, default=None,
+                   help="held-out problems (default 200; with --study 20 per twin)")
     p.add_argument("--mask-topk", type=k_list, default=(0, 1, 5, 10),
                    help="comma-separated K values (0 = unmasked; 1%% = a share of the sequence)")
     p.add_argument("--mask-control", choices=["random", "none"], default="random",
                    help="random: a random non-sink-key control row beside every masked row")
-    p.add_argument("--n-traces", type=nonneg_int, default=50,
-                   help="held-out problems traced for the aggregated dynamics (0 = skip)")
+    p.add_argument("--n-traces", type=nonneg_int, default=None,
+                   help="held-out problems traced for the aggregated dynamics (0 = skip; default 50, with --study 5)")
+    p.add_argument("--workers", type=positive_int, default=default_workers(),
+                   help="--study: processes that split the samples (default: the CPU cores, at most 4)")
     p.set_defaults(func=run)

@@ -3,8 +3,9 @@ controlled study on trained story twins (sinklens.experiments.study)."""
 from __future__ import annotations
 
 import argparse
+from pathlib import Path
 
-from sinklens.cli.replicate import k_list
+from sinklens.cli.replicate import default_workers, k_list
 from sinklens.cli.types import nonneg_int, positive_int
 
 
@@ -18,8 +19,8 @@ def label_run(text: str) -> tuple[str, str]:
 def run(a) -> int:
     from sinklens.experiments.study import study
 
-    res = study(dict(a.run), a.out, a.n, a.n_traces, a.mask_topk, progress=a.progress)
-    print(f"table: {res['summary_md']}\ndynamics: {res.get('dynamics_md')}")
+    res = study(dict(a.run), a.out, a.n, a.n_traces, a.mask_topk, progress=a.progress, workers=a.workers)
+    print(f"table: {res['study_md']}\nevery row: {Path(a.out) / 'eval' / 'summary.md'}\ndynamics: {res.get('dynamics_md')}")
     return 0
 
 
@@ -28,10 +29,12 @@ def register(sub) -> None:
 
     p = sub.add_parser("study", help="issue 13's controlled study on trained story twins", description=study.__doc__)
     p.add_argument("--run", action="append", required=True, metavar="LABEL=RUN", type=label_run,
-                   help="a finished training run folder and its label (repeat per twin)")
+                   help="a twin and its label (repeat per twin): a finished training run folder, or a shipped twin (alias or exported folder)")
     p.add_argument("--out", default="study", help="output folder")
     p.add_argument("--n", type=positive_int, default=50, help="held-out problems per run")
     p.add_argument("--mask-topk", type=k_list, default=(0, 1, 5, 10),
                    help="comma-separated K values (0 = unmasked; 2%% = a share)")
     p.add_argument("--n-traces", type=nonneg_int, default=20, help="held-out problems traced per model")
+    p.add_argument("--workers", type=positive_int, default=default_workers(),
+                   help="processes that split the samples (default: the CPU cores, at most 4)")
     p.set_defaults(func=run)

@@ -1,13 +1,21 @@
 """Issue 13's controlled study: is robustness to sink masking a property of diffusion, of scale or
-of AR initialisation? Three twins of one shape trained on the long "story" problems
+of AR initialisation? Twins of one shape trained on the long "story" problems
 (docs/training.md, "A controlled study"): a DLM from scratch (LLaDA recipe), an ARM, and a DLM
 initialised from the trained ARM (Dream's recipe, `--kind dlm-shift --init-from`).
 
     sinklens study --run dlm=RUN --run arm=RUN --run dlm-from-arm=RUN --out DIR
+    sinklens replicate --study          # the same on the shipped story twins (SHIPPED)
+
+A twin is a finished training run folder (`export/` + `config.json`) or a shipped twin (an alias
+such as `story-arm-4l`, or any exported folder with `training/train_config.json`).
 
 1. Accuracy on held-out problems of the twins' own data settings: unmasked, top-K Eq. 3 sinks
-   masked and K random non-sink keys masked (control), through `sinklens.eval` -> `<out>/eval/`.
-2. Sink dynamics over `n_traces` held-out problems for each twin *and* a random-initialised
+   masked and K random non-sink keys masked (control), through `sinklens.eval` -> `<out>/eval/`,
+   each twin with the sampler settings it was scored with in training (greedy; `sampler_kwargs`).
+   `jobs` worker processes split the samples (hand-set shards, merged at the end).
+2. `<out>/study.md`: the table with the share of the keys the K blocked keys are (K / S, per head
+   and step, measured), and `<out>/study.png`, the figure.
+3. Sink dynamics over `n_traces` held-out problems for each twin *and* a random-initialised
    model of the same shape and format (the control the shipped report lacked): sinks per head,
    track classes (static / moving / vanishing), drift direction, Table 2 categories ->
    `<out>/dynamics_over_problems.md`.
@@ -16,19 +24,32 @@ Everything is resumable (finished samples and traces are kept).
 from __future__ import annotations
 
 import json
+import os
 from dataclasses import replace
 from pathlib import Path
 
 from sinklens.experiments.model_spec import DemoModel
 
 LOAD = {"dtype": "float32"}
+STUDY_N, STUDY_TRACES = 20, 5   # `replicate --study` defaults: the table in <= 15 min on 2 cores
+# The shipped story twins (sinklens/assets), label -> alias; those not shipped are skipped.
+SHIPPED = {"arm": "story-arm-4l", "dlm-from-arm": "story-dlmarm-4l", "dlm": "story-dlm-4l",
+           "arm (2 layers)": "story-arm-2l", "dlm-from-arm (2 layers)": "story-dlmarm-2l"}
 
 
-def run_config(run: str | Path) -> dict:
-    p = Path(run) / "config.json"
-    if not p.is_file():
-        raise ValueError(f"--run: {run} is not a training run folder (no config.json)")
-    return json.loads(p.read_text())
+def twin_files(twin: str | Path) -> tuple[Path, dict]:
+    """(model folder, training config) of a finished run folder or a shipped twin."""
+    from sinklens.models.loader import ALIASES
+
+    folder = ALIASES[str(twin)]().folder if str(twin) in ALIASES else Path(twin)
+    for model, conf in ((folder / "export", folder / "config.json"),            # a training run
+                        (folder, folder / "training" / "train_config.json")):    # an exported twin
+        if (model / "config.json").is_file() and conf.is_file():
+            return model, json.loads(conf.read_text())
+    if (folder / "config.json").is_file() and not (folder / "export").exists() and (folder / "ckpt").is_dir():
+        raise ValueError(f"--run {twin}: training has not finished (no export/)")
+    raise ValueError(f"--run {twin}: expected a training run folder (export/ + config.json) or a shipped twin "
+                     "(an alias or an exported folder with training/train_config.json)")
 
 
 def sampler_kwargs(conf: dict) -> dict:
@@ -38,8 +59,8 @@ def sampler_kwargs(conf: dict) -> dict:
     return get_config({"dlm": "llada", "arm": "arm", "dlm-shift": "dream"}[conf["kind"]]).trained_settings(conf)
 
 
-def random_control(run: str | Path, out: str | Path, seed: int = 1234) -> Path:
-    """A randomly initialised model of the run's shape, exported in the run's format (with its
+def random_control(model_folder: Path, conf: dict, out: str | Path, seed: int = 1234) -> Path:
+    """A randomly initialised model of the twin's shape, exported in its format (with its
     tokenizer), so the dynamics of trained and untrained weights are read by the same code."""
     from transformers import AutoTokenizer
 
@@ -48,46 +69,164 @@ def random_control(run: str | Path, out: str | Path, seed: int = 1234) -> Path:
     folder = Path(out)
     if (folder / "config.json").is_file():
         return folder
-    cfg = TrainConfig.from_dict(run_config(run))
-    tok = AutoTokenizer.from_pretrained(str(Path(run) / "tokenizer"))
+    cfg = TrainConfig.from_dict(conf)
+    tok = AutoTokenizer.from_pretrained(str(model_folder))
     cfg = replace(cfg, model=replace(cfg.model, vocab_size=len(tok)))
     model = build_model(cfg.model, diffusion=cfg.diffusion, seed=seed)
     export(model, tok, cfg, folder)
     return folder
 
 
-def study(runs: dict[str, str], out: str | Path, n: int = 50, n_traces: int = 20,
-          mask_topk: tuple = (0, 1, 5, 10), control: str = "random", progress: bool = True) -> dict:
-    """Accuracy with controls through `sinklens.eval` (each family's Table 1 sampler settings,
-    SPEC §6), then the dynamics of every twin beside its random-init control (the samplers the
-    twins were scored with in training, `sampler_kwargs`)."""
-    from sinklens.models.loader import load
+def _eval_configs(twins: dict[str, tuple[Path, dict]], out: Path, n: int, mask_topk: tuple, control: str,
+                  progress: bool) -> list[tuple[str, dict]]:
+    """(model folder, EvalConfig keywords) per twin: its held-out problems, its training-time sampler."""
+    jobs = []
+    for label, (folder, conf) in twins.items():
+        s = sampler_kwargs(conf)
+        data = out / "configs" / f"{label.replace(' ', '_')}.json"   # the twin's data settings, for task arith
+        data.parent.mkdir(parents=True, exist_ok=True)
+        data.write_text(json.dumps(conf))
+        jobs.append((str(folder), dict(model=label, task="arith", data=str(data), out=str(out / "eval"),
+                                       mask_topk=mask_topk, limit=n, shots=0, chat="on", gen_length=conf["gen_length"],
+                                       sampler_args={k: v for k, v in s.items() if k not in ("gen_length", "max_new_tokens")},
+                                       dtype="float32", loglik=False, progress=progress, mask_control=control)))
+    return jobs
+
+
+def _run_shard(jobs: list[tuple[str, dict]], rank: int, world: int) -> None:
+    """One worker process: every `world`-th sample of each twin's eval (eval's hand-set shards)."""
+    os.environ.update(RANK=str(rank), WORLD_SIZE=str(world))
+    os.environ.pop("MASTER_ADDR", None)
+    import torch
+
     from sinklens.eval.runner import EvalConfig, run_eval
+    from sinklens.models.loader import load
+    torch.set_num_threads(1)
+    for folder, kw in jobs:
+        run_eval(EvalConfig(**kw), model=load(folder, **LOAD))
+
+
+def run_evals(jobs: list[tuple[str, dict]], workers: int = 1) -> None:
+    """Every twin's eval; with `workers` > 1 the samples are split over that many processes (one
+    CPU thread each), then merged by a last pass in this process, which finds every sample done."""
+    if workers > 1:
+        import multiprocessing as mp
+        from concurrent.futures import ProcessPoolExecutor
+
+        with ProcessPoolExecutor(workers, mp_context=mp.get_context("spawn")) as pool:
+            for f in [pool.submit(_run_shard, jobs, r, workers) for r in range(workers)]:
+                f.result()
+    _run_shard(jobs, 0, 1)
+
+
+def key_shares(eval_out: Path) -> dict[tuple[str, str], float]:
+    """(model, run name) -> mean share of the keys blocked per head and step (the measured K / S)."""
+    from sinklens.eval import records
+
+    shares = {}
+    for cfg in sorted(eval_out.glob("*/arith/*/config.json")):
+        rows = [r["masked"]["blocked_share_of_keys"] for r in records.collect(str(cfg.parent))
+                if r.get("masked") and r["masked"].get("blocked_share_of_keys") is not None]
+        if rows:
+            shares[(cfg.parent.parts[-3], cfg.parent.name)] = sum(rows) / len(rows)
+    return shares
+
+
+def study_table(out: Path) -> str:
+    """`<out>/study.md` + `<out>/study.png`: accuracy per twin, sinks masked beside the random-key
+    control, with the measured K / S; from the eval's summary.csv."""
+    import csv
+
+    rows = list(csv.DictReader(open(out / "eval" / "summary.csv", encoding="utf-8")))
+    shares = key_shares(out / "eval")
+    models = list(dict.fromkeys(r["model"] for r in rows))
+    ks = sorted({int(r["mask_topk"]) for r in rows if str(r["mask_topk"]).isdigit() and int(r["mask_topk"]) > 0})
+    cell = {(r["model"], int(r["mask_topk"]) if str(r["mask_topk"]).isdigit() else r["mask_topk"], r["control"]): r
+            for r in rows}
+
+    def fmt(r):
+        if r is None:
+            return "–"
+        n = f"n={r['n']}" + ("" if r["n"] == r["n_expected"] else f"/{r['n_expected']}")
+        return f"{float(r['accuracy']):.2f} ± {float(r['stderr']):.2f} ({n})"
+    head = ["twin", "unmasked"] + [f"K={k} {w}" for k in ks for w in ("sinks", "random")] + \
+        [f"K={k} / S" for k in ks]
+    lines = ["| " + " | ".join(head) + " |", "|---" * len(head) + "|"]
+    for m in models:
+        cells = [m, fmt(cell.get((m, 0, "none")))]
+        for k in ks:
+            cells += [fmt(cell.get((m, k, "none"))), fmt(cell.get((m, k, "random")))]
+        cells += [f"{shares[(m, f'k{k}')]:.1%}" if (m, f"k{k}") in shares else "–" for k in ks]
+        lines.append("| " + " | ".join(cells) + " |")
+    text = ("Accuracy on held-out story problems (± standard error): unmasked, the top-K Eq. 3 sinks "
+            "per head blocked at every step, and K random non-sink keys per head blocked instead "
+            "(control). K / S: the measured share of the keys blocked per head and step.\n\n" + "\n".join(lines) + "\n")
+    (out / "study.md").write_text(text)
+    _figure(out / "study.png", models, ks, cell)
+    return text
+
+
+def _figure(path: Path, models: list[str], ks: list[int], cell: dict) -> None:
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, axes = plt.subplots(1, len(models), figsize=(3.2 * len(models), 3.0), sharey=True, squeeze=False)
+    for ax, m in zip(axes[0], models):
+        for control, style in (("none", "o-"), ("random", "s--")):
+            found = [(k, cell.get((m, k, "none" if k == 0 else control))) for k in [0] + ks]
+            found = [(k, r) for k, r in found if r is not None]
+            xs = [k for k, _ in found]
+            ys = [float(r["accuracy"]) for _, r in found]
+            es = [float(r["stderr"]) for _, r in found]
+            ax.errorbar(xs, ys, yerr=es, fmt=style, capsize=3,
+                        label="top-K sinks blocked" if control == "none" else "K random keys blocked")
+        ax.set_title(m, fontsize=9)
+        ax.set_xlabel("K (keys blocked per head)")
+        ax.set_xticks([0] + ks)
+    axes[0][0].set_ylabel("held-out exact accuracy")
+    axes[0][0].set_ylim(-0.05, 1.05)
+    axes[0][0].legend(fontsize=7, loc="center right")
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+
+
+def study(runs: dict[str, str], out: str | Path, n: int = 50, n_traces: int = 20,
+          mask_topk: tuple = (0, 1, 5, 10), control: str = "random", progress: bool = True,
+          workers: int = 1) -> dict:
+    """Accuracy with controls through `sinklens.eval`, then the dynamics of every twin beside its
+    random-init control (each twin with the sampler settings it was scored with in training)."""
     from sinklens.eval.summary import write_summary
     from sinklens.experiments.replicate import dynamics_over_problems
     from sinklens.train.data import generate
-    from sinklens.eval.arith import data_config
     out = Path(out)
-    confs = {label: run_config(r) for label, r in runs.items()}
-    for label, run in runs.items():
-        c = confs[label]
-        if not (Path(run) / "export" / "config.json").is_file():
-            raise ValueError(f"--run {label}={run}: training has not finished (no export/)")
-        s = sampler_kwargs(c)
-        model = load(str(Path(run) / "export"), **LOAD)
-        run_eval(EvalConfig(model=label, task="arith", data=str(Path(run) / "config.json"),
-                            out=str(out / "eval"),
-                            mask_topk=mask_topk, limit=n, shots=0, chat="on", gen_length=c["gen_length"],
-                            sampler_args={k: s[k] for k in ("steps", "block_length") if k in s}, dtype="float32",
-                            loglik=False, progress=progress, mask_control=control), model=model)
+    twins = {label: twin_files(r) for label, r in runs.items()}
+    run_evals(_eval_configs(twins, out, n, mask_topk, control, progress), workers)
     md, csv = write_summary([str(out / "eval")], str(out / "eval"))
+    study_table(out)
     models = []
-    for label, run in runs.items():
-        s = sampler_kwargs(confs[label])
-        models.append(DemoModel(str(Path(run) / "export"), label, s, dict(LOAD)))
-        ctrl = random_control(run, out / "controls" / label)
+    for label, (folder, conf) in twins.items():
+        s = sampler_kwargs(conf)
+        models.append(DemoModel(str(folder), label, s, dict(LOAD)))
+        ctrl = random_control(folder, conf, out / "controls" / label.replace(" ", "_"))
         models.append(DemoModel(str(ctrl), f"{label} (random init)", s, dict(LOAD)))
-    first = next(iter(runs.values()))
-    problems = generate(n_traces, seed=0, split="heldout", cfg=data_config(first))
-    dyn = dynamics_over_problems(out, n_traces, progress, models=models, problems=problems)
-    return {"summary_md": md, "summary_csv": csv, **dyn}
+    dyn = {}
+    if n_traces > 0:
+        first = next(iter(twins.values()))[1]
+        problems = generate(n_traces, seed=0, split="heldout", cfg=data_config_of(first))
+        dyn = dynamics_over_problems(out, n_traces, progress, models=models, problems=problems)
+    return {"summary_md": md, "summary_csv": csv, "study_md": str(out / "study.md"), **dyn}
+
+
+def data_config_of(conf: dict):
+    from sinklens.train.data import DataConfig
+
+    return DataConfig(**conf["data"])
+
+
+def shipped_twins() -> dict[str, str]:
+    """The shipped story twins, label -> alias (`SHIPPED`, those present)."""
+    from sinklens.models.loader import ALIASES
+
+    return {label: alias for label, alias in SHIPPED.items() if alias in ALIASES}
