@@ -191,7 +191,7 @@ def test_defaults_are_transformers_defaults():
     """The sampler's documented defaults are transformers' own (they move together or this fails)."""
     from transformers.models.diffusion_gemma.generation_diffusion_gemma import DiffusionGemmaGenerationConfig
 
-    from sinklens.samplers.configs import DiffusionGemmaSamplerConfig
+    from sinklens.samplers.diffusion_gemma import DiffusionGemmaSamplerConfig
 
     theirs = DiffusionGemmaGenerationConfig._get_default_generation_params()
     ours = dict(DiffusionGemmaSamplerConfig.DEFAULTS)

@@ -7,7 +7,10 @@ import pytest
 
 from sinklens.cli.generate import add_sampler_flags, sampler_args
 from sinklens.samplers import configs
-from sinklens.samplers.configs import SAMPLERS, ARMConfig, DreamConfig, LLaDAConfig, SamplerConfig, param
+from sinklens.samplers.arm import ARMConfig
+from sinklens.samplers.configs import SAMPLERS, SamplerConfig, param
+from sinklens.samplers.dream import DreamConfig
+from sinklens.samplers.llada import LLaDAConfig
 
 
 @pytest.mark.parametrize("cls,kwargs,match", [
@@ -60,7 +63,7 @@ def test_every_field_of_every_sampler_is_a_flag_with_help_and_default():
 def test_a_registered_sampler_gets_its_flags_without_any_cli_edit(monkeypatch):
     monkeypatch.setattr(configs, "SAMPLERS", dict(SAMPLERS))
 
-    @configs.register("toy", module="nowhere")
+    @configs.register("toy")
     @dataclass
     class ToyConfig(SamplerConfig):
         canvas_temperature: float = param(0.5, float, "toy canvas temperature", gt=0)

@@ -9,7 +9,8 @@ from __future__ import annotations
 
 from sinklens.eval.arith import heldout_problems, twin_train_config
 from sinklens.experiments.model_spec import DemoModel
-from sinklens.samplers.configs import ARMConfig, LLaDAConfig
+from sinklens.samplers.arm import ARMConfig
+from sinklens.samplers.llada import LLaDAConfig
 
 LOAD = {"dtype": "float32"}
 

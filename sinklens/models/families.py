@@ -7,10 +7,13 @@ padding is handled. Nothing here executes code shipped with a checkpoint.
 """
 from __future__ import annotations
 
+from collections.abc import MutableMapping
 from dataclasses import dataclass
 from typing import Any, Callable
 
 from transformers import PretrainedConfig, PreTrainedModel
+
+from sinklens._lazy import PackageRegistry
 
 
 @dataclass(frozen=True)
@@ -69,7 +72,12 @@ class Family:
         return (mask.cumsum(-1) - 1).masked_fill(mask == 0, 1)  # pads get 1 (Dream, transformers' generate)
 
 
-FAMILIES: dict[str, Family] = {}  # insertion order = detection order
+# name -> Family, in registration order (= the order `detect_family` tries them). The first read
+# imports every module of this package but the infrastructure named here (and `_private` ones),
+# sorted by name: each adapter module registers its families while imported. Families of
+# different modules never match the same config (tests/test_families_detection.py), so the order
+# between modules decides nothing; inside a module it may (MMaDA before LLaDA in llada.py).
+FAMILIES: MutableMapping[str, Family] = PackageRegistry(__package__, skip=("families", "loader", "wrapper", "variants"))
 
 
 def register_family(family: Family) -> Family:
@@ -79,7 +87,6 @@ def register_family(family: Family) -> Family:
 
 
 def get_family(name: str) -> Family:
-    _ensure_builtin()
     if name not in FAMILIES:
         raise ValueError(f"unknown model family {name!r}; known: {sorted(FAMILIES)}")
     return FAMILIES[name]
@@ -87,7 +94,6 @@ def get_family(name: str) -> Family:
 
 def detect_family(config: dict) -> Family:
     """The family of a checkpoint from its config.json dict; ValueError if none matches."""
-    _ensure_builtin()
     for family in FAMILIES.values():
         if family.matches(config):
             return family
@@ -155,13 +161,3 @@ def special_tokens_from(
     eos_id = first_id(eos)
     return SpecialTokens(mask_id, eos_id, first_id(pad), eot_id, all_ids(eos, eot_id))
 
-
-_BUILTIN_LOADED = False
-
-
-def _ensure_builtin() -> None:
-    """Import the built-in adapters (they register themselves); order = detection order."""
-    global _BUILTIN_LOADED
-    if not _BUILTIN_LOADED:
-        _BUILTIN_LOADED = True
-        from . import llada, dream, arm, encoder, diffusion_gemma  # noqa: F401  (MMaDA lives in llada.py)

@@ -14,18 +14,42 @@ the token chosen at step t is the last token of step t + 1's canvas (and of `seq
 """
 from __future__ import annotations
 
-import torch
-import torch.nn.functional as F
-from transformers import DynamicCache
+from dataclasses import dataclass
+from typing import ClassVar
 
-from sinklens.attention.request import AttentionRequest
-from sinklens.samplers.base import (
-    CaptureOptions, GenerateOutput, Hooks, StepEvent, attention_is_causal, build_request, check_inputs,
-    open_trace_writer, run_context, setup_hooks,
-)
-from sinklens.samplers.configs import ARMConfig
+from sinklens._lazy import lazy, no_grad
+from sinklens.samplers.configs import SamplerConfig, param, register
 from sinklens.samplers.dream import top_k_filter, top_p_filter
 from sinklens.trace.layout import TraceLayout
+
+torch = lazy("torch")
+F = lazy("torch.nn.functional")
+transformers = lazy("transformers")
+request = lazy("sinklens.attention.request")  # AttentionRequest (imports torch)
+base = lazy("sinklens.samplers.base")  # hooks, capture options, trace plumbing (imports torch)
+
+
+@register("arm")
+@dataclass
+class ARMConfig(SamplerConfig):
+    """Autoregressive decoding with a KV cache (transformers' generate order); greedy by default."""
+
+    TASK_LENGTHS: ClassVar[dict] = {"gsm8k": 256, "humaneval": 512}
+
+    max_new_tokens: int = param(32, int, "tokens to generate", min=1)
+    do_sample: bool = param(False, bool, "sample instead of greedy")
+    temperature: float = param(1.0, float, "sampling temperature (with do_sample)", min=0)
+    top_p: float | None = param(None, float, "nucleus sampling mass", gt=0, max=1)
+    top_k: int | None = param(None, int, "sample among the top-k tokens", min=1)
+    eos_token_id: int | list[int] | None = param(None, "ids", "stop token id(s) (default: the model's)")
+
+    @classmethod
+    def preset(cls, length: int) -> dict:
+        return dict(max_new_tokens=length, do_sample=False)  # greedy
+
+    def check(self) -> None:
+        if self.do_sample and not self.temperature > 0:
+            raise ValueError(f"do_sample=True needs temperature > 0, got {self.temperature}")
 
 
 def next_tokens(logits: torch.Tensor, do_sample: bool, temperature: float, top_p, top_k) -> torch.Tensor:
@@ -40,9 +64,9 @@ def next_tokens(logits: torch.Tensor, do_sample: bool, temperature: float, top_p
     return torch.multinomial(F.softmax(logits, dim=-1), num_samples=1).squeeze(1)
 
 
-@torch.no_grad()
+@no_grad
 def sample(model, input_ids, config: ARMConfig, attention_mask=None, *, trace=None, hook=None,
-           capture: CaptureOptions | None = None, progress: bool = False) -> GenerateOutput:
+           capture: base.CaptureOptions | None = None, progress: bool = False) -> base.GenerateOutput:
     """Greedy (default) or sampled decoding of a causal model through the sinklens attention.
 
     input_ids (B, P), left-padded with attention_mask (B, P) for batches of unequal prompts.
@@ -59,23 +83,23 @@ def sample(model, input_ids, config: ARMConfig, attention_mask=None, *, trace=No
     pad = (stop[0] if stop else 0) if pad is None else pad
     args = {**c.to_dict(), "eos_token_id": stop}
     P = torch.as_tensor(input_ids).shape[-1]
-    input_ids, attention_mask = check_inputs(input_ids, attention_mask, P + max_new_tokens,
-                                             getattr(model, "max_length", None))
+    input_ids, attention_mask = base.check_inputs(input_ids, attention_mask, P + max_new_tokens,
+                                                  getattr(model, "max_length", None))
     B, device = input_ids.shape[0], input_ids.device
-    hooks, capture = setup_hooks(hook, trace, capture, diffusion=False)
+    hooks, capture = base.setup_hooks(hook, trace, capture, diffusion=False)
     capture_prefix = capture is not None and capture.capture_prefix
     rows = "prefix" if capture_prefix else "newest"
-    writer = open_trace_writer(trace, model, "arm", args, input_ids, capture, P + max_new_tokens,
-                               layout=TraceLayout(causal=attention_is_causal(model), prompt_length=P, query_rows=rows),
-                               extra={"arm_query_rows": rows})
-    all_hooks = Hooks(hooks.hooks + ([writer] if writer is not None else []))
+    layout = TraceLayout(causal=base.attention_is_causal(model), prompt_length=P, query_rows=rows)
+    writer = base.open_trace_writer(trace, model, "arm", args, input_ids, capture, P + max_new_tokens,
+                                    layout=layout, extra={"arm_query_rows": rows})
+    all_hooks = base.Hooks(hooks.hooks + ([writer] if writer is not None else []))
 
     am = torch.ones_like(input_ids) if attention_mask is None else attention_mask.long()  # (B, P)
     seq = input_ids.clone()  # (B, P + t)
-    cache = DynamicCache()
+    cache = transformers.DynamicCache()
     finished = torch.zeros(B, dtype=torch.bool, device=device)
     history = []
-    with run_context(writer, trace, max_new_tokens, progress, "arm") as bar:
+    with base.run_context(writer, trace, max_new_tokens, progress, "arm") as bar:
         for step in range(max_new_tokens):
             S = seq.shape[1]
             real = am.bool()  # (B, S)
@@ -89,11 +113,11 @@ def sample(model, input_ids, config: ARMConfig, attention_mask=None, *, trace=No
                 feed, feed_pos, qmask = seq[:, -1:], positions[:, -1:], torch.ones(B, 1, dtype=torch.bool)
                 query_positions = [torch.tensor([S - 1]) for _ in range(B)]
             cached_capture = None if (capture_prefix and step > 0) else capture
-            req = build_request(hook_req, cached_capture, step, qmask, None)
+            req = base.build_request(hook_req, cached_capture, step, qmask, None)
             logits = model.forward_cached(feed, am, feed_pos, cache, req)  # (B, S_q, V)
             if capture_prefix and step > 0:  # every prefix row, from a separate uncached pass
-                req = build_request(AttentionRequest(blocked=None if req is None else req.blocked,
-                                                     keep_self=req is not None and req.keep_self),
+                req = base.build_request(request.AttentionRequest(blocked=None if req is None else req.blocked,
+                                                                  keep_self=req is not None and req.keep_self),
                                     capture, step, real, None)
                 model.forward_logits(seq, attention_mask=am, position_ids=positions, attention=req)
                 query_positions = [torch.nonzero(r).squeeze(1) for r in real]
@@ -107,12 +131,12 @@ def sample(model, input_ids, config: ARMConfig, attention_mask=None, *, trace=No
             am = torch.cat([am, torch.ones(B, 1, dtype=am.dtype, device=device)], dim=1)
             history.append(seq.clone())
             if all_hooks:
-                all_hooks.after_step(StepEvent(step=step, tokens=seq[:, :S], is_masked=not_masked,
-                                               revealed=torch.zeros_like(real), logits=logits, attention=req,
-                                               attention_mask=real, query_positions=query_positions))
+                all_hooks.after_step(base.StepEvent(step=step, tokens=seq[:, :S], is_masked=not_masked,
+                                                    revealed=torch.zeros_like(real), logits=logits, attention=req,
+                                                    attention_mask=real, query_positions=query_positions))
             if bar is not None:
                 bar.update(1)
             if stop and bool(finished.all()):
                 break
-    return GenerateOutput(sequences=seq, history=history, num_steps=len(history),
-                          trace_path=None if writer is None else writer.path)
+    return base.GenerateOutput(sequences=seq, history=history, num_steps=len(history),
+                               trace_path=None if writer is None else writer.path)

@@ -29,16 +29,46 @@ the last window of the prefix: earlier keys receive 0 there).
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
+from typing import ClassVar
 
-import torch
-import torch.nn.functional as F
-
-from sinklens.samplers.base import (
-    CaptureOptions, GenerateOutput, StepEvent, Hooks, attention_is_causal, build_request, check_inputs,
-    masked_unmasked_groups, open_trace_writer, run_context, setup_hooks,
-)
-from sinklens.samplers.configs import DiffusionGemmaSamplerConfig
+from sinklens._lazy import lazy, no_grad
+from sinklens.samplers.configs import SamplerConfig, param, register
 from sinklens.trace.layout import TraceLayout
+
+torch = lazy("torch")
+F = lazy("torch.nn.functional")
+base = lazy("sinklens.samplers.base")  # hooks, capture options, trace plumbing (imports torch)
+
+
+@register("diffusion_gemma")
+@dataclass
+class DiffusionGemmaSamplerConfig(SamplerConfig):
+    """DiffusionGemma's `generate()` (transformers' generation_diffusion_gemma.py): canvases of random
+    tokens, entropy-bound acceptance, linear temperature schedule, stable-and-confident stopping.
+    None = the checkpoint's generation_config.json value, else transformers' default (`DEFAULTS`)."""
+
+    DEFAULTS: ClassVar[dict] = dict(max_new_tokens=256, max_denoising_steps=48, entropy_bound=0.1, t_min=0.4,
+                                    t_max=0.8, stability_threshold=1, confidence_threshold=0.005)
+
+    max_new_tokens: int | None = param(None, int, "tokens to generate (rounded up to whole canvases)", min=1)
+    max_denoising_steps: int | None = param(None, int, "denoising steps per canvas (at most)", min=1)
+    entropy_bound: float | None = param(None, float, "accept the lowest-entropy tokens while their summed "
+                                        "entropy minus the largest stays within this bound", gt=0)
+    t_min: float | None = param(None, float, "temperature at the last denoising step", min=0)
+    t_max: float | None = param(None, float, "temperature at the first denoising step", min=0)
+    stability_threshold: int | None = param(None, int, "stop a canvas once its argmax held this many steps", min=0)
+    confidence_threshold: float | None = param(None, float, "... and its mean entropy is below this", gt=0)
+    eos_token_id: int | list[int] | None = param(None, "ids", "stop token id(s) (default: the checkpoint's)")
+    pad_token_id: int | None = param(None, int, "fills a finished row (default: the checkpoint's)", min=0)
+
+    def check(self) -> None:
+        if self.t_min is not None and self.t_max is not None and not self.t_max > self.t_min:
+            raise ValueError(f"t_max must be > t_min, got t_min={self.t_min}, t_max={self.t_max}")
+
+    @property
+    def length(self) -> int:
+        return self.max_new_tokens or self.DEFAULTS["max_new_tokens"]
 
 
 def resolve(config: DiffusionGemmaSamplerConfig, model) -> dict:
@@ -98,9 +128,9 @@ class StableAndConfident:
         return stable & (entropy(logits).mean(dim=-1) < self.confidence)
 
 
-@torch.no_grad()
+@no_grad
 def sample(model, input_ids, config: DiffusionGemmaSamplerConfig, attention_mask=None, *, trace=None, hook=None,
-           capture: CaptureOptions | None = None, progress: bool = False) -> GenerateOutput:
+           capture: base.CaptureOptions | None = None, progress: bool = False) -> base.GenerateOutput:
     """DiffusionGemma generation. input_ids (B, P), left-padded with attention_mask (B, P)."""
     s = resolve(config, model)
     dg = model.family.ops  # the model's encoder / decoder passes (sinklens/models/diffusion_gemma.py)
@@ -111,18 +141,18 @@ def sample(model, input_ids, config: DiffusionGemmaSamplerConfig, attention_mask
     N = s["max_denoising_steps"]
     n_canvases = math.ceil(s["max_new_tokens"] / C)
     P0 = torch.as_tensor(input_ids).shape[-1]
-    input_ids, attention_mask = check_inputs(input_ids, attention_mask, P0 + n_canvases * C,
-                                             getattr(model, "max_length", None))
+    input_ids, attention_mask = base.check_inputs(input_ids, attention_mask, P0 + n_canvases * C,
+                                                  getattr(model, "max_length", None))
     B, device = input_ids.shape[0], input_ids.device
     eos = s["eos_token_id"]
     eos = None if eos is None else torch.tensor([eos] if isinstance(eos, int) else list(eos), device=device)
     pad = s["pad_token_id"]
 
-    hooks, capture = setup_hooks(hook, trace, capture, diffusion=True)
-    layout = TraceLayout(causal=attention_is_causal(model), prompt_length=P0, block_length=C, query_rows="block")
-    writer = open_trace_writer(trace, model, "diffusion_gemma", {**config.to_dict(), **s}, input_ids, capture,
-                               P0 + n_canvases * C, layout=layout)
-    all_hooks = Hooks(hooks.hooks + ([writer] if writer is not None else []))
+    hooks, capture = base.setup_hooks(hook, trace, capture, diffusion=True)
+    layout = TraceLayout(causal=base.attention_is_causal(model), prompt_length=P0, block_length=C, query_rows="block")
+    writer = base.open_trace_writer(trace, model, "diffusion_gemma", {**config.to_dict(), **s}, input_ids, capture,
+                                    P0 + n_canvases * C, layout=layout)
+    all_hooks = base.Hooks(hooks.hooks + ([writer] if writer is not None else []))
 
     real = torch.ones(B, P0, dtype=torch.bool, device=device) if attention_mask is None else attention_mask.bool()
     cache = dg.new_cache(model)
@@ -134,7 +164,7 @@ def sample(model, input_ids, config: DiffusionGemmaSamplerConfig, attention_mask
     if s["stability_threshold"] is not None and s["confidence_threshold"] is not None:
         stopper = StableAndConfident(s["stability_threshold"], s["confidence_threshold"])
     embed_dtype = model.model.model.decoder.embed_tokens.weight.dtype
-    with run_context(writer, trace, n_canvases * N, progress, "diffusion_gemma") as bar:
+    with base.run_context(writer, trace, n_canvases * N, progress, "diffusion_gemma") as bar:
         for _ in range(n_canvases):
             Pk = seq.shape[1]
             enc_pos = torch.arange(Pk - new_tokens.shape[1], Pk, dtype=torch.int32, device=device)[None]
@@ -155,8 +185,8 @@ def sample(model, input_ids, config: DiffusionGemmaSamplerConfig, attention_mask
                 hook_req = all_hooks.before_step(step, tokens, is_masked, key_real)
                 every_row = torch.ones_like(noise)  # (B, C) all canvas rows are queries
                 split = capture is not None and capture.query_groups
-                groups = masked_unmasked_groups(noise, every_row) if split else None  # 0 noise, 1 accepted
-                req = build_request(hook_req, capture, step, every_row, groups)
+                groups = base.masked_unmasked_groups(noise, every_row) if split else None  # 0 noise, 1 accepted
+                req = base.build_request(hook_req, capture, step, every_row, groups)
                 if req is not None:
                     req.num_keys = Pk + C  # sliding layers see only the last keys: right-align them
                 logits = dg.denoise(model, canvas, self_cond, masks, cache, dec_pos, attention=req)  # (B, C, V)
@@ -175,7 +205,7 @@ def sample(model, input_ids, config: DiffusionGemmaSamplerConfig, attention_mask
                         logits = torch.where(done[:, None, None], self_cond, logits)
                     done = done | stopper(new_argmax, logits)
                 if all_hooks:
-                    all_hooks.after_step(StepEvent(
+                    all_hooks.after_step(base.StepEvent(
                         step=step, tokens=tokens, is_masked=is_masked, revealed=F.pad(accepted, (Pk, 0), value=False),
                         logits=logits, attention=req, block=(Pk, Pk + C), attention_mask=key_real,
                         query_positions=[torch.arange(Pk, Pk + C) for _ in range(B)]))
@@ -193,8 +223,8 @@ def sample(model, input_ids, config: DiffusionGemmaSamplerConfig, attention_mask
                 break
             new_tokens = seq[:, -C:]
             real = F.pad(real, (0, C), value=True)
-    return GenerateOutput(sequences=seq, history=history, num_steps=step,
-                          trace_path=None if writer is None else writer.path)
+    return base.GenerateOutput(sequences=seq, history=history, num_steps=step,
+                               trace_path=None if writer is None else writer.path)
 
 
 def finish_canvas(seq: torch.Tensor, finished: torch.Tensor, C: int, eos: torch.Tensor | None, pad: int | None):

@@ -19,15 +19,45 @@ Kept from the official code on purpose (it decides which tokens come out):
 """
 from __future__ import annotations
 
-import torch
-import torch.nn.functional as F
+from dataclasses import dataclass
+from typing import ClassVar
 
-from sinklens.samplers.base import (
-    CaptureOptions, GenerateOutput, Hooks, StepEvent, build_request, check_inputs, masked_unmasked_groups,
-    attention_is_causal, open_trace_writer, run_context, setup_hooks,
-)
-from sinklens.samplers.configs import DreamConfig
+from sinklens._lazy import lazy, no_grad
+from sinklens.samplers.configs import SamplerConfig, param, register
 from sinklens.trace.layout import TraceLayout
+
+torch = lazy("torch")
+F = lazy("torch.nn.functional")
+base = lazy("sinklens.samplers.base")  # hooks, capture options, trace plumbing (imports torch)
+
+
+@register("dream")
+@dataclass
+class DreamConfig(SamplerConfig):
+    """Dream `diffusion_generate()`; defaults as Dream's generation config, except max_new_tokens."""
+
+    TASK_LENGTHS: ClassVar[dict] = {"gsm8k": 256, "humaneval": 768}
+
+    steps: int = param(512, int, "denoising steps", min=1)
+    max_new_tokens: int = param(128, int, "tokens to generate", min=1)
+    eps: float = param(1e-3, float, "final time of the schedule", gt=0, lt=1)
+    alg: str = param("origin", str, "which masked positions are revealed",
+                     choices=("origin", "maskgit_plus", "topk_margin", "entropy"))
+    alg_temp: float | None = param(None, float, "temperature of the position sampling (None/0 = top-k)", min=0)
+    temperature: float = param(0.0, float, "token sampling temperature (0 = greedy)", min=0)
+    top_p: float | None = param(None, float, "nucleus sampling mass", gt=0, max=1)
+    top_k: int | None = param(None, int, "sample among the top-k tokens", min=1)
+    mask_id: int | None = param(None, int, "mask token id (default: the model's)", min=0)
+
+    @classmethod
+    def preset(cls, length: int) -> dict:
+        # Dream's evaluation settings: steps = gen length, entropy order, T 0.1, top-p 0.9
+        return dict(max_new_tokens=length, steps=length, temperature=0.1, top_p=0.9, alg="entropy", alg_temp=0.0)
+
+    @classmethod
+    def trained_settings(cls, train: dict) -> dict:
+        g = int(train["gen_length"])  # the dlm-shift twins' scoring: confidence order, greedy
+        return dict(max_new_tokens=g, steps=g, temperature=0.0, alg="maskgit_plus", alg_temp=0.0)
 
 
 def top_p_filter(logits: torch.Tensor, top_p: float) -> torch.Tensor:
@@ -78,9 +108,9 @@ def sample_tokens(logits: torch.Tensor, temperature: float = 0.0, top_p: float |
 CONFIDENCE = {"maskgit_plus": "prob", "topk_margin": "margin", "entropy": "neg_entropy"}
 
 
-@torch.no_grad()
+@no_grad
 def sample(model, input_ids, config: DreamConfig, attention_mask=None, *, trace=None, hook=None,
-           capture: CaptureOptions | None = None, progress: bool = False) -> GenerateOutput:
+           capture: base.CaptureOptions | None = None, progress: bool = False) -> base.GenerateOutput:
     """Dream's diffusion_generate(). `model` is a SinkModel (forward_logits returns raw, unshifted logits)."""
     c = config
     steps, max_new_tokens, eps, alg, alg_temp = c.steps, c.max_new_tokens, c.eps, c.alg, c.alg_temp
@@ -90,15 +120,15 @@ def sample(model, input_ids, config: DreamConfig, attention_mask=None, *, trace=
         raise ValueError("mask_id is None: the model has no mask token; pass mask_id=...")
     args = {**c.to_dict(), "mask_id": mask_id}
     P = torch.as_tensor(input_ids).shape[-1]
-    input_ids, attention_mask = check_inputs(input_ids, attention_mask, P + max_new_tokens,
-                                             getattr(model, "max_length", None))
+    input_ids, attention_mask = base.check_inputs(input_ids, attention_mask, P + max_new_tokens,
+                                                  getattr(model, "max_length", None))
     B, S = input_ids.shape[0], P + max_new_tokens
     device = input_ids.device
 
-    hooks, capture = setup_hooks(hook, trace, capture, diffusion=True)
-    writer = open_trace_writer(trace, model, "dream", args, input_ids, capture, S,
-                               layout=TraceLayout(causal=attention_is_causal(model), prompt_length=P))
-    all_hooks = Hooks(hooks.hooks + ([writer] if writer is not None else []))
+    hooks, capture = base.setup_hooks(hook, trace, capture, diffusion=True)
+    writer = base.open_trace_writer(trace, model, "dream", args, input_ids, capture, S,
+                                    layout=TraceLayout(causal=base.attention_is_causal(model), prompt_length=P))
+    all_hooks = base.Hooks(hooks.hooks + ([writer] if writer is not None else []))
 
     x = F.pad(input_ids, (0, max_new_tokens), value=mask_id)  # (B, S)
     if attention_mask is not None and torch.any(attention_mask == 0):
@@ -111,11 +141,11 @@ def sample(model, input_ids, config: DreamConfig, attention_mask=None, *, trace=
     timesteps = torch.linspace(1, eps, steps + 1, device=device)  # float32, as the official grid
 
     history = []
-    with run_context(writer, trace, steps, progress, "dream") as bar:
+    with base.run_context(writer, trace, steps, progress, "dream") as bar:
         for i in range(steps):
             mask_index = x == mask_id  # (B, S)
-            req = build_request(all_hooks.before_step(i, x, mask_index, real), capture, i, real,
-                                masked_unmasked_groups(mask_index, real) if capture and capture.query_groups else None)
+            groups = base.masked_unmasked_groups(mask_index, real) if capture and capture.query_groups else None
+            req = base.build_request(all_hooks.before_step(i, x, mask_index, real), capture, i, real, groups)
             tokens_in = x.clone()
             raw = model.forward_logits(x, attention_mask=attention_mask, position_ids=position_ids, attention=req)
             logits = torch.cat([raw[:, :1], raw[:, :-1]], dim=1)  # (B, S, V): position j predicted from j - 1
@@ -148,9 +178,9 @@ def sample(model, input_ids, config: DreamConfig, attention_mask=None, *, trace=
                     transfer[rows, idx] = True
             history.append(x.clone())
             if all_hooks:
-                all_hooks.after_step(StepEvent(step=i, tokens=tokens_in, is_masked=mask_index, revealed=transfer,
-                                               logits=logits, attention=req, attention_mask=real))
+                all_hooks.after_step(base.StepEvent(step=i, tokens=tokens_in, is_masked=mask_index, revealed=transfer,
+                                                    logits=logits, attention=req, attention_mask=real))
             if bar is not None:
                 bar.update(1)
-    return GenerateOutput(sequences=x, history=history, num_steps=steps,
-                          trace_path=None if writer is None else writer.path)
+    return base.GenerateOutput(sequences=x, history=history, num_steps=steps,
+                               trace_path=None if writer is None else writer.path)

@@ -20,15 +20,77 @@ runs as with an all-ones mask; EOS / EoT ids come from the model, not the 8B voc
 """
 from __future__ import annotations
 
-import torch
-import torch.nn.functional as F
+from dataclasses import dataclass
+from typing import ClassVar
 
-from sinklens.samplers.base import (
-    CaptureOptions, GenerateOutput, Hooks, StepEvent, build_request, check_inputs, masked_unmasked_groups,
-    attention_is_causal, open_trace_writer, repeat_rows, run_context, setup_hooks, take_rows,
-)
-from sinklens.samplers.configs import LLaDAConfig
+from sinklens._lazy import lazy, no_grad
+from sinklens.samplers.configs import SamplerConfig, param, register
 from sinklens.trace.layout import TraceLayout
+
+torch = lazy("torch")
+F = lazy("torch.nn.functional")
+base = lazy("sinklens.samplers.base")  # hooks, capture options, trace plumbing (imports torch)
+
+
+@register("llada")
+@dataclass
+class LLaDAConfig(SamplerConfig):
+    """LLaDA / MMaDA `generate()` (LLaDA's generate.py); defaults as the official function."""
+
+    length_field: ClassVar[str] = "gen_length"
+    TASK_LENGTHS: ClassVar[dict] = {"gsm8k": 256, "humaneval": 512}
+
+    steps: int = param(128, int, "denoising steps (a multiple of the number of blocks)", min=1)
+    gen_length: int = param(128, int, "tokens to generate (a multiple of block_length)", min=1)
+    block_length: int = param(128, int, "semi-autoregressive block length", min=1)
+    temperature: float = param(0.0, float, "Gumbel sampling temperature (0 = greedy)", min=0)
+    cfg_scale: float = param(0.0, float, "classifier-free guidance scale (0 = off)", min=0)
+    remasking: str = param("low_confidence", str, "which masked positions are revealed first",
+                           choices=("low_confidence", "random"))
+    mask_id: int | None = param(None, int, "mask token id (default: the model's)", min=0)
+    logits_eos_inf: bool = param(False, bool, "never sample EOS")
+    confidence_eos_eot_inf: bool = param(False, bool, "EOS / EoT get no confidence")
+
+    def check(self) -> None:
+        if self.gen_length % self.block_length:
+            raise ValueError(f"gen_length ({self.gen_length}) must be a multiple of block_length ({self.block_length})")
+        if self.steps % self.num_blocks:
+            raise ValueError(f"steps ({self.steps}) must be divisible by the number of blocks "
+                             f"(gen_length / block_length = {self.num_blocks})")
+
+    @property
+    def num_blocks(self) -> int:
+        return self.gen_length // self.block_length
+
+    @classmethod
+    def preset(cls, length: int) -> dict:
+        # blocks of 32 (the paper's setting), steps = gen length (one token per step: LLaDA's FAQ)
+        return dict(gen_length=length, steps=length, block_length=min(32, length), temperature=0.0, cfg_scale=0.0,
+                    remasking="low_confidence")
+
+    @classmethod
+    def round_length(cls, length: int, **overrides) -> int:
+        block = overrides.get("block_length") or min(32, length)
+        return -(-length // block) * block  # whole blocks
+
+    @classmethod
+    def trained_settings(cls, train: dict) -> dict:
+        g = int(train["gen_length"])  # one token per step; the twin's eval block (0 = the whole answer)
+        return dict(gen_length=g, steps=g, block_length=int(train.get("block_length") or g), temperature=0.0,
+                    remasking="low_confidence")
+
+    @classmethod
+    def with_length(cls, settings: dict, n: int) -> dict:
+        d = {**cls.defaults(), **settings}
+        block = d["block_length"] if n % d["block_length"] == 0 else n  # else one block
+        per_block = max(1, d["steps"] // max(1, d["gen_length"] // d["block_length"]))
+        steps = n if d["steps"] == d["gen_length"] else per_block * (n // block)
+        return {**settings, "gen_length": n, "block_length": block, "steps": steps}
+
+    @classmethod
+    def fit_length(cls, settings: dict, room: int) -> int:
+        block = settings.get("block_length", cls.defaults()["block_length"])
+        return room // block * block if room >= block else room  # whole blocks
 
 
 def add_gumbel_noise(logits: torch.Tensor, temperature: float) -> torch.Tensor:
@@ -48,15 +110,15 @@ def num_transfer_tokens(block_is_masked: torch.Tensor, steps: int) -> torch.Tens
     """(B, steps) long tokens to reveal per step: the block's mask count spread evenly, the
     remainder (+1 each) to the earliest steps."""
     count = block_is_masked.sum(dim=1, keepdim=True)  # (B, 1)
-    base, remainder = count // steps, count % steps
-    schedule = base.expand(-1, steps).clone()  # (B, steps)
+    per_step, remainder = count // steps, count % steps
+    schedule = per_step.expand(-1, steps).clone()  # (B, steps)
     schedule += (torch.arange(steps, device=count.device)[None, :] < remainder).long()
     return schedule
 
 
-@torch.no_grad()
+@no_grad
 def sample(model, input_ids, config: LLaDAConfig, attention_mask=None, *, trace=None, hook=None,
-           capture: CaptureOptions | None = None, progress: bool = False) -> GenerateOutput:
+           capture: base.CaptureOptions | None = None, progress: bool = False) -> base.GenerateOutput:
     """LLaDA's generate(). `model` is a SinkModel (forward_logits, mask_id, eos_id, eot_id, max_length).
 
     input_ids (B, P) prompt ids (left-padded batches with `attention_mask` (B, P));
@@ -78,17 +140,17 @@ def sample(model, input_ids, config: LLaDAConfig, attention_mask=None, *, trace=
     if confidence_eos_eot_inf and eos_id is None and eot_id is None:
         raise ValueError("confidence_eos_eot_inf=True but the model has neither an EOS nor an EoT id")
     P = torch.as_tensor(input_ids).shape[-1]
-    input_ids, attention_mask = check_inputs(input_ids, attention_mask, P + gen_length,
-                                             getattr(model, "max_length", None))
+    input_ids, attention_mask = base.check_inputs(input_ids, attention_mask, P + gen_length,
+                                                  getattr(model, "max_length", None))
     steps_per_block = steps // num_blocks
     device = input_ids.device
     B = input_ids.shape[0]
 
-    hooks, capture = setup_hooks(hook, trace, capture, diffusion=True)
-    layout = TraceLayout(causal=attention_is_causal(model), prompt_length=P,
+    hooks, capture = base.setup_hooks(hook, trace, capture, diffusion=True)
+    layout = TraceLayout(causal=base.attention_is_causal(model), prompt_length=P,
                          block_length=block_length if block_length < gen_length else None)  # one block: None
-    writer = open_trace_writer(trace, model, "llada", args, input_ids, capture, P + gen_length, layout=layout)
-    all_hooks = Hooks(hooks.hooks + ([writer] if writer is not None else []))
+    writer = base.open_trace_writer(trace, model, "llada", args, input_ids, capture, P + gen_length, layout=layout)
+    all_hooks = base.Hooks(hooks.hooks + ([writer] if writer is not None else []))
 
     x = torch.full((B, P + gen_length), mask_id, dtype=torch.long, device=device)  # (B, S)
     x[:, :P] = input_ids
@@ -98,25 +160,25 @@ def sample(model, input_ids, config: LLaDAConfig, attention_mask=None, *, trace=
     real = torch.ones_like(x, dtype=torch.bool) if attention_mask is None else attention_mask.bool()
     prompt_index = x != mask_id  # (B, S) what CFG blanks out (official: every non-mask prompt position)
     history = []
-    with run_context(writer, trace, steps, progress, "llada") as bar:
+    with base.run_context(writer, trace, steps, progress, "llada") as bar:
         for b in range(num_blocks):
             start, end = P + b * block_length, P + (b + 1) * block_length
             schedule = num_transfer_tokens(x[:, start:end] == mask_id, steps_per_block)  # (B, steps_per_block)
             for i in range(steps_per_block):
                 step = b * steps_per_block + i
                 mask_index = x == mask_id  # (B, S)
-                req = build_request(all_hooks.before_step(step, x, mask_index, real), capture, step, real,
-                                    masked_unmasked_groups(mask_index, real) if capture and capture.query_groups else None)
+                groups = base.masked_unmasked_groups(mask_index, real) if capture and capture.query_groups else None
+                req = base.build_request(all_hooks.before_step(step, x, mask_index, real), capture, step, real, groups)
                 tokens_in = x.clone()
                 if cfg_scale > 0.0:
                     un_x = x.clone()
                     un_x[prompt_index] = mask_id
                     am = None if attention_mask is None else torch.cat([attention_mask, attention_mask])
                     both = model.forward_logits(torch.cat([x, un_x]), attention_mask=am,
-                                                attention=repeat_rows(req, 2))  # (2B, S, V)
+                                                attention=base.repeat_rows(req, 2))  # (2B, S, V)
                     cond, un = torch.chunk(both, 2, dim=0)
                     logits = un + (cfg_scale + 1) * (cond - un)
-                    req = take_rows(req, B)
+                    req = base.take_rows(req, B)
                 else:
                     logits = model.forward_logits(x, attention_mask=attention_mask, attention=req)  # (B, S, V)
 
@@ -144,10 +206,10 @@ def sample(model, input_ids, config: LLaDAConfig, attention_mask=None, *, trace=
                 x[transfer] = x0[transfer]
                 history.append(x.clone())
                 if all_hooks:
-                    all_hooks.after_step(StepEvent(step=step, tokens=tokens_in, is_masked=mask_index, revealed=transfer,
-                                                   logits=logits, attention=req, block=(start, end),
-                                                   attention_mask=real))
+                    all_hooks.after_step(base.StepEvent(step=step, tokens=tokens_in, is_masked=mask_index,
+                                                        revealed=transfer, logits=logits, attention=req,
+                                                        block=(start, end), attention_mask=real))
                 if bar is not None:
                     bar.update(1)
-    return GenerateOutput(sequences=x, history=history, num_steps=steps,
-                          trace_path=None if writer is None else writer.path)
+    return base.GenerateOutput(sequences=x, history=history, num_steps=steps,
+                               trace_path=None if writer is None else writer.path)
