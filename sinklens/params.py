@@ -1,6 +1,6 @@
 """Config fields that carry their own parse type, help text and range: `param(...)`.
 
-The samplers' configs (`samplers/configs.py`) and the report's options (`report/options.py`)
+The samplers' configs (each in its sampler's module, `samplers/<name>.py`) and the report's options (`report/options.py`)
 declare their fields with `param`; the command line builds one flag per such field from this
 metadata (`sinklens/cli/fields.py`), and `check_fields` checks a config against it, so a
 parameter is written once. Imports nothing (the command line answers --help without torch).

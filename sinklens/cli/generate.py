@@ -6,7 +6,7 @@
 
 Sampler flags left out take the model's defaults (sinklens.samplers.defaults): a sinklens twin's
 training settings, else the family's published setting, cut to the model's context with a note.
-The sampler flags are derived from the sampler configs (sinklens.samplers.configs); `sinklens
+The sampler flags are derived from the registered sampler configs (sinklens.samplers.SAMPLERS); `sinklens
 trace` shares this module's options.
 """
 from __future__ import annotations
@@ -22,7 +22,7 @@ from sinklens.cli.types import CliError, nonneg_int
 def add_sampler_flags(parser: argparse.ArgumentParser, exclude: tuple[str, ...] = (),
                       title: str = "sampler arguments (official names; only those of the model's sampler are accepted)"
                       ) -> list[str]:
-    """One flag per field of the registered sampler configs (`sinklens.samplers.configs`): type,
+    """One flag per field of the registered sampler configs (`SAMPLERS`: every sampler module): type,
     range, help and default come from the field, so no flag table is kept by hand. A field that
     several samplers share (steps, temperature, ...) is one flag. Returns the field names."""
     from sinklens.samplers.configs import SAMPLERS, expected

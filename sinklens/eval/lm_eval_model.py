@@ -11,7 +11,7 @@ sinklens.eval.lm_eval_model` first, then `lm_eval.simple_evaluate(model="sinklen
 model_args: pretrained, mask_topk (0 = unmasked), ranking, threshold, keep_self, step0, arm_rule
 (as `sinklens eval`), gen_length (tokens to generate, any sampler; default: the request's
 max_gen_toks, rounded up to what the sampler can generate, e.g. whole LLaDA blocks), any field of
-the model's sampler config (e.g. steps, block_length, alg; `sinklens.samplers.configs`), dtype,
+the model's sampler config (e.g. steps, block_length, alg; `sinklens/samplers/<name>.py`), dtype,
 device, seed.
 - generate_until: the family's own sampler with the masking policy as its step hook; the text
   is cut at the request's `until` strings.

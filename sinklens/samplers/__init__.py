@@ -1,8 +1,9 @@
 """The official samplers of each family, with per-step hooks and trace capture (docs/samplers.md).
 
-A sampler is a config dataclass plus a `sample(model, input_ids, config, ...)` function,
-registered by name in `sinklens.samplers.configs` (the registry: `SAMPLERS`, `get_config`,
-`get_sample`). `generate(model, input_ids, ...)` picks the model family's sampler
+A sampler is one module of this package holding a config dataclass and a
+`sample(model, input_ids, config, ...)` function (e.g. `llada.py`: `LLaDAConfig` + `sample`); the
+config registers itself by name with the registry in `sinklens.samplers.configs` (`SAMPLERS`,
+`get_config`, `get_sample`), which imports every sampler module on its first read. `generate(model, input_ids, ...)` picks the model family's sampler
 (`model.family.sampler`: "llada" for LLaDA and MMaDA, "dream", "arm" for causal models), builds
 its config from the official argument names and runs it; `SinkModel.generate` calls it.
 """
@@ -30,7 +31,7 @@ def generate(model, input_ids, attention_mask=None, *, trace=None, hook=None, ca
     official argument names as keywords: LLaDA/MMaDA steps, gen_length, block_length, temperature,
     cfg_scale, remasking, mask_id, logits_eos_inf, confidence_eos_eot_inf; Dream steps,
     max_new_tokens, eps, alg, alg_temp, temperature, top_p, top_k, mask_id; ARM max_new_tokens,
-    do_sample, temperature, top_p, top_k, eos_token_id (see `sinklens.samplers.configs`)."""
+    do_sample, temperature, top_p, top_k, eos_token_id (see each sampler module's config)."""
     import torch
 
     if config is not None:

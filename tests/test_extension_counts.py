@@ -1,0 +1,126 @@
+"""Issue 12's extension counts, as a test (docs/design.md, "What an extension costs"): in a copy of
+the package, a family that reuses a sampler is ONE new file in sinklens/models/, and a family with
+its own sampler is TWO new files (sinklens/models/ + sinklens/samplers/) with no edit anywhere; the
+registries find them by scanning their packages. A subprocess runs the copy: the new family loads
+and generates the official LLaDA fixture's tokens, the new sampler fills the masks by argmax (with
+and without capture) and `sinklens generate --help` lists its flag without importing torch."""
+import json
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+
+TOYDLM = '''"""A family that reuses the llada sampler: LLaDA's architecture under another model_type."""
+from sinklens.models.families import Family, register_family
+from sinklens.models.llada import _common
+
+TOYDLM = register_family(Family(name="toydlm", matches=lambda c: c.get("model_type") == "toydlm", **_common))
+'''
+
+TOYB = '''"""A family with its own sampler."""
+from sinklens.models.families import Family, register_family
+from sinklens.models.llada import _common
+
+TOYB = register_family(Family(name="toyb", matches=lambda c: c.get("model_type") == "toyb",
+                              **{**_common, "sampler": "oneshot"}))
+'''
+
+ONESHOT = '''"""One denoising step: every mask filled by its argmax."""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import ClassVar
+
+from sinklens._lazy import lazy, no_grad
+from sinklens.samplers.configs import SamplerConfig, param, register
+from sinklens.trace.layout import TraceLayout
+
+torch = lazy("torch")
+F = lazy("torch.nn.functional")
+base = lazy("sinklens.samplers.base")
+
+
+@register("oneshot")
+@dataclass
+class OneShotConfig(SamplerConfig):
+    length_field: ClassVar[str] = "fill_tokens"
+
+    fill_tokens: int = param(16, int, "tokens to fill in one step", min=1)
+
+
+@no_grad
+def sample(model, input_ids, config, attention_mask=None, *, trace=None, hook=None, capture=None, progress=False):
+    P, G = input_ids.shape[1], config.fill_tokens
+    input_ids, attention_mask = base.check_inputs(input_ids, attention_mask, P + G, None)
+    hooks, capture = base.setup_hooks(hook, trace, capture, diffusion=True)
+    writer = base.open_trace_writer(trace, model, "oneshot", config.to_dict(), input_ids, capture, P + G,
+                                    layout=TraceLayout(causal=False, prompt_length=P))
+    all_hooks = base.Hooks(hooks.hooks + ([writer] if writer is not None else []))
+    x = F.pad(input_ids, (0, G), value=model.mask_id)  # (B, S)
+    real, is_masked = torch.ones_like(x, dtype=torch.bool), x == model.mask_id
+    with base.run_context(writer, trace, 1, progress, "oneshot"):
+        req = base.build_request(all_hooks.before_step(0, x, is_masked, real), capture, 0, real, None)
+        logits = model.forward_logits(x, attention=req)  # (B, S, V)
+        new = torch.where(is_masked, logits.argmax(-1), x)
+        all_hooks.after_step(base.StepEvent(step=0, tokens=x, is_masked=is_masked, revealed=is_masked, logits=logits,
+                                            attention=req, attention_mask=real))
+    return base.GenerateOutput(sequences=new, history=[new.clone()], num_steps=1,
+                               trace_path=None if writer is None else writer.path)
+'''
+
+CHECK = '''
+import json, sys
+from pathlib import Path
+from sinklens.cli import main
+try:
+    main(["generate", "--help"])
+except SystemExit:
+    pass
+print("HEAVY", *sorted(k for k in ("torch", "transformers") if k in sys.modules))
+import torch
+import sinklens
+from sinklens.samplers import CaptureOptions
+fix, tmp = Path(sys.argv[1]), Path(sys.argv[2])
+case = next(c for c in json.loads((fix / "cases.json").read_text())["cases"]
+            if c["kind"] == "generate" and c["attention_mask"] is None)
+args = {k: v for k, v in case["arguments"].items()
+        if k not in {"prompt", "inputs", "attention_mask", "output_history", "return_dict_in_generate"}}
+m = sinklens.load(tmp / "toydlm")
+if case["seed"] is not None:
+    torch.manual_seed(case["seed"])
+out = m.generate(torch.tensor(case["input_ids"]), **args)
+print("A", m.family.name, m.family.sampler, out.sequences.tolist() == case["expected_output_ids"])
+m = sinklens.load(tmp / "toyb")
+ids = torch.tensor([[5, 6, 7, 8]])
+plain = m.generate(ids, fill_tokens=6)
+traced = m.generate(ids, fill_tokens=6, trace=tmp / "b.arrow", capture=CaptureOptions())
+argmax = m.forward_logits(torch.cat([ids, torch.full((1, 6), m.mask_id)], 1)).argmax(-1)
+print("B", m.family.name, m.family.sampler, plain.sequences.tolist() == traced.sequences.tolist(),
+      plain.sequences[0, 4:].tolist() == argmax[0, 4:].tolist(), traced.trace.num_steps)
+'''
+
+
+def test_new_families_and_samplers_are_new_files_only(tmp_path, fixtures_dir):
+    pkg = tmp_path / "copy" / "sinklens"
+    shutil.copytree(REPO / "sinklens", pkg, ignore=shutil.ignore_patterns("__pycache__", "assets"))
+    (pkg / "models" / "toydlm.py").write_text(TOYDLM)  # exercise A: one new file
+    (pkg / "models" / "toyb.py").write_text(TOYB)  # exercise B: two new files
+    (pkg / "samplers" / "oneshot.py").write_text(ONESHOT)
+    for name, model_type in (("toydlm", "toydlm"), ("toyb", "toyb")):
+        (tmp_path / name).mkdir()
+        shutil.copy(fixtures_dir / "llada" / "model.safetensors", tmp_path / name)
+        config = json.loads((fixtures_dir / "llada" / "config.json").read_text())
+        (tmp_path / name / "config.json").write_text(json.dumps({**config, "model_type": model_type,
+                                                                "architectures": ["ToyModel"]}))
+    env = {**os.environ, "PYTHONPATH": str(pkg.parent), "OMP_NUM_THREADS": "1"}
+    r = subprocess.run([sys.executable, "-c", CHECK, str(fixtures_dir / "llada"), str(tmp_path)], env=env,
+                       capture_output=True, text=True, timeout=300, cwd=tmp_path)
+    assert r.returncode == 0, r.stderr[-3000:]
+    assert "--fill-tokens" in r.stdout and "oneshot: 16" in r.stdout  # its flag, from its config alone
+    lines = {line.split()[0]: line.split()[1:] for line in r.stdout.splitlines() if line.startswith(("A ", "B ", "HEAVY"))}
+    assert lines["HEAVY"] == []  # --help imported every sampler module, the new one too, and no torch
+    assert lines["A"] == ["toydlm", "llada", "True"]  # the official LLaDA tokens
+    assert lines["B"] == ["toyb", "oneshot", "True", "True", "1"]  # capture changes no token; argmax; traced
