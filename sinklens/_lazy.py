@@ -80,10 +80,14 @@ class PackageRegistry(MutableMapping):
         if self._discovered:
             return
         self._discovered = True  # first: the modules imported below read and write this registry
-        path = importlib.import_module(self.package).__path__
-        for info in sorted(pkgutil.iter_modules(path), key=lambda info: info.name):
-            if not (info.ispkg or info.name.startswith("_") or info.name in self.skip):
-                importlib.import_module(f"{self.package}.{info.name}")
+        try:
+            path = importlib.import_module(self.package).__path__
+            for info in sorted(pkgutil.iter_modules(path), key=lambda info: info.name):
+                if not (info.ispkg or info.name.startswith("_") or info.name in self.skip):
+                    importlib.import_module(f"{self.package}.{info.name}")
+        except BaseException:
+            self._discovered = False  # a module failed to import: say so again on the next read, not a partial registry
+            raise
 
     def __getitem__(self, name: str) -> Any:
         self.discover()
