@@ -195,6 +195,18 @@ def test_story_problems_are_long_and_correct():
     assert held and not held & {p.key for p in problems}
 
 
+def test_equations_right_scores_each_written_step_by_python():
+    """The study's graded score: every worked solution scores all its equations right; a wrong
+    result, a wrong check and a garbled step are each counted as written and wrong."""
+    from sinklens.train.story import equations_right
+    for p in generate(50, seed=3, split="train", cfg=STORY):
+        right, written = equations_right(p.solution)
+        assert right == written == 2 * (p.key.count("+") + p.key.count("-"))
+    text = "so we add: 23 + 15 = 38. We check it: 38 - 15 = 24, so we subtract: 38 - 9 = 27. 3 + = 4"
+    assert equations_right(text) == (1, 3)
+    assert equations_right("") == (0, 0)
+
+
 def test_dlm_shift_starts_from_the_arm_and_exports_a_dream_folder(tmp_path):
     """Dream's recipe: a DLM initialised from a trained ARM run (same weights at step 0), trained
     with the shifted loss, exported in Dream's format; sinklens.load reads it as the Dream family
@@ -268,7 +280,7 @@ def test_study_end_to_end_on_tiny_runs(tmp_path):
     table = (out / "eval" / "summary.md").read_text()
     assert table.count("random keys (control)") >= 1 and all(f"{k}" in table for k in ("Unmasked", "K=1"))
     study_md = (out / "study.md").read_text()
-    assert all(f"| {k} |" in study_md for k in runs) and "K=1 / S" in study_md and (out / "study.png").is_file()
+    assert all(f"| {k} |" in study_md for k in runs) and "K / S" in study_md and (out / "study.png").is_file()
     # two worker processes split the samples; the merged result is what one process computes
     one = tmp_path / "study1"
     assert main(["study", "--out", str(one), "--n", "2", "--n-traces", "0", "--mask-topk", "0,1", "--quiet",

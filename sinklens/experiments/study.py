@@ -119,48 +119,66 @@ def run_evals(jobs: list[tuple[str, dict]], workers: int = 1) -> None:
     _run_shard(jobs, 0, 1)
 
 
-def key_shares(eval_out: Path) -> dict[tuple[str, str], float]:
-    """(model, run name) -> mean share of the keys blocked per head and step (the measured K / S)."""
+def run_stats(eval_out: Path) -> dict[tuple[str, str], dict]:
+    """(model, run name) -> the measured K / S (mean share of the keys blocked per head and step)
+    and the share of the written equations that are right (`equations_right`), from the samples."""
     from sinklens.eval import records
+    from sinklens.train.story import equations_right
 
-    shares = {}
+    stats = {}
     for cfg in sorted(eval_out.glob("*/arith/*/config.json")):
-        rows = [r["masked"]["blocked_share_of_keys"] for r in records.collect(str(cfg.parent))
-                if r.get("masked") and r["masked"].get("blocked_share_of_keys") is not None]
-        if rows:
-            shares[(cfg.parent.parts[-3], cfg.parent.name)] = sum(rows) / len(rows)
-    return shares
+        rows = records.collect(str(cfg.parent))
+        shares = [r["masked"]["blocked_share_of_keys"] for r in rows
+                  if r.get("masked") and r["masked"].get("blocked_share_of_keys") is not None]
+        right, written = (sum(x) for x in zip((0, 0), *(equations_right(r["raw_output"]) for r in rows)))
+        stats[(cfg.parent.parts[-3], cfg.parent.name)] = {
+            "key_share": sum(shares) / len(shares) if shares else None,
+            "equations": right / written if written else None, "equations_written": written}
+    return stats
 
 
 def study_table(out: Path) -> str:
-    """`<out>/study.md` + `<out>/study.png`: accuracy per twin, sinks masked beside the random-key
-    control, with the measured K / S; from the eval's summary.csv."""
+    """`<out>/study.md` + `<out>/study.png`: per twin, accuracy with the top-K sinks blocked beside
+    the random-key control, the share of right equations (graded), and the measured K / S; from
+    the eval's summary.csv and samples."""
     import csv
 
     rows = list(csv.DictReader(open(out / "eval" / "summary.csv", encoding="utf-8")))
-    shares = key_shares(out / "eval")
+    stats = run_stats(out / "eval")
     models = list(dict.fromkeys(r["model"] for r in rows))
     ks = sorted({int(r["mask_topk"]) for r in rows if str(r["mask_topk"]).isdigit() and int(r["mask_topk"]) > 0})
     cell = {(r["model"], int(r["mask_topk"]) if str(r["mask_topk"]).isdigit() else r["mask_topk"], r["control"]): r
             for r in rows}
+    runs = [(0, "none")] + [(k, c) for k in ks for c in ("none", "random")]
+    head = ["twin", "unmasked"] + [f"K={k} {'sinks' if c == 'none' else 'random'}" for k, c in runs[1:]]
 
-    def fmt(r):
+    def acc(r):
         if r is None:
             return "–"
         n = f"n={r['n']}" + ("" if r["n"] == r["n_expected"] else f"/{r['n_expected']}")
         return f"{float(r['accuracy']):.2f} ± {float(r['stderr']):.2f} ({n})"
-    head = ["twin", "unmasked"] + [f"K={k} {w}" for k in ks for w in ("sinks", "random")] + \
-        [f"K={k} / S" for k in ks]
-    lines = ["| " + " | ".join(head) + " |", "|---" * len(head) + "|"]
+
+    def eq(m, k, c):
+        st = stats.get((m, "k0" if k == 0 else f"k{k}" + ("" if c == "none" else f"-{c}")))
+        return "–" if st is None or st["equations"] is None else f"{st['equations']:.2f} ({st['equations_written']})"
+
+    def table(fmt_cell):
+        lines = ["| " + " | ".join(head) + " |", "|---" * len(head) + "|"]
+        for m in models:
+            lines.append("| " + " | ".join([m] + [fmt_cell(m, k, c) for k, c in runs]) + " |")
+        return "\n".join(lines)
+    share = ["| twin | " + " | ".join(f"K={k}" for k in ks) + " |", "|---" * (len(ks) + 1) + "|"]
     for m in models:
-        cells = [m, fmt(cell.get((m, 0, "none")))]
-        for k in ks:
-            cells += [fmt(cell.get((m, k, "none"))), fmt(cell.get((m, k, "random")))]
-        cells += [f"{shares[(m, f'k{k}')]:.1%}" if (m, f"k{k}") in shares else "–" for k in ks]
-        lines.append("| " + " | ".join(cells) + " |")
-    text = ("Accuracy on held-out story problems (± standard error): unmasked, the top-K Eq. 3 sinks "
-            "per head blocked at every step, and K random non-sink keys per head blocked instead "
-            "(control). K / S: the measured share of the keys blocked per head and step.\n\n" + "\n".join(lines) + "\n")
+        share.append(f"| {m} | " + " | ".join(
+            f"{stats[(m, f'k{k}')]['key_share']:.1%}" if stats.get((m, f"k{k}"), {}).get("key_share") is not None
+            else "–" for k in ks) + " |")
+    text = ("Held-out story problems; top-K Eq. 3 sinks per head blocked at every step, or K random non-sink "
+            "keys per head instead (control).\n\nExact answer accuracy (± standard error):\n\n"
+            + table(lambda m, k, c: acc(cell.get((m, k, c)))) +
+            "\n\nEquations right (share of the written \"a ± b = c\" steps and checks that are correct; "
+            "equations written in brackets), a graded score:\n\n" + table(eq) +
+            "\n\nK / S, the measured share of the keys blocked per head and step (top-K sinks):\n\n"
+            + "\n".join(share) + "\n")
     (out / "study.md").write_text(text)
     _figure(out / "study.png", models, ks, cell)
     return text

@@ -17,6 +17,10 @@ Every value is computed here with Python's own arithmetic (and checked by `tests
 from __future__ import annotations
 
 import random
+import re
+
+# one worked step or check of an answer: "23 + 15 = 38"
+EQUATION = re.compile(r"(\d+) ([+-]) (\d+) = (\d+)")
 
 TIMES = ["In the morning", "At noon", "In the afternoon", "In the evening", "At night"]
 # (question clause, answer clause) per operation; {p} pronoun, {n} operand, {o} objects.
@@ -55,3 +59,13 @@ def story(nums: list[int], ops: list[str], rng: random.Random, names: list[str],
     a.append(f"So at the end of the day there are {value} {obj} in {name}'s box. "
              f"The answer is {value}. #### {value}")
     return " ".join(q), " ".join(a), value
+
+
+def equations_right(answer: str) -> tuple[int, int]:
+    """(right, written) of the equations "a ± b = c" in a generated answer, checked by Python.
+
+    A graded score for twins too weak to get whole answers right: each answer has 4-6 such steps
+    and checks, so masking that breaks the arithmetic shows here even when exact accuracy is low."""
+    found = EQUATION.findall(answer)
+    right = sum((int(a) + int(b) if op == "+" else int(a) - int(b)) == int(c) for a, op, b, c in found)
+    return right, len(found)
