@@ -64,7 +64,7 @@ def test_shipped_story_twins_run_the_study_with_k_a_small_share_of_the_keys(tmp_
     blocking the top sink per head costs more than blocking a random key (fixed problems)."""
     from sinklens.experiments.study import shipped_twins, study, twin_files
     twins = shipped_twins()
-    assert twins["arm"] == ARM
+    assert twins["arm-30"] == ARM
     folder, conf = twin_files(ARM)
     assert folder == ASSETS / ARM and conf["kind"] == "arm"
     study({"arm": ARM}, tmp_path, n=3, n_traces=0, mask_topk=(0, 1), progress=False)

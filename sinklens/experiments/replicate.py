@@ -23,9 +23,9 @@ from sinklens.experiments.twins import demo_models_and_prompt, dlm_sampler
 
 
 def dynamics_over_problems(out: str | Path, n_traces: int = 50, progress: bool = True,
-                           models: list | None = None, problems: list | None = None) -> dict:
+                           models: list | None = None, problems: list | dict | None = None) -> dict:
     """Trace each model (default: both shipped twins) on `n_traces` held-out problems (default:
-    the twins'); aggregate the sink dynamics.
+    the twins'; a dict gives each model label its own list); aggregate the sink dynamics.
 
     Units: Eq. 3 (eps = 3) on column sums for both twins, and for the causal ARM also relative to
     the uniform-attention baseline (its decode steps have one query row, so sums are <= 1 there).
@@ -47,14 +47,15 @@ def dynamics_over_problems(out: str | Path, n_traces: int = 50, progress: bool =
     (out / "traces").mkdir(parents=True, exist_ok=True)
     if models is None:
         models, _ = demo_models_and_prompt()
-    problems = heldout_problems(n_traces) if problems is None else problems[:n_traces]
+    problems = heldout_problems(n_traces) if problems is None else problems
     results = []
     for dm in models:
+        mine = (problems[dm.label] if isinstance(problems, dict) else problems)[:n_traces]
         model = load(dm.name, **dm.load_kwargs)
         views = ["sum"] if model.is_diffusion else ["sum", "uniform_ratio"]
         acc = {u: {"moved": 0, "pairs": 0, "with_sink": [], "per_layer": [], "cats": dict.fromkeys(CATEGORIES, 0),
                    "classes": {}, "drift": []} for u in views}
-        for k, prob in enumerate(tqdm(problems, desc=f"trace {dm.label}", disable=not progress)):
+        for k, prob in enumerate(tqdm(mine, desc=f"trace {dm.label}", disable=not progress)):
             path = out / "traces" / f"{dm.label}-{k:03d}.arrow"
             if not path.is_file():  # resumable: finished traces are kept
                 ids = torch.tensor([model.apply_chat_template(prob.question)])

@@ -33,8 +33,9 @@ from sinklens.experiments.model_spec import DemoModel
 LOAD = {"dtype": "float32"}
 STUDY_N, STUDY_TRACES = 20, 5   # `replicate --study` defaults: the table in <= 15 min on 2 cores
 # The shipped story twins (sinklens/assets), label -> alias; those not shipped are skipped.
-SHIPPED = {"arm": "story-arm-4l", "dlm-from-arm": "story-dlmarm-4l", "dlm": "story-dlm-4l",
-           "arm (2 layers)": "story-arm-2l", "dlm-from-arm (2 layers)": "story-dlmarm-2l"}
+# "-9" / "-30": the largest operand of the twin's problems (docs/training.md).
+SHIPPED = {"arm-30": "story-arm-4l", "arm-9": "story9-arm-4l", "dlm-from-arm-9": "story9-dlmarm-4l",
+           "dlm-9": "story9-dlm-4l"}
 
 
 def twin_files(twin: str | Path) -> tuple[Path, dict]:
@@ -217,30 +218,24 @@ def study(runs: dict[str, str], out: str | Path, n: int = 50, n_traces: int = 20
     random-init control (each twin with the sampler settings it was scored with in training)."""
     from sinklens.eval.summary import write_summary
     from sinklens.experiments.replicate import dynamics_over_problems
-    from sinklens.train.data import generate
+    from sinklens.train.data import DataConfig, generate
     out = Path(out)
     twins = {label: twin_files(r) for label, r in runs.items()}
     run_evals(_eval_configs(twins, out, n, mask_topk, control, progress), workers)
     md, csv = write_summary([str(out / "eval")], str(out / "eval"))
     study_table(out)
-    models = []
+    models, problems = [], {}
     for label, (folder, conf) in twins.items():
         s = sampler_kwargs(conf)
-        models.append(DemoModel(str(folder), label, s, dict(LOAD)))
         ctrl = random_control(folder, conf, out / "controls" / label.replace(" ", "_"))
-        models.append(DemoModel(str(ctrl), f"{label} (random init)", s, dict(LOAD)))
+        mine = generate(n_traces, seed=0, split="heldout", cfg=DataConfig(**conf["data"]))  # the twin's own data
+        for name, lab in ((str(folder), label), (str(ctrl), f"{label} (random init)")):
+            models.append(DemoModel(name, lab, s, dict(LOAD)))
+            problems[lab] = mine
     dyn = {}
     if n_traces > 0:
-        first = next(iter(twins.values()))[1]
-        problems = generate(n_traces, seed=0, split="heldout", cfg=data_config_of(first))
         dyn = dynamics_over_problems(out, n_traces, progress, models=models, problems=problems)
     return {"summary_md": md, "summary_csv": csv, "study_md": str(out / "study.md"), **dyn}
-
-
-def data_config_of(conf: dict):
-    from sinklens.train.data import DataConfig
-
-    return DataConfig(**conf["data"])
 
 
 def shipped_twins() -> dict[str, str]:
