@@ -69,7 +69,9 @@ def test_shipped_story_twins_run_the_study_with_k_a_small_share_of_the_keys(tmp_
     assert folder == ASSETS / ARM and conf["kind"] == "arm"
     study({"arm": ARM}, tmp_path, n=3, n_traces=0, mask_topk=(0, 1), progress=False)
     text = (tmp_path / "study.md").read_text()
-    acc_row, eq_row, share_row = [line for line in text.splitlines() if line.startswith("| arm |")]
+    acc_row, eq_row, ll_row, share_row = [line for line in text.splitlines() if line.startswith("| arm |")]
+    ll = [float(c) for c in ll_row.strip("|").split("|")[1:4]]      # unmasked ll, then changes: sinks hurt more
+    assert ll[0] < 0 and ll[1] < ll[2], ll_row
     acc = [float(c.split()[0]) for c in acc_row.strip("|").split("|")[1:4]]   # unmasked, K=1 sinks, K=1 random
     assert acc[1] < acc[2] and acc[1] < acc[0], acc_row
     eq = [float(c.split()[0]) for c in eq_row.strip("|").split("|")[1:4]]     # the graded score agrees

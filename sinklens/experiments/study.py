@@ -13,8 +13,9 @@ such as `story-arm-4l`, or any exported folder with `training/train_config.json`
    masked and K random non-sink keys masked (control), through `sinklens.eval` -> `<out>/eval/`,
    each twin with the sampler settings it was scored with in training (greedy; `sampler_kwargs`).
    `jobs` worker processes split the samples (hand-set shards, merged at the end).
-2. `<out>/study.md`: the table with the share of the keys the K blocked keys are (K / S, per head
-   and step, measured), and `<out>/study.png`, the figure.
+2. `<out>/study.md`: exact accuracy, the share of right equations (a graded score), the reference
+   answer's log-likelihood (a probe that reads even where answers are wrong) and the share of the
+   keys the K blocked keys are (K / S, per head and step, measured); `<out>/study.png`, the figure.
 3. Sink dynamics over `n_traces` held-out problems for each twin *and* a random-initialised
    model of the same shape and format (the control the shipped report lacked): sinks per head,
    track classes (static / moving / vanishing), drift direction, Table 2 categories ->
@@ -90,7 +91,7 @@ def _eval_configs(twins: dict[str, tuple[Path, dict]], out: Path, n: int, mask_t
         jobs.append((str(folder), dict(model=label, task="arith", data=str(data), out=str(out / "eval"),
                                        mask_topk=mask_topk, limit=n, shots=0, chat="on", gen_length=conf["gen_length"],
                                        sampler_args={k: v for k, v in s.items() if k not in ("gen_length", "max_new_tokens")},
-                                       dtype="float32", loglik=False, progress=progress, mask_control=control)))
+                                       dtype="float32", loglik=True, progress=progress, mask_control=control)))
     return jobs
 
 
@@ -168,6 +169,12 @@ def study_table(out: Path) -> str:
         for m in models:
             lines.append("| " + " | ".join([m] + [fmt_cell(m, k, c) for k, c in runs]) + " |")
         return "\n".join(lines)
+    def ll(m, k, c):     # the reference answer's log-likelihood per token: unmasked, then the change
+        r = cell.get((m, k, c))
+        if r is None or not r.get("loglik_masked_per_token"):
+            return "–"
+        un, ma = float(r["loglik_unmasked_per_token"]), float(r["loglik_masked_per_token"])
+        return f"{un:.3f}" if k == 0 else f"{ma - un:+.3f}"
     share = ["| twin | " + " | ".join(f"K={k}" for k in ks) + " |", "|---" * (len(ks) + 1) + "|"]
     for m in models:
         share.append(f"| {m} | " + " | ".join(
@@ -178,6 +185,9 @@ def study_table(out: Path) -> str:
             + table(lambda m, k, c: acc(cell.get((m, k, c)))) +
             "\n\nEquations right (share of the written \"a ± b = c\" steps and checks that are correct; "
             "equations written in brackets), a graded score:\n\n" + table(eq) +
+            "\n\nLog-likelihood of the reference answer per token (nats; sinklens.eval.loglik: teacher-forced for the "
+            "ARMs, the answer fully masked for the DLMs): unmasked, then masked minus unmasked. A probe of one or two "
+            "forwards, not a generation, so it reads even where the answers are wrong:\n\n" + table(ll) +
             "\n\nK / S, the measured share of the keys blocked per head and step (top-K sinks):\n\n"
             + "\n".join(share) + "\n")
     (out / "study.md").write_text(text)
