@@ -35,33 +35,23 @@ def dynamics_over_problems(out: str | Path, n_traces: int = 50, progress: bool =
     import json
 
     import numpy as np
-    import torch
-    from tqdm import tqdm
 
-    from sinklens.models.loader import load
     from sinklens.analysis.analyze import AnalysisConfig, analyze
     from sinklens.analysis.dynamics import classify_track, drift_summary
     from sinklens.analysis.tokens import CATEGORIES
 
     out = Path(out)
-    (out / "traces").mkdir(parents=True, exist_ok=True)
     if models is None:
         models, _ = demo_models_and_prompt()
     problems = heldout_problems(n_traces) if problems is None else problems
     results = []
     for dm in models:
         mine = (problems[dm.label] if isinstance(problems, dict) else problems)[:n_traces]
-        model = load(dm.name, **dm.load_kwargs)
-        views = ["sum"] if model.is_diffusion else ["sum", "uniform_ratio"]
+        paths, causal = trace_problems(dm, mine, out, progress)
+        views = ["sum"] if not causal else ["sum", "uniform_ratio"]
         acc = {u: {"moved": 0, "pairs": 0, "with_sink": [], "per_layer": [], "cats": dict.fromkeys(CATEGORIES, 0),
                    "classes": {}, "drift": []} for u in views}
-        for k, prob in enumerate(tqdm(mine, desc=f"trace {dm.label}", disable=not progress)):
-            path = out / "traces" / f"{dm.label}-{k:03d}.arrow"
-            if not path.is_file():  # resumable: finished traces are kept
-                ids = torch.tensor([model.apply_chat_template(prob.question)])
-                tmp = path.with_suffix(".partial")
-                model.generate(ids, trace=str(tmp), **dm.sampler_kwargs)
-                tmp.rename(path)
+        for path in paths:
             for u in views:
                 a = analyze(str(path), AnalysisConfig(units=u))
                 lp = a.largest_pos  # (T, L, H), -1 = no sink
@@ -113,6 +103,27 @@ def dynamics_over_problems(out: str | Path, n_traces: int = 50, progress: bool =
     (out / "dynamics_over_problems.md").write_text("\n".join(lines) + "\n")
     (out / "dynamics_over_problems.json").write_text(json.dumps(results, indent=1))
     return {"dynamics_md": str(out / "dynamics_over_problems.md"), "rows": results}
+
+
+def trace_problems(dm, problems: list, out: str | Path, progress: bool = True) -> tuple[list[Path], bool]:
+    """Trace model `dm` on each problem -> (`<out>/traces/<label>-<k>.arrow` paths, the model is causal).
+    Resumable: finished traces are kept (a trace is written under a temporary name, then renamed)."""
+    import torch
+    from tqdm import tqdm
+
+    from sinklens.models.loader import load
+    model = load(dm.name, **dm.load_kwargs)
+    paths = []
+    for k, prob in enumerate(tqdm(problems, desc=f"trace {dm.label}", disable=not progress)):
+        path = Path(out) / "traces" / f"{dm.label}-{k:03d}.arrow"
+        if not path.is_file():
+            path.parent.mkdir(parents=True, exist_ok=True)
+            ids = torch.tensor([model.apply_chat_template(prob.question)])
+            tmp = path.with_suffix(".partial")
+            model.generate(ids, trace=str(tmp), **dm.sampler_kwargs)
+            tmp.rename(path)
+        paths.append(path)
+    return paths, not model.is_diffusion
 
 
 def persistence_table(out: str | Path, n: int = 20, progress: bool = True) -> str:

@@ -108,16 +108,31 @@ def _run_shard(jobs: list[tuple[str, dict]], rank: int, world: int) -> None:
         run_eval(EvalConfig(**kw), model=load(folder, **LOAD))
 
 
+def _trace_shard(models: list, problems: dict, n_traces: int, out: Path, rank: int, world: int) -> None:
+    """One worker process: the traces of every `world`-th model."""
+    import torch
+
+    from sinklens.experiments.replicate import trace_problems
+    torch.set_num_threads(1)
+    for dm in models[rank::world]:
+        trace_problems(dm, problems[dm.label][:n_traces], out, progress=False)
+
+
+def _in_workers(fn, workers: int, *args) -> None:
+    """fn(*args, rank, workers) in `workers` fresh processes (spawned: no state shared with this one)."""
+    import multiprocessing as mp
+    from concurrent.futures import ProcessPoolExecutor
+
+    with ProcessPoolExecutor(workers, mp_context=mp.get_context("spawn")) as pool:
+        for f in [pool.submit(fn, *args, r, workers) for r in range(workers)]:
+            f.result()
+
+
 def run_evals(jobs: list[tuple[str, dict]], workers: int = 1) -> None:
     """Every twin's eval; with `workers` > 1 the samples are split over that many processes (one
     CPU thread each), then merged by a last pass in this process, which finds every sample done."""
     if workers > 1:
-        import multiprocessing as mp
-        from concurrent.futures import ProcessPoolExecutor
-
-        with ProcessPoolExecutor(workers, mp_context=mp.get_context("spawn")) as pool:
-            for f in [pool.submit(_run_shard, jobs, r, workers) for r in range(workers)]:
-                f.result()
+        _in_workers(_run_shard, workers, jobs)
     _run_shard(jobs, 0, 1)
 
 
@@ -244,6 +259,8 @@ def study(runs: dict[str, str], out: str | Path, n: int = 50, n_traces: int = 20
             problems[lab] = mine
     dyn = {}
     if n_traces > 0:
+        if workers > 1:   # the traces in worker processes, a model each in turn; then read here
+            _in_workers(_trace_shard, workers, models, problems, n_traces, out)
         dyn = dynamics_over_problems(out, n_traces, progress, models=models, problems=problems)
     return {"summary_md": md, "summary_csv": csv, "study_md": str(out / "study.md"), **dyn}
 
