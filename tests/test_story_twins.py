@@ -7,6 +7,7 @@ held-out story problems (number combinations never seen in training).
 import json
 from pathlib import Path
 
+import pytest
 import torch
 from safetensors.torch import load_file
 
@@ -77,3 +78,46 @@ def test_shipped_story_twins_run_the_study_with_k_a_small_share_of_the_keys(tmp_
     eq = [float(c.split()[0]) for c in eq_row.strip("|").split("|")[1:4]]     # the graded score agrees
     assert eq[1] < eq[2] and eq[0] > 0.8, eq_row
     assert float(share_row.strip("|").split("|")[1].strip().rstrip("%")) < 1.0, share_row
+
+
+def test_all_shipped_twins_fit_the_25_mb_asset_budget():
+    assert sum(f.stat().st_size for f in ASSETS.rglob("*") if f.is_file()) <= 25 * 2**20
+
+
+STORY9 = {"story9-arm-4l": ("arm", False), "story9-dlm-4l": ("dlm", True), "story9-dlmarm-4l": ("dlm-shift", True)}
+
+
+@pytest.mark.parametrize("name", sorted(STORY9))
+def test_story9_twins_load_as_their_recipe_with_their_training_record(name):
+    """The three recipes of the study on one data setting: ARM, DLM from scratch (LLaDA format),
+    DLM from the ARM (Dream format, initialised from story9-arm-4l's run)."""
+    kind, diffusion = STORY9[name]
+    conf = json.loads((ASSETS / name / "training" / "train_config.json").read_text())
+    assert conf["kind"] == kind and conf["data"]["max_operand"] == 9 and conf["data"]["style"] == "story"
+    m = sinklens.load(name, dtype="float32")
+    assert m.is_diffusion == diffusion
+    assert {v.dtype for v in load_file(str(ASSETS / name / "model.safetensors")).values()} == {torch.float16}
+    if kind == "dlm-shift":
+        assert m.family.shifted_logits and "story9-arm-4l" in conf["init_from"]
+
+
+def test_the_ai_dlm_reference_likelihood_rests_on_its_sinks_not_on_random_keys():
+    """The study's graded finding for the AR-initialised DLM, on 3 held-out problems: blocking its
+    top Eq. 3 sink per head lowers the reference answer's log-likelihood by far more than blocking
+    one random non-sink key per head (docs/training.md: -1.2 against -0.001 nats per token)."""
+    from sinklens.eval.loglik import reference_loglik
+    from sinklens.masking.config import MaskingConfig
+    name = "story9-dlmarm-4l"
+    m = sinklens.load(name, dtype="float32")
+    cfg = data_config(str(ASSETS / name / "training" / "train_config.json"))
+    drop = {"none": 0.0, "random": 0.0}
+    tokens = 0
+    for i, p in enumerate(generate(3, seed=0, split="heldout", cfg=cfg)):
+        prompt = m.apply_chat_template(p.question)
+        ref = m.tokenizer(p.solution, add_special_tokens=False)["input_ids"]
+        tokens += len(ref)
+        for control in drop:
+            r = reference_loglik(m, prompt, ref, MaskingConfig(top_k=1, control=control, seed=i))
+            drop[control] += r["masked"] - r["unmasked"]
+    sinks, random_keys = drop["none"] / tokens, drop["random"] / tokens
+    assert sinks < -0.3 and abs(random_keys) < 0.05, (sinks, random_keys)

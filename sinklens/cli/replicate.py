@@ -57,13 +57,13 @@ def register(sub) -> None:
     p.add_argument("--study", action="store_true",
                    help="issue 13's controlled study on the shipped story twins instead of the tiny twins")
     p.add_argument("--n", type=positive_int, default=None,
-                   help="held-out problems (default 200; with --study 20 per twin)")
+                   help="held-out problems (default 200; with --study 14 per twin)")
     p.add_argument("--mask-topk", type=k_list, default=(0, 1, 5, 10),
                    help="comma-separated K values (0 = unmasked; 1%% = a share of the sequence)")
     p.add_argument("--mask-control", choices=["random", "none"], default="random",
                    help="random: a random non-sink-key control row beside every masked row")
     p.add_argument("--n-traces", type=nonneg_int, default=None,
-                   help="held-out problems traced for the aggregated dynamics (0 = skip; default 50, with --study 5)")
+                   help="held-out problems traced for the aggregated dynamics (0 = skip; default 50, with --study 4)")
     p.add_argument("--workers", type=positive_int, default=default_workers(),
                    help="--study: processes that split the samples (default: the CPU cores, at most 4)")
     p.set_defaults(func=run)

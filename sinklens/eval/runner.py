@@ -124,7 +124,7 @@ def run_eval(cfg: EvalConfig, model=None) -> list[str]:
                 # one bar, on the main process, labelled with its share when several processes run
                 label = f"{cfg.task} K={k}" + ("" if control == "none" else f" {control} control")
                 if world > 1:
-                    label += f" [rank 0 of {world}: every {world}th sample]"
+                    label += f" [rank 0 of {world}: 1 sample in {world}]"
                 bar = tqdm(total=len(mine), initial=len(mine) - len(todo), unit="sample", desc=label,
                            disable=not cfg.progress or not dist.is_main, dynamic_ncols=True)
                 with records.RecordWriter(os.path.join(run_dir, f"samples.rank{rank}.jsonl")) as out:

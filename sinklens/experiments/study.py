@@ -32,7 +32,7 @@ from pathlib import Path
 from sinklens.experiments.model_spec import DemoModel
 
 LOAD = {"dtype": "float32"}
-STUDY_N, STUDY_TRACES = 20, 5   # `replicate --study` defaults: the table in <= 15 min on 2 cores
+STUDY_N, STUDY_TRACES = 14, 4   # `replicate --study` defaults: the table in <= 15 min on 2 cores
 # The shipped story twins (sinklens/assets), label -> alias; those not shipped are skipped.
 # "-9" / "-30": the largest operand of the twin's problems (docs/training.md).
 SHIPPED = {"arm-30": "story-arm-4l", "arm-9": "story9-arm-4l", "dlm-from-arm-9": "story9-dlmarm-4l",
@@ -211,25 +211,30 @@ def study_table(out: Path) -> str:
 
 
 def _figure(path: Path, models: list[str], ks: list[int], cell: dict) -> None:
+    """Per twin (columns): exact accuracy (top row) and the change of the reference answer's
+    log-likelihood per token (bottom row) against K, top-K sinks blocked beside K random keys."""
     import matplotlib
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    fig, axes = plt.subplots(1, len(models), figsize=(3.2 * len(models), 3.0), sharey=True, squeeze=False)
-    for ax, m in zip(axes[0], models):
+    fig, axes = plt.subplots(2, len(models), figsize=(3.2 * len(models), 5.6), sharey="row", squeeze=False)
+    for j, m in enumerate(models):
         for control, style in (("none", "o-"), ("random", "s--")):
             found = [(k, cell.get((m, k, "none" if k == 0 else control))) for k in [0] + ks]
             found = [(k, r) for k, r in found if r is not None]
-            xs = [k for k, _ in found]
-            ys = [float(r["accuracy"]) for _, r in found]
-            es = [float(r["stderr"]) for _, r in found]
-            ax.errorbar(xs, ys, yerr=es, fmt=style, capsize=3,
-                        label="top-K sinks blocked" if control == "none" else "K random keys blocked")
-        ax.set_title(m, fontsize=9)
-        ax.set_xlabel("K (keys blocked per head)")
-        ax.set_xticks([0] + ks)
+            label = "top-K sinks blocked" if control == "none" else "K random keys blocked"
+            axes[0][j].errorbar([k for k, _ in found], [float(r["accuracy"]) for _, r in found],
+                                yerr=[float(r["stderr"]) for _, r in found], fmt=style, capsize=3, label=label)
+            ll = [(k, float(r["loglik_masked_per_token"]) - float(r["loglik_unmasked_per_token"]))
+                  for k, r in found if r.get("loglik_masked_per_token")]
+            axes[1][j].plot([k for k, _ in ll], [v for _, v in ll], style, label=label)
+        axes[0][j].set_title(m, fontsize=9)
+        axes[1][j].set_xlabel("K (keys blocked per head)")
+        for ax in axes[:, j]:
+            ax.set_xticks([0] + ks)
     axes[0][0].set_ylabel("held-out exact accuracy")
     axes[0][0].set_ylim(-0.05, 1.05)
+    axes[1][0].set_ylabel("Δ log-likelihood / token (nats)")
     axes[0][0].legend(fontsize=7, loc="center right")
     fig.tight_layout()
     fig.savefig(path, dpi=120)
