@@ -263,7 +263,7 @@ def test_arith_task_reads_a_twins_data_config(tmp_path):
         task.load(str(tmp_path / "missing.json"))
 
 
-def test_study_end_to_end_on_tiny_runs(tmp_path):
+def test_study_end_to_end_on_tiny_runs(tmp_path, monkeypatch):
     """`sinklens study` on three finished (2-step) runs of the three recipes: a table row per
     twin and K with its control, and dynamics rows for each twin and its random-init control."""
     from dataclasses import replace
@@ -275,6 +275,8 @@ def test_study_end_to_end_on_tiny_runs(tmp_path):
         train(cfg, progress=False)
         runs[kind] = cfg.out
     out = tmp_path / "study"
+    prompts = []                              # transformers asks on stdin before running remote code
+    monkeypatch.setattr("builtins.input", lambda *a: prompts.append(a) or "n")
     assert main(["study", "--out", str(out), "--n", "2", "--n-traces", "1", "--mask-topk", "0,1", "--quiet",
                  "--workers", "2"] + [a for k, r in runs.items() for a in ("--run", f"{k}={r}")]) == 0
     table = (out / "eval" / "summary.md").read_text()
@@ -290,6 +292,7 @@ def test_study_end_to_end_on_tiny_runs(tmp_path):
         a, b = (sorted((json.loads(x)["id"], json.loads(x)["raw_output"]) for x in p.read_text().splitlines())
                 for p in (f, split))
         assert a == b and len(a) == 2, f
+    assert prompts == [], "something asked whether to run a checkpoint's remote code"
     rows = json.loads((out / "dynamics_over_problems.json").read_text())
     labels = {r["model"] for r in rows}
     assert labels >= {"arm", "dlm", "dlm-shift", "arm (random init)", "dlm (random init)", "dlm-shift (random init)"}

@@ -64,15 +64,17 @@ def sampler_kwargs(conf: dict) -> dict:
 def random_control(model_folder: Path, conf: dict, out: str | Path, seed: int = 1234) -> Path:
     """A randomly initialised model of the twin's shape, exported in its format (with its
     tokenizer), so the dynamics of trained and untrained weights are read by the same code."""
-    from transformers import AutoTokenizer
-
+    from sinklens.models.families import detect_family
+    from sinklens.models.loader import load_tokenizer
     from sinklens.train.model import build_model
     from sinklens.train.train import TrainConfig, export
     folder = Path(out)
     if (folder / "config.json").is_file():
         return folder
     cfg = TrainConfig.from_dict(conf)
-    tok = AutoTokenizer.from_pretrained(str(model_folder))
+    # the loader's tokenizer path: AutoTokenizer on a LLaDA-format folder (config auto_map) would ask
+    # on stdin whether to run remote code, and wait 15 s for an answer
+    tok = load_tokenizer(model_folder, detect_family(json.loads((model_folder / "config.json").read_text())))
     cfg = replace(cfg, model=replace(cfg.model, vocab_size=len(tok)))
     model = build_model(cfg.model, diffusion=cfg.diffusion, seed=seed)
     export(model, tok, cfg, folder)
