@@ -12,7 +12,7 @@ such as `story-arm-4l`, or any exported folder with `training/train_config.json`
 1. Accuracy on held-out problems of the twins' own data settings: unmasked, top-K Eq. 3 sinks
    masked and K random non-sink keys masked (control), through `sinklens.eval` -> `<out>/eval/`,
    each twin with the sampler settings it was scored with in training (greedy; `sampler_kwargs`).
-   `jobs` worker processes split the samples (hand-set shards, merged at the end).
+   `workers` processes split the samples (hand-set shards, merged at the end).
 2. `<out>/study.md`: exact accuracy, the share of right equations (a graded score), the reference
    answer's log-likelihood (a probe that reads even where answers are wrong) and the share of the
    keys the K blocked keys are (K / S, per head and step, measured); `<out>/study.png`, the figure.
@@ -149,7 +149,10 @@ def run_stats(eval_out: Path) -> dict[tuple[str, str], dict]:
         rows = records.collect(str(cfg.parent))
         shares = [r["masked"]["blocked_share_of_keys"] for r in rows
                   if r.get("masked") and r["masked"].get("blocked_share_of_keys") is not None]
-        right, written = (sum(x) for x in zip((0, 0), *(equations_right(r["raw_output"]) for r in rows)))
+        right = written = 0
+        for r in rows:
+            ok, n = equations_right(r["raw_output"])
+            right, written = right + ok, written + n
         stats[(cfg.parent.parts[-3], cfg.parent.name)] = {
             "key_share": sum(shares) / len(shares) if shares else None,
             "equations": right / written if written else None, "equations_written": written}
@@ -162,7 +165,8 @@ def study_table(out: Path) -> str:
     the eval's summary.csv and samples."""
     import csv
 
-    rows = list(csv.DictReader(open(out / "eval" / "summary.csv", encoding="utf-8")))
+    from sinklens.eval.config import run_name
+    rows = list(csv.DictReader((out / "eval" / "summary.csv").read_text(encoding="utf-8").splitlines()))
     stats = run_stats(out / "eval")
     models = list(dict.fromkeys(r["model"] for r in rows))
     ks = sorted({int(r["mask_topk"]) for r in rows if str(r["mask_topk"]).isdigit() and int(r["mask_topk"]) > 0})
@@ -178,7 +182,7 @@ def study_table(out: Path) -> str:
         return f"{float(r['accuracy']):.2f} ± {float(r['stderr']):.2f} ({n})"
 
     def eq(m, k, c):
-        st = stats.get((m, "k0" if k == 0 else f"k{k}" + ("" if c == "none" else f"-{c}")))
+        st = stats.get((m, run_name(k, c)))
         return "–" if st is None or st["equations"] is None else f"{st['equations']:.2f} ({st['equations_written']})"
 
     def table(fmt_cell):
@@ -195,7 +199,8 @@ def study_table(out: Path) -> str:
     share = ["| twin | " + " | ".join(f"K={k}" for k in ks) + " |", "|---" * (len(ks) + 1) + "|"]
     for m in models:
         share.append(f"| {m} | " + " | ".join(
-            f"{stats[(m, f'k{k}')]['key_share']:.1%}" if stats.get((m, f"k{k}"), {}).get("key_share") is not None
+            f"{stats[(m, run_name(k, 'none'))]['key_share']:.1%}"
+            if stats.get((m, run_name(k, "none")), {}).get("key_share") is not None
             else "–" for k in ks) + " |")
     text = ("Held-out story problems; top-K Eq. 3 sinks per head blocked at every step, or K random non-sink "
             "keys per head instead (control).\n\nExact answer accuracy (± standard error):\n\n"
