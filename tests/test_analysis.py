@@ -88,7 +88,7 @@ def test_eps_sweep_is_monotone_and_counts_real_keys():
     direct = sum(is_sink(d["received"][t]).sum() for t in range(P.T)) / (P.T * P.L * P.H * P.S)
     assert f[list(a.config.eps_values).index(3.0)] == pytest.approx(direct)
     sw = eps_sweep(np.random.default_rng(0).gamma(0.3, 3.0, size=(50, 64)), np.linspace(0, 20, 81))
-    assert (np.diff(sw.fraction) <= 0).all() and sw.units == "sum"
+    assert (np.diff(sw.fraction) <= 0).all() and sw.units == "scaled_sum"
     x = np.random.default_rng(1).gamma(0.3, 3.0, size=(20, 64))
     grid = [5.0, 0.0, 2.5, 10.0]                                       # any order
     m = sink_margin(x)
@@ -171,9 +171,10 @@ def test_token_categories(tok, tid, cat):
 
 def test_output_states_units(planted):
     d = json.loads(json.dumps(planted.to_dict()))
-    assert d["units"] == "sum" and "column sum" in d["units_meaning"]
+    assert d["units"] == "scaled_sum" and "column sum" in d["units_meaning"] and d["sink_eps"] == 3
+    assert d["visibility"] == ["bidirectional"] * P.L
     for k in ("layer_head", "largest_sink_score", "score_distribution", "eps_sweep"):
-        assert d[k]["units"] == "sum", k
+        assert d[k]["units"] == "scaled_sum", k
     a2 = analyze(P.source(), units="uniform_ratio")
     assert a2.to_dict()["units"] == "uniform_ratio"
 

@@ -261,25 +261,29 @@ class SplitEvent:
         return {k: (round(float(v), 4) if isinstance(v, float) else int(v)) for k, v in self.__dict__.items()}
 
 
-def group_scores(received_groups: np.ndarray, key_mask: np.ndarray) -> np.ndarray:
-    """(G, L, H, S) per-group column sums -> multiples of uniform attention within each group:
-    r^g_j · S_k / S_g (0 for an empty group)."""
-    rg = np.where(key_mask, received_groups, 0.0)
+def group_scores(received_groups: np.ndarray, visible: np.ndarray) -> np.ndarray:
+    """(G, L, H, S) per-group column sums -> the rule's `scaled_sum` within each group:
+    r^g_j · K / S_g, K = the layer's visible keys (`visible` (L, S)), S_g = Σ_j r^g_j = the
+    group's queries (0 for an empty group)."""
+    vis = visible[None, :, None, :]                       # (1, L, 1, S)
+    rg = np.where(vis, received_groups, 0.0)
     n_q = rg.sum(axis=-1, keepdims=True)                 # (G, L, H, 1) queries per group
     out = np.zeros_like(rg)
-    np.divide(rg * float(key_mask.sum()), n_q, out=out, where=n_q > 0.5)
+    np.divide(rg * visible.sum(-1)[None, :, None, None], n_q, out=out, where=n_q > 0.5)
     return out
 
 
-def split_events(step: int, received_groups: np.ndarray, group_names, key_mask: np.ndarray,
+def split_events(step: int, received_groups: np.ndarray, group_names, visible: np.ndarray,
                  eps: float) -> list[SplitEvent]:
-    """Splits at one step (rule in the module docstring); [] when the groups are not recorded."""
+    """Splits at one step (rule in the module docstring); [] when the groups are not recorded.
+    visible: (L, S) keys the step's queries could see (rule/np_rule.py)."""
     names = list(group_names)
     if received_groups is None or "masked" not in names or "unmasked" not in names:
         return []
-    g = group_scores(received_groups, key_mask)
-    pos_m, sc_m = largest_sink(g[names.index("masked")], eps, key_mask)      # (L, H)
-    pos_u, sc_u = largest_sink(g[names.index("unmasked")], eps, key_mask)
+    g = group_scores(received_groups, visible)
+    keys = visible[:, None, :]                                                 # (L, 1, S)
+    pos_m, sc_m = largest_sink(g[names.index("masked")], eps, keys)          # (L, H)
+    pos_u, sc_u = largest_sink(g[names.index("unmasked")], eps, keys)
     hit = (pos_m >= 0) & (pos_u >= 0) & (pos_m != pos_u)
     return [SplitEvent(step, int(l), int(h), int(pos_m[l, h]), int(pos_u[l, h]), float(sc_m[l, h]), float(sc_u[l, h]))
             for l, h in zip(*np.nonzero(hit))]

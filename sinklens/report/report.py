@@ -124,10 +124,10 @@ def build_report(traces, out: str | os.PathLike, *, labels: list[str] | None = N
         if opts.heads:
             for l, h in opts.heads:
                 src.check_layer_head(l, h)
-        cfg = AnalysisConfig(units=opts.units, eps=opts.eps, progress=opts.progress)
+        cfg = AnalysisConfig(units=opts.units, sink_eps=opts.sink_eps, progress=opts.progress)
         analyses = [analyze(src, cfg)]
         if src.causal and opts.units != "uniform_ratio":
-            analyses.append(analyze(src, AnalysisConfig(units="uniform_ratio", eps=opts.eps, progress=opts.progress)))
+            analyses.append(analyze(src, AnalysisConfig(units="uniform_ratio", sink_eps=opts.sink_eps, progress=opts.progress)))
         folder = out if len(traces) == 1 else out / label
         rep = TraceReport(label, folder, analyses)
         pngs = {}
@@ -193,7 +193,7 @@ def _markdown(report: Report) -> str:
         for a in rep.analyses:
             d = a.to_dict()
             sh = d["shape"]
-            lines += [f"## {rep.label} — units `{a.units}`, ε = {a.config.eps:g}", "",
+            lines += [f"## {rep.label} — units `{a.units}`, ε = {a.config.sink_eps:g}", "",
                       f"- units: {d['units_meaning']}",
                       *[f"- note: {n}" for n in d["notes"]],
                       f"- shape: {sh['steps']} steps × {sh['layers']} layers × {sh['heads']} heads, up to "
@@ -206,8 +206,8 @@ def _markdown(report: Report) -> str:
                                                             for k, v in d["drift"].items()),
                       f"- masked/unmasked splits: {d['masked_unmasked_splits']['count']} (step, layer, head)"
                       + ("" if a.source.group_names else " (trace has no per-group attention)"),
-                      f"- ε sweep at ε = {a.config.eps:g}: "
-                      f"{100 * float(np.interp(a.config.eps, a.eps_sweep.eps, a.eps_sweep.fraction)):.2f} % of tokens flagged",
+                      f"- ε sweep at ε = {a.config.sink_eps:g}: "
+                      f"{100 * float(np.interp(a.config.sink_eps, a.eps_sweep.eps, a.eps_sweep.fraction)):.2f} % of tokens flagged",
                       ""]
             lines += [a.token_table.to_markdown(10), ""]
         lines += ["Figures:", ""] + [f"- `{name}`: " + ", ".join(f"[{Path(p).suffix[1:]}]({os.path.relpath(p, report.out)})"
