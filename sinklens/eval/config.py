@@ -74,7 +74,7 @@ class EvalConfig:
     # the masking settings, declared in MaskingConfig (type, choices, help, default); the run's
     # MaskingConfig is built from them in `masking()`
     mask_sinks: str = param_like(MaskingConfig, "sinks")
-    eps: float = param_like(MaskingConfig, "eps")
+    sink_eps: float = param_like(MaskingConfig, "sink_eps")
     mask_units: str = param_like(MaskingConfig, "units")
     mask_scope: str = param_like(MaskingConfig, "scope")
     mask_control: str = param_like(MaskingConfig, "control")
@@ -122,8 +122,8 @@ class EvalConfig:
         """The MaskingConfig of the run (K, control)."""
         count, fraction = k_spec(k)
         active = count > 0 or fraction is not None
-        return MaskingConfig(top_k=count, fraction=fraction, threshold=self.threshold if active else None,
-                             sinks=self.mask_sinks, eps=self.eps, units=self.mask_units, scope=self.mask_scope,
+        return MaskingConfig(mask_k=count, fraction=fraction, threshold=self.threshold if active else None,
+                             sinks=self.mask_sinks, sink_eps=self.sink_eps, units=self.mask_units, scope=self.mask_scope,
                              control=control, seed=self.seed, ranking=self.ranking, keep_self=self.keep_self,
                              step0=self.step0, arm_rule=self.arm_rule)
 

@@ -54,7 +54,7 @@ class SinklensLM(LM):
         if device and str(device).startswith("cuda") and not torch.cuda.is_available():
             warnings.warn(f"device={device!r} (lm-eval's default) but CUDA is not available: using the CPU")
             device = None
-        self.config = MaskingConfig(top_k=int(mask_topk), threshold=_opt(threshold, float), ranking=ranking,
+        self.config = MaskingConfig(mask_k=int(mask_topk), threshold=_opt(threshold, float), ranking=ranking,
                                     keep_self=_bool(keep_self), step0=step0, arm_rule=arm_rule,
                                     sinks=mask_sinks, eps=float(eps), units=mask_units, scope=mask_scope,
                                     control=mask_control, seed=int(seed))
