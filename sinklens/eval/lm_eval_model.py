@@ -45,7 +45,7 @@ def _opt(v, cast):
 class SinklensLM(LM):
     def __init__(self, pretrained: str, mask_topk=0, ranking="per_head", threshold=None, keep_self=False,
                  step0="unmasked", arm_rule="newest", gen_length=None, dtype=None, device=None, seed=0,
-                 batch_size=1, mask_sinks="eq3", eps=3.0, mask_units="scaled_sum", mask_scope="all",
+                 batch_size=1, mask_sinks="topk", eps=3.0, mask_units="scaled_sum", mask_scope="all",
                  mask_control="none", **other):
         super().__init__()
         import torch
@@ -56,7 +56,7 @@ class SinklensLM(LM):
             device = None
         self.config = MaskingConfig(mask_k=int(mask_topk), threshold=_opt(threshold, float), ranking=ranking,
                                     keep_self=_bool(keep_self), step0=step0, arm_rule=arm_rule,
-                                    sinks=mask_sinks, eps=float(eps), units=mask_units, scope=mask_scope,
+                                    sinks=mask_sinks, sink_eps=float(eps), units=mask_units, scope=mask_scope,
                                     control=mask_control, seed=int(seed))
         self.m = load(pretrained, dtype=dtype, device=device)
         if self.m.tokenizer is None:

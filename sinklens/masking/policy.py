@@ -161,9 +161,12 @@ class SinkMaskingPolicy:
         return req
 
     def after_step(self, event) -> None:
+        if self.config.active:
+            self._next = self.rank_event(event)
+
+    def rank_event(self, event):
+        """The Selection for the step after `event` (a StepEvent whose request captured attention)."""
         req = event.attention
-        if not self.config.active:
-            return
         if req is None or not req.has_received:
             raise RuntimeError("the masking policy needs the step's captured attention; the sampler "
                                "did not pass the request returned by before_step to the forward")
@@ -172,7 +175,7 @@ class SinkMaskingPolicy:
         mask = getattr(event, "attention_mask", None)
         real = torch.ones(B, S, dtype=torch.bool) if mask is None else mask.bool().cpu()
         queries = self._queries(B, S, real, getattr(event, "query_positions", None))
-        self._next = self.rank(source, real=real, queries=queries)
+        return self.rank(source, real=real, queries=queries)
 
     # --- what was masked ------------------------------------------------------------------
     def summary(self, categorize=None, top: int = 10) -> dict:
