@@ -236,3 +236,22 @@ def test_track_pairing_equals_brute_force_greedy():
         new = {int(q): 1.0 for q in rng.choice(40, rng.integers(0, 8), replace=False)}
         mm = (None, 3)[k % 2]
         assert _pair(prev, new, mm) == brute(prev, new, mm), (prev, new, mm)
+
+
+def test_rank_swaps_are_not_moves():
+    """Two standing sinks that swap the top rank by a hair are no moving sink; a sink that leaves
+    its position for one that was no sink before is (the paper's moving sink)."""
+    T, S = 4, 12
+    received = np.ones((T, 1, 1, S), np.float32)
+    received[:, 0, 0, [2, 7]] = 6.0                  # two sinks at every step
+    received[1, 0, 0, 7] = 6.5                       # step 1: position 7 ranks first (a swap)
+    received[2, 0, 0, 7] = 1.0                       # step 2: 7 is gone, 9 appears and leads
+    received[2, 0, 0, 9] = 7.0
+    received[3, 0, 0, 9] = 1.0                       # step 3: 9 gone, only 2 left (2 stays)
+    a = analyze(ArraySource(received, np.zeros((T, S), int)))
+    assert a.largest_pos[:, 0, 0].tolist() == [2, 7, 9, 2]
+    moved, swapped = a.largest_changes()
+    assert moved[:, 0, 0].tolist() == [False, True, False]       # 7 -> 9: 7 stopped, 9 was none
+    assert swapped[:, 0, 0].tolist() == [True, False, True]      # 2 -> 7 and 9 -> 2: both standing
+    head = a.head_summaries()[0]
+    assert head["largest_moves"] == 1 and head["largest_rank_swaps"] == 2

@@ -24,7 +24,7 @@ from tqdm.auto import tqdm
 
 from sinklens.analysis.accumulate import Accumulator, Step, rounded
 from sinklens.analysis.dynamics import (DriftEvent, SinkTrack, SplitEvent, drift_events, drift_summary, head_class,
-                                        largest_sink_moves, track_sinks)
+                                        largest_sink_changes, largest_sink_moves, track_sinks)
 from sinklens.analysis.sinks import EpsSweep, EpsSweepAccumulator
 from sinklens.analysis.source import Source, as_source
 from sinklens.analysis.step_stats import (HIST_EDGES, QUANTILES, Eq3Sinks, MarginDistribution,  # noqa: F401
@@ -80,6 +80,7 @@ class Analysis:
     extra: dict = field(default_factory=dict)              # results of accumulators beyond the built-in ones
     accumulators: list = field(default_factory=list, repr=False)   # their to_dict() parts
     _dict: dict | None = field(default=None, repr=False)   # to_dict() cache (an Analysis is final once built)
+    _changes: tuple | None = field(default=None, repr=False)   # largest_changes() cache
 
     # ---- shape ----------------------------------------------------------------------------
     @property
@@ -139,6 +140,7 @@ class Analysis:
         for e in self.splits:
             split_steps[(e.layer, e.head)] = split_steps.get((e.layer, e.head), 0) + 1
         out = []
+        moved, swapped = self.largest_changes()
         for l in range(self.num_layers):
             for h in range(self.num_heads):
                 trs = by_head.get((l, h), [])
@@ -147,15 +149,22 @@ class Analysis:
                      "deaths": sum(tr.end < self.num_steps - 1 for tr in trs),
                      "mean_lifetime_steps": float(np.mean([tr.lifetime for tr in trs])) if trs else 0.0,
                      "masked_unmasked_split_steps": split_steps.get((l, h), 0)}
-                d.update({f"largest_{k}": v for k, v in largest_sink_moves(self.largest_pos[:, l, h]).items()})
+                d.update({f"largest_{k}": v for k, v in largest_sink_moves(self.largest_pos[:, l, h], moved[:, l, h],
+                                                                             swapped[:, l, h]).items()})
                 out.append(d)
         return out
+
+    def largest_changes(self) -> tuple[np.ndarray, np.ndarray]:
+        """(moved, swapped) (T − 1, L, H): the largest sink moved to a new position, or standing
+        sinks swapped rank (dynamics.largest_sink_changes)."""
+        if self._changes is None:
+            self._changes = largest_sink_changes(self.largest_pos, self.sinks)
+        return self._changes
 
     def pick_heads(self, n: int = 3) -> list[tuple[int, int]]:
         """Heads worth a Fig. 7 panel: most largest-sink moves, then most steps with a sink."""
         has = (self.largest_pos >= 0)
-        a, b = self.largest_pos[:-1], self.largest_pos[1:]
-        moves = ((a >= 0) & (b >= 0) & (a != b)).sum(axis=0)       # (L, H)
+        moves = self.largest_changes()[0].sum(axis=0)              # (L, H)
         key = moves * (self.num_steps + 1) + has.sum(axis=0)
         order = np.argsort(-key, axis=None, kind="stable")[:n]
         return [tuple(int(x) for x in np.unravel_index(i, key.shape)) for i in order if key.flat[i] > 0] or [(0, 0)]
