@@ -174,10 +174,11 @@ def replicate(out: str | Path, n: int = 200, mask_topk: tuple[int | str, ...] = 
         raise ValueError(f"protocols must be a non-empty subset of {list(PROTOCOLS)}, got {list(protocols)}")
     out = Path(out)
     dirs = []
-    for protocol in protocols:
+    for i, protocol in enumerate(protocols):
         dirs.append(str(out / "eval" / protocol))
+        ks = mask_topk if i == 0 else tuple(k for k in mask_topk if k not in (0, "0"))   # one unmasked run
         for name in ("tiny-dlm", "tiny-arm"):
-            run_eval(EvalConfig(model=name, task="arith", out=dirs[-1], mask_topk=mask_topk, limit=n,
+            run_eval(EvalConfig(model=name, task="arith", out=dirs[-1], mask_topk=ks, limit=n,
                                 shots=0, chat="on", dtype="float32", mask_sinks=protocol,
                                 sampler_args={"block_length": dlm_sampler()["block_length"]} if name == "tiny-dlm" else {},
                                 loglik=False, progress=progress, mask_control=control))
