@@ -31,7 +31,7 @@ from sinklens.analysis.step_stats import (HIST_EDGES, QUANTILES, Eq3Sinks, Margi
                                           MeanOverHeads, ScoreDistribution, SinkTokens, Splits, StepArrays, TopKey)
 from sinklens.analysis.tokens import SinkTokenTable
 from sinklens.rule import np_rule
-from sinklens.rule.spec import DEFAULT_EPS, DEFAULT_UNITS, UNITS, check_units
+from sinklens.rule.spec import BASELINE_UNITS, DEFAULT_EPS, DEFAULT_UNITS, UNITS, check_units
 
 DEFAULT_EPS_VALUES = np.round(np.arange(0.0, 10.01, 0.25), 2)
 
@@ -183,24 +183,25 @@ class Analysis:
         out, eps, u = [], self.config.sink_eps, self.units
         if self.source.truncated:
             out.append(f"the trace is truncated (the run was interrupted): {self.num_steps} finished steps analysed")
-        if u == "sum":
+        unit = UNITS[u]
+        if unit.ceiling == "queries":
             few = int((self.n_queries <= eps).sum())
             if few:
                 out.append(f"{few} of {self.num_steps} steps sum ≤ ε = {eps:g} query rows (e.g. ARM decoding: the "
-                           f"newest token's row only), so their column sums are ≤ {eps:g} and Eq. 3 cannot fire "
-                           f"there; use units uniform_ratio to see sinks at those steps")
-        if u == "mean" and eps >= 1:
-            out.append(f"units 'mean' are ≤ 1 by construction: Eq. 3 with ε = {eps:g} never fires (the units trap)")
-        if self.source.causal and u in ("uniform_ratio", "gu") and (self.n_queries > 1).any():
+                           f"newest token's row only), so their scores are ≤ {eps:g} and Eq. 3 cannot fire "
+                           f"there; use units {DEFAULT_UNITS} or {BASELINE_UNITS} to see sinks at those steps")
+        if unit.ceiling == "one" and eps >= 1:
+            out.append(f"units '{u}' are ≤ 1 by construction: Eq. 3 with ε = {eps:g} never fires (the units trap)")
+        if self.source.causal and unit.per_key and (self.n_queries > 1).any():
             out.append("causal model: the last positions of a multi-query step are seen by few queries (the last key "
                        "by one), so their ratio is noisy — one query giving it 30 % of its attention makes it ≈ 0.3·S "
                        "times its expectation; read late-position sinks at such steps with care")
-        if u in ("uniform_ratio", "gu") and (self.n_queries == 1).any():
+        if unit.scales_single_rows and (self.n_queries == 1).any():
             out.append(f"{int((self.n_queries == 1).sum())} steps sum one query row: Eq. 3 there flags any key taking a "
                        "large share of that query's attention (previous-token heads too), not only sinks")
-        if self.source.causal and u in ("sum", "mean"):
+        if self.source.causal and unit.causal_baseline:
             out.append("causal model: even uniform attention gives key j a column sum H_S − H_j (≈ ln S + 0.58 at "
-                       "position 0), so raw sums flag early positions; compare with units uniform_ratio")
+                       f"position 0), so these units favour early positions; compare with units {BASELINE_UNITS}")
         return out
 
     # ---- notebook display ---------------------------------------------------------------------

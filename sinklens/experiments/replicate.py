@@ -23,7 +23,7 @@ from pathlib import Path
 
 from sinklens.eval.arith import heldout_problems
 from sinklens.experiments.twins import demo_models_and_prompt, dlm_sampler
-from sinklens.rule.spec import DEFAULT_EPS, DEFAULT_UNITS, PROTOCOLS
+from sinklens.rule.spec import BASELINE_UNITS, DEFAULT_EPS, DEFAULT_UNITS, PROTOCOLS
 
 
 def dynamics_over_problems(out: str | Path, n_traces: int = 50, progress: bool = True,
@@ -52,7 +52,7 @@ def dynamics_over_problems(out: str | Path, n_traces: int = 50, progress: bool =
     for dm in models:
         mine = (problems[dm.label] if isinstance(problems, dict) else problems)[:n_traces]
         paths, causal = trace_problems(dm, mine, out, progress)
-        views = [DEFAULT_UNITS] if not causal else [DEFAULT_UNITS, "uniform_ratio"]
+        views = [DEFAULT_UNITS] if not causal else [DEFAULT_UNITS, BASELINE_UNITS]
         acc = {u: {"moved": 0, "swaps": 0, "pairs": 0, "with_sink": [], "per_layer": [],
                    "cats": dict.fromkeys(CATEGORIES, 0),
                    "classes": {}, "drift": []} for u in views}

@@ -28,6 +28,7 @@ from sinklens.analysis.source import AnalysisInputError, as_source
 from sinklens.report import figures as F
 from sinklens.report.html import render_page
 from sinklens.report.options import ReportOptions
+from sinklens.rule.spec import BASELINE_UNITS
 
 
 @dataclass
@@ -126,8 +127,8 @@ def build_report(traces, out: str | os.PathLike, *, labels: list[str] | None = N
                 src.check_layer_head(l, h)
         cfg = AnalysisConfig(units=opts.units, sink_eps=opts.sink_eps, progress=opts.progress)
         analyses = [analyze(src, cfg)]
-        if src.causal and opts.units != "uniform_ratio":
-            analyses.append(analyze(src, AnalysisConfig(units="uniform_ratio", sink_eps=opts.sink_eps, progress=opts.progress)))
+        if src.causal and opts.units != BASELINE_UNITS:
+            analyses.append(analyze(src, AnalysisConfig(units=BASELINE_UNITS, sink_eps=opts.sink_eps, progress=opts.progress)))
         folder = out if len(traces) == 1 else out / label
         rep = TraceReport(label, folder, analyses)
         pngs = {}

@@ -19,7 +19,7 @@ from pathlib import Path
 from sinklens.analysis.analyze import Analysis, AnalysisConfig, analyze
 from sinklens.analysis.source import as_source
 from sinklens.report.html import HERE, PageOptions, write_fragment
-from sinklens.rule.spec import DEFAULT_EPS, DEFAULT_UNITS
+from sinklens.rule.spec import BASELINE_UNITS, DEFAULT_EPS, DEFAULT_UNITS
 
 
 @dataclass
@@ -39,8 +39,8 @@ def _views(x, units: str, sink_eps: float) -> list[Analysis]:
         return [x]
     src = as_source(x)
     views = [analyze(src, AnalysisConfig(units=units, sink_eps=sink_eps))]
-    if src.causal and units != "uniform_ratio":
-        views.append(analyze(src, AnalysisConfig(units="uniform_ratio", sink_eps=sink_eps)))
+    if src.causal and units != BASELINE_UNITS:
+        views.append(analyze(src, AnalysisConfig(units=BASELINE_UNITS, sink_eps=sink_eps)))
     return views
 
 

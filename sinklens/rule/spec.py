@@ -34,6 +34,11 @@ class Unit:
     meaning: str     # one sentence: what score_j is
     label: str       # short axis label for figures
     uniform: str     # what uniform attention gives every visible key (or key j)
+    # what a reader must know (the analysis turns these into notes on a trace):
+    ceiling: str | None = None        # "queries": score_j ≤ Q; "one": score_j ≤ 1 (ε ≥ 1 never fires)
+    causal_baseline: bool = True      # keeps the causal baseline H_S − H_j (early keys score high under uniform attention)
+    per_key: bool = False             # divided per key: noisy where few summed queries see the key
+    scales_single_rows: bool = True   # a step of one query row is scaled up: any key with a large share passes
 
 
 # Q = number of summed query rows, K = number of visible keys (real, and seen by at least one
@@ -43,14 +48,17 @@ UNITS: dict[str, Unit] = {u.name: u for u in (
          "visible key is also a summed query: a DLM step, an ARM prefix)",
          "r_j · K / Q (multiples of the average key)", "1 on average; exactly 1 when every query sees every key"),
     Unit("sum", "column sum r_j = Σ_i A[i,j] over the summed query rows (Σ_j r_j = Q)",
-         "r_j = Σ_i A[i,j] (column sum)", "Q / K on average"),
+         "r_j = Σ_i A[i,j] (column sum)", "Q / K on average", ceiling="queries", scales_single_rows=False),
     Unit("mean", "mean received attention r_j / Q (the paper's written Eq. 2; ≤ 1, so ε = 3 never fires on it)",
-         "r_j / Q (mean received)", "1 / K on average"),
+         "r_j / Q (mean received)", "1 / K on average", ceiling="one", scales_single_rows=False),
     Unit("gu", "r_j / seen_j, the number of summed queries that could see key j (Gu et al.'s normalisation)",
-         "r_j / #queries seeing j (Gu)", "1 / (keys the query sees), e.g. 1 / K bidirectional"),
+         "r_j / #queries seeing j (Gu)", "1 / (keys the query sees), e.g. 1 / K bidirectional",
+         causal_baseline=False, per_key=True),
     Unit("uniform_ratio", "r_j / E_j, E_j = Σ over summed queries i that see j of 1 / |keys i sees| (removes the "
-         "causal, window and block baselines)", "r_j / uniform expectation", "exactly 1 for every visible key"),
+         "causal, window and block baselines)", "r_j / uniform expectation", "exactly 1 for every visible key",
+         causal_baseline=False, per_key=True),
 )}
+BASELINE_UNITS = "uniform_ratio"   # the second view of a causal run: its scores with the causal baseline removed
 
 # How sink masking picks K keys per (layer, head) (masking/config.py). The paper (§4.3): "masking
 # attention scores directed toward the top-K attention sinks identified by our metric (Equation
