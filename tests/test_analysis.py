@@ -25,7 +25,7 @@ def test_causal_uniform_baseline_is_harmonic_and_ratio_is_one():
     S = 64
     r = _causal_uniform_map(S).sum(0)                                   # column sums
     H = np.concatenate([[0.0], np.cumsum(1.0 / np.arange(1, S + 1))])   # H_0..H_S
-    np.testing.assert_allclose(r, H[S] - H[np.arange(S)], rtol=1e-12)   # SPEC: H_S − H_j
+    np.testing.assert_allclose(r, H[S] - H[np.arange(S)], rtol=1e-12)   # H_S − H_j
     assert 4.3 < r[0] < 4.8                                             # ≈ ln 64 + 0.58
     np.testing.assert_allclose(uniform_expectation(np.arange(S), np.ones(S, bool), causal=True), r, rtol=1e-9)
     np.testing.assert_allclose(scores(r, units="uniform_ratio", causal=True), 1.0, rtol=1e-5)

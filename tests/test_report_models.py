@@ -33,7 +33,7 @@ def test_report_on_real_smollm2_trace(smollm2, tmp_path):
     assert s["causal"] is True and s["figures_skipped"] == {}
     assert s["also"][0]["units"] == "uniform_ratio"
     assert any("sum one query row" in n for n in s["notes"])    # decode steps sum one query row
-    # SmolLM2's known first-token sink (0.4-0.96 of attention at position 0, SPEC §7) at the prefill step
+    # SmolLM2's known first-token sink (0.4-0.96 of attention at position 0) at the prefill step
     a = analyze(path)
     assert a.n_queries[0] == len(ids) and (a.n_queries[1:] == 1).all()
     assert (a.largest_pos[0] == 0).mean() > 0.5

@@ -1,4 +1,4 @@
-"""Sink dynamics across denoising steps, per (layer, head) (SPEC §3, paper §4.2).
+"""Sink dynamics across denoising steps, per (layer, head) (paper §4.2).
 
 Vocabulary and the exact rules used here:
 

@@ -1,4 +1,4 @@
-"""Sink masking as a sampler hook (paper §4.3; SPEC §4; docs/evaluation.md "Masking protocol").
+"""Sink masking as a sampler hook (paper §4.3; docs/evaluation.md "The masking protocol").
 
 The sinks of step t are taken from the attention of step t − 1 and blocked at step t: their
 scores become `finfo(dtype).min` for every query (the attention function does this and never

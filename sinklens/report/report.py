@@ -10,7 +10,7 @@ comparison figures in DIR):
     compare_fig10_eps_sweep.png|svg (several traces)
 
 Causal traces (ARMs) get a second set of the sink figures in `uniform_ratio` units (suffix
-`_uniform_ratio`): raw column sums carry the causal baseline H_S − H_j (SPEC §2), so the page
+`_uniform_ratio`): raw column sums carry the causal baseline H_S − H_j, so the page
 and summary report both.
 """
 from __future__ import annotations
@@ -150,7 +150,7 @@ def build_report(traces, out: str | os.PathLike, *, labels: list[str] | None = N
     _write_summary(report, opts)
     opts.page.progress = opts.page.progress or opts.progress
     # one column per trace; a causal trace's uniform_ratio view is a units toggle in its column
-    # (SPEC §2: report both); the figures go with the trace's first view
+    # (report both); the figures go with the trace's first view
     render_page([r.analyses for r in reps], report.html, opts.page, figures=page_figs)
     return report
 
