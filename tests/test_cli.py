@@ -255,36 +255,7 @@ def test_verbose_says_what_ran(fixtures_dir, capsys):
     assert "sampler llada: {'steps': 4, 'gen_length': 4, 'block_length': 4" in err and "generated in" in err
 
 
-class _Model:
-    """What default_config reads from a SinkModel."""
-
-    def __init__(self, sampler, max_length, path=None):
-        self.family = type("F", (), {"sampler": sampler})
-        self.max_length, self.source = max_length, {"path": path}
-
-
-def test_paper_defaults_are_capped_by_the_context_with_a_note():
-    from sinklens.samplers.defaults import default_config
-
-    cfg, notes = default_config(_Model("llada", 64), prompt_length=20)
-    assert (cfg.gen_length, cfg.block_length, cfg.steps) == (32, 32, 32)   # 44 free -> whole blocks of 32
-    assert notes and "gen_length 256 (the paper's setting) capped to 32" in notes[0]
-    cfg, notes = default_config(_Model("dream", 4096), prompt_length=20)
-    assert (cfg.max_new_tokens, cfg.steps, cfg.alg, cfg.temperature, cfg.top_p) == (256, 256, "entropy", 0.1, 0.9)
-    assert not notes
-    cfg, notes = default_config(_Model("llada", 64), prompt_length=20, gen_length=40)   # the user's length
-    assert (cfg.gen_length, cfg.block_length, cfg.steps) == (40, 40, 40) and not notes
-
-
-def test_twin_defaults_come_from_its_training_config():
-    from sinklens.models.loader import ALIASES
-    from sinklens.samplers.defaults import default_config, training_config
-
-    folder = ALIASES["tiny-dlm"]().folder
-    train = training_config(folder)
-    assert train is not None and train["kind"] == "dlm"
-    cfg, _ = default_config(_Model("llada", 128, folder), prompt_length=10)
-    assert cfg.gen_length == train["gen_length"] and cfg.block_length == (train["block_length"] or train["gen_length"])
+# the defaults generate / trace run (the length policy): tests/test_lengths.py
 
 
 def test_loading_a_dlm_does_not_warn_about_model_types():

@@ -12,6 +12,7 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 import torch
@@ -96,13 +97,16 @@ def test_library_rejects_zero_instead_of_defaulting(tmp_path):
                         ({"alg": "nope"}, "alg must be one of"), ({"stpes": 8}, "unknown sampler argument 'stpes'")]:
         with pytest.raises(ValueError, match=match):
             EvalConfig(**base, sampler_args=args)
+    def model(sampler):  # what the length policy reads of a SinkModel
+        return SimpleNamespace(family=SimpleNamespace(sampler=sampler), max_length=None, source={})
+
     for gen, kwargs in [(0, {}), (None, dict(steps=0)), (None, dict(block_length=0)), (8, dict(steps=3, block_length=4))]:
         with pytest.raises(ValueError):
-            sampler_settings("llada", "gsm8k", gen, **kwargs)
+            sampler_settings(model("llada"), "gsm8k", gen, **kwargs)
     with pytest.raises(ValueError):
-        sampler_settings("dream", "gsm8k", steps=0)
+        sampler_settings(model("dream"), "gsm8k", steps=0)
     with pytest.raises(ValueError, match="the arm sampler got unknown argument"):
-        sampler_settings("arm", "gsm8k", steps=8)
+        sampler_settings(model("arm"), "gsm8k", steps=8)
     with pytest.raises(ValueError, match="query_chunk"):
         CaptureOptions(query_chunk=-1)
 

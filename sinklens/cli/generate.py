@@ -4,7 +4,7 @@
     sinklens generate --model smollm2-135m-instruct --prompt "Hi" --max-new-tokens 16 --json
     sinklens generate --model ./my-llada --input-ids 1,2,3 --steps 32 --gen-length 32
 
-Sampler flags left out take the model's defaults (sinklens.samplers.defaults): a sinklens twin's
+Sampler flags left out take the model's defaults (sinklens.samplers.lengths): a sinklens twin's
 training settings, else the family's published setting, cut to the model's context with a note.
 The sampler flags are derived from the registered sampler configs (sinklens.samplers.SAMPLERS); `sinklens
 trace` shares this module's options.
@@ -24,14 +24,19 @@ def add_sampler_flags(parser: argparse.ArgumentParser, exclude: tuple[str, ...] 
                       ) -> list[str]:
     """One flag per field of the registered sampler configs (`SAMPLERS`: every sampler module): type,
     range, help and default come from the field, so no flag table is kept by hand. A field that
-    several samplers share (steps, temperature, ...) is one flag. Returns the field names."""
+    several samplers share (steps, temperature, ...) is one flag. A field's old name (`RENAMED`,
+    e.g. Dream's --eps) is a flag too, deprecated. Returns the field names (old names included)."""
     from sinklens.samplers.configs import SAMPLERS, expected
 
     by_name: dict[str, list] = {}
+    old_names: dict[str, list] = {}
     for sampler, cls in SAMPLERS.items():
         for f in fields(cls):
             if f.name not in exclude:
                 by_name.setdefault(f.name, []).append((sampler, f))
+        for old, new in cls.RENAMED.items():
+            if old not in exclude:
+                old_names.setdefault(old, []).append((sampler, new))
     group = parser.add_argument_group(title)
     for name, uses in by_name.items():
         meta = uses[0][1].metadata
@@ -42,7 +47,12 @@ def add_sampler_flags(parser: argparse.ArgumentParser, exclude: tuple[str, ...] 
         text += " [official default " + ", ".join(f"{s}: {'unset' if f.default is None else f.default}"
                                                   for s, f in uses) + "]"
         add_field_flag(group, "--" + name.replace("_", "-"), name, meta, None, text)
-    return list(by_name)
+    for old, uses in old_names.items():  # parsed as the new field; the length policy notes the old name
+        sampler, new = uses[0]
+        meta = next(f.metadata for s, f in by_name[new] if s == sampler)
+        add_field_flag(group, "--" + old.replace("_", "-"), old, meta, None,
+                       "deprecated: " + ", ".join(f"{s}: use --{n.replace('_', '-')}" for s, n in uses))
+    return list(by_name) + list(old_names)
 
 
 def sampler_args(args: argparse.Namespace, names: list[str]) -> dict:
@@ -99,7 +109,8 @@ def run(args, trace=None, capture=None, check=None):
 
     from sinklens.cli.logs import note, verbose
     from sinklens.models.loader import load
-    from sinklens.samplers.defaults import default_config
+    from sinklens.samplers import lengths
+    from sinklens.samplers.configs import get_config
 
     t0 = time.perf_counter()
     model = load(args.model, dtype=args.dtype, device=args.device)
@@ -108,10 +119,12 @@ def run(args, trace=None, capture=None, check=None):
         check(model)
     ids = torch.tensor([prompt_ids(model, args)])
     try:
-        config, notes = default_config(model, ids.shape[1], **sampler_args(args, args.sampler_fields))
+        plan = lengths.settings(get_config(model.family.sampler), lengths.ModelFacts.of(model),
+                                prompt_length=ids.shape[1], overrides=sampler_args(args, args.sampler_fields))
+        config = plan.config()
     except TypeError as e:  # a flag of another family's sampler
         raise CliError(str(e)) from None
-    for line in notes:
+    for line in plan.deprecated + plan.notes:
         note(line)
     verbose(f"prompt: {ids.shape[1]} tokens; sampler {config.name}: {config.to_dict()}")
     torch.manual_seed(args.seed)

@@ -65,8 +65,9 @@ class EvalConfig:
     shots: int = param(8, int, "GSM8K chain-of-thought exemplars (0 = zero-shot)", min=0, max=8)
     chat: str = param("auto", str, "use the chat template (auto: when the tokenizer has one)",
                       choices=("auto", "on", "off"))
-    gen_length: int | None = param(None, int, "tokens to generate, any sampler (default: the paper's setting for "
-                                              "the task and family)", min=1)
+    gen_length: int | None = param(None, int, "tokens to generate, any sampler (default: a sinklens twin's training "
+                                              "length, else the task's, else the paper's for the task and family)",
+                                   min=1)
     sampler_args: dict = field(default_factory=dict)  # sampler fields over the task preset, e.g. {"steps": 64}
     seed: int = param(0, int, "sample i uses seed + i (the same on any rank)", min=0)
     dtype: str | None = param(None, str, "float32 | bfloat16 | float16 (default: as stored)")

@@ -9,9 +9,10 @@ the plain `lm_eval` command does not know `sinklens`; from Python, `import
 sinklens.eval.lm_eval_model` first, then `lm_eval.simple_evaluate(model="sinklens", ...)`).
 
 model_args: pretrained, mask_topk (0 = unmasked), ranking, threshold, keep_self, step0, arm_rule
-(as `sinklens eval`), gen_length (tokens to generate, any sampler; default: the request's
-max_gen_toks, rounded up to what the sampler can generate, e.g. whole LLaDA blocks), any field of
-the model's sampler config (e.g. steps, block_length, alg; `sinklens/samplers/<name>.py`), dtype,
+(as `sinklens eval`), gen_length (tokens to generate, any sampler; default: the length policy's,
+`sinklens.samplers.lengths`: a sinklens twin's training length, else the request's max_gen_toks
+rounded up to what the sampler can generate, e.g. whole LLaDA blocks), any field of the model's
+sampler config (e.g. steps, block_length, alg; `sinklens/samplers/<name>/config.py`), dtype,
 device, seed.
 - generate_until: the family's own sampler with the masking policy as its step hook; the text
   is cut at the request's `until` strings.
@@ -101,9 +102,8 @@ class SinklensLM(LM):
             context, gen_kwargs = req.args
             until = gen_kwargs.get("until") or []
             until = [until] if isinstance(until, str) else list(until)
-            n = self.gen_length or int(gen_kwargs.get("max_gen_toks", 256))
-            n = self.sampler.round_length(n, **self.sampler_args)
-            settings = sampler_settings(self.m.family.sampler, "gsm8k", n, **self.sampler_args)
+            settings, _ = sampler_settings(self.m, None, self.gen_length, int(gen_kwargs.get("max_gen_toks", 256)),
+                                           **self.sampler_args)
             text = generate_text(self.m, self._encode(context), self.policy, settings, seed=self.seed + i)
             cut = min((j for j in (text.find(s) for s in until) if j >= 0), default=len(text))
             out.append(text[:cut])
