@@ -68,7 +68,7 @@ def run_dir_of(out, model) -> Path:
     (["trace", "--input-ids", "1,2", "--query-chunk", "-1"], "--query-chunk"),
     (["trace", "--input-ids", "1,2", "--query-chunk", "0"], "--query-chunk"),
     (["generate", "--input-ids", "1,2", "--steps", "0"], "--steps"),
-    (["generate", "--input-ids", "1,2", "--eps", "nan"], "--eps"),
+    (["generate", "--input-ids", "1,2", "--time-eps", "nan"], "--time-eps"),
     (["generate", "--input-ids", "1,2", "--top-p", "2"], "--top-p"),
     (["generate", "--input-ids", "1,2", "--temperature", "inf"], "--temperature"),
     (["report", "t.arrow", "--eps", "nan"], "--eps"),

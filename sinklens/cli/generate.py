@@ -25,21 +25,20 @@ def add_sampler_flags(parser: argparse.ArgumentParser, exclude: tuple[str, ...] 
     """One flag per field of the registered sampler configs (`SAMPLERS`: every sampler module): type,
     range, help and default come from the field, so no flag table is kept by hand. A field that
     several samplers share (steps, temperature, ...) is one flag. A field's old name (`RENAMED`,
-    e.g. Dream's --eps) is a flag too, deprecated. Returns the field names (old names included)."""
+    e.g. Dream's --eps for --time-eps) is accepted with a deprecation note unless `exclude` names
+    it. Returns the field names."""
     from sinklens.samplers.configs import SAMPLERS, expected
 
     by_name: dict[str, list] = {}
-    old_names: dict[str, list] = {}
     for sampler, cls in SAMPLERS.items():
         for f in fields(cls):
             if f.name not in exclude:
                 by_name.setdefault(f.name, []).append((sampler, f))
-        for old, new in cls.RENAMED.items():
-            if old not in exclude:
-                old_names.setdefault(old, []).append((sampler, new))
     group = parser.add_argument_group(title)
     for name, uses in by_name.items():
-        meta = uses[0][1].metadata
+        old = tuple("--" + o.replace("_", "-") for s, _ in uses for o, new in SAMPLERS[s].RENAMED.items()
+                    if new == name and o not in exclude)
+        meta = {**uses[0][1].metadata, "old_flags": old}
         helps = {f.metadata["help"] for _, f in uses}
         text = helps.pop() if len(helps) == 1 else "; ".join(f"{s}: {f.metadata['help']}" for s, f in uses)
         if meta["type"] is not bool and not meta["choices"]:
@@ -47,12 +46,7 @@ def add_sampler_flags(parser: argparse.ArgumentParser, exclude: tuple[str, ...] 
         text += " [official default " + ", ".join(f"{s}: {'unset' if f.default is None else f.default}"
                                                   for s, f in uses) + "]"
         add_field_flag(group, "--" + name.replace("_", "-"), name, meta, None, text)
-    for old, uses in old_names.items():  # parsed as the new field; the length policy notes the old name
-        sampler, new = uses[0]
-        meta = next(f.metadata for s, f in by_name[new] if s == sampler)
-        add_field_flag(group, "--" + old.replace("_", "-"), old, meta, None,
-                       "deprecated: " + ", ".join(f"{s}: use --{n.replace('_', '-')}" for s, n in uses))
-    return list(by_name) + list(old_names)
+    return list(by_name)
 
 
 def sampler_args(args: argparse.Namespace, names: list[str]) -> dict:
