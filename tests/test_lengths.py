@@ -141,3 +141,17 @@ def test_eval_generate_and_replicate_run_the_twin_alike(tiny_dlm, tmp_path, caps
     cli = _cli_settings(capsys, "--input-ids", "3,4,5")
     keys = ("gen_length", "steps", "block_length")
     assert [run[k] for k in keys] == [cli[k] for k in keys] == [dlm_sampler()[k] for k in keys] == [16, 16, 8]
+
+
+def test_a_length_cut_to_the_context_is_one_note_on_every_path(capsys):
+    """A 120-token prompt leaves the 128-token ARM twin 8 of its 16 tokens: the command line says so
+    on stderr (naming the flag), the Python API as a warning (naming the keyword)."""
+    ids = list(range(3, 123))
+    assert main(["generate", "--model", "tiny-arm", "--input-ids", ",".join(map(str, ids)), "--json"]) == 0
+    out, err = capsys.readouterr()
+    assert json.loads(out)["sampler"]["args"]["max_new_tokens"] == 8
+    assert err.count("note:") == 1 and "max_new_tokens 16 (the model's training config) capped to 8" in err
+    assert "set --max-new-tokens to choose" in err
+    arm = sinklens.load("tiny-arm", dtype="float32")
+    with pytest.warns(UserWarning, match="capped to 8: .* set max_new_tokens to choose"):
+        arm.generate(torch.tensor([ids]))

@@ -188,7 +188,9 @@ class SinkModel:
     # -----------------------------------------------------------------------------------
 
     def generate(self, input_ids, attention_mask=None, *, trace=None, hook=None, capture=None, **sampler_kwargs):
-        """Run the family's own sampler (sinklens.samplers.generate; official argument names)."""
+        """Run the family's own sampler (sinklens.samplers.generate; official argument names). Arguments
+        left out: the official defaults, or a sinklens-trained model's training settings, cut to the
+        context with a warning (sinklens.samplers.lengths, the same policy as the command line)."""
         from sinklens.samplers import generate
 
         return generate(self, input_ids, attention_mask, trace=trace, hook=hook, capture=capture, **sampler_kwargs)
