@@ -22,7 +22,7 @@ from sinklens.cli.types import CliError, nonneg_int
 def add_sampler_flags(parser: argparse.ArgumentParser, exclude: tuple[str, ...] = (),
                       title: str = "sampler arguments (official names; only those of the model's sampler are accepted)"
                       ) -> list[str]:
-    """One flag per field of the registered sampler configs (`SAMPLERS`: every sampler module): type,
+    """One flag per field of the registered sampler configs (`SAMPLERS`: every sampler's config.py): type,
     range, help and default come from the field, so no flag table is kept by hand. A field that
     several samplers share (steps, temperature, ...) is one flag. A field's old name (`RENAMED`,
     e.g. Dream's --eps for --time-eps) is accepted with a deprecation note unless `exclude` names
