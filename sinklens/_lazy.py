@@ -33,7 +33,8 @@ class PackageRegistry(MutableMapping):
             for info in sorted(pkgutil.iter_modules(path), key=lambda info: info.name):
                 if info.name.startswith("_") or info.name in self.skip or info.ispkg != bool(self.submodule):
                     continue
-                importlib.import_module(f"{self.package}.{info.name}" + (f".{self.submodule}" if self.submodule else ""))
+                leaf = f".{self.submodule}" if self.submodule else ""
+                importlib.import_module(f"{self.package}.{info.name}{leaf}")
         except BaseException:
             self._discovered = False  # a module failed to import: say so again on the next read, not a partial registry
             raise
