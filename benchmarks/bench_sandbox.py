@@ -18,7 +18,8 @@ import warnings
 from concurrent.futures import ThreadPoolExecutor
 
 from sinklens.eval import humaneval
-from sinklens.eval.sandbox import SandboxConfig, _interpreter, probe, run_checks
+from sinklens.sandbox import SandboxConfig, probe, run_checks
+from sinklens.sandbox.isolation import _interpreter
 
 
 def _bare(jobs: list[dict], workers: int) -> list[bool]:

@@ -1,10 +1,13 @@
 """The judge's harness: the trusted program that runs *inside* the sandbox (stdlib only).
 
-`sinklens.eval.sandbox` starts it as `python -I -S -c <this file's text> <config json>`; it is
-never imported by sinklens itself. Two processes, so that a pass can be proven:
+`isolation.harness_command` starts it as `python -I -S -B -c <text> <config json>`, the text being
+`wire.py` + `guard.py` + this file, compiled under the file name `guard.JUDGE_FILE`; sinklens
+never imports it. Two processes, so that a pass can be proven:
 
     harness (trusted)                          program (untrusted, forked before any secret exists)
     ---------------------------------------    ------------------------------------------------
+    rlimits; mount the tmpfs (fallback);
+    drop every privilege; non-dumpable
     read the program from stdin
     fork ------------------------------------> close stdin and every other descriptor,
                                                install the guard (fallback mode), exec the program
@@ -15,14 +18,18 @@ never imported by sinklens itself. Two processes, so that a pass can be proven:
     on the result descriptor; exit 0
 
 Why each piece:
-- The nonce is read only after the fork, by the harness alone, which is non-dumpable (no
-  /proc/<pid>/mem or ptrace by a same-uid process), so the program cannot learn it; only the
-  harness can write it, and only after `check` returned. `sys.exit(0)`, `os._exit(0)`, atexit
-  hooks or `SystemExit` at import therefore end the *program*, which the harness sees as a
-  broken pipe: judged failed.
-- Values cross the pipe as tagged JSON of exact builtin types (`encode`/`decode`), never pickle
-  and never the program's own objects, so an object whose `__eq__` always answers True, or a
-  str subclass, cannot reach the test.
+- The nonce and the test are read only after the fork, by the harness alone, and the harness is
+  non-dumpable: its memory and descriptors (/proc/<pid>/mem, ptrace, /proc/<pid>/fd) are closed
+  to every process that lacks CAP_SYS_PTRACE in the harness's user namespace. The program has no
+  capability at all: the harness dropped them before forking (`drop_privileges`). That matters
+  where the launcher makes the harness root of its own user namespace (a non-root user's
+  fallback, `unshare --map-root-user`, needed to mount the tmpfs): root there holds
+  CAP_SYS_PTRACE over everything in that namespace, the harness included, and a program that
+  kept it read the test out of the harness's memory.
+- `sys.exit(0)`, `os._exit(0)`, atexit hooks or `SystemExit` at import end the *program*, which
+  the harness sees as a broken pipe: judged failed. Only the harness writes the nonce, only
+  after `check` returned.
+- Values cross the pipe as plain data (`wire.py`).
 - The test's helpers (HumanEval 32's `poly`, 38's `encode_cyclic`) come from the trusted prompt
   executed here, not from the completion, which could redefine them.
 """
@@ -30,225 +37,76 @@ import json
 import os
 import sys
 
-# ---------------------------------------------------------------------------------------------
-# Plain data across the pipe (exact builtin types only).
+# send / recv / encode / decode / read_exact come from wire.py and install_guard from guard.py,
+# which stand in front of this file in the harness text.
+
+PR_SET_PDEATHSIG, PR_SET_DUMPABLE, PR_CAPBSET_DROP, PR_SET_SECUREBITS = 1, 4, 24, 28
+PR_SET_NO_NEW_PRIVS, PR_CAP_AMBIENT, PR_CAP_AMBIENT_CLEAR_ALL = 38, 47, 4
+SECURE_ALL = 0xEF                   # NOROOT, NO_SETUID_FIXUP, KEEP_CAPS off, NO_CAP_AMBIENT_RAISE; locked
+MS_NOSUID, MS_NODEV = 2, 4
 
 
-def encode(v, depth=0):
-    if depth > 100:
-        raise ValueError("value nested deeper than 100 levels")
-    t = type(v)
-    if v is None or t is bool or t is int or t is str:
-        return v
-    if t is float:
-        return v if v == v and v not in (float("inf"), float("-inf")) else {"f": repr(v)}
-    if t is list:
-        return [encode(x, depth + 1) for x in v]
-    if t is tuple:
-        return {"t": [encode(x, depth + 1) for x in v]}
-    if t is dict:
-        return {"d": [[encode(k, depth + 1), encode(x, depth + 1)] for k, x in v.items()]}
-    if t is set or t is frozenset:
-        return {"s" if t is set else "fs": [encode(x, depth + 1) for x in v]}
-    if t is bytes:
-        return {"b": v.hex()}
-    if t is complex:
-        return {"c": [v.real, v.imag]}
-    raise TypeError(f"cannot pass a {t.__module__}.{t.__qualname__} between judge and program")
+def libc():
+    import ctypes
+    return ctypes.CDLL(None, use_errno=True)
 
 
-def decode(v):
-    if type(v) is list:
-        return [decode(x) for x in v]
-    if type(v) is not dict:
-        return v
-    (tag, x), = v.items()
-    if tag == "f":
-        return float(x)
-    if tag == "t":
-        return tuple(decode(e) for e in x)
-    if tag == "d":
-        return {decode(k): decode(e) for k, e in x}
-    if tag == "s":
-        return {decode(e) for e in x}
-    if tag == "fs":
-        return frozenset(decode(e) for e in x)
-    if tag == "b":
-        return bytes.fromhex(x)
-    if tag == "c":
-        return complex(*x)
-    raise ValueError(f"unknown tag {tag!r}")
+def set_limits(limits):
+    """rlimits, lowest of ours and the hard limit: CPU, address space, file size, processes,
+    open files; no core file."""
+    import resource as r
+    for res, v in zip((r.RLIMIT_CPU, r.RLIMIT_AS, r.RLIMIT_FSIZE, r.RLIMIT_NPROC, r.RLIMIT_NOFILE,
+                       r.RLIMIT_CORE), limits + [0]):
+        hard = r.getrlimit(res)[1]
+        v = v if hard == r.RLIM_INFINITY else min(v, hard)
+        r.setrlimit(res, (v, v))
 
 
-def send(fd, obj):
-    data = json.dumps(obj).encode()
-    data = len(data).to_bytes(8, "big") + data
-    while data:
-        data = data[os.write(fd, data):]
+def mount_tmpfs(root, size, uid):
+    """A private tmpfs of `size` bytes over the working directory (the launcher gave this
+    process its own mount namespace): the program's disk use is capped, the host's disk never fills."""
+    import ctypes
+    opts = f"size={size},mode=0700" + ("" if uid is None else f",uid={uid},gid={uid}")
+    if libc().mount(b"tmpfs", root.encode(), b"tmpfs", MS_NOSUID | MS_NODEV, opts.encode()) != 0:
+        raise OSError(ctypes.get_errno(), "sandbox: could not mount the working directory's tmpfs")
+    os.chdir(root)                          # the old cwd is the folder under the mount
 
 
-def read_exact(fd, n):
-    chunks = []
-    while n:
-        b = os.read(fd, min(n, 1 << 20))     # never more than asked: nothing of the next frame
-        if not b:
-            raise EOFError("the other side closed the pipe")
-        chunks.append(b)
-        n -= len(b)
-    return b"".join(chunks)
-
-
-def recv(fd):
-    return json.loads(read_exact(fd, int.from_bytes(read_exact(fd, 8), "big")))
-
-
-# ---------------------------------------------------------------------------------------------
-# Fallback mode only: an audit hook in the program's process (bubblewrap mode needs none).
-# It uses no global name at call time (everything is bound as a default argument, and
-# `object.__setattr__` on function internals is refused), so the program cannot rebind what it
-# relies on (its functions' code and defaults, compiled from "<string>", cannot be replaced);
-# paths are resolved by hand from /proc/self/fd and readlink, not by os.path, which
-# the program could monkey-patch.
-
-
-def install_guard(root, block_net):
-    import posix
-    import socket as _socket_mod     # noqa: F401  (imported now so the program need not)
-
-    def resolve(p, dir_fd, _readlink=posix.readlink, _lstat=posix.lstat, _getcwd=posix.getcwd,
-                _str=str, _bytes=bytes, _int=int, _type=type, _islnk=0o120000, _fmt=0o170000,
-                _fspath=posix.fspath):
-        """Absolute, symlink-free path of `p` (relative to `dir_fd` when given)."""
-        if _type(p) is _int:
-            return _readlink("/proc/self/fd/" + _str(p))
-        p = _fspath(p)
-        if _type(p) is _bytes:
-            p = p.decode("utf-8", "surrogateescape")
-        if not p.startswith("/"):
-            base = _getcwd() if dir_fd is None else _readlink("/proc/self/fd/" + _str(dir_fd))
-            p = base + "/" + p
-        parts, out, hops = p.split("/"), [], 0
-        while parts:
-            name = parts.pop(0)
-            if name in ("", "."):
-                continue
-            if name == "..":
-                if out:
-                    out.pop()
-                continue
-            cand = "/" + "/".join(out + [name])
-            try:
-                is_link = (_lstat(cand).st_mode & _fmt) == _islnk
-            except OSError:
-                is_link = False
-            if is_link:
-                hops += 1
-                if hops > 40:
-                    raise PermissionError("sandbox: too many symbolic links")
-                target = _readlink(cand)
-                if target.startswith("/"):
-                    out = []
-                parts = target.split("/") + parts
-            else:
-                out.append(name)
-        return "/" + "/".join(out)
-
-    def inside(p, dir_fd=None, _root=root, _resolve=resolve):
-        try:
-            r = _resolve(p, dir_fd)
-        except (OSError, ValueError, TypeError):
-            return False
-        return r == _root or r.startswith(_root + "/")
-
-    # event -> ((path index, dir_fd index or None), ...): every path the call touches
-    path_events = {
-        "os.remove": ((0, 1),), "os.rmdir": ((0, 1),), "os.mkdir": ((0, 2),),
-        "os.rename": ((0, 2), (1, 3)), "os.replace": ((0, 2), (1, 3)),
-        "os.chmod": ((0, 2),), "os.utime": ((0, 3),), "os.truncate": ((0, None),),
-        "os.chflags": ((0, None),), "os.setxattr": ((0, None),), "os.removexattr": ((0, None),),
-        "shutil.rmtree": ((0, None),), "shutil.move": ((0, None), (1, None)),
-        "shutil.copyfile": ((1, None),), "shutil.copytree": ((1, None),),
-    }
-    denied = frozenset({
-        "os.system", "os.exec", "os.posix_spawn", "os.spawn", "subprocess.Popen", "os.fork",
-        "os.forkpty", "pty.spawn", "os.startfile", "os.kill", "os.killpg", "signal.pthread_kill",
-        "os.pidfd_open", "os.link", "os.symlink", "os.chown", "shutil.chown", "os.mknod",
-        "os.mkfifo", "os.lchflags", "os.setns", "os.unshare", "sys._current_frames",
-        "os.putenv", "os.unsetenv",
-    })
-    denied_modules = frozenset({
-        "_posixsubprocess", "subprocess", "_multiprocessing", "multiprocessing", "_ctypes",
-        "ctypes", "_xxsubinterpreters", "_xxinterpchannels", "_posixshmem", "pty",
-        "_testcapi", "_testinternalcapi", "resource", "fcntl", "mmap",
-    })
-    write_flags = os.O_WRONLY | os.O_RDWR | os.O_CREAT | os.O_TRUNC | os.O_APPEND
-    dir_flags = getattr(os, "O_DIRECTORY", 0) | getattr(os, "O_PATH", 0)
-    func_internals = frozenset({"__code__", "__defaults__", "__kwdefaults__"})
-
-    def guard(event, args, _inside=inside, _paths=path_events, _denied=denied,
-              _mods=denied_modules, _wf=write_flags, _df=dir_flags, _fi=func_internals,
-              _block_net=block_net, _unix=_socket_mod.AF_UNIX, _str=str, _bytes=bytes,
-              _type=type, _int=int, _isdir=posix.stat, _err=PermissionError, _len=len,
-              _fmt=0o170000, _dir=0o040000, _fn=type(resolve)):
-        if event in _denied or event.startswith("ctypes."):
-            raise _err("sandbox: " + event + " is not allowed")
-        if event == "import":
-            if args[0] in _mods or args[0].split(".")[0] in _mods:
-                raise _err("sandbox: importing " + args[0] + " is not allowed")
-            return
-        if event == "object.__setattr__":   # the guard's own functions stay as they are
-            if _len(args) > 1 and args[1] in _fi and _type(args[0]) is _fn and \
-                    args[0].__code__.co_filename == "<string>":
-                raise _err("sandbox: changing the judge's " + args[1] + " is not allowed")
-            return
-        if event.startswith("socket."):
-            if _block_net:
-                raise _err("sandbox: network (" + event + ") is not allowed")
-            if event == "socket.__new__" and args[1] == _unix:
-                raise _err("sandbox: UNIX-domain sockets are not allowed")
-            if event in ("socket.connect", "socket.bind", "socket.sendto", "socket.sendmsg") and \
-                    _len(args) > 1 and _type(args[1]) in (_str, _bytes):
-                raise _err("sandbox: UNIX-domain addresses are not allowed")
-            return
-        if event == "open":
-            path, flags = args[0], args[2]
-            if path is None or _inside(path):
-                return
-            if flags is not None and flags & (_wf | _df):
-                raise _err("sandbox: opening outside the working directory for writing: " + _str(path))
-            try:      # a directory outside would give a dir_fd for *at() calls: refuse it
-                is_dir = _type(path) is not _int and (_isdir(path).st_mode & _fmt) == _dir
-            except (OSError, ValueError, TypeError):
-                is_dir = False
-            if is_dir:
-                raise _err("sandbox: opening a directory outside the working directory")
-            return
-        spec = _paths.get(event)
-        if spec:
-            for i, j in spec:
-                if i < _len(args) and args[i] is not None:
-                    dfd = args[j] if j is not None and j < _len(args) else None
-                    if not _inside(args[i], dfd):
-                        raise _err("sandbox: " + event + " outside the working directory")
-
-    sys.addaudithook(guard)
-
-
-# ---------------------------------------------------------------------------------------------
-# The two processes.
+def drop_privileges(uid):
+    """Become `uid` (when the harness starts as real root), then give up every capability for
+    good: root inside a user namespace keeps a full set across setresuid(0)."""
+    c = libc()
+    with open("/proc/sys/kernel/cap_last_cap") as f:
+        last = int(f.read())
+    # Bounding set and securebits need CAP_SETPCAP, so they come first; without it they fail
+    # harmlessly (then there is nothing to drop).
+    for cap in range(last + 1):
+        c.prctl(PR_CAPBSET_DROP, cap, 0, 0, 0)
+    c.prctl(PR_SET_SECUREBITS, SECURE_ALL, 0, 0, 0)
+    if uid is not None:
+        os.setgroups([])
+        os.setresgid(uid, uid, uid)
+        os.setresuid(uid, uid, uid)
+    c.prctl(PR_CAP_AMBIENT, PR_CAP_AMBIENT_CLEAR_ALL, 0, 0, 0)
+    import ctypes
+    header = (ctypes.c_uint32 * 2)(0x20080522, 0)      # _LINUX_CAPABILITY_VERSION_3, this process
+    c.capset(header, (ctypes.c_uint32 * 6)())          # effective, permitted, inheritable: none
+    c.prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0)
+    with open("/proc/self/status") as f:
+        caps = {k: int(v, 16) for k, v in (line.split(":") for line in f if line.startswith("Cap"))}
+    if caps["CapEff"] or caps["CapPrm"]:
+        raise PermissionError(f"sandbox: could not drop the capabilities {caps}")
 
 
 def set_dumpable(flag):
     """prctl(PR_SET_DUMPABLE): a non-dumpable process's memory and descriptors are closed to
-    other processes of the same user (ptrace, /proc/<pid>/mem, /proc/<pid>/fd)."""
-    import ctypes
-    ctypes.CDLL(None, use_errno=True).prctl(4, int(flag), 0, 0, 0)
+    other processes without CAP_SYS_PTRACE (ptrace, /proc/<pid>/mem, /proc/<pid>/fd)."""
+    libc().prctl(PR_SET_DUMPABLE, int(flag), 0, 0, 0)
 
 
 def set_parent_death_signal():
-    import ctypes
     import signal
-    ctypes.CDLL(None, use_errno=True).prctl(1, int(signal.SIGKILL), 0, 0, 0)
+    libc().prctl(PR_SET_PDEATHSIG, int(signal.SIGKILL), 0, 0, 0)
 
 
 def program_process(source, cmd_r, reply_w, cfg, parent):
@@ -263,8 +121,9 @@ def program_process(source, cmd_r, reply_w, cfg, parent):
         if lo + 1 < hi:                     # closerange(n, n) closes everything on some Pythons
             os.closerange(lo + 1, hi)
     sys.stdin = open(0, closefd=False)
+    import traceback                        # before the guard: the program's errors are reported
     if cfg["guard"]:
-        install_guard(cfg["root"], cfg["block_net"])
+        install_guard(cfg["root"], cfg["block_net"], cfg["max_entries"])  # noqa: F821 (guard.py)
     import types
     mod = types.ModuleType("program")       # not __main__: a `__main__` block does not run
     mod.__file__ = "program.py"
@@ -273,27 +132,26 @@ def program_process(source, cmd_r, reply_w, cfg, parent):
         exec(compile(source, "program.py", "exec"), mod.__dict__)
         names = [k for k, v in mod.__dict__.items() if callable(v) and not k.startswith("__")]
     except BaseException:                   # SystemExit too: the program did not finish
-        import traceback
         traceback.print_exc()
         sys.stderr.flush()
         os._exit(1)
     sys.stdout.flush()
-    send(reply_w, {"names": names})
+    send(reply_w, {"names": names})         # noqa: F821 (wire.py)
     while True:
         try:
-            msg = recv(cmd_r)
+            msg = recv(cmd_r)               # noqa: F821 (wire.py)
         except EOFError:
             sys.stdout.flush()
             os._exit(0)
         try:
             fn = mod.__dict__[msg["call"]]
-            out = {"ok": encode(fn(*decode(msg["args"]), **decode(msg["kwargs"])))}
+            out = {"ok": encode(fn(*decode(msg["args"]), **decode(msg["kwargs"])))}  # noqa: F821
         except BaseException as e:          # noqa: BLE001 - reported to the judge, who fails
             if isinstance(e, SystemExit):
                 os._exit(1)
-            out = {"err": f"{type(e).__name__}: {e}"[:2000]}
+            out = {"err": traceback.format_exc()[-2000:]}
         sys.stdout.flush()
-        send(reply_w, out)
+        send(reply_w, out)                  # noqa: F821 (wire.py)
 
 
 class Remote:
@@ -304,21 +162,27 @@ class Remote:
         self._cmd_w, self._reply_r = cmd_w, reply_r
 
     def __call__(self, *args, **kwargs):
-        send(self._cmd_w, {"call": self.__name__, "args": encode(list(args)),
-                           "kwargs": encode(kwargs)})
+        send(self._cmd_w, {"call": self.__name__, "args": encode(list(args)),  # noqa: F821
+                           "kwargs": encode(kwargs)})                           # noqa: F821
         try:
-            msg = recv(self._reply_r)
+            msg = recv(self._reply_r)       # noqa: F821 (wire.py)
         except EOFError:
             raise RuntimeError(f"the program exited during {self.__name__}()") from None
-        if "err" in msg:
-            raise RuntimeError(f"{self.__name__}() raised {msg['err']}")
-        return decode(msg["ok"])
+        if "err" in msg:                    # the program's own traceback, then the test's
+            raise RuntimeError(f"{self.__name__}() raised, in the program:\n{msg['err']}")
+        return decode(msg["ok"])            # noqa: F821 (wire.py)
 
 
 def main():
     cfg = json.loads(sys.argv[1])
-    set_dumpable(False)
-    source = read_exact(0, int.from_bytes(read_exact(0, 8), "big")).decode("utf-8", "replace")
+    set_limits(cfg["limits"])
+    if cfg["tmpfs"]:
+        mount_tmpfs(cfg["root"], cfg["tmpfs"], cfg["uid"])
+    drop_privileges(cfg["uid"])
+    set_dumpable(False)                     # after the credential changes, which reset it
+    if cfg.get("probe"):                    # isolation.probe: this launcher can do all of the above
+        os._exit(0)
+    source = read_exact(0, int.from_bytes(read_exact(0, 8), "big")).decode("utf-8", "replace")  # noqa: F821
     cmd_r, cmd_w = os.pipe()
     reply_r, reply_w = os.pipe()
     result_fd = cfg["result_fd"]
@@ -332,8 +196,8 @@ def main():
     os.close(cmd_r)
     os.close(reply_w)
     try:
-        job = recv(0)                       # nonce, test, entry point, prompt: after the fork
-        loaded = recv(reply_r)
+        job = recv(0)                       # nonce, test, entry point, prompt: after the fork  # noqa: F821
+        loaded = recv(reply_r)              # noqa: F821 (wire.py)
         if job["test"] is not None:
             ns = {"__name__": "judge"}
             if job["prompt"] is not None:   # the test's helpers, from the trusted prompt
