@@ -7,7 +7,7 @@ Routes, each over the same 164 (program, test) pairs with `workers` at a time:
 - fallback  the judge in its fallback mode (unshare + audit hook)
 - bare      a bare `python -I -S -c program+test+check` subprocess: no sandbox, no proof (what
             "exit code 0" judging costs; the floor the sandbox is compared with)
-Prints programs/s per route and the ratio to bare. Target (issue 9): >= 25 programs/s on 2 workers.
+Prints programs/s per route and the ratio to bare. Target: >= 25 programs/s on 2 workers.
 """
 from __future__ import annotations
 

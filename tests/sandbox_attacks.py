@@ -65,7 +65,7 @@ def cases(d: str, port: int, unix_path: str, abstract: str, token: str) -> dict[
         "except TypeError:\n"
         "    _posixsubprocess.fork_exec(*common, None, None, None, -1, None)\n")
     return {
-        # -- exit-code and proof tricks: the four, and attempts at the nonce ---------------
+        # -- exit-code and proof tricks, and attempts at the nonce ---------------------------------
         "sys.exit(0) in f": exits("import sys\ndef f(x):\n    sys.exit(0)\n"),
         "os._exit(0) in f": exits("import os\ndef f(x):\n    os._exit(0)\n"),
         "atexit(os._exit, 0)": exits("import atexit, os\natexit.register(os._exit, 0)" + WRONG),
