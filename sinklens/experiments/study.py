@@ -1,4 +1,4 @@
-"""Issue 13's controlled study: is robustness to sink masking a property of diffusion, of scale or
+"""The controlled study: is robustness to sink masking a property of diffusion, of scale or
 of AR initialisation? Twins of one shape trained on the long "story" problems
 (docs/training.md, "A controlled study"): a DLM from scratch (LLaDA recipe), an ARM, and a DLM
 initialised from the trained ARM (Dream's recipe, `--kind dlm-shift --init-from`).
