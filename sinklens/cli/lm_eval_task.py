@@ -3,7 +3,7 @@
 from any working directory:
 
     sinklens lm-eval-task --data /path/to/gsm8k/test.jsonl --out tasks/
-    sinklens-lm-eval --model sinklens --model_args pretrained=smollm2-135m-instruct,mask_top_k=1 --device cpu \\
+    sinklens-lm-eval --model sinklens --model_args pretrained=smollm2-135m-instruct,mask_k=1 --device cpu \\
         --tasks sinklens_gsm8k_cot --include_path tasks/ --limit 1
 
 The model must take GSM8K's 8-shot prompt (~1900 tokens): SmolLM2-135M-Instruct does, the tiny

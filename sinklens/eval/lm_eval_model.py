@@ -8,14 +8,16 @@ runs lm-eval's own command line with this model registered (lm-eval has no plugi
 the plain `lm_eval` command does not know `sinklens`; from Python, `import
 sinklens.eval.lm_eval_model` first, then `lm_eval.simple_evaluate(model="sinklens", ...)`).
 
-model_args: pretrained, gen_length (tokens to generate, any sampler; default: the request's
-max_gen_toks, rounded up to what the sampler can generate, e.g. whole LLaDA blocks), dtype, device,
-seed (generation and the random-key control); every field of `MaskingConfig`
-(sinklens/masking/config.py), by its name or with a `mask_` prefix (mask_sinks=topk), parsed and
-checked by the field's own type and range, defaults the field's; and every field of the model's
-sampler config (e.g. steps, block_length, alg; `sinklens/samplers/<name>.py`). A name both configs
-have goes to the sampler (write the `mask_` form for the masking one). Any other name is an error.
-A request longer than the model's context is refused before anything runs, in one line.
+model_args: pretrained, gen_length (tokens to generate, any sampler; default: the length policy's,
+`sinklens.samplers.lengths`: a sinklens twin's training length, else the request's max_gen_toks
+rounded up to what the sampler can generate, e.g. whole LLaDA blocks), dtype, device, seed
+(generation and the random-key control); every field of `MaskingConfig`
+(sinklens/masking/config.py), by its name, with a `mask_` prefix (mask_sinks=topk) or by an old
+flag name it declares (eps, with a deprecation warning), parsed and checked by the field's own
+type and range, defaults the field's; and every field of the model's sampler config (e.g. steps,
+block_length, alg; `sinklens/samplers/<name>/config.py`). A name both configs have goes to the
+sampler (write the `mask_` form for the masking one). Any other name is an error. A request
+longer than the model's context is refused before anything runs, in one line.
 - generate_until: the family's own sampler with the masking policy as its step hook; the text
   is cut at the request's `until` strings.
 - loglikelihood: ARMs only (exact, teacher-forced; sinks ranked by one unmasked pass, see
@@ -52,6 +54,10 @@ def split_model_args(args: dict, sampler_cls) -> tuple[dict, dict]:
     checked by its field's `param` metadata; the names are read off the two config classes."""
     sampler = {f.name: f.metadata for f in fields(sampler_cls) if "type" in f.metadata}
     masking = {f.name: f.metadata for f in fields(MaskingConfig) if "type" in f.metadata and f.name != "seed"}
+    # a field's earlier command-line spellings (`--eps` for sink_eps), accepted with a deprecation warning
+    old_names = {flag.lstrip("-").replace("-", "_"): name for name, meta in masking.items()
+                 for flag in meta.get("old_flags") or ()}
+
     def parsed(name, value, meta):
         try:
             return None if value in UNSET else parse_text(name, value, meta)
@@ -65,6 +71,9 @@ def split_model_args(args: dict, sampler_cls) -> tuple[dict, dict]:
             sampler_kw[key] = parsed(key, value, sampler[key])
         elif bare in masking:
             mask_kw[bare] = parsed(bare, value, masking[bare])
+        elif key in old_names:
+            warnings.warn(f"model_args {key}= is deprecated: use {old_names[key]}=", DeprecationWarning, stacklevel=3)
+            mask_kw[old_names[key]] = parsed(old_names[key], value, masking[old_names[key]])
         elif key not in LM_EVAL_ARGS:
             unknown.append(key)
     if unknown:
@@ -133,14 +142,14 @@ class SinklensLM(LM):
         for req in requests:
             context, gen_kwargs = req.args
             until = gen_kwargs.get("until") or []
-            n = self.gen_length or int(gen_kwargs.get("max_gen_toks", 256))
-            jobs.append((self._encode(context), self.sampler.round_length(n, **self.sampler_args),
-                         [until] if isinstance(until, str) else list(until)))
-            self._check_context(len(jobs[-1][0]), jobs[-1][1])
+            settings, _ = sampler_settings(self.m, None, self.gen_length, int(gen_kwargs.get("max_gen_toks", 256)),
+                                           **self.sampler_args)
+            ids = self._encode(context)
+            self._check_context(len(ids), settings.get(self.sampler.length_field) or 0)
+            jobs.append((ids, settings, [until] if isinstance(until, str) else list(until)))
         out = []
-        for i, (req, (ids, n, until)) in enumerate(zip(tqdm(requests, disable=disable_tqdm,
-                                                            desc="sinklens generate_until"), jobs)):
-            settings = sampler_settings(self.m.family.sampler, "gsm8k", n, **self.sampler_args)
+        for i, (req, (ids, settings, until)) in enumerate(zip(tqdm(requests, disable=disable_tqdm,
+                                                                   desc="sinklens generate_until"), jobs)):
             text = generate_text(self.m, ids, self.policy, settings, seed=self.seed + i)
             cut = min((j for j in (text.find(s) for s in until) if j >= 0), default=len(text))
             out.append(text[:cut])
