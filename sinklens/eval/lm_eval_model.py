@@ -113,7 +113,7 @@ class SinklensLM(LM):
 
     def _check_context(self, n_prompt: int, n_new: int) -> None:
         """One line before anything runs: GSM8K's 8-shot prompt alone is ~1900 tokens."""
-        if n_prompt + n_new > self.m.max_length:
+        if self.m.max_length is not None and n_prompt + n_new > self.m.max_length:
             raise ModelArgsError(
                 f"{self.pretrained}: a request needs {n_prompt} prompt + {n_new} new tokens, more than the model's "
                 f"context of {self.m.max_length} tokens; use a model with a longer context (e.g. "
