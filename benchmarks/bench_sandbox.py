@@ -7,7 +7,7 @@ Routes, each over the same 164 (program, test) pairs with `workers` at a time:
 - fallback  the judge in its fallback mode (unshare + audit hook)
 - bare      a bare `python -I -S -c program+test+check` subprocess: no sandbox, no proof (what
             "exit code 0" judging costs; the floor the sandbox is compared with)
-Prints programs/s per route and the ratio to bare. Target (issue 9): >= 25 programs/s on 2 workers.
+Prints programs/s per route and the ratio to bare. Target: >= 25 programs/s on 2 workers.
 """
 from __future__ import annotations
 
@@ -18,7 +18,8 @@ import warnings
 from concurrent.futures import ThreadPoolExecutor
 
 from sinklens.eval import humaneval
-from sinklens.eval.sandbox import SandboxConfig, _interpreter, probe, run_checks
+from sinklens.sandbox import SandboxConfig, probe, run_checks
+from sinklens.sandbox.isolation import _interpreter
 
 
 def _bare(jobs: list[dict], workers: int) -> list[bool]:

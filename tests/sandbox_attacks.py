@@ -1,6 +1,6 @@
 """Hostile programs against the HumanEval judge; run by tests/test_sandbox.py as root and, under
 `setpriv`, as an unprivileged user. Standard library only (the unprivileged run uses the system
-interpreter and loads sinklens/eval/sandbox.py as a standalone file).
+interpreter and imports sinklens/sandbox/ from a standalone copy: the package imports nothing else).
 
     python sandbox_attacks.py REPO MODE DECOY_DIR TCP_PORT UNIX_PATH ABSTRACT_NAME TOKEN
 
@@ -14,7 +14,33 @@ import sys
 
 TEST = "def check(c):\n    assert c(1) == 2\n    assert c(41) == 42\n"
 WRONG = "\ndef f(x):\n    return 0\n"
+DISK = 8 << 20          # the sandbox's disk (tmpfs size) in these runs
 RIGHT = "def f(x):\n    return x + 1\n"
+# HumanEval/23 (strlen): an answer that never computes a length, it looks the test's expected
+# values up in other processes' memory (the harness holds the test; where the host's /proc is
+# visible, so does the judge's own process).
+STRLEN_TEST = ("def check(candidate):\n    assert candidate('') == 0\n    assert candidate('x') == 1\n"
+               "    assert candidate('asdasnakj') == 9\n")
+STRLEN_FROM_MEMORY = r"""import os, re
+def strlen(string):
+    pat = re.compile(rb"candidate\('" + re.escape(string.encode()) + rb"'\) == (\d+)")
+    pids = [os.getppid()] + [p for p in os.listdir('/proc') if p.isdigit() and int(p) != os.getpid()]
+    for pid in pids:
+        try:
+            with open(f'/proc/{pid}/maps') as m, open(f'/proc/{pid}/mem', 'rb') as mem:
+                for line in m:
+                    a, b = (int(v, 16) for v in line.split()[0].split('-'))
+                    try:
+                        mem.seek(a)
+                        hit = pat.search(mem.read(min(b - a, 1 << 26)))
+                    except (OSError, OverflowError, ValueError, MemoryError):
+                        continue
+                    if hit:
+                        return int(hit.group(1))
+        except OSError:
+            continue
+    return -1
+"""
 
 
 def cases(d: str, port: int, unix_path: str, abstract: str, token: str) -> dict[str, dict]:
@@ -39,7 +65,7 @@ def cases(d: str, port: int, unix_path: str, abstract: str, token: str) -> dict[
         "except TypeError:\n"
         "    _posixsubprocess.fork_exec(*common, None, None, None, -1, None)\n")
     return {
-        # -- exit-code and proof tricks: the issue's four, and attempts at the nonce ---------------
+        # -- exit-code and proof tricks, and attempts at the nonce ---------------------------------
         "sys.exit(0) in f": exits("import sys\ndef f(x):\n    sys.exit(0)\n"),
         "os._exit(0) in f": exits("import os\ndef f(x):\n    os._exit(0)\n"),
         "atexit(os._exit, 0)": exits("import atexit, os\natexit.register(os._exit, 0)" + WRONG),
@@ -68,6 +94,8 @@ def cases(d: str, port: int, unix_path: str, abstract: str, token: str) -> dict[
             "program": "def helper(x):\n    return 1\ndef f(x):\n    return 2\n",
             "prompt": "def helper(x):\n    return x * 10\ndef f(x):\n    '''x + 1'''\n",
             "test": "def check(c):\n    assert c(helper(1)) == 11\n", "entry_point": "f"},
+        "test from the harness's memory (HumanEval/23)": {
+            "program": STRLEN_FROM_MEMORY, "test": STRLEN_TEST, "entry_point": "strlen"},
         # -- files ---------------------------------------------------------------------------------
         "write outside": attack(f"open({keep!r}, 'w').write('pwned')"),
         "os.remove": attack(f"os.remove({keep!r})"),
@@ -80,6 +108,18 @@ def cases(d: str, port: int, unix_path: str, abstract: str, token: str) -> dict[
                                    "os.write(fd, b'pwned')"),
         "rename via dir_fd": attack(f"dfd = os.open({sub!r}, os.O_RDONLY)\n"
                                     "os.rename('inner.txt', 'moved.txt', src_dir_fd=dfd, dst_dir_fd=dfd)"),
+        # the `open` audit event carries no dir_fd: a relative path resolved against a deep cwd
+        # stays inside, the same path against a dir_fd of the working directory does not
+        "truncate via dir_fd, deep cwd": attack(
+            "work = os.getcwd()\ndeep = os.path.join(work, *'abcdefghijklmnop')\nos.makedirs(deep)\n"
+            "dfd = os.open(work, os.O_RDONLY | os.O_DIRECTORY)\nos.chdir(deep)\n"
+            f"rel = '../' * len(work.strip('/').split('/')) + {keep[1:]!r}\n"
+            "fd = os.open(rel, os.O_WRONLY | os.O_TRUNC, dir_fd=dfd)\nos.write(fd, b'pwned')"),
+        "create via dir_fd, deep cwd": attack(
+            "work = os.getcwd()\ndeep = os.path.join(work, *'abcdefghijklmnop')\nos.makedirs(deep)\n"
+            "dfd = os.open(work, os.O_RDONLY | os.O_DIRECTORY)\nos.chdir(deep)\n"
+            f"rel = '../' * len(work.strip('/').split('/')) + {d[1:]!r} + '/pwned'\n"
+            "fd = os.open(rel, os.O_WRONLY | os.O_CREAT, 0o644, dir_fd=dfd)\nos.write(fd, b'pwned')"),
         "symlink then write": attack(f"os.symlink({keep!r}, 'link')\nopen('link', 'w').write('pwned')"),
         "hard link then write": attack(f"os.link({keep!r}, 'hl')\nopen('hl', 'w').write('pwned')"),
         "chmod outside": attack(f"os.chmod({keep!r}, 0o777)"),
@@ -109,19 +149,30 @@ def cases(d: str, port: int, unix_path: str, abstract: str, token: str) -> dict[
         "infinite loop": exits("def f(x):\n    while True:\n        pass\n"),
         "sleep forever": exits("import time\ndef f(x):\n    time.sleep(1000)\n"),
         "memory bomb": exits("def f(x):\n    a = []\n    while True:\n        a.append(bytearray(64 << 20))\n"),
+        # many files, each under the file-size limit: the disk, not one file, is what fills
+        "fill the disk": attack(
+            "total = 0\nfor i in range(200):\n    try:\n        with open(f'fill{i}', 'wb') as fh:\n"
+            "            for _ in range(16):\n                fh.write(b'x' * (64 << 10))\n"
+            "                fh.flush()\n                total += 64 << 10\n    except OSError:\n"
+            "        pass\nprint('wrote', total)"),
         "huge file": attack("with open('big.bin', 'wb') as fh:\n    while True:\n        fh.write(b'x' * (1 << 20))"),
         # -- a right program after all of them: the eval carries on ---------------------------------
-        "right (control)": {"program": "import os, tempfile\nopen('scratch.txt', 'w').write('ok')\n"
-                            "open(os.path.join(tempfile.gettempdir(), 'scratch'), 'w').write('ok')\n" + RIGHT, "test": TEST, "entry_point": "f"},
+        # what a correct program may do: scratch files and folders by relative path, tempfile,
+        # inspect and dataclasses (namedtuple compiles functions from a string)
+        "right (control)": {"program": "import os, tempfile, inspect, dataclasses\n"
+                            "open('scratch.txt', 'w').write('ok')\nos.mkdir('d')\nos.mkdir('d/e')\n"
+                            "os.rename('scratch.txt', 'd/s.txt')\nos.remove('d/s.txt')\nos.rmdir('d/e')\n"
+                            "open(os.path.join(tempfile.gettempdir(), 'scratch'), 'w').write('ok')\n"
+                            "with tempfile.TemporaryDirectory() as t:\n    open(os.path.join(t, 'x'), 'w').write('ok')\n"
+                            "@dataclasses.dataclass\nclass P:\n    a: int = 1\n"
+                            + RIGHT, "test": TEST, "entry_point": "f"},
     }
 
 
 def load_sandbox(repo: str):
-    spec = importlib.util.spec_from_file_location("standalone_sandbox", f"{repo}/sinklens/eval/sandbox.py")
-    mod = importlib.util.module_from_spec(spec)
-    sys.modules["standalone_sandbox"] = mod
-    spec.loader.exec_module(mod)
-    return mod
+    """`sinklens.sandbox` from `repo` (the repository, or the standalone copy of the package)."""
+    sys.path.insert(0, repo)
+    return importlib.import_module("sinklens.sandbox")
 
 
 if __name__ == "__main__":
@@ -131,6 +182,6 @@ if __name__ == "__main__":
     sb = load_sandbox(repo)
     jobs = cases(d, int(port), unix_path, abstract, token)
     cfg = sb.SandboxConfig(mode=mode, timeout=4.0, cpu_seconds=3, memory_bytes=512 << 20,
-                           file_bytes=1 << 20, max_processes=16)
+                           file_bytes=1 << 20, max_processes=16, tmpfs_bytes=DISK, max_files=8)
     results = sb.run_checks(list(jobs.values()), cfg, workers=2)
     print(json.dumps({name: r.to_dict() for name, r in zip(jobs, results)}))

@@ -20,7 +20,7 @@ PKG = Path(__file__).resolve().parents[1] / "sinklens"
 LAYERS: list[tuple[str, ...]] = [
     ("_version", "params", "_lazy"),  # utilities: import nothing from sinklens
     ("rule",),                    # the sink rule: declarations, numpy and torch implementations
-    ("attention", "trace"),       # the capture function; the trace file format
+    ("attention", "trace", "sandbox"),  # the capture function; the trace file format; the code sandbox (stdlib only)
     ("samplers", "masking"),      # drive a model step by step (write traces); a per-step masking hook
     ("models",),                  # family adapters, loader, SinkModel (its generate dispatches to samplers)
     ("train", "analysis"),        # the pure trainer; numpy analysis of traces

@@ -9,9 +9,12 @@ import torch
 lm_eval = pytest.importorskip("lm_eval", reason="lm-eval is the optional extra sinklens[lm-eval]")
 
 from sinklens.eval import gsm8k  # noqa: E402
-from sinklens.eval.lm_eval_model import TASK_DIR, SinklensLM, main, write_task_yaml  # noqa: E402
+from sinklens.eval.lm_eval_model import TASK_DIR, ModelArgsError, SinklensLM, main, write_task_yaml  # noqa: E402
+from sinklens.masking.config import MaskingConfig  # noqa: E402
 
 torch.set_num_threads(1)
+# MaskingConfig's K field, whatever its name (model_args are read off the config's fields)
+K_ARG = next(f.name for f in __import__("dataclasses").fields(MaskingConfig) if f.name in ("top_k", "mask_k"))
 GSM8K = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", "..", "shared", "data", "gsm8k", "test.jsonl"))
 
 
@@ -34,7 +37,7 @@ def test_lm_eval_cli_offline_with_masking(tiny_dlm, tmp_path, monkeypatch):
     tasks = write_task_yaml(str(tmp_path / "tasks"), GSM8K)
     monkeypatch.setattr(sys, "argv", [
         "lm_eval", "--model", "sinklens", "--model_args",
-        f"pretrained={tiny_dlm},mask_topk=1,gen_length=8,block_length=4", "--device", "cpu",
+        f"pretrained={tiny_dlm},mask_{K_ARG.removeprefix('mask_')}=1,gen_length=8,block_length=4", "--device", "cpu",
         "--tasks", "sinklens_gsm8k_cot", "--include_path", os.path.dirname(tasks), "--limit", "2",
         "--num_fewshot", "1", "--output_path", str(tmp_path / "out"), "--log_samples"])
     main()
@@ -85,6 +88,69 @@ def test_entry_point_names_the_registered_model_type():
     module, name = target.split(":")
     from lm_eval.api.registry import get_model
     assert getattr(importlib.import_module(module), name) is get_model("sinklens") is SinklensLM
+
+
+def _documented(doc: str, marker: str) -> list[str]:
+    """The command lines of the code block after `marker` in `doc`, continuation lines joined."""
+    text = open(doc).read().split(marker, 1)[1].split("```", 2)[1]
+    return [" ".join(line.split()) for line in text.replace("\\\n", " ").strip().splitlines()]
+
+
+@pytest.mark.slow
+def test_documented_lm_eval_example_runs_as_written(tmp_path):
+    """docs/evaluation.md's lm-eval example, word for word (the data path pointed at a one-problem
+    file), and `sinklens lm-eval-task --help` shows the same lines."""
+    import subprocess
+    repo = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    lines = _documented(os.path.join(repo, "docs", "evaluation.md"), "<!-- lm-eval-example")
+    assert [line.split()[0] for line in lines] == ["sinklens", "sinklens-lm-eval"]
+    env = {**os.environ, "PYTHONPATH": f"{repo}{os.pathsep}{os.environ.get('PYTHONPATH', '')}",
+           "HF_DATASETS_OFFLINE": "1", "HF_HUB_OFFLINE": "1", "OMP_NUM_THREADS": "1"}
+    helptext = subprocess.run([sys.executable, "-m", "sinklens.cli", "lm-eval-task", "--help"], env=env,
+                              capture_output=True, text=True).stdout
+    assert all(line in " ".join(helptext.replace("\\\n", " ").split()) for line in lines)
+    data = tmp_path / "one.jsonl"
+    data.write_text(open(GSM8K).readline())
+    entry = {"sinklens": [sys.executable, "-m", "sinklens.cli"],
+             "sinklens-lm-eval": [sys.executable, "-m", "sinklens.eval.lm_eval_model"]}
+    for line in lines:
+        words = line.replace("/path/to/gsm8k/test.jsonl", str(data)).split()
+        res = subprocess.run(entry[words[0]] + words[1:], cwd=tmp_path, env=env, capture_output=True, text=True,
+                             timeout=600)
+        assert res.returncode == 0, res.stderr[-3000:]
+    assert "sinklens_gsm8k_cot" in res.stdout and "exact_match" in res.stdout
+
+
+def test_a_prompt_longer_than_the_context_is_one_line(tmp_path, monkeypatch, capsys):
+    """The twin's context is 128 tokens, GSM8K's 8-shot prompt ~1900: one line naming the
+    context, exit 2, before anything is generated."""
+    monkeypatch.setenv("HF_DATASETS_OFFLINE", "1")
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    tasks = write_task_yaml(str(tmp_path / "tasks"), GSM8K)
+    monkeypatch.setattr(sys, "argv", [
+        "sinklens-lm-eval", "--model", "sinklens", "--model_args", "pretrained=tiny-dlm", "--device", "cpu",
+        "--tasks", "sinklens_gsm8k_cot", "--include_path", os.path.dirname(tasks), "--limit", "1"])
+    with pytest.raises(SystemExit) as e:
+        main()
+    assert e.value.code == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert "Traceback" not in "\n".join(err)
+    assert err[-1].startswith("sinklens-lm-eval: error: tiny-dlm: a request needs ") and \
+        "the model's context of 128 tokens" in err[-1], err[-1]
+
+
+def test_masking_model_args_are_the_masking_config_fields(tiny_dlm):
+    """Every MaskingConfig field is a model_arg (by name or mask_<name>), parsed and checked by the
+    field; unset ones take the field's default; an unknown name is an error, not a silent no-op."""
+    lm = SinklensLM(pretrained=tiny_dlm, device="cpu")
+    assert lm.config == MaskingConfig(seed=0)                  # the config's own defaults
+    lm = SinklensLM(pretrained=tiny_dlm, device="cpu", seed=3, mask_sinks="topk", mask_units="sum",
+                    keep_self="true", threshold="None", **{K_ARG: "2"})
+    assert lm.config == MaskingConfig(sinks="topk", units="sum", keep_self=True, seed=3, **{K_ARG: 2})
+    with pytest.raises(ModelArgsError, match="sinks must be one of"):
+        SinklensLM(pretrained=tiny_dlm, device="cpu", mask_sinks="all")
+    with pytest.raises(ModelArgsError, match=r"model_args \['mask_topk_typo'\] are not sinklens arguments"):
+        SinklensLM(pretrained=tiny_dlm, device="cpu", mask_topk_typo="1")
 
 
 def test_sampler_fields_are_model_args(tiny_dlm):

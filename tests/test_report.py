@@ -140,3 +140,24 @@ def test_causal_trace_reports_raw_sums_and_uniform_ratio(tmp_path):
     s = json.loads(rep.summary_json.read_text())["traces"][0]
     assert s["causal"] and s["also"][0]["units"] == "uniform_ratio"
     assert any("H_S − H_j" in n for n in s["notes"])
+
+
+def test_labels_are_display_names_never_paths(tmp_path):
+    """`--labels '../../X,a/b'`: nothing is written outside --out, no nested folders; each trace gets
+    one safe, unique folder, and the labels are shown as given."""
+    p1 = write_planted(tmp_path / "one.arrow", with_maps=False)
+    p2 = write_planted(tmp_path / "two.arrow", with_maps=False, seed=1)
+    p3 = write_planted(tmp_path / "three.arrow", with_maps=False, seed=2)
+    out = tmp_path / "deep" / "rep"
+    before = sorted(p.relative_to(tmp_path) for p in tmp_path.rglob("*"))
+    assert main(["report", str(p1), str(p2), str(p3), "--out", str(out), "--labels", "../../X,a/b,..",
+                 "--quiet"]) == 0
+    written = sorted(p.relative_to(tmp_path) for p in tmp_path.rglob("*"))
+    outside = [p for p in written if p not in before and not (tmp_path / p).is_relative_to(out)
+               and p != out.relative_to(tmp_path).parent and p != out.relative_to(tmp_path)]
+    assert outside == []
+    folders = sorted(p.name for p in out.iterdir() if p.is_dir())
+    assert len(folders) == 3 and all("/" not in f and f not in (".", "..") for f in folders), folders
+    assert not [p for p in out.rglob("*") if p.is_dir() and p.parent != out]      # no nested folders
+    s = json.loads((out / "summary.json").read_text())
+    assert [t["trace"] for t in s["traces"]] == ["../../X", "a/b", ".."]

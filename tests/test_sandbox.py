@@ -14,7 +14,9 @@ import time
 import pytest
 
 from sinklens.eval import humaneval
-from sinklens.eval.sandbox import MARK, SandboxConfig, _interpreter, probe, run_check, run_checks
+from sinklens.sandbox import MARK, SandboxConfig, probe, run_check, run_checks
+from sinklens.sandbox.isolation import _interpreter
+from sandbox_attacks import DISK
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 UNPRIV_UID = 2_345_678
@@ -85,11 +87,13 @@ class Listeners:
 
 
 def _standalone_copy(dst: str) -> str:
-    """sandbox.py, its harness and the attack script in a folder any user can read."""
-    os.makedirs(os.path.join(dst, "sinklens", "eval"))
-    for rel in ("sinklens/eval/sandbox.py", "sinklens/eval/judge_harness.py", "tests/sandbox_attacks.py"):
-        shutil.copy(os.path.join(REPO, rel), os.path.join(dst, rel if rel.startswith("sinklens") else
-                                                          os.path.basename(rel)))
+    """The sandbox package (under an empty `sinklens`) and the attack script in a folder any user
+    can read: the package imports nothing outside itself."""
+    os.makedirs(os.path.join(dst, "sinklens"))
+    open(os.path.join(dst, "sinklens", "__init__.py"), "w").close()
+    shutil.copytree(os.path.join(REPO, "sinklens", "sandbox"), os.path.join(dst, "sinklens", "sandbox"),
+                    ignore=shutil.ignore_patterns("__pycache__"))
+    shutil.copy(os.path.join(REPO, "tests", "sandbox_attacks.py"), dst)
     for root, dirs, files in os.walk(dst):
         os.chmod(root, 0o755)
         for f in files:
@@ -104,8 +108,8 @@ def test_hostile_programs_judged_failed_and_contained(mode, user):
         pytest.skip("bubblewrap missing or not permitted here (scripts/sandbox-deps.sh installs it)")
     if user == "root" and not IS_ROOT:
         pytest.skip("needs root")
-    if user == "unprivileged" and not (IS_ROOT and shutil.which("setpriv") and _interpreter(True)):
-        pytest.skip("needs root (to become an unprivileged user with setpriv) and a world-runnable python")
+    if user == "unprivileged" and IS_ROOT and not (shutil.which("setpriv") and _interpreter(True)):
+        pytest.skip("as root, the unprivileged run needs setpriv and a world-runnable python")
     token = f"{os.getpid()}-{mode}-{user}"
     d = tempfile.mkdtemp(prefix="sinklens-decoys-", dir="/tmp")
     try:
@@ -118,13 +122,13 @@ def test_hostile_programs_judged_failed_and_contained(mode, user):
             f.write("keep me too")
         listeners = Listeners(d, token)
         try:
-            if user == "unprivileged":          # the files are the user's own, as in the issue
+            if user == "unprivileged" and IS_ROOT:  # the files are the user's own
                 for p in (d, f"{d}/keep.txt", f"{d}/sub", f"{d}/sub/inner.txt"):
                     os.chown(p, UNPRIV_UID, UNPRIV_UID)
                 code = _standalone_copy(os.path.join(d, "code"))
                 cmd = ["setpriv", f"--reuid={UNPRIV_UID}", f"--regid={UNPRIV_UID}", "--clear-groups", "--",
                        _interpreter(True), "-I", os.path.join(code, "sandbox_attacks.py"), code]
-            else:
+            else:                               # as root, or already as an unprivileged user
                 cmd = [sys.executable, os.path.join(REPO, "tests", "sandbox_attacks.py"), REPO]
             before = sorted(os.listdir(d))
             t0 = time.monotonic()
@@ -147,6 +151,11 @@ def test_hostile_programs_judged_failed_and_contained(mode, user):
         assert results["infinite loop"]["duration"] < 4.0 + 5
         assert results["sleep forever"]["status"] == "timeout"
         assert "MemoryError" in results["memory bomb"]["stderr"]
+        fill = results["fill the disk"]["stdout"]
+        assert "wrote" in fill and int(fill.split("wrote")[1].split()[0]) <= DISK, fill
+        # the attacks that must have been stopped by the sandbox, not by their own bugs
+        for name in ("truncate via dir_fd, deep cwd", "create via dir_fd, deep cwd"):
+            assert "blocked: PermissionError" in results[name]["stdout"] or mode == "bwrap", results[name]
         # nothing outside changed
         with open(os.path.join(d, "keep.txt")) as f:
             assert f.read() == "keep me"
@@ -216,6 +225,28 @@ def test_a_clean_exit_is_not_a_pass():
         assert key in r.isolation
 
 
+@pytest.mark.parametrize("mode", ["bwrap", "fallback"])
+def test_correct_programs_pass_and_failures_keep_their_traceback(mode):
+    """What the fallback's audit hook once refused from correct programs: relative mkdir / remove
+    in the working directory, `import inspect` / `dataclasses` (namedtuple compiles functions from
+    a string, as the judge does); and a failing program's traceback, at import or in a call."""
+    if mode == "bwrap" and not (HAVE_BWRAP and _bwrap_works()):
+        pytest.skip("bubblewrap missing or not permitted here")
+    cfg = SandboxConfig(mode=mode)
+    test = "def check(c):\n    assert c(1) == 2\n"
+    ok = ("import os, inspect, dataclasses, shutil\nos.mkdir('d')\nos.makedirs('d/e/f')\n"
+          "open('d/x', 'w').write('1')\nos.remove('d/x')\nos.rename('d/e', 'g')\nshutil.rmtree('g')\n"
+          "os.rmdir('d')\n@dataclasses.dataclass\nclass P:\n    a: int = 1\n"
+          "def f(x):\n    return len(inspect.signature(f).parameters) + x\n")
+    r = run_check(ok, test, "f", config=cfg)
+    assert r.passed, r.stderr
+    r = run_check("import json\nraise ValueError('boom at import')\ndef f(x):\n    return x + 1\n", test, "f",
+                  config=cfg)
+    assert not r.passed and 'program.py", line 2' in r.stderr and "ValueError: boom at import" in r.stderr
+    r = run_check("def f(x):\n    return {}[x]\n", test, "f", config=cfg)
+    assert not r.passed and 'program.py", line 2, in f' in r.stderr and "KeyError: 1" in r.stderr
+
+
 def test_values_cross_as_plain_data():
     """Arguments and results keep their exact builtin types both ways (tuples stay tuples, nan and
     sets survive), and anything else is refused rather than compared."""
@@ -244,7 +275,7 @@ def test_bad_config():
 
 
 def test_fallback_warns_once_naming_what_is_missing(monkeypatch):
-    import sinklens.eval.sandbox as sb
+    import sinklens.sandbox.isolation as sb
     monkeypatch.setattr(sb, "_warned", False)
     with pytest.warns(RuntimeWarning, match="read-only filesystem") as rec:
         for _ in range(3):
@@ -256,3 +287,35 @@ def test_unknown_user_exists_not():
     """The unprivileged uid of the hostile suite belongs to nobody here (so it owns nothing)."""
     with pytest.raises(KeyError):
         pwd.getpwuid(UNPRIV_UID)
+
+
+def test_fallback_without_any_namespace(monkeypatch, tmp_path):
+    """The last resort (no bubblewrap, no `unshare`: the audit hook alone, the host's /proc
+    visible, no tmpfs): the memory, dir_fd and disk attacks still fail, the disk use stays under
+    the configured size, and a right program passes."""
+    import sandbox_attacks
+    import sinklens.sandbox.isolation as iso_mod
+    real_which = shutil.which
+    monkeypatch.setattr(iso_mod.shutil, "which", lambda name: None if name in ("unshare", "bwrap") else real_which(name))
+    iso_mod.probe.cache_clear()
+    try:
+        d = str(tmp_path)
+        os.chmod(d, 0o777)
+        (tmp_path / "keep.txt").write_text("keep me")
+        os.chmod(tmp_path / "keep.txt", 0o666)
+        os.mkdir(tmp_path / "sub", 0o777)
+        jobs = sandbox_attacks.cases(d, 1, "/nonexistent", "none", "bare")
+        names = ["test from the harness's memory (HumanEval/23)", "truncate via dir_fd, deep cwd",
+                 "create via dir_fd, deep cwd", "fill the disk", "read the harness's memory", "right (control)"]
+        cfg = SandboxConfig(mode="fallback", timeout=4.0, file_bytes=1 << 20, tmpfs_bytes=DISK, max_files=8)
+        res = dict(zip(names, run_checks([jobs[n] for n in names], cfg)))
+        assert res.pop("right (control)").passed
+        assert {n: r.status for n, r in res.items() if r.passed} == {}
+        iso = res["fill the disk"].isolation
+        assert iso["disk"].startswith("file count") and not iso["pid_namespace"], iso
+        fill = res["fill the disk"].stdout
+        assert int(fill.split("wrote")[1].split()[0]) <= DISK, fill
+        assert (tmp_path / "keep.txt").read_text() == "keep me"
+        assert sorted(os.listdir(d)) == ["keep.txt", "sub"]
+    finally:
+        iso_mod.probe.cache_clear()

@@ -2,7 +2,8 @@
 
 The parse type, range, choices, help and default of a flag come from its field, so no flag table
 is kept by hand: the sampler flags (`generate.add_sampler_flags`), `sinklens report`
-(`ReportOptions`, `PageOptions`) and `sinklens eval` (`EvalConfig`) are built here. Torch-free
+(`ReportOptions`, `PageOptions`), `sinklens eval` (`EvalConfig`) and `sinklens train` (`TrainConfig`,
+`ModelConfig`, `DataConfig`) are built here. Torch-free
 (the command line's --help).
 """
 from __future__ import annotations
@@ -50,9 +51,10 @@ def add_field_flag(group, flag: str, dest: str, meta: dict, default, text: str) 
     action.metadata_old = old
 
 
-def add_config_flags(parser, cls, prefix: str = "") -> list[str]:
+def add_config_flags(parser, cls, prefix: str = "", required: tuple[str, ...] = ()) -> list[str]:
     """A flag per `param` field of dataclass `cls`: `--<prefix><field>` with dashes (or the field's
-    own `flag`), dest `<prefix><field>`, default = the field's. Returns the dests."""
+    own `flag`), dest `<prefix><field>`, default = the field's. Fields named in `required` are
+    required flags although the library has a default (e.g. `sinklens train --out`). Returns the dests."""
     from sinklens.params import expected, flag_name
 
     dests = []
@@ -62,7 +64,7 @@ def add_config_flags(parser, cls, prefix: str = "") -> list[str]:
             continue
         dest = (prefix + f.name).replace("-", "_")
         text = meta["help"] + (f"; {expected(meta)}" if meta["type"] in (int, float) and not meta["choices"] else "")
-        add_field_flag(parser, flag_name(dest, meta), dest, meta, f.default, text)
+        add_field_flag(parser, flag_name(dest, meta), dest, meta, MISSING if f.name in required else f.default, text)
         dests.append(dest)
     return dests
 

@@ -2,9 +2,12 @@
 (`sinklens_gsm8k_cot.yaml`) reading a local JSONL by its absolute path, so lm-eval finds the data
 from any working directory:
 
-    sinklens lm-eval-task --data ~/data/gsm8k/test.jsonl --out tasks/
-    sinklens-lm-eval --model sinklens --model_args pretrained=tiny-dlm,mask_topk=1 \\
-        --tasks sinklens_gsm8k_cot --include_path tasks/ --limit 5
+    sinklens lm-eval-task --data /path/to/gsm8k/test.jsonl --out tasks/
+    sinklens-lm-eval --model sinklens --model_args pretrained=smollm2-135m-instruct,mask_k=1 --device cpu \\
+        --tasks sinklens_gsm8k_cot --include_path tasks/ --limit 1
+
+The model must take GSM8K's 8-shot prompt (~1900 tokens): SmolLM2-135M-Instruct does, the tiny
+twins (context 128 / 384) do not (docs/evaluation.md, "lm-eval-harness").
 """
 from __future__ import annotations
 

@@ -7,7 +7,7 @@ Post-processing (`extract_code`), in order:
 3. if the code defines `def <entry_point>(`, it is the whole function: the program is the prompt's
    header (imports, helper functions before the signature) + the code, so the model may restate the
    signature; otherwise it is a body and the program is the prompt (signature + docstring) + the code.
-Judging (`check`): the program runs in `sinklens.eval.sandbox`; the problem's `test` runs in the
+Judging (`check`): the program runs in `sinklens.sandbox`; the problem's `test` runs in the
 sandbox's trusted harness with the prompt's helper functions, and `check(candidate)` calls the
 program's entry point over a pipe. A pass is proven by a per-run nonce the program cannot know,
 so exiting early with status 0 fails (see `judge_harness`).
@@ -19,7 +19,7 @@ import os
 import re
 
 from sinklens.eval.jsonl import JsonlError, read_jsonl
-from sinklens.eval.sandbox import SandboxConfig, SandboxResult, run_check
+from sinklens.sandbox import SandboxConfig, SandboxResult, run_check
 
 STOP = ["\ndef ", "\nclass ", "\nif __name__", "\nprint(", "\n#", "\nassert "]
 INSTRUCTION = ("Complete the following Python function. Reply with the complete function (signature "

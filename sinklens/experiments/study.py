@@ -73,7 +73,7 @@ def random_control(model_folder: Path, conf: dict, out: str | Path, seed: int = 
     folder = Path(out)
     if (folder / "config.json").is_file():
         return folder
-    cfg = TrainConfig.from_dict(conf)
+    cfg = TrainConfig.from_dict({**conf, "init_from": ""})   # random weights: the teacher plays no part
     # the loader's tokenizer path: AutoTokenizer on a LLaDA-format folder (config auto_map) would ask
     # on stdin whether to run remote code, and wait 15 s for an answer
     tok = load_tokenizer(model_folder, detect_family(json.loads((model_folder / "config.json").read_text())))

@@ -50,16 +50,22 @@ class Report:
     figures: dict[str, list[Path]] = field(default_factory=dict)
 
 
+def _safe_name(text: str, k: int, used: set[str]) -> str:
+    """A file or folder name from a display name: one path component (no '/', never '.' or '..'),
+    unique among `used`. Labels are for display; only names made here reach the disk."""
+    name = re.sub(r"[^A-Za-z0-9_.-]+", "_", text).strip(".") or f"trace{k}"
+    while name in used:
+        name += f"_{k}"
+    used.add(name)
+    return name
+
+
 def _label(path_or_obj, k: int, used: set[str]) -> str:
     if isinstance(path_or_obj, (str, os.PathLike)):
         base = Path(os.fspath(path_or_obj)).stem
     else:
         base = getattr(path_or_obj, "label", None) or Path(getattr(path_or_obj, "path", f"trace{k}")).stem
-    label = re.sub(r"[^A-Za-z0-9_.-]+", "_", base) or f"trace{k}"
-    while label in used:
-        label += f"_{k}"
-    used.add(label)
-    return label
+    return _safe_name(base, k, used)
 
 
 def _figures_for(a: Analysis, folder: Path, opts: ReportOptions, suffix: str, rep: TraceReport) -> dict[str, bytes]:
@@ -116,6 +122,7 @@ def build_report(traces, out: str | os.PathLike, *, labels: list[str] | None = N
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
     used: set[str] = set()
+    folders: set[str] = set()                  # one folder per trace, named safely from its label
     reps: list[TraceReport] = []
     page_figs: list[dict[str, bytes]] = []
     for k, tr in enumerate(traces):
@@ -129,7 +136,7 @@ def build_report(traces, out: str | os.PathLike, *, labels: list[str] | None = N
         analyses = [analyze(src, cfg)]
         if src.causal and opts.units != BASELINE_UNITS:
             analyses.append(analyze(src, AnalysisConfig(units=BASELINE_UNITS, sink_eps=opts.sink_eps, progress=opts.progress)))
-        folder = out if len(traces) == 1 else out / label
+        folder = out if len(traces) == 1 else out / _safe_name(label, k, folders)
         rep = TraceReport(label, folder, analyses)
         pngs = {}
         for a in analyses:

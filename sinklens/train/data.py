@@ -5,7 +5,7 @@
 
 Why synthetic: no GSM8K train split is available offline, and a CPU-sized model can only learn
 a task whose difficulty we control. Knobs: operand range, number of operations, which
-operations. Prompts and answers are kept short so few tokens are wasted (SPEC §7).
+operations. Prompts and answers are kept short so few tokens are wasted (a CPU-sized budget).
 
 Train / held-out split: every problem has a *combination* key (its numbers and operations).
 A fixed fraction of all combinations is reserved for held-out; the train sampler rejects them,
@@ -16,6 +16,8 @@ from __future__ import annotations
 import hashlib
 import random
 from dataclasses import asdict, dataclass
+
+from sinklens.params import check_fields, param
 
 NAMES = ["Tom", "Mia", "Sam", "Ana", "Ben", "Eva", "Leo", "Zoe", "Max", "Ivy", "Dan", "Amy"]
 # (singular pronoun, object) pairs are decided per problem; pronoun follows the name.
@@ -31,30 +33,25 @@ PHRASES = {
 
 @dataclass(frozen=True)
 class DataConfig:
-    """Difficulty knobs of the generator."""
-    max_operand: int = 50      # operands drawn from [1, max_operand]
-    min_ops: int = 1           # number of operations per problem
-    max_ops: int = 2
-    ops: str = "+-"            # allowed operations
-    max_value: int = 99        # every intermediate result stays in [0, max_value]
-    heldout_fraction: float = 0.1
-    split_seed: int = 0        # decides which combinations are held out
-    style: str = "short"       # "short": one sentence per event, bare sums; "story": the paper's
-                               # regime, prompts >= 48 tokens, worked answers >= 128 (story.py)
+    """Difficulty knobs of the generator (each a `sinklens train` flag)."""
+    max_operand: int = param(50, int, "operands drawn from [1, N]", min=1)
+    min_ops: int = param(1, int, "fewest operations per problem", min=1)
+    max_ops: int = param(2, int, "most operations per problem", min=1)
+    ops: str = param("+-", str, "allowed operations, a subset of +-, e.g. + or +-")
+    max_value: int = param(99, int, "every intermediate result stays in [0, N]", min=1)
+    heldout_fraction: float = param(0.1, float, "share of operand combinations held out", gt=0, lt=1)
+    split_seed: int = param(0, int, "decides which combinations are held out")
+    style: str = param("short", str, "short: one sentence per event, bare sums; story: the paper's regime, "
+                       "prompts >= 48 tokens, worked answers >= 128 (story.py)", choices=("short", "story"))
 
     def __post_init__(self):
-        if self.style not in ("short", "story"):
-            raise ValueError(f"style must be 'short' or 'story', got {self.style!r}")
-        if self.max_operand < 1:
-            raise ValueError(f"max_operand must be >= 1, got {self.max_operand}")
-        if not 1 <= self.min_ops <= self.max_ops:
+        check_fields(self)
+        if not self.min_ops <= self.max_ops:
             raise ValueError(f"need 1 <= min_ops <= max_ops, got {self.min_ops}, {self.max_ops}")
         if not self.ops or set(self.ops) - set(PHRASES):
             raise ValueError(f"ops must be a non-empty subset of {''.join(PHRASES)!r}, got {self.ops!r}")
         if self.max_value < self.max_operand:
             raise ValueError(f"max_value ({self.max_value}) must be >= max_operand ({self.max_operand})")
-        if not 0.0 < self.heldout_fraction < 1.0:
-            raise ValueError(f"heldout_fraction must be in (0, 1), got {self.heldout_fraction}")
 
 
 @dataclass(frozen=True)

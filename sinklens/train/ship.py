@@ -2,20 +2,42 @@
 
 The asset folder is a plain checkpoint folder (config.json, model.safetensors, tokenizer) that
 `sinklens.load` reads like any other; `training/` beside the weights keeps the exact command,
-the training config, the log and the curves behind the numbers in docs/training.md.
+the training config, the log and the curves behind the numbers in docs/training.md. No machine's
+path is shipped: the run's folder is recorded relative to its parent (`runs/<run>`) and a run
+started from another (`init_from`) names its teacher by the shipped twin's name (`teacher=`).
 """
 from __future__ import annotations
 
 import json
+import re
 import shutil
 from pathlib import Path
 
 MAX_BYTES = 25 * 2**20
 ASSETS = Path(__file__).resolve().parents[1] / "assets"
+ABSOLUTE = re.compile(r"(?<![\w.~-])/(?:[\w.-]+/)*[\w.-]+")   # an absolute path in a text
 
 
-def ship(run_dir: str | Path, name: str, dest_root: str | Path = ASSETS) -> Path:
+def _portable(text: str, run: Path) -> str:
+    """`text` with the run's parent folder written relative (<anywhere>/runs/x -> runs/x)."""
+    parent = run.resolve().parent
+    return text.replace(str(parent) + "/", parent.name + "/")
+
+
+def ship(run_dir: str | Path, name: str, dest_root: str | Path = ASSETS, teacher: str | None = None) -> Path:
+    """`teacher`: the shipped twin the run started from (its `init_from`), by name."""
     run, dest = Path(run_dir), Path(dest_root) / name
+    config = json.loads((run / "config.json").read_text())
+    config["out"] = _portable(str(run.resolve()), run)
+    if config.get("init_from"):
+        if teacher is None and ("/" in config["init_from"] or not (ASSETS / config["init_from"]).is_dir()):
+            raise ValueError(f"{run} started from {config['init_from']}: name the shipped twin it is "
+                             "(ship(..., teacher=NAME)), a shipped config never holds a machine's path")
+        config["init_from"] = teacher or config["init_from"]
+    command = _portable((run / "command.txt").read_text(), run)
+    if ABSOLUTE.search(command):
+        raise ValueError(f"{run}/command.txt holds an absolute path ({ABSOLUTE.search(command).group()}) "
+                         "outside the run's parent folder: it would not mean anything on another machine")
     export = run / "export"
     if not (export / "model.safetensors").is_file():
         raise FileNotFoundError(f"{export} has no model.safetensors: has the run in {run} finished?")
@@ -29,9 +51,10 @@ def ship(run_dir: str | Path, name: str, dest_root: str | Path = ASSETS) -> Path
         f.chmod(0o644)    # safetensors writes 0600; the package files must be world-readable
     prov = dest / "training"
     prov.mkdir()
-    for f in ("command.txt", "log.jsonl", "curves.png"):
+    for f in ("log.jsonl", "curves.png"):
         shutil.copy2(run / f, prov / f)
-    shutil.copy2(run / "config.json", prov / "train_config.json")
+    (prov / "command.txt").write_text(command)
+    (prov / "train_config.json").write_text(json.dumps(config, indent=1))
     state = json.loads((run / "ckpt" / "state.json").read_text())
     (prov / "summary.json").write_text(json.dumps({"steps": state["step"], "tokens": state["tokens"]}, indent=1))
     return dest

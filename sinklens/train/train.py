@@ -27,7 +27,7 @@ from tqdm import tqdm
 from sinklens.train.batch import decode_answers, encode_batch, encode_prompts, parse_answer
 from sinklens.train.data import DataConfig, ProblemStream, generate
 from sinklens.train.decode import arm_generate, dlm_generate
-from sinklens.train.config import ModelConfig, TrainConfig  # noqa: F401  (TrainConfig is public here too)
+from sinklens.train.config import ModelConfig, TrainConfig, init_weights_path  # noqa: F401  (TrainConfig is public here too)
 from sinklens.train.model import build_model, save_dream_folder, save_llada_folder, save_llama_folder
 from sinklens.train.tokenizer import save_tokenizer, train_tokenizer
 
@@ -87,7 +87,7 @@ def arm_loss(model, input_ids, attention_mask, P: int):
 @torch.no_grad()
 def evaluate(model, tok, problems, cfg: TrainConfig, batch_size: int = 100) -> dict:
     """Exact-answer accuracy (unmasked decoding) and, for the DLM, one-pass token accuracy with
-    the whole answer masked (the signal that precedes exact answers, SPEC §7)."""
+    the whole answer masked (the signal that precedes exact answers)."""
     model.eval()
     correct, full_mask_hits, full_mask_total, samples = 0, 0, 0, []
     correct_one_block = 0
@@ -170,9 +170,9 @@ def _load_ckpt(model, opt, ckpt: Path) -> int:
 
 def _init_weights(init_from: str, tok_dir: Path) -> dict:
     """The weights a run starts from: another run's checkpoint (its --out) or an exported ARM
-    folder such as the shipped `sinklens/assets/story-arm-4l` (Llama names, fp16 -> fp32). The
+    folder, such as the shipped twin `story-arm-4l` (by name; Llama names, fp16 -> fp32). The
     token ids must mean the same thing, so the tokenizers must be equal."""
-    src = Path(init_from)
+    src = init_weights_path(init_from)
     run_ckpt = src / "ckpt" / "model.safetensors"
     weights, their_tok = ((run_ckpt, src / "tokenizer" / "tokenizer.json") if run_ckpt.is_file()
                           else (src / "model.safetensors", src / "tokenizer.json"))
@@ -208,7 +208,7 @@ def export(model, tok, cfg: TrainConfig, folder: Path) -> None:
 
 @torch.enable_grad()   # a caller (or a test module) may have switched autograd off globally
 def train(cfg: TrainConfig, *, progress: bool = True) -> dict:
-    torch.set_num_threads(1)     # one thread per process is the efficient setting here (SPEC §7)
+    torch.set_num_threads(1)     # one thread per process: faster than two on a loaded 2-core CPU
     out = Path(cfg.out)
     out.mkdir(parents=True, exist_ok=True)
     ckpt = out / "ckpt"

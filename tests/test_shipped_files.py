@@ -1,0 +1,107 @@
+"""What ships holds no machine's path, and the study's random-init control runs for every shipped
+twin without its teacher.
+
+A training config that recorded `init_from: /work/runs/...` made `sinklens replicate --study` exit 2
+on every other machine: the control step validated the teacher's folder."""
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[1]
+PKG = REPO / "sinklens"
+# an absolute path into a machine's own folders (a user's home, a scratch or work area)
+MACHINE_PATH = re.compile(r"(?<![\w.~/-])/(?:work|root|home|tmp|Users|mnt|scratch)/[\w.-]")
+TWINS = sorted(p.parent.parent for p in (PKG / "assets").glob("*/training/train_config.json"))
+
+
+def shipped_files() -> list[Path]:
+    """The package (code and data), the docs, the README and the tests' fixture files."""
+    files = [REPO / "README.md"] + [p for root in (PKG, REPO / "docs") for p in root.rglob("*") if p.is_file()]
+    files += [p for p in (REPO / "tests").rglob("*") if p.is_file() and p.suffix != ".py"]
+    return [p for p in files if "__pycache__" not in p.parts]
+
+
+def _text(path: Path) -> str | None:
+    data = path.read_bytes()
+    if b"\0" in data[:8192]:
+        return None                     # weights, images, traces
+    return data.decode("utf-8", "replace")
+
+
+def test_no_shipped_file_holds_a_machine_path():
+    hits = []
+    for path in shipped_files():
+        text = _text(path)
+        for m in MACHINE_PATH.finditer(text or ""):
+            line = text[:m.start()].count("\n") + 1
+            hits.append(f"{path.relative_to(REPO)}:{line}: {text.splitlines()[line - 1].strip()[:120]}")
+    assert hits == [], "\n".join(hits)
+
+
+def test_the_scan_finds_a_machine_path(tmp_path):
+    """The pattern catches what it is for, and not a relative folder or a URL."""
+    assert MACHINE_PATH.search('"init_from": "/work/runs/story9-arm-4l"')
+    assert MACHINE_PATH.search("--out /tmp/evreal") and MACHINE_PATH.search("cd /home/me/x")
+    assert not MACHINE_PATH.search('"out": "runs/story9-arm-4l"')
+    assert not MACHINE_PATH.search("https://example.org/home/page and sinklens/assets/tiny-dlm")
+
+
+def test_twins_name_their_teacher_portably():
+    assert {t.name for t in TWINS} >= {"tiny-dlm", "tiny-arm", "story9-dlmarm-4l"}
+    from sinklens.train.config import TrainConfig
+    for twin in TWINS:
+        conf = json.loads((twin / "training" / "train_config.json").read_text())
+        assert conf.get("init_from", "") in ["", *(t.name for t in TWINS)], (twin.name, conf.get("init_from"))
+        TrainConfig.from_dict(conf)        # valid here, as on any machine with the package
+    assert json.loads((PKG / "assets" / "story9-dlmarm-4l" / "training" / "train_config.json").read_text())[
+        "init_from"] == "story9-arm-4l"
+
+
+@pytest.mark.parametrize("twin", TWINS, ids=[t.name for t in TWINS])
+def test_study_random_control_runs_for_every_shipped_twin(twin, tmp_path):
+    """`sinklens study`'s control step for each twin: a random-initialised model of its shape and
+    format, traced on one held-out problem by the study's own path, even with the training config
+    pointing at a teacher that is not on this machine."""
+    from sinklens.experiments.model_spec import DemoModel
+    from sinklens.experiments.replicate import trace_problems
+    from sinklens.experiments.study import LOAD, random_control, sampler_kwargs, twin_files
+    from sinklens.train.data import DataConfig, generate
+
+    folder, conf = twin_files(twin.name)
+    conf = {**conf, "init_from": "/nonexistent/teacher-run"}
+    ctrl = random_control(folder, conf, tmp_path / "control")
+    assert (ctrl / "model.safetensors").is_file()
+    problem = generate(1, seed=0, split="heldout", cfg=DataConfig(**conf["data"]))
+    # the sampler settings the study traces the control with, 16 new tokens in one block (fast)
+    kwargs = {k: 16 if k in ("gen_length", "max_new_tokens", "steps", "block_length") else v
+              for k, v in sampler_kwargs(conf).items()}
+    paths, _ = trace_problems(DemoModel(str(ctrl), "control", kwargs, dict(LOAD)), problem, tmp_path, progress=False)
+    assert len(paths) == 1 and paths[0].is_file()
+
+
+def test_ship_records_no_machine_path(tmp_path):
+    """`ship` writes the run folder relative to its parent and the teacher by its twin's name; a
+    teacher given only as a path is refused rather than shipped."""
+    from sinklens.train.ship import ship
+    run = tmp_path / "runs" / "student"
+    (run / "export").mkdir(parents=True)
+    (run / "ckpt").mkdir()
+    (run / "export" / "model.safetensors").write_bytes(b"weights")
+    (run / "ckpt" / "state.json").write_text(json.dumps({"step": 2, "tokens": 10}))
+    (run / "log.jsonl").write_text("{}\n")
+    (run / "curves.png").write_bytes(b"png")
+    teacher_run = tmp_path / "runs" / "teacher"
+    (run / "config.json").write_text(json.dumps({"kind": "dlm-shift", "init_from": str(teacher_run), "out": str(run)}))
+    (run / "command.txt").write_text(f"# from step 0\nsinklens train --init-from {teacher_run} --out {run}\n")
+    with pytest.raises(ValueError, match="name the shipped twin"):
+        ship(run, "student", tmp_path / "assets")
+    dest = ship(run, "student", tmp_path / "assets", teacher="story9-arm-4l")
+    conf = json.loads((dest / "training" / "train_config.json").read_text())
+    assert conf["init_from"] == "story9-arm-4l" and conf["out"] == "runs/student"
+    command = (dest / "training" / "command.txt").read_text()
+    assert "--init-from runs/teacher --out runs/student" in command
+    assert not [m for p in dest.rglob("*") if p.is_file() for m in MACHINE_PATH.finditer(_text(p) or "")]
