@@ -10,7 +10,7 @@ Post-processing (`extract_code`), in order:
 Judging (`check`): the program runs in `sinklens.sandbox`; the problem's `test` runs in the
 sandbox's trusted harness with the prompt's helper functions, and `check(candidate)` calls the
 program's entry point over a pipe. A pass is proven by a per-run nonce the program cannot know,
-so exiting early with status 0 fails (see `judge_harness`).
+so exiting early with status 0 fails (see `sinklens/sandbox/harness.py`).
 """
 from __future__ import annotations
 

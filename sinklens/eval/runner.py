@@ -29,7 +29,7 @@ from sinklens.eval import records, rundir
 from sinklens.eval.config import EvalConfig, run_name  # EvalConfig: re-exported (it lives in config.py)
 from sinklens.eval.dist import dist_state
 from sinklens.eval.loglik import reference_loglik
-from sinklens.eval.sandbox import SandboxConfig
+from sinklens.sandbox import SandboxConfig
 from sinklens.eval.tasks import get_task
 from sinklens.masking.policy import SinkMaskingPolicy
 from sinklens.samplers.base import CaptureOptions

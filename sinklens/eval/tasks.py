@@ -6,7 +6,7 @@ from dataclasses import dataclass
 from typing import Callable
 
 from sinklens.eval import arith, gsm8k, humaneval
-from sinklens.eval.sandbox import SandboxConfig
+from sinklens.sandbox import SandboxConfig
 
 
 @dataclass
