@@ -169,7 +169,8 @@ def test_trace_records_canvas_steps(models, tmp_path):
     out = m.generate(prompt(), max_new_tokens=16, max_denoising_steps=4, trace=tmp_path / "dg.arrow")
     t = sinklens.open_trace(out.trace_path)
     assert t.num_steps == out.num_steps == 8
-    assert t.meta["layout"] == {"causal": False, "prompt_length": P, "block_length": C, "query_rows": "block"}
+    assert t.meta["layout"] == {"causal": False, "prompt_length": P, "block_length": C, "query_rows": "block",
+                                "attention_block": None, "windows": [WINDOW, WINDOW, None], "window_kind": "cache"}
     for k, step in enumerate(t.steps):
         Pk = P + C * (k // 4)
         tokens, masked, q = t.tokens(step, 0), t.is_masked(step, 0), t.query_positions(step, 0)

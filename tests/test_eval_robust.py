@@ -63,7 +63,7 @@ def run_dir_of(out, model) -> Path:
     (["eval", *FAST, "--sandbox-timeout", "0"], "--sandbox-timeout"),
     (["eval", *FAST, "--shots", "9"], "--shots"),
     (["eval", *FAST, "--limit", "0"], "--limit"),
-    (["eval", *FAST, "--mask-units", "gu"], "--mask-units"),
+    (["eval", *FAST, "--mask-units", "median"], "--mask-units"),
     (["eval", *FAST, "--mask-topk", "0,-1"], "--mask-topk"),
     (["trace", "--input-ids", "1,2", "--query-chunk", "-1"], "--query-chunk"),
     (["trace", "--input-ids", "1,2", "--query-chunk", "0"], "--query-chunk"),
@@ -71,8 +71,8 @@ def run_dir_of(out, model) -> Path:
     (["generate", "--input-ids", "1,2", "--time-eps", "nan"], "--time-eps"),
     (["generate", "--input-ids", "1,2", "--top-p", "2"], "--top-p"),
     (["generate", "--input-ids", "1,2", "--temperature", "inf"], "--temperature"),
-    (["report", "t.arrow", "--eps", "nan"], "--eps"),
-    (["report", "t.arrow", "--eps", "-1"], "--eps"),
+    (["report", "t.arrow", "--sink-eps", "nan"], "--sink-eps"),
+    (["report", "t.arrow", "--eps", "-1"], "--sink-eps/--eps"),
     (["report", "t.arrow", "--row", "-1"], "--row"),
 ])
 def test_bad_numbers_are_one_line_errors(argv, flag, tmp_path, capsys):

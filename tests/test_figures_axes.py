@@ -77,7 +77,7 @@ def test_fig3_is_the_eq3_margin_against_eps(planted):
 
 
 def test_arm_prefill_and_decoding_have_their_own_colour_scales():
-    a = analyze(P.arm_source())
+    a = analyze(P.arm_source(), units="sum")           # raw sums: 8 rows summed vs one
     fig = F.received_over_steps(a, 0, 0)
     images = [ax.images[0] for ax in fig.axes if ax.images]
     assert len(images) == 2                                         # prefill panel, decoding panel
