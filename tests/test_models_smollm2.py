@@ -30,7 +30,7 @@ def test_smollm2_first_token_is_a_sink(smollm2):
 
     Why those queries: they all see keys 0..S//2, so a causal mask alone (uniform attention)
     gives those keys equal expected sums; chance for position 0 is then about 1 / (S // 2 + 1)
-    (< 20 % here), not the harmonic-number bias of plain column sums (SPEC §2).
+    (< 20 % here), not the harmonic-number bias of plain column sums.
     """
     for sentence in SENTENCES:
         ids = torch.tensor([smollm2.tokenizer.encode(sentence)])  # (1, S)

@@ -1,4 +1,4 @@
-"""The story twins of the controlled study (issue 13; docs/training.md, "A controlled study").
+"""The story twins of the controlled study (docs/training.md, "A controlled study").
 
 They are shipped so the study can be re-run without retraining. Checked through the same path as
 every model: `sinklens.load` by alias, the family's own sampler, and answers computed by Python on

@@ -173,7 +173,7 @@ STORY = DataConfig(style="story", min_ops=2, max_ops=3, max_operand=30)
 
 
 def test_story_problems_are_long_and_correct():
-    """Prompts >= 48 tokens and answers >= 128 tokens (issue 13's regime), every worked step is
+    """Prompts >= 48 tokens and answers >= 128 tokens (the controlled study's regime), every worked step is
     Python's arithmetic, each step is checked back, and the split stays by combination."""
     from sinklens.train.batch import prompt_ids
     tok = train_tokenizer(320, STORY, n_texts=1000)

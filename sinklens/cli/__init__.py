@@ -27,7 +27,7 @@ COMMANDS = {
     "lm-eval-task": ("lm_eval_task", "write the GSM8K lm-eval task YAML for a local data file"),
     "train": ("train", "train a tiny DLM (LLaDA-style) or its ARM twin"),
     "replicate": ("replicate", "Table 1 + sink dynamics of the paper on the shipped tiny twins"),
-    "study": ("study", "issue 13's controlled study on trained story twins"),
+    "study": ("study", "the controlled study on trained story twins"),
 }
 
 

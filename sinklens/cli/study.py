@@ -1,4 +1,4 @@
-"""`sinklens study --run dlm=RUN --run arm=RUN --run dlm-from-arm=RUN --out DIR`: issue 13's
+"""`sinklens study --run dlm=RUN --run arm=RUN --run dlm-from-arm=RUN --out DIR`: the
 controlled study on trained story twins (sinklens.experiments.study)."""
 from __future__ import annotations
 
@@ -27,7 +27,7 @@ def run(a) -> int:
 def register(sub) -> None:
     from sinklens.experiments import study
 
-    p = sub.add_parser("study", help="issue 13's controlled study on trained story twins", description=study.__doc__)
+    p = sub.add_parser("study", help="the controlled study on trained story twins", description=study.__doc__)
     p.add_argument("--run", action="append", required=True, metavar="LABEL=RUN", type=label_run,
                    help="a twin and its label (repeat per twin): a finished training run folder, or a shipped twin (alias or exported folder)")
     p.add_argument("--out", default="study", help="output folder")

@@ -5,7 +5,7 @@ For one masking config, two numbers over held-out problems:
 - `unmasked`: the same rule applied to an *unmasked* run's attention, without blocking anything:
   of the keys it would select at t − 1, the share it selects again at t (for K = 1 top-K, this is
   the stability of each head's top-1 key).
-A faithful protocol keeps `blocked` close to `unmasked` (the issue's bar: ≥ 0.8 ×). Ranking on
+A faithful protocol keeps `blocked` close to `unmasked` (the bar tests/test_masking_protocol.py holds: ≥ 0.8 ×). Ranking on
 the blocked step's own attention gave 0.00 for K = 1 on the DLM twin: the blocked sink read ~0
 and the runner-up was blocked next.
 """

@@ -31,12 +31,12 @@ def build_model(cfg: ModelConfig, *, diffusion: bool, seed: int) -> LlamaForCaus
         tie_word_embeddings=False, attention_bias=False, mlp_bias=False, use_cache=False,
         attn_implementation="sdpa",
     )
-    lc.is_causal = not diffusion   # bidirectional DLM (survives save/load; SPEC §5)
+    lc.is_causal = not diffusion   # bidirectional DLM (survives save/load)
     torch.manual_seed(seed)
     return LlamaForCausalLM(lc)
 
 
-# Llama name -> LLaDA official name (SPEC §5: ff_proj = gate, up_proj = up, block ff_out = down,
+# Llama name -> LLaDA official name (ff_proj = gate, up_proj = up, block ff_out = down,
 # top-level ff_out = untied LM head).
 _TO_LLADA = [
     (r"^model\.embed_tokens\.weight$", "model.transformer.wte.weight"),

@@ -2,7 +2,7 @@
 
 Digits are always single tokens (so arithmetic is digit by digit, and the vocabulary need not
 cover numbers); words become whole tokens after a few hundred merges. A small vocabulary keeps
-the LM head cheap (SPEC §7). The saved `tokenizer.json` + `tokenizer_config.json` load with
+the LM head cheap. The saved `tokenizer.json` + `tokenizer_config.json` load with
 `AutoTokenizer.from_pretrained(folder)` / `PreTrainedTokenizerFast` and no remote code.
 """
 from __future__ import annotations
