@@ -6,8 +6,9 @@ Resolution order for `name_or_path`:
   3. a hub id "owner/name", fetched with huggingface_hub's `snapshot_download`, restricted to
      config, safetensors and tokenizer files (never `*.py`, never `*.bin`).
 Only safetensors (or GGUF) weights are read, never pickles, and `trust_remote_code` is never
-set: the checkpoint's `auto_map` / `modeling_*.py` are ignored, the family adapter maps its
-config and parameter names onto Llama / Qwen2 instead.
+set: the checkpoint's `auto_map` / `modeling_*.py` are ignored. Native architectures load as
+transformers' own classes (any causal LM or masked-LM encoder whose attention runs through its
+AttentionInterface); the DLM adapters map their config and parameter names onto Llama / Qwen2.
 """
 from __future__ import annotations
 
@@ -264,6 +265,7 @@ def _load_safetensors(folder: Path, dtype) -> tuple[torch.nn.Module, dict, Famil
     weight_files = check_weights(folder)
     torch_dtype = parse_dtype(dtype, weight_files)
     config = family.build_config(config_dict)
+    check_attention_path(family.model_class, config)
     model, info = family.model_class.from_pretrained(
         str(folder),
         config=config,
@@ -316,12 +318,29 @@ def _load_gguf(where: Resolved, dtype) -> tuple[torch.nn.Module, dict, Family]:
     )
     config_dict = model.config.to_dict()
     family = detect_family(config_dict)
+    check_attention_path(type(model), model.config)
     if family.is_diffusion or not isinstance(model, family.model_class):
         raise ValueError(
             f"{where.folder / where.gguf_file}: GGUF checkpoints are supported for native ARMs only, "
             f"got {type(model).__name__} detected as family {family.name!r}"
         )
     return model, config_dict, family
+
+
+# Layer types whose attention is a softmax over keys that transformers' masks describe
+# (`SinkModel.attention_windows`); linear / recurrent / convolution layers have no attention to capture.
+ATTENTION_LAYER_TYPES = ("full_attention", "sliding_attention")
+
+
+def check_attention_path(model_class: type, config) -> None:
+    """Refuse, in one line, a model whose attention sinklens would not see, or not see whole."""
+    if not getattr(model_class, "_supports_attention_backend", False):
+        raise ValueError(f"{model_class.__name__} computes its attention in its own code, not through transformers' "
+                         "AttentionInterface, so sinklens cannot capture it")
+    other = sorted(set(getattr(config.get_text_config(), "layer_types", None) or ()) - set(ATTENTION_LAYER_TYPES))
+    if other:
+        raise ValueError(f"{model_class.__name__} has layers of type {other}: sinklens captures softmax attention over "
+                         f"all keys or a sliding window only ({', '.join(ATTENTION_LAYER_TYPES)})")
 
 
 def _set_attention(model) -> None:
