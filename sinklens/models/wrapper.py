@@ -5,7 +5,7 @@ from typing import Any
 
 import torch
 
-from .families import Family, token_id
+from .families import Family, attention_windows, token_id
 from .variants import detect_variant
 
 
@@ -39,6 +39,12 @@ class SinkModel:
     @property
     def is_diffusion(self) -> bool:
         return self.family.is_diffusion
+
+    @property
+    def attention_windows(self) -> tuple[int | None, ...]:
+        """Per layer: its sliding window size, or None for full attention (models/families.py,
+        `attention_windows`: causal layers see keys i - w < j <= i, bidirectional |i - j| <= w)."""
+        return attention_windows(self.model.config)
 
     @property
     def device(self) -> torch.device:
