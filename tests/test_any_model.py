@@ -15,6 +15,7 @@ prints it; a test checks the page holds it).
 """
 from __future__ import annotations
 
+import importlib.util
 import re
 from pathlib import Path
 
@@ -187,6 +188,45 @@ def test_attention_windows_match_transformers_masks(name, folders):
         assert torch.equal(zero, ~seen.expand_as(zero)), f"{name} layer {layer}: window {w} is not transformers' mask"
     sliding = "mistral" in name or "sliding_attention" in ARCHS[name][1].get("layer_types", ()) or name == "modernbert"
     assert any(w is not None for w in windows) == sliding
+
+
+@pytest.mark.parametrize("name", ["gemma2", "gpt_oss"])
+def test_blocked_keys_keep_softcapping_and_sinks(name, folders):
+    """Sink masking on models sdpa cannot express: mask only (the model's own eager function with
+    the blocked keys in its additive mask) and capture agree (lse route: bit for bit, it takes that
+    output); blocked keys receive 0, every row still sums to 1 with the learned sink, and the
+    unblocked ranking source of layer 0 is the unblocked capture."""
+    m = sinklens.load(folders(name))
+    ids, am = batch()
+    blocked = torch.zeros(2, 2, 4, 12, dtype=torch.bool)  # (L, B, H, S_k): key 6 in every layer and head
+    blocked[..., 6] = True
+    masked = m.forward_logits(ids, am, attention=AttentionRequest(blocked=blocked))
+    assert (masked - m.forward_logits(ids, am)).abs().max() > 1e-3  # blocking changed the model
+    free = AttentionRequest(capture=True, route="exact")
+    m.forward_logits(ids, am, attention=free)
+    rows = am.float().sum(-1)[None, :, None]  # (1, B, 1) real query rows
+    for route in ("exact", "lse"):
+        req = AttentionRequest(capture=True, blocked=blocked, route=route)
+        logits = m.forward_logits(ids, am, attention=req)
+        if route == "lse":
+            assert torch.equal(logits, masked)
+        real = am.bool()  # logits at pad rows mean nothing (docs/models.md)
+        torch.testing.assert_close(logits[real], masked[real], atol=1e-5, rtol=0)
+        assert req.received[..., 6].max() == 0
+        sink = 0.0 if req.learned_sink is None else req.learned_sink
+        torch.testing.assert_close(req.received.sum(-1) + sink, rows.expand(2, 2, 4), atol=1e-5, rtol=0)
+        torch.testing.assert_close(req.received_unblocked[0], free.received[0], atol=1e-6, rtol=0)
+
+
+@pytest.mark.skipif(importlib.util.find_spec("triton") is None, reason="triton (extra gpu) is not installed")
+@pytest.mark.parametrize("name", ["gemma2", "gpt_oss"])
+def test_triton_route_falls_back_for_softcapping_and_sinks(name, folders):
+    """The fused kernel has neither; an unpadded call (where it would apply) takes the lse route."""
+    m = sinklens.load(folders(name))
+    ids = batch()[0][1:]  # the unpadded row
+    got, want = AttentionRequest(capture=True, route="triton"), AttentionRequest(capture=True, route="lse")
+    assert torch.equal(m.forward_logits(ids, attention=got), m.forward_logits(ids, attention=want))
+    assert torch.equal(got.received, want.received)
 
 
 # ---- refusals ------------------------------------------------------------------------------
