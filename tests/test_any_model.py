@@ -241,6 +241,18 @@ def test_a_model_that_bypasses_the_attention_interface_is_refused_in_one_line(tm
         sinklens.load(tmp_path)
 
 
+def test_layers_that_are_not_softmax_attention_are_refused_in_one_line(tmp_path):
+    """MiniMax routes its softmax layers through the interface, but its linear-attention layers
+    have no attention map: a trace of it would miss layers, so it is refused."""
+    from transformers import AutoConfig, AutoModelForCausalLM
+
+    config = AutoConfig.for_model("minimax", **{**SMALL, "intermediate_size": 32}, num_local_experts=2)
+    AutoModelForCausalLM.from_config(config).save_pretrained(tmp_path)
+    with pytest.raises(ValueError, match=r"^MiniMaxForCausalLM has layers of type \['linear_attention'\]: sinklens "
+                                         r"captures softmax attention over all keys or a sliding window only"):
+        sinklens.load(tmp_path)
+
+
 def test_an_attention_argument_sinklens_does_not_implement_is_refused(folders):
     """An argument the attention function would have to honour (here DeepSeek-V3.2's sparse `indices`)
     is refused, not dropped."""
