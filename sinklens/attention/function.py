@@ -171,10 +171,12 @@ def modifiers(module: torch.nn.Module, kwargs: dict) -> Modifiers:
     return Modifiers(softcap=kwargs.get("softcap"), sinks=kwargs.get("s_aux"))
 
 
-def check_window(module: torch.nn.Module, window: int | None, attention_mask: torch.Tensor | None, s_k: int) -> None:
-    """A sliding layer's window lives in the mask transformers builds; with no mask every key is
-    seen, which is right only while all keys fit in the window."""
-    if window is not None and attention_mask is None and s_k > window:
+def check_window(module: torch.nn.Module, window: int | None, attention_mask: torch.Tensor | None, s_k: int,
+                 is_causal: bool) -> None:
+    """A causal sliding layer's window lives in the mask transformers builds; with no mask every
+    key is seen, which is right only while all keys fit in the window. (A bidirectional layer may
+    hold its window in its cache instead: DiffusionGemma's decoder gets only the last keys.)"""
+    if window is not None and is_causal and attention_mask is None and s_k > window:
         raise ValueError(f"layer {module.layer_idx} has a sliding window of {window} but got no mask over {s_k} keys: "
                          "its window would be ignored")
 
@@ -218,9 +220,9 @@ def sinklens_attention(
     mods = modifiers(module, kwargs)
     b, h, s_q, d = query.shape
     s_k = key.shape[2]
-    check_window(module, kwargs.get("sliding_window"), attention_mask, s_k)
     is_causal = kwargs.pop("is_causal", None)
     is_causal = getattr(module, "is_causal", True) if is_causal is None else is_causal
+    check_window(module, kwargs.get("sliding_window"), attention_mask, s_k, is_causal)
     blocked = req.blocked_for(module.layer_idx) if req is not None else None
     if blocked is not None and req.num_keys is not None:
         blocked = blocked[..., blocked.shape[-1] - key.shape[2]:]  # this layer's keys are the last S_k
