@@ -3,7 +3,7 @@
 Scores arrive in float32 as (B, H_kv, rep, c, K): c queries of the chunk against the K keys
 [k0, k1) some of them can see. Two ways to turn them into probabilities:
 
-- `softmax_`: the row max, then exp (the exact route, and any row whose normaliser is unknown);
+- `softmax_with_sink_`: the row max, then exp (the exact route, and any row whose normaliser is unknown);
 - `probs_from_lse_`: exp(s - lse) with the per-query log-sum-exp a fused sdpa kernel returned
   (the lse route: one pass, no row max, no normaliser).
 
@@ -22,17 +22,15 @@ CLAMP = -80.0
 NEG = torch.finfo(torch.float32).min
 
 
-def softmax_(scores: torch.Tensor, ok: torch.Tensor | None) -> torch.Tensor:
-    """In place: unnormalised softmax numerators exp(s - max over allowed), 0 where not `ok`."""
-    return softmax_with_sink_(scores, ok, None)[0]
-
-
 def softmax_with_sink_(
     scores: torch.Tensor, ok: torch.Tensor | None, sink: torch.Tensor | None
 ) -> tuple[torch.Tensor, torch.Tensor | None]:
-    """`softmax_` with a learned sink: a virtual key of logit `sink` (broadcastable to (..., 1))
-    that joins the softmax (gpt-oss) but has no value. Returns (numerators, the sink's numerator
-    exp(sink - max) (..., 1) or None); the normaliser is numerators.sum(-1) + the sink's."""
+    """In place: unnormalised softmax numerators exp(s - max over allowed), 0 where not `ok`.
+
+    sink: the logit of a learned sink (gpt-oss), broadcastable to (..., 1): a virtual key that
+    joins the softmax (and the max) but has no value; None = none. Returns (numerators, the
+    sink's numerator exp(sink - max) (..., 1) or None); the normaliser is their sum.
+    """
     if ok is not None:
         scores.masked_fill_(~ok, NEG)  # so that a masked score never wins the max
     top = scores.amax(dim=-1, keepdim=True)  # (..., 1)

@@ -11,14 +11,12 @@ refused at load (loader.check_attention_path). Nothing is mapped: native class, 
 """
 from __future__ import annotations
 
-import dataclasses
 from functools import partial
 
 import transformers
-from transformers.models.auto.configuration_auto import CONFIG_MAPPING
 from transformers.models.auto.modeling_auto import MODEL_FOR_CAUSAL_LM_MAPPING_NAMES, MODEL_FOR_MASKED_LM_MAPPING_NAMES
 
-from .families import Family, native_config, register_family, special_tokens_from
+from .families import register_generic_family, special_tokens_from
 
 # End-of-turn tokens of the chat formats of these models (Llama 3, ChatML, Gemma, Phi-3).
 EOT_TOKENS = ("<|eot_id|>", "<|im_end|>", "<end_of_turn>", "<|end|>")
@@ -35,34 +33,16 @@ def is_causal_lm(config: dict) -> bool:
     return model_type in MODEL_FOR_CAUSAL_LM_MAPPING_NAMES and model_type not in MODEL_FOR_MASKED_LM_MAPPING_NAMES
 
 
-def for_config(config: dict) -> Family:
-    """The generic ARM adapter for one checkpoint: named after its model_type, on the class
-    transformers maps it to."""
-    model_type = config["model_type"]
-    if model_type not in CONFIG_MAPPING:
-        raise ValueError(f"unknown architecture: transformers {transformers.__version__} has no model_type={model_type!r}")
-    return dataclasses.replace(
-        ARM,
-        name=model_type,
-        model_class=getattr(transformers, MODEL_FOR_CAUSAL_LM_MAPPING_NAMES[model_type]),
-        for_config=None,
-    )
-
-
-ARM = register_family(
-    Family(
-        name="arm",
-        is_diffusion=False,
-        sampler="arm",
-        model_class=transformers.AutoModelForCausalLM,  # replaced per checkpoint by for_config
-        matches=is_causal_lm,
-        build_config=native_config,
-        special_tokens=partial(special_tokens_from, mask_token=None, eot_tokens=EOT_TOKENS),
-        key_mapping=None,
-        # Left padding as transformers' generate does it: positions cumsum(mask) - 1.
-        padding="shift_positions",
-        shifted_logits=True,
-        attention="causal",
-        for_config=for_config,
-    )
+ARM = register_generic_family(
+    MODEL_FOR_CAUSAL_LM_MAPPING_NAMES,
+    name="arm",
+    is_diffusion=False,
+    sampler="arm",
+    model_class=transformers.AutoModelForCausalLM,  # replaced per checkpoint by for_config
+    matches=is_causal_lm,
+    special_tokens=partial(special_tokens_from, mask_token=None, eot_tokens=EOT_TOKENS),
+    # Left padding as transformers' generate does it: positions cumsum(mask) - 1.
+    padding="shift_positions",
+    shifted_logits=True,
+    attention="causal",
 )

@@ -14,14 +14,13 @@ special tokens (the classic encoder sinks).
 """
 from __future__ import annotations
 
-import dataclasses
 from typing import Any
 
 import transformers
 from transformers.models.auto.modeling_auto import MODEL_FOR_MASKED_LM_MAPPING_NAMES, MODEL_MAPPING_NAMES
 
 from .arm import is_causal_lm
-from .families import Family, SpecialTokens, all_ids, first_id, native_config, register_family
+from .families import SpecialTokens, all_ids, first_id, register_generic_family
 
 # Masked-LM / pretraining heads a headless encoder does not need (dropped, not an error).
 HEAD_KEYS = r"^(cls\.|head\.|decoder\.|lm_head\.|bert\.pooler\.|pooler\.)"
@@ -42,27 +41,15 @@ def is_encoder(config: dict) -> bool:
     return config.get("model_type") in MODEL_FOR_MASKED_LM_MAPPING_NAMES and not is_causal_lm(config)
 
 
-def for_config(config: dict) -> Family:
-    """The generic encoder adapter for one checkpoint: named after its model_type, on the headless
-    base class transformers maps it to."""
-    model_type = config["model_type"]
-    return dataclasses.replace(ENCODER, name=model_type, model_class=getattr(transformers, MODEL_MAPPING_NAMES[model_type]),
-                               for_config=None)
-
-
-ENCODER = register_family(
-    Family(
-        name="encoder",
-        is_diffusion=False,
-        sampler="encoder",
-        model_class=transformers.AutoModel,  # replaced per checkpoint by for_config
-        matches=is_encoder,
-        build_config=native_config,
-        special_tokens=encoder_special_tokens,
-        key_mapping=None,
-        padding="key_padding",  # absolute / RoPE positions 0..S-1, pads masked as keys
-        attention="bidirectional",
-        ignored_keys=HEAD_KEYS,
-        for_config=for_config,
-    )
+ENCODER = register_generic_family(
+    MODEL_MAPPING_NAMES,  # the headless base class (BertModel, ModernBertModel, ...)
+    name="encoder",
+    is_diffusion=False,
+    sampler="encoder",
+    model_class=transformers.AutoModel,  # replaced per checkpoint by for_config
+    matches=is_encoder,
+    special_tokens=encoder_special_tokens,
+    padding="key_padding",  # absolute / RoPE positions 0..S-1, pads masked as keys
+    attention="bidirectional",
+    ignored_keys=HEAD_KEYS,
 )

@@ -7,6 +7,7 @@ padding is handled. Nothing here executes code shipped with a checkpoint.
 """
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import MutableMapping
 from dataclasses import dataclass
 from typing import Any, Callable
@@ -87,6 +88,24 @@ def register_family(family: Family) -> Family:
     """Add a family (later registrations with the same name replace earlier ones)."""
     FAMILIES[family.name] = family
     return family
+
+
+def register_generic_family(mapping: dict[str, str], **facts) -> Family:
+    """Register one adapter for every architecture in `mapping` (transformers' model_type -> class
+    name, e.g. its causal-LM auto mapping), specialised per checkpoint by `for_config`: named after
+    the checkpoint's model_type, on the class the mapping names, its config as transformers ships it."""
+    import transformers
+
+    def for_config(config: dict) -> Family:
+        model_type = config.get("model_type")
+        if model_type not in mapping:
+            raise ValueError(f"unknown architecture: transformers {transformers.__version__} has no {facts['name']} "
+                             f"class for model_type={model_type!r}")
+        return dataclasses.replace(family, name=model_type, model_class=getattr(transformers, mapping[model_type]),
+                                   for_config=None)
+
+    family = Family(build_config=native_config, key_mapping=None, for_config=for_config, **facts)
+    return register_family(family)
 
 
 def get_family(name: str) -> Family:
