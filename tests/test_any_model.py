@@ -146,6 +146,12 @@ def test_capture_equals_eager_and_plain_equals_default(name, folders):
         else:
             assert req.learned_sink is None
 
+    # transformers' own output_attentions=True through the sinklens attention: eager's maps (real query rows)
+    ours = run(m.model, m, ids, am, output_attentions=True).attentions
+    for layer, (a, e) in enumerate(zip(ours, eager.attentions)):
+        delta = (a - e).abs()[rows.bool()[:, None, :, None].expand_as(a)].max().item()
+        assert delta <= 1e-5, f"{name} layer {layer}: output_attentions differs from eager by {delta:.2e}"
+
     default = run(reference(folder, name, None), m, ids, am)
     if name in ENCODERS:
         assert torch.equal(m.encode(ids, am), default.last_hidden_state.float())
