@@ -6,8 +6,9 @@ padding mask at all). Every model sinklens loads runs through it; per-call instr
 arrive as `kwargs["sinklens"]`, an `AttentionRequest`.
 
 - plain (no request, or a request that neither captures nor blocks): transformers' own sdpa
-  function, so logits are bit-identical to `attn_implementation="sdpa"`.
-- mask only: sdpa with the blocked keys folded into a float additive mask.
+  function, so logits are bit-identical to `attn_implementation="sdpa"`; for layers sdpa cannot
+  express (softcapping, learned sink logits) the model's own eager function, as transformers runs them.
+- mask only: the same, with the blocked keys folded into a float additive mask.
 - capture (and maps / query groups): queries in chunks, scores in float32, each chunk's
   probabilities reduced to column sums at once, so at most one chunk of one layer's
   probabilities is alive. Two routes to the same column sums (`AttentionRequest.route`):
@@ -19,6 +20,9 @@ arrive as `kwargs["sinklens"]`, an `AttentionRequest`.
   A third, "triton", is a fused kernel (triton_route.py; extra `gpu`), where it applies.
   Keys no query of a chunk can see (a causal chunk's future, left padding) are skipped, and
   masked scores are never exponentiated (see reduce.py for why that matters on CPU).
+- modifiers (`Modifiers`): what a layer passes beyond q, k, v and its mask (scaling, softcap,
+  s_aux sink logits; sliding windows arrive in the mask) is honoured by every route; any other
+  argument with a value is refused in one line rather than dropped.
 - capture with blocked keys: the same pass also reduces the softmax over the keys allowed
   *before* blocking (`AttentionRequest.received_unblocked`): one exp, two normalisers. Sink
   masking ranks next step's sinks on it; ranking on what the blocked model did would see a
@@ -144,7 +148,8 @@ def _capture(
 # other one with a value is refused: computing the attention without it would silently differ.
 IMPLEMENTED = ("scaling", "dropout", "is_causal", "sliding_window", "softcap", "s_aux", "output_attentions", "sinklens")
 PASSIVE = ("position_ids", "cache_position", "use_cache", "output_router_logits", "output_hidden_states",
-           "return_dict", "encoder_hidden_states", "token_type_ids")
+           "return_dict", "encoder_hidden_states", "token_type_ids",
+           "deterministic")  # ModernBERT: a flash-attention reproducibility switch
 
 
 @dataclass(frozen=True)
