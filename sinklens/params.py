@@ -11,15 +11,18 @@ import math
 from dataclasses import field, fields
 
 
-def param(default, type: type, help: str, *, min=None, gt=None, max=None, lt=None, choices=None, flag=None):
+def param(default, type: type, help: str, *, min=None, gt=None, max=None, lt=None, choices=None, flag=None,
+          old_flags=()):
     """A config field: default, parse type (int | float | str | bool | "ids" | "indices" | "pairs"),
     help text and the allowed values (min/max inclusive, gt/lt exclusive, or choices). A None
     default means "not set" (the model's value, or off) and is always allowed. `flag`: the
-    command-line flag when it is not `--` + the field name with dashes. A `dataclasses.MISSING`
+    command-line flag when it is not `--` + the field name with dashes; `old_flags`: earlier
+    spellings still accepted, with a deprecation note. A `dataclasses.MISSING`
     default makes a required field (a required flag).
     "ids": token ids >= 0 (one or a list); "indices": a list of integers >= 0 (steps, layers);
     "pairs": a list of (a, b) integer pairs >= 0, written A:B,A:B (layer:head)."""
-    meta = dict(type=type, help=help, min=min, gt=gt, max=max, lt=lt, choices=choices, flag=flag)
+    meta = dict(type=type, help=help, min=min, gt=gt, max=max, lt=lt, choices=choices, flag=flag,
+                old_flags=tuple(old_flags))
     return field(default=default, metadata=meta)
 
 

@@ -25,7 +25,7 @@ def test_causal_uniform_baseline_is_harmonic_and_ratio_is_one():
     S = 64
     r = _causal_uniform_map(S).sum(0)                                   # column sums
     H = np.concatenate([[0.0], np.cumsum(1.0 / np.arange(1, S + 1))])   # H_0..H_S
-    np.testing.assert_allclose(r, H[S] - H[np.arange(S)], rtol=1e-12)   # SPEC: H_S − H_j
+    np.testing.assert_allclose(r, H[S] - H[np.arange(S)], rtol=1e-12)   # H_S − H_j
     assert 4.3 < r[0] < 4.8                                             # ≈ ln 64 + 0.58
     np.testing.assert_allclose(uniform_expectation(np.arange(S), np.ones(S, bool), causal=True), r, rtol=1e-9)
     np.testing.assert_allclose(scores(r, units="uniform_ratio", causal=True), 1.0, rtol=1e-5)
@@ -88,7 +88,7 @@ def test_eps_sweep_is_monotone_and_counts_real_keys():
     direct = sum(is_sink(d["received"][t]).sum() for t in range(P.T)) / (P.T * P.L * P.H * P.S)
     assert f[list(a.config.eps_values).index(3.0)] == pytest.approx(direct)
     sw = eps_sweep(np.random.default_rng(0).gamma(0.3, 3.0, size=(50, 64)), np.linspace(0, 20, 81))
-    assert (np.diff(sw.fraction) <= 0).all() and sw.units == "sum"
+    assert (np.diff(sw.fraction) <= 0).all() and sw.units == "scaled_sum"
     x = np.random.default_rng(1).gamma(0.3, 3.0, size=(20, 64))
     grid = [5.0, 0.0, 2.5, 10.0]                                       # any order
     m = sink_margin(x)
@@ -171,9 +171,10 @@ def test_token_categories(tok, tid, cat):
 
 def test_output_states_units(planted):
     d = json.loads(json.dumps(planted.to_dict()))
-    assert d["units"] == "sum" and "column sum" in d["units_meaning"]
+    assert d["units"] == "scaled_sum" and "column sum" in d["units_meaning"] and d["sink_eps"] == 3
+    assert d["visibility"] == ["bidirectional"] * P.L
     for k in ("layer_head", "largest_sink_score", "score_distribution", "eps_sweep"):
-        assert d[k]["units"] == "sum", k
+        assert d[k]["units"] == "scaled_sum", k
     a2 = analyze(P.source(), units="uniform_ratio")
     assert a2.to_dict()["units"] == "uniform_ratio"
 
@@ -235,3 +236,22 @@ def test_track_pairing_equals_brute_force_greedy():
         new = {int(q): 1.0 for q in rng.choice(40, rng.integers(0, 8), replace=False)}
         mm = (None, 3)[k % 2]
         assert _pair(prev, new, mm) == brute(prev, new, mm), (prev, new, mm)
+
+
+def test_rank_swaps_are_not_moves():
+    """Two standing sinks that swap the top rank by a hair are no moving sink; a sink that leaves
+    its position for one that was no sink before is (the paper's moving sink)."""
+    T, S = 4, 12
+    received = np.ones((T, 1, 1, S), np.float32)
+    received[:, 0, 0, [2, 7]] = 6.0                  # two sinks at every step
+    received[1, 0, 0, 7] = 6.5                       # step 1: position 7 ranks first (a swap)
+    received[2, 0, 0, 7] = 1.0                       # step 2: 7 is gone, 9 appears and leads
+    received[2, 0, 0, 9] = 7.0
+    received[3, 0, 0, 9] = 1.0                       # step 3: 9 gone, only 2 left (2 stays)
+    a = analyze(ArraySource(received, np.zeros((T, S), int)))
+    assert a.largest_pos[:, 0, 0].tolist() == [2, 7, 9, 2]
+    moved, swapped = a.largest_changes()
+    assert moved[:, 0, 0].tolist() == [False, True, False]       # 7 -> 9: 7 stopped, 9 was none
+    assert swapped[:, 0, 0].tolist() == [True, False, True]      # 2 -> 7 and 9 -> 2: both standing
+    head = a.head_summaries()[0]
+    assert head["largest_moves"] == 1 and head["largest_rank_swaps"] == 2

@@ -183,8 +183,11 @@ def test_attention_windows_match_transformers_masks(name, folders):
     ids, am = batch()
     eager = run(reference(folder, name, "eager"), m, ids, am, output_attentions=True)
     i, j = torch.arange(12)[:, None], torch.arange(12)[None, :]
-    windows = m.attention_windows
-    assert len(windows) == 2 and any(w is None for w in windows) == (name not in ("mistral",))
+    windows = m.attention_windows  # None: no layer slides
+    sliding = "mistral" in name or "sliding_attention" in ARCHS[name][1].get("layer_types", ()) or name == "modernbert"
+    assert (windows is not None) == sliding
+    windows = windows or (None,) * m.num_layers
+    assert len(windows) == 2 and any(w is None for w in windows) == (name != "mistral")
     for layer, w in enumerate(windows):
         if m.family.causal:
             seen = (j <= i) & (True if w is None else j > i - w)
@@ -192,8 +195,6 @@ def test_attention_windows_match_transformers_masks(name, folders):
             seen = torch.ones(12, 12, dtype=torch.bool) if w is None else (i - j).abs() <= w
         zero = eager.attentions[layer][1] == 0  # (H, S, S) row 1 has no padding
         assert torch.equal(zero, ~seen.expand_as(zero)), f"{name} layer {layer}: window {w} is not transformers' mask"
-    sliding = "mistral" in name or "sliding_attention" in ARCHS[name][1].get("layer_types", ()) or name == "modernbert"
-    assert any(w is not None for w in windows) == sliding
 
 
 @pytest.mark.parametrize("name", ["gemma2", "gpt_oss"])

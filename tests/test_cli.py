@@ -96,17 +96,30 @@ def test_eval_masking_flags_reach_the_masking_config(tmp_path):
 
     args = build_parser("eval").parse_args([
         "eval", "--model", "m", "--task", "gsm8k", "--out", str(tmp_path / "o"), "--mask-topk", "0,2",
-        "--mask-sinks", "topk", "--eps", "2", "--mask-units", "sum", "--mask-scope", "prompt",
+        "--mask-sinks", "topk", "--sink-eps", "2", "--mask-units", "sum", "--mask-scope", "prompt",
         "--mask-control", "random", "--ranking", "global", "--threshold", "1.5", "--keep-self", "--step0", "probe",
         "--arm-rule", "prefix", "--seed", "4", "-q"])
     setup(args)
     cfg = EvalConfig(**config_kwargs(args))
     assert cfg.runs() == [(0, "none"), (2, "none"), (2, "random")]
     got = cfg.masking(2, "random")
-    assert (got.top_k, got.sinks, got.eps, got.units, got.scope, got.control, got.ranking, got.threshold,
+    assert (got.mask_k, got.sinks, got.sink_eps, got.units, got.scope, got.control, got.ranking, got.threshold,
             got.keep_self, got.step0, got.arm_rule, got.seed) == (2, "topk", 2.0, "sum", "prompt", "random", "global",
                                                                    1.5, True, "probe", "prefix", 4)
     assert not cfg.masking(0).active                      # K = 0: unmasked, the threshold is not applied
+
+
+def test_old_eps_flag_still_works_with_a_note(tmp_path, capsys):
+    """`--eps` was Eq. 3's margin before Dream's schedule `eps` and the sink ε got distinct names."""
+    from sinklens.cli import build_parser
+    from sinklens.cli.eval import config_kwargs
+
+    for cmd in (["eval", "--model", "m", "--task", "gsm8k", "--out", str(tmp_path / "o")], ["report", "t.arrow", "--out", str(tmp_path / "r")]):
+        args = build_parser(cmd[0]).parse_args([*cmd, "--eps", "2.5"])
+        assert args.sink_eps == 2.5
+        assert "--eps is deprecated, use --sink-eps" in capsys.readouterr().err
+    args = build_parser("eval").parse_args(["eval", "--model", "m", "--task", "gsm8k", "--out", "o", "--sink-eps", "4"])
+    assert args.sink_eps == 4.0 and capsys.readouterr().err == ""
 
 
 def test_every_report_option_is_a_flag():
@@ -121,19 +134,19 @@ def test_every_report_option_is_a_flag():
     set_by_command = {ReportOptions: {"page", "progress"}, PageOptions: {"progress", "element_prefix"}}
     for cls, own in set_by_command.items():
         assert {f.name for f in fields(cls) if "type" not in f.metadata} == own, cls.__name__
-    args = build_parser("report").parse_args(["report", "t.arrow", "--out", "o", "--units", "gu", "--eps", "2",
+    args = build_parser("report").parse_args(["report", "t.arrow", "--out", "o", "--units", "gu", "--sink-eps", "2",
                                               "--heads", "3:5,1:0", "--map-steps", "0,4", "--row", "1",
                                               "--no-figures", "--html-max-mb", "0", "--html-layers", "2",
                                               "--title", "T", "-q"])
     setup(args)
-    assert options(args) == ReportOptions(units="gu", eps=2.0, heads=[(3, 5), (1, 0)], map_steps=[0, 4], row=1,
+    assert options(args) == ReportOptions(units="gu", sink_eps=2.0, heads=[(3, 5), (1, 0)], map_steps=[0, 4], row=1,
                                           figures=False, progress=False,
                                           page=PageOptions(max_mb=None, layers=[2], title="T"))
     args = build_parser("report").parse_args(["report", "t.arrow", "--out", "o", "-q"])
     setup(args)
     assert options(args) == ReportOptions(progress=False)
-    with pytest.raises(ValueError, match="eps must be > 0, got 0"):
-        ReportOptions(eps=0)
+    with pytest.raises(ValueError, match="sink_eps must be > 0, got 0"):
+        ReportOptions(sink_eps=0)
 
 
 @pytest.fixture(scope="module")
@@ -242,36 +255,7 @@ def test_verbose_says_what_ran(fixtures_dir, capsys):
     assert "sampler llada: {'steps': 4, 'gen_length': 4, 'block_length': 4" in err and "generated in" in err
 
 
-class _Model:
-    """What default_config reads from a SinkModel."""
-
-    def __init__(self, sampler, max_length, path=None):
-        self.family = type("F", (), {"sampler": sampler})
-        self.max_length, self.source = max_length, {"path": path}
-
-
-def test_paper_defaults_are_capped_by_the_context_with_a_note():
-    from sinklens.samplers.defaults import default_config
-
-    cfg, notes = default_config(_Model("llada", 64), prompt_length=20)
-    assert (cfg.gen_length, cfg.block_length, cfg.steps) == (32, 32, 32)   # 44 free -> whole blocks of 32
-    assert notes and "gen_length 256 (the paper's setting) capped to 32" in notes[0]
-    cfg, notes = default_config(_Model("dream", 4096), prompt_length=20)
-    assert (cfg.max_new_tokens, cfg.steps, cfg.alg, cfg.temperature, cfg.top_p) == (256, 256, "entropy", 0.1, 0.9)
-    assert not notes
-    cfg, notes = default_config(_Model("llada", 64), prompt_length=20, gen_length=40)   # the user's length
-    assert (cfg.gen_length, cfg.block_length, cfg.steps) == (40, 40, 40) and not notes
-
-
-def test_twin_defaults_come_from_its_training_config():
-    from sinklens.models.loader import ALIASES
-    from sinklens.samplers.defaults import default_config, training_config
-
-    folder = ALIASES["tiny-dlm"]().folder
-    train = training_config(folder)
-    assert train is not None and train["kind"] == "dlm"
-    cfg, _ = default_config(_Model("llada", 128, folder), prompt_length=10)
-    assert cfg.gen_length == train["gen_length"] and cfg.block_length == (train["block_length"] or train["gen_length"])
+# the defaults generate / trace run (the length policy): tests/test_lengths.py
 
 
 def test_loading_a_dlm_does_not_warn_about_model_types():

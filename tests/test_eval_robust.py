@@ -12,6 +12,7 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 import torch
@@ -67,7 +68,7 @@ def run_dir_of(out, model) -> Path:
     (["trace", "--input-ids", "1,2", "--query-chunk", "-1"], "--query-chunk"),
     (["trace", "--input-ids", "1,2", "--query-chunk", "0"], "--query-chunk"),
     (["generate", "--input-ids", "1,2", "--steps", "0"], "--steps"),
-    (["generate", "--input-ids", "1,2", "--eps", "nan"], "--eps"),
+    (["generate", "--input-ids", "1,2", "--time-eps", "nan"], "--time-eps"),
     (["generate", "--input-ids", "1,2", "--top-p", "2"], "--top-p"),
     (["generate", "--input-ids", "1,2", "--temperature", "inf"], "--temperature"),
     (["report", "t.arrow", "--eps", "nan"], "--eps"),
@@ -96,13 +97,16 @@ def test_library_rejects_zero_instead_of_defaulting(tmp_path):
                         ({"alg": "nope"}, "alg must be one of"), ({"stpes": 8}, "unknown sampler argument 'stpes'")]:
         with pytest.raises(ValueError, match=match):
             EvalConfig(**base, sampler_args=args)
+    def model(sampler):  # what the length policy reads of a SinkModel
+        return SimpleNamespace(family=SimpleNamespace(sampler=sampler), max_length=None, source={})
+
     for gen, kwargs in [(0, {}), (None, dict(steps=0)), (None, dict(block_length=0)), (8, dict(steps=3, block_length=4))]:
         with pytest.raises(ValueError):
-            sampler_settings("llada", "gsm8k", gen, **kwargs)
+            sampler_settings(model("llada"), "gsm8k", gen, **kwargs)
     with pytest.raises(ValueError):
-        sampler_settings("dream", "gsm8k", steps=0)
+        sampler_settings(model("dream"), "gsm8k", steps=0)
     with pytest.raises(ValueError, match="the arm sampler got unknown argument"):
-        sampler_settings("arm", "gsm8k", steps=8)
+        sampler_settings(model("arm"), "gsm8k", steps=8)
     with pytest.raises(ValueError, match="query_chunk"):
         CaptureOptions(query_chunk=-1)
 

@@ -1,9 +1,10 @@
-"""Issue 12's extension counts, as a test (docs/design.md, "What an extension costs"): in a copy of
-the package, a family that reuses a sampler is ONE new file in sinklens/models/, and a family with
-its own sampler is TWO new files (sinklens/models/ + sinklens/samplers/) with no edit anywhere; the
-registries find them by scanning their packages. A subprocess runs the copy: the new family loads
-and generates the official LLaDA fixture's tokens, the new sampler fills the masks by argmax (with
-and without capture) and `sinklens generate --help` lists its flag without importing torch."""
+"""The extension counts, as a test (docs/design.md, "What an extension costs"): in a copy of the
+package, a family that reuses a sampler is ONE new file in sinklens/models/, and a family with its
+own sampler is one new file there plus ONE new folder sinklens/samplers/<name>/ (config.py,
+sample.py, an empty __init__.py), with no edit anywhere; the registries find them by scanning their
+packages. A subprocess runs the copy: the new family loads and generates the official LLaDA
+fixture's tokens, the new sampler fills the masks by argmax (with and without capture) and
+`sinklens generate --help` lists its flag without importing torch (nor the sampler's sample.py)."""
 import json
 import os
 import shutil
@@ -28,19 +29,11 @@ TOYB = register_family(Family(name="toyb", matches=lambda c: c.get("model_type")
                               **{**_common, "sampler": "oneshot"}))
 '''
 
-ONESHOT = '''"""One denoising step: every mask filled by its argmax."""
-from __future__ import annotations
-
+ONESHOT_CONFIG = '''"""One denoising step: settings."""
 from dataclasses import dataclass
 from typing import ClassVar
 
-from sinklens._lazy import lazy, no_grad
 from sinklens.samplers.configs import SamplerConfig, param, register
-from sinklens.trace.layout import TraceLayout
-
-torch = lazy("torch")
-F = lazy("torch.nn.functional")
-base = lazy("sinklens.samplers.base")
 
 
 @register("oneshot")
@@ -49,9 +42,17 @@ class OneShotConfig(SamplerConfig):
     length_field: ClassVar[str] = "fill_tokens"
 
     fill_tokens: int = param(16, int, "tokens to fill in one step", min=1)
+'''
+
+ONESHOT_SAMPLE = '''"""One denoising step: every mask filled by its argmax."""
+import torch
+import torch.nn.functional as F
+
+from sinklens.samplers import base
+from sinklens.trace.layout import TraceLayout
 
 
-@no_grad
+@torch.no_grad()
 def sample(model, input_ids, config, attention_mask=None, *, trace=None, hook=None, capture=None, progress=False):
     P, G = input_ids.shape[1], config.fill_tokens
     input_ids, attention_mask = base.check_inputs(input_ids, attention_mask, P + G, None)
@@ -79,7 +80,7 @@ try:
     main(["generate", "--help"])
 except SystemExit:
     pass
-print("HEAVY", *sorted(k for k in ("torch", "transformers") if k in sys.modules))
+print("HEAVY", *sorted(k for k in ("torch", "transformers", "sinklens.samplers.oneshot.sample") if k in sys.modules))
 import torch
 import sinklens
 from sinklens.samplers import CaptureOptions
@@ -108,7 +109,11 @@ def test_new_families_and_samplers_are_new_files_only(tmp_path, fixtures_dir):
     shutil.copytree(REPO / "sinklens", pkg, ignore=shutil.ignore_patterns("__pycache__", "assets"))
     (pkg / "models" / "toydlm.py").write_text(TOYDLM)  # exercise A: one new file
     (pkg / "models" / "toyb.py").write_text(TOYB)  # exercise B: two new files
-    (pkg / "samplers" / "oneshot.py").write_text(ONESHOT)
+    oneshot = pkg / "samplers" / "oneshot"  # exercise B: and one new folder
+    oneshot.mkdir()
+    (oneshot / "__init__.py").write_text("")
+    (oneshot / "config.py").write_text(ONESHOT_CONFIG)
+    (oneshot / "sample.py").write_text(ONESHOT_SAMPLE)
     for name, model_type in (("toydlm", "toydlm"), ("toyb", "toyb")):
         (tmp_path / name).mkdir()
         shutil.copy(fixtures_dir / "llada" / "model.safetensors", tmp_path / name)
@@ -121,6 +126,6 @@ def test_new_families_and_samplers_are_new_files_only(tmp_path, fixtures_dir):
     assert r.returncode == 0, r.stderr[-3000:]
     assert "--fill-tokens" in r.stdout and "oneshot: 16" in r.stdout  # its flag, from its config alone
     lines = {line.split()[0]: line.split()[1:] for line in r.stdout.splitlines() if line.startswith(("A ", "B ", "HEAVY"))}
-    assert lines["HEAVY"] == []  # --help imported every sampler module, the new one too, and no torch
+    assert lines["HEAVY"] == []  # --help imported every sampler's config, the new one too, and no torch
     assert lines["A"] == ["toydlm", "llada", "True"]  # the official LLaDA tokens
     assert lines["B"] == ["toyb", "oneshot", "True", "True", "1"]  # capture changes no token; argmax; traced

@@ -5,12 +5,13 @@ any lower layer, never a higher one, never a peer package of its own layer, and 
 package face (`sinklens/__init__.py`). No import cycle: the two registries (families in
 `models/families.py`, samplers in `samplers/configs.py`) find their built-in modules by scanning
 their package and importing them by name at run time, which is not an import statement; those
-modules import the registry, never the other way round. A module bound with
-`sinklens._lazy.lazy("sinklens.x")` counts as imported.
+modules import the registry, never the other way round. A sampler's `config.py` (what the
+command line reads for its flags) imports only the standard library and the config base.
 """
 from __future__ import annotations
 
 import ast
+import sys
 from pathlib import Path
 
 PKG = Path(__file__).resolve().parents[1] / "sinklens"
@@ -18,6 +19,7 @@ PKG = Path(__file__).resolve().parents[1] / "sinklens"
 # Lowest first. Packages on one line are peers: they must not import each other.
 LAYERS: list[tuple[str, ...]] = [
     ("_version", "params", "_lazy"),  # utilities: import nothing from sinklens
+    ("rule",),                    # the sink rule: declarations, numpy and torch implementations
     ("attention", "trace"),       # the capture function; the trace file format
     ("samplers", "masking"),      # drive a model step by step (write traces); a per-step masking hook
     ("models",),                  # family adapters, loader, SinkModel (its generate dispatches to samplers)
@@ -40,8 +42,7 @@ def all_modules() -> dict[str, Path]:
 
 
 def imports(name: str, path: Path, modules: dict[str, Path]) -> set[str]:
-    """The sinklens modules `name` imports (`from pkg import mod` counts as importing pkg.mod;
-    `lazy("sinklens.x")` as importing sinklens.x)."""
+    """The sinklens modules `name` imports (`from pkg import mod` counts as importing pkg.mod)."""
     package = name if path.name == "__init__.py" else name.rpartition(".")[0]
     out = set()
     for node in ast.walk(ast.parse(path.read_text(), str(path))):
@@ -58,10 +59,18 @@ def imports(name: str, path: Path, modules: dict[str, Path]) -> set[str]:
             for a in node.names:
                 sub = f"{mod}.{a.name}"
                 out.add(sub if sub in modules else mod)
-        elif (isinstance(node, ast.Call) and getattr(node.func, "id", None) == "lazy" and node.args
-              and isinstance(node.args[0], ast.Constant) and str(node.args[0].value).split(".")[0] == "sinklens"):
-            out.add(node.args[0].value)
     return out
+
+
+def outside_imports(path: Path) -> set[str]:
+    """Top-level names of the non-sinklens modules `path` imports (absolute imports only)."""
+    out = set()
+    for node in ast.walk(ast.parse(path.read_text(), str(path))):
+        if isinstance(node, ast.Import):
+            out |= {a.name.split(".")[0] for a in node.names}
+        elif isinstance(node, ast.ImportFrom) and not node.level:
+            out.add((node.module or "").split(".")[0])
+    return out - {"sinklens"}
 
 
 def graph() -> dict[str, set[str]]:
@@ -151,7 +160,23 @@ def test_the_checks_catch_what_they_are_for():
     assert sorted(map(sorted, cyc)) == [["sinklens.a.x", "sinklens.a.y"]]
 
 
-def test_a_lazy_module_counts_as_imported(tmp_path):
-    src = tmp_path / "mod.py"
-    src.write_text('torch = lazy("torch")\nbase = lazy("sinklens.samplers.base")\n')
-    assert imports("sinklens.samplers.mod", src, all_modules()) == {"sinklens.samplers.base"}
+def test_a_samplers_config_imports_only_the_standard_library_and_the_config_base():
+    """The command line imports every sampler's config (and its package) to build its flags: with
+    torch there, --help would load torch. sample.py, imported on first use, may import anything."""
+    g, modules, bad = graph(), all_modules(), []
+    configs = [m for m in modules if m.startswith("sinklens.samplers.") and m.count(".") == 3 and m.endswith(".config")]
+    assert {"sinklens.samplers.llada.config", "sinklens.samplers.dream.config"} <= set(configs)
+    for config in configs:
+        package = config.rpartition(".")[0]
+        for name in (package, config):
+            allowed = {"sinklens.samplers.configs", "sinklens.params", config}
+            bad += [f"{name} imports {m}" for m in sorted(g[name] - allowed)]
+            bad += [f"{name} imports {m}" for m in sorted(outside_imports(modules[name]) - set(sys.stdlib_module_names))]
+    assert bad == []
+
+
+def test_the_config_check_sees_torch(tmp_path):
+    src = tmp_path / "config.py"
+    src.write_text("import torch\nfrom dataclasses import dataclass\nfrom sinklens.samplers import base\n")
+    assert outside_imports(src) - set(sys.stdlib_module_names) == {"torch"}
+    assert imports("sinklens.samplers.x.config", src, all_modules()) == {"sinklens.samplers.base"}

@@ -1,43 +1,25 @@
-"""sinklens/_lazy.py: a module bound by name is imported by its first attribute read (not before),
-and reads go to the module (a later patch there is seen); `no_grad` disables grad at call time;
-a `PackageRegistry` imports its package's modules (but `skip` and `_private`) on the first read,
-and a module that fails to import is reported on every read, never a partial registry."""
+"""sinklens/_lazy.py: a `PackageRegistry` imports its package's modules (but `skip` and `_private`)
+on the first read, or with `submodule` that module of every subpackage (the samplers' `config`,
+never their `sample`), and a module that fails to import is reported on every read, never a
+partial registry."""
 import sys
 
 import pytest
-import torch
 
-from sinklens._lazy import PackageRegistry, lazy, no_grad
+from sinklens._lazy import PackageRegistry
 
 
-def write_package(root, name, modules: dict[str, str]):
+def write_package(root, name, modules: dict[str, str], submodule=None):
     pkg = root / name
     pkg.mkdir()
     (pkg / "__init__.py").write_text(f"from sinklens._lazy import PackageRegistry\nREG = PackageRegistry({name!r}, "
-                                     "skip=('infra',))\n")
-    for mod, text in modules.items():
-        (pkg / f"{mod}.py").write_text(text)
-
-
-def test_lazy_imports_on_first_read_and_follows_the_module(tmp_path, monkeypatch):
-    (tmp_path / "lazyprobe_mod.py").write_text("VALUE = 3\n")
-    monkeypatch.syspath_prepend(str(tmp_path))
-    proxy = lazy("lazyprobe_mod")
-    assert repr(proxy) == "<lazy module 'lazyprobe_mod'>" and "lazyprobe_mod" not in sys.modules
-    assert proxy.VALUE == 3 and "lazyprobe_mod" in sys.modules
-    monkeypatch.setattr(sys.modules["lazyprobe_mod"], "VALUE", 4)
-    assert proxy.VALUE == 4
-    monkeypatch.delitem(sys.modules, "lazyprobe_mod")
-
-
-def test_no_grad_at_call_time():
-    @no_grad
-    def f(x):
-        return x * 2
-
-    with torch.inference_mode(False), torch.enable_grad():  # conftest runs each test in inference mode
-        x = torch.ones(2, requires_grad=True)
-        assert not f(x).requires_grad and (x * 2).requires_grad
+                                     f"skip=('infra',), submodule={submodule!r})\n")
+    for mod, text in modules.items():  # "a/config" is module config of subpackage a
+        path = pkg / f"{mod}.py"
+        path.parent.mkdir(exist_ok=True)
+        if path.parent != pkg:
+            (path.parent / "__init__.py").touch()
+        path.write_text(text)
 
 
 def test_registry_imports_its_modules_on_first_read(tmp_path, monkeypatch):
@@ -64,3 +46,19 @@ def test_registry_reports_a_broken_module_on_every_read(tmp_path, monkeypatch):
         with pytest.raises(RuntimeError, match="bad module"):
             len(regbroken.REG)
     monkeypatch.delitem(sys.modules, "regbroken")
+
+
+def test_registry_with_a_submodule_imports_that_module_of_each_subpackage(tmp_path, monkeypatch):
+    register = "from {pkg} import REG\nREG[{name!r}] = {name!r}\n"
+    write_package(tmp_path, "subprobe", {"b/config": register.format(pkg="subprobe", name="b"),
+                                         "a/config": register.format(pkg="subprobe", name="a"),
+                                         "a/sample": "raise RuntimeError('sample is imported on use only')\n",
+                                         "lengths": "raise RuntimeError('a plain module is infrastructure')\n",
+                                         "_c/config": register.format(pkg="subprobe", name="c")},
+                  submodule="config")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    import subprobe
+
+    assert list(subprobe.REG) == ["a", "b"] and "subprobe.a.sample" not in sys.modules
+    for mod in [m for m in sys.modules if m.split(".")[0] == "subprobe"]:
+        monkeypatch.delitem(sys.modules, mod)

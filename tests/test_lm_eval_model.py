@@ -102,7 +102,7 @@ def test_loglikelihood_equals_transformers_and_drops_when_masked(smollm2):
     from lm_eval.api.model import CacheHook
     for k in (0, 1):
         lm = SinklensLM.__new__(SinklensLM)       # reuse the session's SmolLM2 instead of loading it again
-        lm.m, lm.config, lm.pretrained = smollm2, MaskingConfig(top_k=k), "smollm2"
+        lm.m, lm.config, lm.pretrained = smollm2, MaskingConfig(mask_k=k), "smollm2"
         lm.policy = SinkMaskingPolicy(lm.config, num_layers=smollm2.num_layers, is_diffusion=False)
         lm.cache_hook = CacheHook(None)
         (ll, greedy), = lm.loglikelihood(req, disable_tqdm=True)

@@ -41,7 +41,7 @@ def ids(seed=1, b=1, s=S):
 @pytest.mark.parametrize("k", [1, 3])
 def test_blocked_keys_receive_zero_per_head(k):
     model, x = tiny(False), ids(b=2)
-    pol = SinkMaskingPolicy(MaskingConfig(sinks="topk", top_k=k), num_layers=L)
+    pol = SinkMaskingPolicy(MaskingConfig(sinks="topk", mask_k=k), num_layers=L)
     r0, r1 = steps(model, pol, x, 2)
     # the blocked keys of step 1 are the top-k of step 0 per (layer, row, head), ranked independently
     rec0 = r0.received.numpy()
@@ -61,7 +61,7 @@ def test_global_ranking_matches_eager_with_masked_columns():
     """Global ranking blocks the same positions in every layer and head, which an additive 4-D mask
     reproduces in transformers' eager attention: the captures must agree."""
     model, x = tiny(False), ids()
-    pol = SinkMaskingPolicy(MaskingConfig(sinks="topk", top_k=2, ranking="global"), num_layers=L)
+    pol = SinkMaskingPolicy(MaskingConfig(sinks="topk", mask_k=2, ranking="global"), num_layers=L)
     r0, r1 = steps(model, pol, x, 2)
     pos = r0.received.sum(dim=(0, 2)).topk(2).indices[0]        # (2,)
     assert r1.blocked[:, 0, :, pos].all() and r1.blocked.sum() == L * H * 2
@@ -76,8 +76,8 @@ def test_global_ranking_matches_eager_with_masked_columns():
 
 def test_unblocked_layers_unchanged_and_k0_is_plain():
     model, x = tiny(False), ids()
-    plain = steps(model, SinkMaskingPolicy(MaskingConfig(sinks="topk", top_k=0), num_layers=L), x, 2)
-    last = steps(model, SinkMaskingPolicy(MaskingConfig(sinks="topk", top_k=1, layers=(L - 1,)), num_layers=L), x, 2)
+    plain = steps(model, SinkMaskingPolicy(MaskingConfig(sinks="topk", mask_k=0), num_layers=L), x, 2)
+    last = steps(model, SinkMaskingPolicy(MaskingConfig(sinks="topk", mask_k=1, layers=(L - 1,)), num_layers=L), x, 2)
     assert plain[1].blocked is None
     assert torch.equal(plain[1].received, plain[0].received)
     assert torch.equal(last[1].received[: L - 1], plain[1].received[: L - 1])   # nothing blocked there
@@ -87,7 +87,7 @@ def test_unblocked_layers_unchanged_and_k0_is_plain():
 
 def test_keep_self_and_threshold():
     model, x = tiny(False), ids()
-    r = steps(model, SinkMaskingPolicy(MaskingConfig(sinks="topk", top_k=1, keep_self=True), num_layers=L), x, 2)[1]
+    r = steps(model, SinkMaskingPolicy(MaskingConfig(sinks="topk", mask_k=1, keep_self=True), num_layers=L), x, 2)[1]
     assert (r.received[r.blocked] > 0).all()                     # its own query still attends to it
     r = steps(model, SinkMaskingPolicy(MaskingConfig(sinks="topk", threshold=1.5), num_layers=L), x, 2)
     assert torch.equal(r[1].blocked, r[0].received >= 1.5)
@@ -98,7 +98,7 @@ def test_causal_probe_never_empties_a_row():
     model, x = tiny(True), ids()
     wrapper = SimpleNamespace(forward_logits=lambda t, attention_mask=None, attention=None:
                               model(t, attention_mask=attention_mask, sinklens=attention).logits)
-    pol = SinkMaskingPolicy(MaskingConfig(sinks="topk", top_k=1, step0="probe", arm_rule="prefix"), num_layers=L,
+    pol = SinkMaskingPolicy(MaskingConfig(sinks="topk", mask_k=1, step0="probe", arm_rule="prefix"), num_layers=L,
                             is_diffusion=False, model=wrapper)
     req = pol.before_step(0, x, torch.zeros_like(x, dtype=torch.bool))
     assert req.blocked is not None
@@ -117,7 +117,7 @@ def test_probe_respects_left_padding():
                               model(t, attention_mask=attention_mask, sinklens=attention).logits)
 
     def probe_blocked(tokens, mask):
-        pol = SinkMaskingPolicy(MaskingConfig(sinks="topk", top_k=2, step0="probe"), num_layers=L, model=wrapper)
+        pol = SinkMaskingPolicy(MaskingConfig(sinks="topk", mask_k=2, step0="probe"), num_layers=L, model=wrapper)
         return pol.before_step(0, tokens, torch.zeros_like(tokens, dtype=torch.bool), attention_mask=mask).blocked
 
     alone = probe_blocked(x, torch.ones_like(x, dtype=torch.bool))  # (L, 1, H, S - 3)
@@ -129,7 +129,7 @@ def test_probe_respects_left_padding():
 
 def test_arm_newest_rule_and_growing_sequence():
     model, x = tiny(True), ids()
-    pol = SinkMaskingPolicy(MaskingConfig(sinks="topk", top_k=2), num_layers=L, is_diffusion=False)
+    pol = SinkMaskingPolicy(MaskingConfig(sinks="topk", mask_k=2), num_layers=L, is_diffusion=False)
     r0 = pol.before_step(0, x, torch.zeros_like(x, dtype=torch.bool))
     assert r0.query_mask[0].tolist() == [False] * (S - 1) + [True]   # the newest row only
     model(x, sinklens=r0)
@@ -142,11 +142,11 @@ def test_arm_newest_rule_and_growing_sequence():
 
 def test_bad_inputs():
     model, x = tiny(False), ids()
-    pol = SinkMaskingPolicy(MaskingConfig(sinks="topk", top_k=S + 1), num_layers=L)
+    pol = SinkMaskingPolicy(MaskingConfig(sinks="topk", mask_k=S + 1), num_layers=L)
     with pytest.raises(ValueError, match="larger than the sequence"):
         steps(model, pol, x, 2)
-    with pytest.raises(ValueError, match="top_k"):
-        MaskingConfig(sinks="topk", top_k=-1)
+    with pytest.raises(ValueError, match="mask_k"):
+        MaskingConfig(sinks="topk", mask_k=-1)
     with pytest.raises(ValueError, match="probe"):
         SinkMaskingPolicy(MaskingConfig(step0="probe"), num_layers=L)
     with pytest.raises(ValueError, match="out of range"):
@@ -178,7 +178,7 @@ def test_dlm_sampler_trace_records_blocked(fixtures_dir, tmp_path, family, kwarg
     import sinklens
     from sinklens.samplers import CaptureOptions
     m = sinklens.load(str(fixtures_dir / family))
-    pol = SinkMaskingPolicy(MaskingConfig(sinks="topk", top_k=2), num_layers=m.num_layers)
+    pol = SinkMaskingPolicy(MaskingConfig(sinks="topk", mask_k=2), num_layers=m.num_layers)
     ids = torch.arange(10, 22)[None]
     m.generate(ids, hook=pol, trace=str(tmp_path / "t.arrow"), capture=CaptureOptions(received_dtype="float32"),
                **kwargs)
@@ -190,7 +190,7 @@ def test_smollm2_arm_newest_rule_trace(smollm2, tmp_path):
     """The real ARM: sinks of the newest row at step t-1 (first-token sink) blocked at step t."""
     from sinklens.samplers import CaptureOptions
     m = smollm2
-    pol = SinkMaskingPolicy(MaskingConfig(sinks="topk", top_k=1), num_layers=m.num_layers, is_diffusion=False)
+    pol = SinkMaskingPolicy(MaskingConfig(sinks="topk", mask_k=1), num_layers=m.num_layers, is_diffusion=False)
     ids = m.apply_chat_template("What is 2 + 3?")
     m.generate(torch.tensor([ids]), hook=pol, trace=str(tmp_path / "t.arrow"),
                capture=CaptureOptions(received_dtype="float32"), max_new_tokens=3)
@@ -205,7 +205,7 @@ def test_smollm2_arm_prefix_rule_keeps_query0_row(smollm2, tmp_path):
     from sinklens import open_trace
     from sinklens.samplers import CaptureOptions
     m = smollm2
-    pol = SinkMaskingPolicy(MaskingConfig(sinks="topk", top_k=1, arm_rule="prefix"), num_layers=m.num_layers, is_diffusion=False)
+    pol = SinkMaskingPolicy(MaskingConfig(sinks="topk", mask_k=1, arm_rule="prefix"), num_layers=m.num_layers, is_diffusion=False)
     ids = m.apply_chat_template("What is 2 + 3?")
     m.generate(torch.tensor([ids]), hook=pol, trace=str(tmp_path / "t.arrow"),
                capture=CaptureOptions(received_dtype="float32", capture_prefix=True), max_new_tokens=2)

@@ -9,7 +9,8 @@ import torch
 from sinklens.attention.function import sinklens_attention
 from sinklens.attention.request import AttentionRequest
 from sinklens.masking.policy import MaskingConfig, SinkMaskingPolicy
-from sinklens.masking.select import uniform_expectation
+from sinklens.rule import torch_rule
+from sinklens.rule.spec import Visibility
 
 torch.set_num_threads(1)
 
@@ -125,7 +126,7 @@ def _run(policy, model, n=6):
 
 def test_planted_persistent_sink_stays_blocked_every_step():
     planted = {(0, 0), (1, 2)}
-    pol = SinkMaskingPolicy(MaskingConfig(top_k=1), num_layers=L)     # default: Eq. 3 sinks
+    pol = SinkMaskingPolicy(MaskingConfig(mask_k=1, sinks="eq3"), num_layers=L)     # Eq. 3 sinks only
     reqs = _run(pol, _PlantedModel(planted))
     for t, req in enumerate(reqs[1:], start=1):
         for l, h in np.ndindex(L, H):
@@ -141,7 +142,7 @@ def test_planted_persistent_sink_stays_blocked_every_step():
 
 
 def test_topk_rule_blocks_k_per_head_even_without_a_sink():
-    pol = SinkMaskingPolicy(MaskingConfig(sinks="topk", top_k=2), num_layers=L)
+    pol = SinkMaskingPolicy(MaskingConfig(sinks="topk", mask_k=2), num_layers=L)
     reqs = _run(pol, _PlantedModel({(0, 0)}), n=3)
     assert (reqs[1].blocked.sum(-1) == 2).all()
     assert reqs[1].blocked[0, 0, 0, SINK]
@@ -149,11 +150,11 @@ def test_topk_rule_blocks_k_per_head_even_without_a_sink():
 
 def test_random_control_matches_counts_avoids_sinks_and_is_seeded():
     planted = {(0, 0), (0, 1), (1, 2)}
-    sink_pol = SinkMaskingPolicy(MaskingConfig(top_k=1), num_layers=L)
+    sink_pol = SinkMaskingPolicy(MaskingConfig(mask_k=1, sinks="eq3"), num_layers=L)
     sinks = _run(sink_pol, _PlantedModel(planted))
     runs = []
     for seed in (0, 0, 1):
-        pol = SinkMaskingPolicy(MaskingConfig(top_k=1, control="random"), num_layers=L)
+        pol = SinkMaskingPolicy(MaskingConfig(mask_k=1, sinks="eq3", control="random"), num_layers=L)
         pol.reset(seed)
         runs.append(_run(pol, _PlantedModel(planted)))
     for t in range(1, 6):
@@ -169,15 +170,15 @@ def test_random_control_matches_counts_avoids_sinks_and_is_seeded():
 def test_scope_and_k_share():
     x = torch.tensor([[1.0, 9, 1, 1, 8, 1, 1, 7, 1, 1]])[None, :, None, :].expand(1, 1, 1, 10)  # (L,B,H,S)
     prompt = torch.tensor([[True] * 5 + [False] * 5])
-    base = dict(sinks="topk", top_k=2)
+    base = dict(sinks="topk", mask_k=2)
     # generated: 7 first, then the tie at 1 goes to the lowest position (5), as in the analysis
     for scope, want in (("all", [1, 4]), ("prompt", [1, 4]), ("generated", [5, 7])):
         pol = SinkMaskingPolicy(MaskingConfig(**base, scope=scope), num_layers=1)
         got = pol.rank(x, prompt=prompt).blocked[0, 0, 0].nonzero().flatten().tolist()
         assert got == want, (scope, got)
-    pol = SinkMaskingPolicy(MaskingConfig(sinks="topk", top_k=0, fraction=0.25), num_layers=1)
+    pol = SinkMaskingPolicy(MaskingConfig(sinks="topk", mask_k=0, fraction=0.25), num_layers=1)
     assert pol.rank(x).blocked.sum() == 3                              # ceil(0.25 × 10)
-    eq3 = SinkMaskingPolicy(MaskingConfig(top_k=5), num_layers=1).rank(x)
+    eq3 = SinkMaskingPolicy(MaskingConfig(mask_k=5, sinks="eq3"), num_layers=1).rank(x)
     # Eq. 3 on sums: 9 − 31/9 ≥ 3, 8 − 32/9 ≥ 3, 7 − 33/9 ≥ 3 (3.33): three sinks although K = 5
     assert eq3.blocked[0, 0, 0].nonzero().flatten().tolist() == [1, 4, 7]
 
@@ -191,7 +192,7 @@ def test_units_for_a_single_newest_row():
     newest = torch.zeros(1, 12, dtype=torch.bool)
     newest[0, -1] = True
     for units, fires in (("sum", False), ("scaled_sum", True), ("uniform_ratio", True)):
-        pol = SinkMaskingPolicy(MaskingConfig(units=units), num_layers=1, is_diffusion=False)
+        pol = SinkMaskingPolicy(MaskingConfig(units=units, sinks="eq3"), num_layers=1, is_diffusion=False)
         assert bool(pol.rank(row, real=real, queries=newest).blocked[..., 0]) == fires, units
 
 
@@ -199,7 +200,7 @@ def test_uniform_expectation_by_brute_force():
     real = torch.tensor([[False, True, True, True, True, True]])
     queries = torch.tensor([[False, False, True, False, True, True]])
     for causal in (False, True):
-        got = uniform_expectation(real, queries, causal)
+        got = torch_rule.coverage(queries, real, [Visibility(causal=causal)]).expected[0].float()
         want = torch.zeros(6)
         for i in range(6):
             if not (queries[0, i] and real[0, i]):
@@ -211,11 +212,11 @@ def test_uniform_expectation_by_brute_force():
 
 
 def test_bad_masking_configs():
-    for kw, msg in ((dict(sinks="eq4"), "sinks"), (dict(units="mean"), "units"), (dict(scope="answer"), "scope"),
+    for kw, msg in ((dict(sinks="eq4"), "sinks"), (dict(units="median"), "units"), (dict(scope="answer"), "scope"),
                     (dict(control="shuffle"), "control"), (dict(fraction=0.0), "fraction"),
-                    (dict(fraction=1.5), "fraction"), (dict(eps=float("nan")), "eps"),
+                    (dict(fraction=1.5), "fraction"), (dict(sink_eps=float("nan")), "sink_eps"),
                     (dict(threshold=-1.0), "threshold"), (dict(threshold=float("nan")), "threshold"),
-                    (dict(top_k=True), "top_k")):
+                    (dict(mask_k=True), "mask_k")):
         with pytest.raises(ValueError, match=msg):
             MaskingConfig(**kw)
 
@@ -226,8 +227,8 @@ def test_twins_blocked_sink_persists_like_the_unmasked_top1():
     """The issue's bar: persistence of the blocked key >= 0.8 x the unmasked top-1 stability
     (3 held-out problems; with the old rule the blocked top-1 key never persisted: 0.00)."""
     from sinklens.experiments.persistence import twins_persistence
-    rows = twins_persistence(3, {"topk K=1": MaskingConfig(sinks="topk", top_k=1),
-                                 "eq3 K=1": MaskingConfig(top_k=1)})
+    rows = twins_persistence(3, {"topk K=1": MaskingConfig(sinks="topk", mask_k=1),
+                                 "eq3 K=1": MaskingConfig(mask_k=1)})
     for r in rows:
         assert r["blocked_pairs"] > 50 and r["unmasked_pairs"] > 50, r
         assert r["blocked"] >= 0.8 * r["unmasked"], r
@@ -243,7 +244,7 @@ def test_masked_generation_identical_with_and_without_trace(tmp_path):
     ids = torch.tensor([m.apply_chat_template(heldout_prompt(1))])
     outs = []
     for trace in (None, str(tmp_path / "t.arrow")):
-        pol = SinkMaskingPolicy(MaskingConfig(top_k=1), num_layers=m.num_layers)
+        pol = SinkMaskingPolicy(MaskingConfig(mask_k=1), num_layers=m.num_layers)
         outs.append(m.generate(ids, hook=pol, trace=trace, capture=CaptureOptions(query_groups=False),
                                **dlm_sampler()).sequences)
     assert torch.equal(outs[0], outs[1])

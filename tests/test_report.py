@@ -56,7 +56,7 @@ def test_cli_report_single_and_compare(tmp_path, capsys):
     assert (out / "table2_sink_tokens.csv").read_text().startswith("token,token_id,category")
     s = json.loads((out / "summary.json").read_text())
     tr = s["traces"][0]
-    assert tr["units"] == "sum" and tr["layer_head"]["units"] == "sum" and tr["eps_sweep"]["units"] == "sum"
+    assert tr["units"] == "scaled_sum" and tr["layer_head"]["units"] == "scaled_sum" and tr["eps_sweep"]["units"] == "scaled_sum"
     assert tr["track_kinds"] == {"static": 3, "moving": 3, "vanishing": 2, "transient": 0}
     assert "units" in (out / "summary.md").read_text()
     html = (out / "index.html").read_text()
@@ -134,7 +134,7 @@ def test_causal_trace_reports_raw_sums_and_uniform_ratio(tmp_path):
 
     rep = build_report([P.source(causal=True, label="arm")], tmp_path / "r",
                        options=ReportOptions(figures=False, progress=False))
-    assert [a.units for a in rep.traces[0].analyses] == ["sum", "uniform_ratio"]
+    assert [a.units for a in rep.traces[0].analyses] == ["scaled_sum", "uniform_ratio"]
     html = rep.html.read_text()
     assert html.count('id="sl-head-') == 2                         # one panel per view
     s = json.loads(rep.summary_json.read_text())["traces"][0]

@@ -188,7 +188,7 @@ def test_compare_mode_one_column_per_trace_units_toggle(browser, tmp_path):
     toggles = [v.find_elements(By.CSS_SELECTOR, "select.sl-units") for v in viewers]
     assert [len(t) for t in toggles] == [0, 1, 0]
     sel = toggles[1][0]
-    assert [o.text for o in sel.find_elements(By.TAG_NAME, "option")] == ["sum", "uniform_ratio"]
+    assert [o.text for o in sel.find_elements(By.TAG_NAME, "option")] == ["scaled_sum", "uniform_ratio"]
     before = [e.text for e in viewers[1].find_elements(By.CSS_SELECTOR, ".sl-legend-num")]
     browser.execute_script("""const v = window.sinklensViewers[1]; v.unitsSel.value = 1;
         v.unitsSel.dispatchEvent(new Event('change'));""")

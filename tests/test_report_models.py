@@ -32,8 +32,8 @@ def test_report_on_real_smollm2_trace(smollm2, tmp_path):
     s = json.loads((out / "summary.json").read_text())["traces"][0]
     assert s["causal"] is True and s["figures_skipped"] == {}
     assert s["also"][0]["units"] == "uniform_ratio"
-    assert any("cannot fire" in n for n in s["notes"])          # decode steps sum one query row
-    # SmolLM2's known first-token sink (0.4-0.96 of attention at position 0, SPEC §7) at the prefill step
+    assert any("sum one query row" in n for n in s["notes"])    # decode steps sum one query row
+    # SmolLM2's known first-token sink (0.4-0.96 of attention at position 0) at the prefill step
     a = analyze(path)
     assert a.n_queries[0] == len(ids) and (a.n_queries[1:] == 1).all()
     assert (a.largest_pos[0] == 0).mean() > 0.5
@@ -71,4 +71,4 @@ def test_report_on_llada_fixture_trace(fixtures_dir, tmp_path):
     assert (a.n_queries == 28).all() and a.is_masked[0, 12:].all() and a.is_masked[-1].sum() == 2
     s = json.loads((out / "summary.json").read_text())["traces"][0]
     assert s["masked_unmasked_splits"]["groups"] == ["masked", "unmasked"]
-    assert s["units"] == "sum" and s["figures_skipped"] == {}
+    assert s["units"] == "scaled_sum" and s["figures_skipped"] == {}

@@ -1,5 +1,6 @@
 """Sampler configs: one dataclass per sampler is the only place its parameters are written;
-validation, the command-line flags and the eval presets all come from its fields."""
+validation and the command-line flags come from its fields (the length policy, which reads its
+length facts, is tests/test_lengths.py)."""
 import argparse
 from dataclasses import dataclass, fields
 
@@ -19,7 +20,7 @@ from sinklens.samplers.llada import LLaDAConfig
     (LLaDAConfig, dict(gen_length=16, block_length=5), r"gen_length \(16\) must be a multiple of block_length \(5\)"),
     (LLaDAConfig, dict(temperature=float("nan")), r"temperature must be >= 0, got nan"),
     (LLaDAConfig, dict(logits_eos_inf="yes"), r"logits_eos_inf must be True or False"),
-    (DreamConfig, dict(eps=1.0), r"eps must be in \(0, 1\), got 1.0"),
+    (DreamConfig, dict(time_eps=1.0), r"time_eps must be in \(0, 1\), got 1.0"),
     (DreamConfig, dict(top_p=0.0), r"top_p must be in \(0, 1\], got 0.0"),
     (DreamConfig, dict(steps=True), r"steps must be a positive integer, got True"),
     (ARMConfig, dict(do_sample=True, temperature=0.0), r"do_sample=True needs temperature > 0"),
@@ -35,12 +36,17 @@ def test_unknown_argument_names_the_sampler_and_its_fields():
         DreamConfig.from_kwargs(gen_length=8)
 
 
-def test_task_presets_are_classmethods():
-    assert LLaDAConfig.for_task("gsm8k").to_dict() == {**LLaDAConfig.defaults(), "gen_length": 256, "steps": 256,
-                                                      "block_length": 32}
-    assert DreamConfig.for_task("humaneval", steps=64).length == 768
-    assert ARMConfig.for_task("gsm8k", 16).max_new_tokens == 16
-    assert LLaDAConfig.round_length(40) == 64 and LLaDAConfig.round_length(40, block_length=8) == 40
+def test_dreams_old_eps_is_time_eps_with_a_one_line_deprecation_note(capsys):
+    with pytest.warns(FutureWarning, match=r"^note: eps of the dream sampler is deprecated; use time_eps$"):
+        assert DreamConfig.from_kwargs(eps=0.01).time_eps == 0.01
+    with pytest.raises(TypeError, match="both 'eps' and 'time_eps'"):
+        DreamConfig.from_kwargs(eps=0.01, time_eps=0.02)
+    p, names = _parser()
+    assert sampler_args(p.parse_args(["--eps", "0.01"]), names) == {"time_eps": 0.01}  # the old flag still works
+    assert capsys.readouterr().err == "note: --eps is deprecated, use --time-eps\n"
+    p = argparse.ArgumentParser(exit_on_error=False)
+    add_sampler_flags(p, exclude=("eps",))  # `sinklens eval`, where --eps is another setting's old flag
+    assert p.parse_known_args(["--eps", "0.01"])[1] == ["--eps", "0.01"] and "--time-eps" in p.format_help()
 
 
 def _parser():

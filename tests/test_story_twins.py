@@ -117,7 +117,7 @@ def test_the_ai_dlm_reference_likelihood_rests_on_its_sinks_not_on_random_keys()
         ref = m.tokenizer(p.solution, add_special_tokens=False)["input_ids"]
         tokens += len(ref)
         for control in drop:
-            r = reference_loglik(m, prompt, ref, MaskingConfig(top_k=1, control=control, seed=i))
+            r = reference_loglik(m, prompt, ref, MaskingConfig(mask_k=1, control=control, seed=i))
             drop[control] += r["masked"] - r["unmasked"]
     sinks, random_keys = drop["none"] / tokens, drop["random"] / tokens
     assert sinks < -0.3 and abs(random_keys) < 0.05, (sinks, random_keys)

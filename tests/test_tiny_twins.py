@@ -91,11 +91,11 @@ def test_replicate_writes_table_and_dynamics(tmp_path):
                 assert rec["masked"]["eq3_sink_share"] == 1.0 and "category_share" in rec["masked"]
     assert Path(res["report"]).is_file() and Path(res["persistence_md"]).is_file()
     dyn = {(r["model"], r["units"]): r for r in res["rows"]}
-    assert set(dyn) == {("tiny-dlm", "sum"), ("tiny-arm", "sum"), ("tiny-arm", "uniform_ratio")}
+    assert set(dyn) == {("tiny-dlm", "scaled_sum"), ("tiny-arm", "scaled_sum"), ("tiny-arm", "uniform_ratio")}
     for r in dyn.values():
         assert r["problems"] == 3 and len(r["sinks_per_head_and_step_by_layer"]) == 4
         if r["sink_occurrences"]:
             assert abs(sum(r["sink_token_categories"].values()) - 1) < 1e-9
-    assert dyn[("tiny-dlm", "sum")]["consecutive_sink_pairs"] > 0
+    assert dyn[("tiny-dlm", "scaled_sum")]["consecutive_sink_pairs"] > 0
     dyn_md = Path(res["dynamics_md"]).read_text()
     assert dyn_md.count("| tiny-") == 6 and "Tracks (a sink followed" in dyn_md      # 3 rows in each of 2 tables

@@ -28,9 +28,10 @@ class Step:
 
     index: int                  # 0 .. T−1 (the trace's step number is data.step)
     data: StepData              # the source's arrays of this step
-    scores: np.ndarray          # (L, H, S) in the analysis units
-    margin: np.ndarray          # (L, H, S) Eq. 3 margin score_j − mean_{k≠j} score_k (−inf on padding)
-    flagged: np.ndarray         # (L, H, S) bool, margin ≥ eps (Eq. 3 sinks)
+    scores: np.ndarray          # (L, H, S) in the analysis units (0 on keys no summed query could see)
+    margin: np.ndarray          # (L, H, S) Eq. 3 margin score_j − mean of the other visible keys (−inf: not visible)
+    flagged: np.ndarray         # (L, H, S) bool, margin ≥ ε (Eq. 3 sinks)
+    visible: np.ndarray         # (L, S) bool real keys some summed query of the layer could see
 
 
 class Accumulator:

@@ -16,6 +16,7 @@ sparse list of sinks (a few per head and step) and (T, S) tokens / mask states.
 from __future__ import annotations
 
 import dataclasses
+import warnings
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -23,13 +24,14 @@ from tqdm.auto import tqdm
 
 from sinklens.analysis.accumulate import Accumulator, Step, rounded
 from sinklens.analysis.dynamics import (DriftEvent, SinkTrack, SplitEvent, drift_events, drift_summary, head_class,
-                                        largest_sink_moves, track_sinks)
-from sinklens.analysis.scores import UNITS, check_units, scores
-from sinklens.analysis.sinks import DEFAULT_EPS, EpsSweep, EpsSweepAccumulator, sink_margin
+                                        largest_sink_changes, largest_sink_moves, track_sinks)
+from sinklens.analysis.sinks import EpsSweep, EpsSweepAccumulator
 from sinklens.analysis.source import Source, as_source
 from sinklens.analysis.step_stats import (HIST_EDGES, QUANTILES, Eq3Sinks, MarginDistribution,  # noqa: F401
                                           MeanOverHeads, ScoreDistribution, SinkTokens, Splits, StepArrays, TopKey)
 from sinklens.analysis.tokens import SinkTokenTable
+from sinklens.rule import np_rule
+from sinklens.rule.spec import BASELINE_UNITS, DEFAULT_EPS, DEFAULT_UNITS, UNITS, check_units
 
 DEFAULT_EPS_VALUES = np.round(np.arange(0.0, 10.01, 0.25), 2)
 
@@ -40,8 +42,8 @@ ACCUMULATORS: list[type[Accumulator]] = [StepArrays, TopKey, Eq3Sinks, MeanOverH
 
 @dataclass
 class AnalysisConfig:
-    units: str = "sum"              # see sinklens.analysis.scores.UNITS
-    eps: float = DEFAULT_EPS        # Eq. 3 threshold, in `units`
+    units: str = DEFAULT_UNITS      # see sinklens/rule/spec.py UNITS
+    sink_eps: float = DEFAULT_EPS   # Eq. 3 threshold ε, in `units`
     eps_values: tuple = tuple(DEFAULT_EPS_VALUES)  # ε sweep grid (Fig. 10)
     static_fraction: float = 0.5    # track classification (dynamics.py)
     max_move: int | None = None     # tracks: longest jump still linked as a move (None: any)
@@ -78,6 +80,7 @@ class Analysis:
     extra: dict = field(default_factory=dict)              # results of accumulators beyond the built-in ones
     accumulators: list = field(default_factory=list, repr=False)   # their to_dict() parts
     _dict: dict | None = field(default=None, repr=False)   # to_dict() cache (an Analysis is final once built)
+    _changes: tuple | None = field(default=None, repr=False)   # largest_changes() cache
 
     # ---- shape ----------------------------------------------------------------------------
     @property
@@ -86,9 +89,7 @@ class Analysis:
 
     @property
     def units_short(self) -> str:
-        from sinklens.analysis.scores import UNIT_LABELS
-
-        return UNIT_LABELS[self.units]
+        return UNITS[self.units].label
 
     @property
     def num_steps(self) -> int:
@@ -106,8 +107,7 @@ class Analysis:
     def step_scores(self, index: int) -> np.ndarray:
         """(L, H, S) scores of step index `index` in this analysis' units (re-read from the source)."""
         d = self.source.step_data(index)
-        return scores(d.received, units=self.units, query_positions=d.query_positions, key_mask=d.key_mask,
-                      causal=self.source.causal)
+        return step_scores(d, self.units, self.source.layout.visibilities(self.num_layers))[0]
 
     def score_slice(self, layer: int, head: int | None = None) -> np.ndarray:
         """(T, S_max) scores of one (layer, head) over all steps — head None: mean over heads —
@@ -140,6 +140,7 @@ class Analysis:
         for e in self.splits:
             split_steps[(e.layer, e.head)] = split_steps.get((e.layer, e.head), 0) + 1
         out = []
+        moved, swapped = self.largest_changes()
         for l in range(self.num_layers):
             for h in range(self.num_heads):
                 trs = by_head.get((l, h), [])
@@ -148,15 +149,22 @@ class Analysis:
                      "deaths": sum(tr.end < self.num_steps - 1 for tr in trs),
                      "mean_lifetime_steps": float(np.mean([tr.lifetime for tr in trs])) if trs else 0.0,
                      "masked_unmasked_split_steps": split_steps.get((l, h), 0)}
-                d.update({f"largest_{k}": v for k, v in largest_sink_moves(self.largest_pos[:, l, h]).items()})
+                d.update({f"largest_{k}": v for k, v in largest_sink_moves(self.largest_pos[:, l, h], moved[:, l, h],
+                                                                             swapped[:, l, h]).items()})
                 out.append(d)
         return out
+
+    def largest_changes(self) -> tuple[np.ndarray, np.ndarray]:
+        """(moved, swapped) (T − 1, L, H): the largest sink moved to a new position, or standing
+        sinks swapped rank (dynamics.largest_sink_changes)."""
+        if self._changes is None:
+            self._changes = largest_sink_changes(self.largest_pos, self.sinks)
+        return self._changes
 
     def pick_heads(self, n: int = 3) -> list[tuple[int, int]]:
         """Heads worth a Fig. 7 panel: most largest-sink moves, then most steps with a sink."""
         has = (self.largest_pos >= 0)
-        a, b = self.largest_pos[:-1], self.largest_pos[1:]
-        moves = ((a >= 0) & (b >= 0) & (a != b)).sum(axis=0)       # (L, H)
+        moves = self.largest_changes()[0].sum(axis=0)              # (L, H)
         key = moves * (self.num_steps + 1) + has.sum(axis=0)
         order = np.argsort(-key, axis=None, kind="stable")[:n]
         return [tuple(int(x) for x in np.unravel_index(i, key.shape)) for i in order if key.flat[i] > 0] or [(0, 0)]
@@ -172,27 +180,28 @@ class Analysis:
 
     def notes(self) -> list[str]:
         """Warnings about what the chosen units can and cannot show on this trace."""
-        out, eps, u = [], self.config.eps, self.units
+        out, eps, u = [], self.config.sink_eps, self.units
         if self.source.truncated:
             out.append(f"the trace is truncated (the run was interrupted): {self.num_steps} finished steps analysed")
-        if u == "sum":
+        unit = UNITS[u]
+        if unit.ceiling == "queries":
             few = int((self.n_queries <= eps).sum())
             if few:
                 out.append(f"{few} of {self.num_steps} steps sum ≤ ε = {eps:g} query rows (e.g. ARM decoding: the "
-                           f"newest token's row only), so their column sums are ≤ {eps:g} and Eq. 3 cannot fire "
-                           f"there; use units uniform_ratio to see sinks at those steps")
-        if u == "mean" and eps >= 1:
-            out.append(f"units 'mean' are ≤ 1 by construction: Eq. 3 with ε = {eps:g} never fires (the units trap)")
-        if self.source.causal and u in ("uniform_ratio", "gu") and (self.n_queries > 1).any():
+                           f"newest token's row only), so their scores are ≤ {eps:g} and Eq. 3 cannot fire "
+                           f"there; use units {DEFAULT_UNITS} or {BASELINE_UNITS} to see sinks at those steps")
+        if unit.ceiling == "one" and eps >= 1:
+            out.append(f"units '{u}' are ≤ 1 by construction: Eq. 3 with ε = {eps:g} never fires (the units trap)")
+        if self.source.causal and unit.per_key and (self.n_queries > 1).any():
             out.append("causal model: the last positions of a multi-query step are seen by few queries (the last key "
                        "by one), so their ratio is noisy — one query giving it 30 % of its attention makes it ≈ 0.3·S "
                        "times its expectation; read late-position sinks at such steps with care")
-        if u in ("uniform_ratio", "gu") and (self.n_queries == 1).any():
+        if unit.scales_single_rows and (self.n_queries == 1).any():
             out.append(f"{int((self.n_queries == 1).sum())} steps sum one query row: Eq. 3 there flags any key taking a "
                        "large share of that query's attention (previous-token heads too), not only sinks")
-        if self.source.causal and u in ("sum", "mean"):
+        if self.source.causal and unit.causal_baseline:
             out.append("causal model: even uniform attention gives key j a column sum H_S − H_j (≈ ln S + 0.58 at "
-                       "position 0), so raw sums flag early positions; compare with units uniform_ratio")
+                       f"position 0), so these units favour early positions; compare with units {BASELINE_UNITS}")
         return out
 
     # ---- notebook display ---------------------------------------------------------------------
@@ -206,7 +215,7 @@ class Analysis:
                 ("shape", f"{sh['steps']} steps × {sh['layers']} layers × {sh['heads']} heads, up to "
                           f"{sh['max_seq_len']} tokens; {'causal (ARM)' if d['causal'] else 'bidirectional'}"),
                 ("units", f"{d['units']} — {d['units_meaning']}"),
-                ("sink rule", f"{d['sink_rule']}, ε = {_fmt(d['eps'])}"),
+                ("sink rule", f"{d['sink_rule']}, ε = {_fmt(d['sink_eps'])}"),
                 ("sinks", f"{d['sinks_total']} (step, layer, head, position) occurrences"),
                 ("heads × steps with a sink", f"{_fmt(100 * d['fraction_heads_steps_with_sink'])} %"),
                 ("strongest-sink head", f"layer {l}, head {h}"),
@@ -223,7 +232,7 @@ class Analysis:
 
     def __repr__(self) -> str:
         l, h = self.strongest_sink_head()
-        return (f"Analysis(trace={self.source.label!r}, units={self.units!r}, eps={_fmt(self.config.eps)}, "
+        return (f"Analysis(trace={self.source.label!r}, units={self.units!r}, eps={_fmt(self.config.sink_eps)}, "
                 f"{self.num_steps} steps × {self.num_layers} layers × {self.num_heads} heads, "
                 f"{int(self.sink_count.sum())} sinks, strongest head L{l}H{h})")
 
@@ -268,8 +277,11 @@ class Analysis:
             head_classes[h["class"]] = head_classes.get(h["class"], 0) + 1
         d = {
             "trace": self.source.label,
-            "units": c.units, "units_meaning": UNITS[c.units],
-            "eps": c.eps, "sink_rule": "score_j − mean_{k≠j} score_k ≥ eps (paper Eq. 3), on real keys",
+            "units": c.units, "units_meaning": UNITS[c.units].meaning,
+            "sink_eps": c.sink_eps,
+            "sink_rule": "score_j − mean of the other visible keys' scores ≥ eps (paper Eq. 3); visible = real keys "
+                         "some summed query could see",
+            "visibility": [v.describe() for v in self.source.layout.visibilities(self.num_layers)],
             "causal": self.source.causal, "notes": self.notes(),
             "shape": {"steps": self.num_steps, "layers": self.num_layers, "heads": self.num_heads,
                       "max_seq_len": int(self.seq_len.max())},
@@ -300,9 +312,12 @@ def analyze(source, config: AnalysisConfig | None = None, *, row: int = 0, label
     """Analyse a trace (path, Trace or Source) step by step. Keyword overrides set config fields.
     extra: accumulator classes of your own, run after the built-in ones (results in `a.extra`)."""
     config = config or AnalysisConfig()
-    unknown = sorted(set(overrides) - set(config.__dict__))
+    unknown = sorted(set(overrides) - set(config.__dict__) - {"eps"})
     if unknown:
         raise TypeError(f"analyze() got unknown option(s) {unknown}; options: {sorted(config.__dict__)}")
+    if "eps" in overrides:                                  # the name before Dream's schedule `eps` was told apart
+        warnings.warn("analyze(eps=...) is deprecated: use sink_eps=", DeprecationWarning, stacklevel=2)
+        overrides["sink_eps"] = overrides.pop("eps")
     config = dataclasses.replace(config, **overrides)       # never mutate the caller's config
     check_units(config.units)
     src = as_source(source, row=row, label=label)
@@ -311,14 +326,15 @@ def analyze(source, config: AnalysisConfig | None = None, *, row: int = 0, label
     it = range(src.num_steps)
     if config.progress:
         it = tqdm(it, desc=f"analyse {src.label}", unit="step")
+    visibilities = src.layout.visibilities(L)                       # which keys each layer's queries see
     for t in it:
         d = src.step_data(t)
         if d.received.shape[:2] != (L, H):
             raise ValueError(f"step {d.step}: received has (L, H) = {d.received.shape[:2]}, expected {(L, H)}")
-        sc = scores(d.received, units=config.units, query_positions=d.query_positions, key_mask=d.key_mask,
-                    causal=src.causal)                               # (L, H, S)
-        margin = sink_margin(sc, d.key_mask)                         # (L, H, S)
-        step = Step(index=t, data=d, scores=sc, margin=margin, flagged=margin >= config.eps)   # Eq. 3
+        sc, visible = step_scores(d, config.units, visibilities)     # (L, H, S), (L, S)
+        margin = np_rule.sink_margin(sc, visible[:, None, :])         # (L, H, S)
+        step = Step(index=t, data=d, scores=sc, margin=margin, flagged=margin >= config.sink_eps,   # Eq. 3
+                    visible=visible)
         for acc in accumulators:
             acc.add(step)
 
@@ -330,6 +346,13 @@ def analyze(source, config: AnalysisConfig | None = None, *, row: int = 0, label
     a.tracks = _all_tracks(a)
     a.drift = drift_events(a.tracks, a.is_masked, block_length=src.block_length, prompt_length=src.prompt_length)
     return a
+
+
+def step_scores(d, units: str, visibilities) -> tuple[np.ndarray, np.ndarray]:
+    """(scores (L, H, S), visible (L, S)) of one step: the rule's coverage of its summed query
+    rows under each layer's visibility, then the units."""
+    cov = np_rule.coverage(d.query_positions, d.key_mask, visibilities)
+    return np_rule.to_scores(d.received, units, cov), cov.visible
 
 
 def _fmt(v) -> str:

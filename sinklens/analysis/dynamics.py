@@ -1,10 +1,12 @@
-"""Sink dynamics across denoising steps, per (layer, head) (SPEC §3, paper §4.2).
+"""Sink dynamics across denoising steps, per (layer, head) (paper §4.2).
 
 Vocabulary and the exact rules used here:
 
 - **largest sink** of a head at a step: the highest-scoring key flagged by Eq. 3 (none when no
-  key is flagged). Movement is only measured where there is a sink (SPEC §3): a *move* of the
-  largest sink needs a sink at both steps; "the top-1 key changed" without a sink is not a move.
+  key is flagged). Movement is only measured where there is a sink: a *move* of the largest sink
+  needs a sink at both steps ("the top-1 key changed" happens in untrained models too), and the
+  old position must stop being a sink while the new one was none before; two standing sinks
+  that swap rank are a *rank swap*, not a move (`largest_sink_changes`).
 - **tracks**: the sinks of one head are linked from step t to step t+1 by this rule:
   1. a sink at the same position at t+1 continues its track (it *stays*);
   2. the remaining sinks of t and t+1 are paired greedily by smallest distance |p − q|
@@ -164,13 +166,41 @@ def head_class(tracks: list[SinkTrack]) -> str:
     return "vanishing" if kinds.count("vanishing") >= kinds.count("transient") else "transient"
 
 
-def largest_sink_moves(positions: np.ndarray) -> dict:
-    """Events of the largest-sink series of one head, positions (T,) with −1 = no sink."""
+def largest_sink_changes(largest_pos: np.ndarray, sinks: dict) -> tuple[np.ndarray, np.ndarray]:
+    """How the largest sink of each head changes between consecutive steps: (moved, swapped),
+    each (T − 1, L, H) bool, over the step pairs where the head has a sink at both steps and
+    its largest sink sits elsewhere at t + 1.
+
+    moved    the old position is no sink at t + 1 and the new one was no sink at t: a sink left
+             one position and appeared at another (a moving sink, as the paper means it)
+    swapped  anything else: e.g. two standing sinks exchanged rank by a hair (not movement)
+    largest_pos: (T, L, H), −1 = no sink; sinks: the analysis' sparse sink list (step, layer, head, pos)."""
+    T, L, H = largest_pos.shape
+    a, b = largest_pos[:-1], largest_pos[1:]
+    change = (a >= 0) & (b >= 0) & (a != b)                                   # (T-1, L, H)
+    S = int(max(largest_pos.max(), np.max(sinks["pos"], initial=0))) + 1
+    key = lambda t, l, h, p: ((t.astype(np.int64) * L + l) * H + h) * S + p    # noqa: E731 one int per sink
+    known = np.sort(key(sinks["step"], sinks["layer"], sinks["head"], sinks["pos"]))
+    t, l, h = np.nonzero(change)
+    old_stays = np.isin(key(t + 1, l, h, a[t, l, h]), known, assume_unique=True)
+    new_was = np.isin(key(t, l, h, b[t, l, h]), known, assume_unique=True)
+    moved, swapped = np.zeros_like(change), np.zeros_like(change)
+    moved[t, l, h] = ~old_stays & ~new_was
+    swapped[t, l, h] = old_stays | new_was
+    return moved, swapped
+
+
+def largest_sink_moves(positions: np.ndarray, moved: np.ndarray | None = None, swapped: np.ndarray | None = None) -> dict:
+    """Events of the largest-sink series of one head, positions (T,) with −1 = no sink; moved /
+    swapped (T − 1,) from `largest_sink_changes` (without them every position change is a move)."""
     p = np.asarray(positions)
     a, b = p[:-1], p[1:]
     both = (a >= 0) & (b >= 0)
+    if moved is None:
+        moved, swapped = both & (a != b), np.zeros(a.shape, bool)
     return {"steps_with_sink": int((p >= 0).sum()),
-            "moves": int((both & (a != b)).sum()),             # sink at t and t+1, position changed
+            "moves": int(moved.sum()),                        # a sink left its position for a new one
+            "rank_swaps": int(swapped.sum()),                 # standing sinks exchanged the top rank
             "vanish": int(((a >= 0) & (b < 0)).sum()),          # sink at t, none at t+1
             "appear": int(((a < 0) & (b >= 0)).sum()),
             "distinct_positions": int(np.unique(p[p >= 0]).size)}
@@ -261,25 +291,29 @@ class SplitEvent:
         return {k: (round(float(v), 4) if isinstance(v, float) else int(v)) for k, v in self.__dict__.items()}
 
 
-def group_scores(received_groups: np.ndarray, key_mask: np.ndarray) -> np.ndarray:
-    """(G, L, H, S) per-group column sums -> multiples of uniform attention within each group:
-    r^g_j · S_k / S_g (0 for an empty group)."""
-    rg = np.where(key_mask, received_groups, 0.0)
+def group_scores(received_groups: np.ndarray, visible: np.ndarray) -> np.ndarray:
+    """(G, L, H, S) per-group column sums -> the rule's `scaled_sum` within each group:
+    r^g_j · K / S_g, K = the layer's visible keys (`visible` (L, S)), S_g = Σ_j r^g_j = the
+    group's queries (0 for an empty group)."""
+    vis = visible[None, :, None, :]                       # (1, L, 1, S)
+    rg = np.where(vis, received_groups, 0.0)
     n_q = rg.sum(axis=-1, keepdims=True)                 # (G, L, H, 1) queries per group
     out = np.zeros_like(rg)
-    np.divide(rg * float(key_mask.sum()), n_q, out=out, where=n_q > 0.5)
+    np.divide(rg * visible.sum(-1)[None, :, None, None], n_q, out=out, where=n_q > 0.5)
     return out
 
 
-def split_events(step: int, received_groups: np.ndarray, group_names, key_mask: np.ndarray,
+def split_events(step: int, received_groups: np.ndarray, group_names, visible: np.ndarray,
                  eps: float) -> list[SplitEvent]:
-    """Splits at one step (rule in the module docstring); [] when the groups are not recorded."""
+    """Splits at one step (rule in the module docstring); [] when the groups are not recorded.
+    visible: (L, S) keys the step's queries could see (rule/np_rule.py)."""
     names = list(group_names)
     if received_groups is None or "masked" not in names or "unmasked" not in names:
         return []
-    g = group_scores(received_groups, key_mask)
-    pos_m, sc_m = largest_sink(g[names.index("masked")], eps, key_mask)      # (L, H)
-    pos_u, sc_u = largest_sink(g[names.index("unmasked")], eps, key_mask)
+    g = group_scores(received_groups, visible)
+    keys = visible[:, None, :]                                                 # (L, 1, S)
+    pos_m, sc_m = largest_sink(g[names.index("masked")], eps, keys)          # (L, H)
+    pos_u, sc_u = largest_sink(g[names.index("unmasked")], eps, keys)
     hit = (pos_m >= 0) & (pos_u >= 0) & (pos_m != pos_u)
     return [SplitEvent(step, int(l), int(h), int(pos_m[l, h]), int(pos_u[l, h]), float(sc_m[l, h]), float(sc_u[l, h]))
             for l, h in zip(*np.nonzero(hit))]

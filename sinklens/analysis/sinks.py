@@ -1,11 +1,9 @@
-"""Which keys are sinks: the paper's Eq. 3, top-K ranking, and the ε sweep (Fig. 10).
+"""Sink helpers of the analysis on top of the rule (sinklens/rule/): Eq. 3 on score arrays,
+top-K ranking, and the ε sweep (Fig. 10).
 
-Eq. 3: key j is a sink when  score_j − mean_{k ≠ j} score_k ≥ ε  (mean over the other *real*
-keys). ε = 3 by default and applied to column sums (`units="sum"`): with the paper's written
-mean r_j / S (≤ 1) the rule with ε = 3 could never fire, while on sums uniform attention gives
-every key 1, so ε = 3 reads "at least three more queries' worth of attention than the average
-other key" — which is what the paper's Fig. 3 / Fig. 10 (x-axis up to ~50, ≥ 96 % of a 64-token
-sequence filtered) show. Padded keys are never sinks and do not enter the mean.
+Eq. 3 and its default ε live in rule/spec.py; here `sink_margin` / `is_sink` take a mask of the
+keys to compare (`visible`: real keys some summed query could see; default every key) and
+apply the rule's numpy implementation.
 """
 from __future__ import annotations
 
@@ -14,8 +12,8 @@ from dataclasses import dataclass
 import numpy as np
 
 from sinklens.analysis.accumulate import Accumulator
-
-DEFAULT_EPS = 3.0
+from sinklens.rule import np_rule
+from sinklens.rule.spec import DEFAULT_EPS, DEFAULT_UNITS
 
 
 def _key_mask(scores: np.ndarray, key_mask) -> np.ndarray:
@@ -29,17 +27,10 @@ def _key_mask(scores: np.ndarray, key_mask) -> np.ndarray:
 
 
 def sink_margin(scores, key_mask=None) -> np.ndarray:
-    """score_j − mean of the other real keys' scores, shape (..., S); −inf on padded keys and
-    when there is no other real key (a single token cannot be an outlier)."""
+    """score_j − mean of the other compared keys' scores, shape (..., S); −inf on keys not
+    compared (`key_mask` False: padding, invisible) and when there is no other key."""
     s = np.asarray(scores, dtype=np.float64)
-    km = _key_mask(s, key_mask)
-    s = np.where(km, s, 0.0)
-    n = km.sum(axis=-1, keepdims=True)                  # (..., 1) real keys
-    total = s.sum(axis=-1, keepdims=True)
-    with np.errstate(divide="ignore", invalid="ignore"):
-        others = (total - s) / (n - 1)
-    margin = s - others
-    return np.where(km & (n > 1), margin, -np.inf)
+    return np_rule.sink_margin(s, _key_mask(s, key_mask))
 
 
 def is_sink(scores, eps: float = DEFAULT_EPS, key_mask=None) -> np.ndarray:
@@ -136,7 +127,7 @@ class EpsSweepAccumulator(Accumulator):
         return {"eps_sweep": self.sweep().to_dict()}
 
 
-def eps_sweep(scores, eps_values=None, key_mask=None, units: str = "sum") -> EpsSweep:
+def eps_sweep(scores, eps_values=None, key_mask=None, units: str = DEFAULT_UNITS) -> EpsSweep:
     """Fraction of real keys flagged by Eq. 3 for each ε, over every leading axis of `scores`."""
     eps_values = np.linspace(0, 10, 41) if eps_values is None else eps_values
     acc = EpsSweepAccumulator(eps_values, units)

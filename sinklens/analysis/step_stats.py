@@ -10,7 +10,8 @@ import numpy as np
 
 from sinklens.analysis.accumulate import Accumulator, Step, rounded
 from sinklens.analysis.dynamics import split_events
-from sinklens.analysis.sinks import largest_flagged, sink_margin
+from sinklens.analysis.sinks import largest_flagged
+from sinklens.rule import np_rule
 from sinklens.analysis.tokens import sink_token_table
 
 # Fig. 3 histogram bins (log-spaced, in the chosen units); values below the first edge count in bin 0.
@@ -56,7 +57,7 @@ class StepArrays(Accumulator):
 
 
 class TopKey(Accumulator):
-    """Per (step, layer, head): the highest-scoring real key, sink or not."""
+    """Per (step, layer, head): the highest-scoring visible key, sink or not."""
 
     name = "top_key"
 
@@ -66,7 +67,7 @@ class TopKey(Accumulator):
 
     def add(self, step: Step) -> None:
         sc = step.scores
-        self.pos[step.index], self.score[step.index] = largest_flagged(sc, np.broadcast_to(step.data.key_mask, sc.shape))
+        self.pos[step.index], self.score[step.index] = largest_flagged(sc, np.broadcast_to(step.visible[:, None], sc.shape))
 
     def result(self) -> dict:
         return {"top_pos": self.pos, "top_score": self.score}
@@ -114,13 +115,13 @@ class MeanOverHeads(Accumulator):
     name = "mean_head"
 
     def __init__(self, source, config):
-        self.eps = config.eps
+        self.eps = config.sink_eps
         self.pos = np.full((source.num_steps, source.num_layers), -1, np.int32)
         self.count = np.zeros((source.num_steps, source.num_layers), np.int32)
 
     def add(self, step: Step) -> None:
         mh = step.scores.mean(axis=1)                                   # (L, S)
-        mflag = sink_margin(mh, step.data.key_mask) >= self.eps
+        mflag = np_rule.is_sink(mh, step.visible, self.eps)
         self.count[step.index] = mflag.sum(-1)
         self.pos[step.index] = largest_flagged(mh, mflag)[0]
 
@@ -129,7 +130,7 @@ class MeanOverHeads(Accumulator):
 
 
 class ScoreDistribution(Accumulator):
-    """Fig. 3: per step, a histogram (HIST_EDGES) and QUANTILES of the real keys' scores."""
+    """Fig. 3: per step, a histogram (HIST_EDGES) and QUANTILES of the visible keys' scores."""
 
     name = "score_distribution"
     fields = ("hist", "quantiles")
@@ -141,7 +142,7 @@ class ScoreDistribution(Accumulator):
         self.quant = np.zeros((source.num_steps, len(QUANTILES)), np.float32)
 
     def values(self, step: Step) -> np.ndarray:
-        return step.scores[..., step.data.key_mask].ravel()
+        return step.scores[np.broadcast_to(step.visible[:, None], step.scores.shape)]
 
     def add(self, step: Step) -> None:
         x = self.values(step)
@@ -167,7 +168,7 @@ class MarginDistribution(ScoreDistribution):
                           "too) count in bin 0"}
 
     def values(self, step: Step) -> np.ndarray:
-        return step.margin[..., step.data.key_mask].ravel()
+        return step.margin[np.broadcast_to(step.visible[:, None], step.margin.shape)]
 
 
 class Splits(Accumulator):
@@ -176,12 +177,12 @@ class Splits(Accumulator):
     name = "splits"
 
     def __init__(self, source, config):
-        self.group_names, self.eps = source.group_names, config.eps
+        self.group_names, self.eps = source.group_names, config.sink_eps
         self.events = []
 
     def add(self, step: Step) -> None:
         d = step.data
-        self.events += split_events(step.index, d.received_groups, self.group_names, d.key_mask, self.eps)
+        self.events += split_events(step.index, d.received_groups, self.group_names, step.visible, self.eps)
 
     def result(self) -> dict:
         return {"splits": self.events}

@@ -27,7 +27,7 @@ def register(sub) -> None:
                    help="K sinks per (layer, head), e.g. 0,1,5,10 (0 = unmasked; default 0) or shares of the "
                         "sequence, e.g. 1%%,5%%")
     # every other sampler field, over the task preset (steps = gen length, LLaDA blocks of 32, ...);
-    # --eps is Eq. 3's margin here, so Dream's schedule end keeps its default (EvalConfig.sampler_args sets it)
+    # --eps is the old spelling of Eq. 3's --sink-eps here, so Dream's --time-eps does not take it
     p.set_defaults(func=_eval, sampler_fields=add_sampler_flags(
         p, exclude=("gen_length", "max_new_tokens", "eps"),
         title="sampler arguments over the task preset (only those of the model's sampler are accepted)"))

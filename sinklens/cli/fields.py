@@ -8,7 +8,17 @@ is kept by hand: the sampler flags (`generate.add_sampler_flags`), `sinklens rep
 from __future__ import annotations
 
 import argparse
+import sys
 from dataclasses import MISSING, fields
+
+
+class _OldSpelling(argparse.Action):
+    """Stores the value like a plain flag; an old spelling of the flag also prints a deprecation note."""
+
+    def __call__(self, parser, namespace, values, option_string=None):
+        if option_string in self.metadata_old:
+            print(f"note: {option_string} is deprecated, use {self.option_strings[0]}", file=sys.stderr)
+        setattr(namespace, self.dest, values)
 
 
 def add_field_flag(group, flag: str, dest: str, meta: dict, default, text: str) -> None:
@@ -33,8 +43,11 @@ def add_field_flag(group, flag: str, dest: str, meta: dict, default, text: str) 
     metavar = "{" + ",".join(meta["choices"]) + "}" if meta["choices"] else {
         "ids": "ID[,ID...]", "indices": "I[,I...]", "pairs": "L:H[,L:H...]", int: "N", float: "X"}.get(
         meta["type"], "TEXT")
-    group.add_argument(flag, dest=dest, type=parse, default=default, required=required, metavar=metavar,
-                       help=text.replace("%", "%%"))
+    old = tuple(meta.get("old_flags") or ())
+    action = group.add_argument(flag, *old, dest=dest, type=parse, default=default, required=required,
+                                metavar=metavar, help=text.replace("%", "%%"),
+                                **({"action": _OldSpelling} if old else {}))
+    action.metadata_old = old
 
 
 def add_config_flags(parser, cls, prefix: str = "") -> list[str]:

@@ -4,7 +4,7 @@
     sinklens generate --model smollm2-135m-instruct --prompt "Hi" --max-new-tokens 16 --json
     sinklens generate --model ./my-llada --input-ids 1,2,3 --steps 32 --gen-length 32
 
-Sampler flags left out take the model's defaults (sinklens.samplers.defaults): a sinklens twin's
+Sampler flags left out take the model's defaults (sinklens.samplers.lengths): a sinklens twin's
 training settings, else the family's published setting, cut to the model's context with a note.
 The sampler flags are derived from the registered sampler configs (sinklens.samplers.SAMPLERS); `sinklens
 trace` shares this module's options.
@@ -22,9 +22,11 @@ from sinklens.cli.types import CliError, nonneg_int
 def add_sampler_flags(parser: argparse.ArgumentParser, exclude: tuple[str, ...] = (),
                       title: str = "sampler arguments (official names; only those of the model's sampler are accepted)"
                       ) -> list[str]:
-    """One flag per field of the registered sampler configs (`SAMPLERS`: every sampler module): type,
+    """One flag per field of the registered sampler configs (`SAMPLERS`: every sampler's config.py): type,
     range, help and default come from the field, so no flag table is kept by hand. A field that
-    several samplers share (steps, temperature, ...) is one flag. Returns the field names."""
+    several samplers share (steps, temperature, ...) is one flag. A field's old name (`RENAMED`,
+    e.g. Dream's --eps for --time-eps) is accepted with a deprecation note unless `exclude` names
+    it. Returns the field names."""
     from sinklens.samplers.configs import SAMPLERS, expected
 
     by_name: dict[str, list] = {}
@@ -34,7 +36,9 @@ def add_sampler_flags(parser: argparse.ArgumentParser, exclude: tuple[str, ...] 
                 by_name.setdefault(f.name, []).append((sampler, f))
     group = parser.add_argument_group(title)
     for name, uses in by_name.items():
-        meta = uses[0][1].metadata
+        old = tuple("--" + o.replace("_", "-") for s, _ in uses for o, new in SAMPLERS[s].RENAMED.items()
+                    if new == name and o not in exclude)
+        meta = {**uses[0][1].metadata, "old_flags": old}
         helps = {f.metadata["help"] for _, f in uses}
         text = helps.pop() if len(helps) == 1 else "; ".join(f"{s}: {f.metadata['help']}" for s, f in uses)
         if meta["type"] is not bool and not meta["choices"]:
@@ -99,7 +103,8 @@ def run(args, trace=None, capture=None, check=None):
 
     from sinklens.cli.logs import note, verbose
     from sinklens.models.loader import load
-    from sinklens.samplers.defaults import default_config
+    from sinklens.samplers import lengths
+    from sinklens.samplers.configs import get_config
 
     t0 = time.perf_counter()
     model = load(args.model, dtype=args.dtype, device=args.device)
@@ -108,10 +113,12 @@ def run(args, trace=None, capture=None, check=None):
         check(model)
     ids = torch.tensor([prompt_ids(model, args)])
     try:
-        config, notes = default_config(model, ids.shape[1], **sampler_args(args, args.sampler_fields))
+        plan = lengths.settings(get_config(model.family.sampler), lengths.ModelFacts.of(model),
+                                prompt_length=ids.shape[1], overrides=sampler_args(args, args.sampler_fields))
+        config = plan.config()
     except TypeError as e:  # a flag of another family's sampler
         raise CliError(str(e)) from None
-    for line in notes:
+    for line in plan.deprecated + plan.notes:
         note(line)
     verbose(f"prompt: {ids.shape[1]} tokens; sampler {config.name}: {config.to_dict()}")
     torch.manual_seed(args.seed)

@@ -5,6 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from sinklens.cli.types import nonneg_int, positive_int
+from sinklens.rule.spec import PROTOCOLS
 
 
 def default_workers() -> int:
@@ -24,6 +25,17 @@ def k_list(text: str) -> tuple:
         raise argparse.ArgumentTypeError(str(e)) from None
 
 
+def protocol_list(text: str) -> tuple:
+    """'topk,eq3' -> ('topk', 'eq3'), each a known protocol."""
+    import argparse
+
+    names = tuple(x.strip() for x in text.split(",") if x.strip())
+    bad = [x for x in names if x not in PROTOCOLS]
+    if bad or not names:
+        raise argparse.ArgumentTypeError(f"must be a comma list of {list(PROTOCOLS)}, got {text!r}")
+    return names
+
+
 def run(a) -> int:
     if a.study:
         return run_study(a)
@@ -31,7 +43,8 @@ def run(a) -> int:
 
     a.n = 200 if a.n is None else a.n
     a.n_traces = 50 if a.n_traces is None else a.n_traces
-    res = replicate(a.out, a.n, a.mask_topk, progress=a.progress, n_traces=a.n_traces, control=a.mask_control)
+    res = replicate(a.out, a.n, a.mask_topk, progress=a.progress, n_traces=a.n_traces, control=a.mask_control,
+                    protocols=a.protocols)
     print(f"table: {res['summary_md']}\ndynamics report: {res['report']}\npersistence: {res['persistence_md']}")
     if "dynamics_md" in res:
         print(f"dynamics over problems: {res['dynamics_md']}")
@@ -55,11 +68,14 @@ def register(sub) -> None:
                        description=__doc__)
     p.add_argument("--out", default="replicate", help="output folder")
     p.add_argument("--study", action="store_true",
-                   help="issue 13's controlled study on the shipped story twins instead of the tiny twins")
+                   help="the controlled study on the shipped story twins instead of the tiny twins")
     p.add_argument("--n", type=positive_int, default=None,
                    help="held-out problems (default 200; with --study 14 per twin)")
     p.add_argument("--mask-topk", type=k_list, default=(0, 1, 5, 10),
                    help="comma-separated K values (0 = unmasked; 1%% = a share of the sequence)")
+    p.add_argument("--protocols", type=protocol_list, default=tuple(PROTOCOLS),
+                   help="masking protocols, each its own Table 1 rows: " + "; ".join(
+                       f"{k}: {v}" for k, v in PROTOCOLS.items()).replace("%", "%%") + " (default: all)")
     p.add_argument("--mask-control", choices=["random", "none"], default="random",
                    help="random: a random non-sink-key control row beside every masked row")
     p.add_argument("--n-traces", type=nonneg_int, default=None,

@@ -65,8 +65,9 @@ class EvalConfig:
     shots: int = param(8, int, "GSM8K chain-of-thought exemplars (0 = zero-shot)", min=0, max=8)
     chat: str = param("auto", str, "use the chat template (auto: when the tokenizer has one)",
                       choices=("auto", "on", "off"))
-    gen_length: int | None = param(None, int, "tokens to generate, any sampler (default: the paper's setting for "
-                                              "the task and family)", min=1)
+    gen_length: int | None = param(None, int, "tokens to generate, any sampler (default: a sinklens twin's training "
+                                              "length, else the task's, else the paper's for the task and family)",
+                                   min=1)
     sampler_args: dict = field(default_factory=dict)  # sampler fields over the task preset, e.g. {"steps": 64}
     seed: int = param(0, int, "sample i uses seed + i (the same on any rank)", min=0)
     dtype: str | None = param(None, str, "float32 | bfloat16 | float16 (default: as stored)")
@@ -74,7 +75,7 @@ class EvalConfig:
     # the masking settings, declared in MaskingConfig (type, choices, help, default); the run's
     # MaskingConfig is built from them in `masking()`
     mask_sinks: str = param_like(MaskingConfig, "sinks")
-    eps: float = param_like(MaskingConfig, "eps")
+    sink_eps: float = param_like(MaskingConfig, "sink_eps")
     mask_units: str = param_like(MaskingConfig, "units")
     mask_scope: str = param_like(MaskingConfig, "scope")
     mask_control: str = param_like(MaskingConfig, "control")
@@ -122,8 +123,8 @@ class EvalConfig:
         """The MaskingConfig of the run (K, control)."""
         count, fraction = k_spec(k)
         active = count > 0 or fraction is not None
-        return MaskingConfig(top_k=count, fraction=fraction, threshold=self.threshold if active else None,
-                             sinks=self.mask_sinks, eps=self.eps, units=self.mask_units, scope=self.mask_scope,
+        return MaskingConfig(mask_k=count, fraction=fraction, threshold=self.threshold if active else None,
+                             sinks=self.mask_sinks, sink_eps=self.sink_eps, units=self.mask_units, scope=self.mask_scope,
                              control=control, seed=self.seed, ranking=self.ranking, keep_self=self.keep_self,
                              step0=self.step0, arm_rule=self.arm_rule)
 

@@ -9,9 +9,10 @@ the plain `lm_eval` command does not know `sinklens`; from Python, `import
 sinklens.eval.lm_eval_model` first, then `lm_eval.simple_evaluate(model="sinklens", ...)`).
 
 model_args: pretrained, mask_topk (0 = unmasked), ranking, threshold, keep_self, step0, arm_rule
-(as `sinklens eval`), gen_length (tokens to generate, any sampler; default: the request's
-max_gen_toks, rounded up to what the sampler can generate, e.g. whole LLaDA blocks), any field of
-the model's sampler config (e.g. steps, block_length, alg; `sinklens/samplers/<name>.py`), dtype,
+(as `sinklens eval`), gen_length (tokens to generate, any sampler; default: the length policy's,
+`sinklens.samplers.lengths`: a sinklens twin's training length, else the request's max_gen_toks
+rounded up to what the sampler can generate, e.g. whole LLaDA blocks), any field of the model's
+sampler config (e.g. steps, block_length, alg; `sinklens/samplers/<name>/config.py`), dtype,
 device, seed.
 - generate_until: the family's own sampler with the masking policy as its step hook; the text
   is cut at the request's `until` strings.
@@ -45,7 +46,7 @@ def _opt(v, cast):
 class SinklensLM(LM):
     def __init__(self, pretrained: str, mask_topk=0, ranking="per_head", threshold=None, keep_self=False,
                  step0="unmasked", arm_rule="newest", gen_length=None, dtype=None, device=None, seed=0,
-                 batch_size=1, mask_sinks="eq3", eps=3.0, mask_units="scaled_sum", mask_scope="all",
+                 batch_size=1, mask_sinks="topk", eps=3.0, mask_units="scaled_sum", mask_scope="all",
                  mask_control="none", **other):
         super().__init__()
         import torch
@@ -54,9 +55,9 @@ class SinklensLM(LM):
         if device and str(device).startswith("cuda") and not torch.cuda.is_available():
             warnings.warn(f"device={device!r} (lm-eval's default) but CUDA is not available: using the CPU")
             device = None
-        self.config = MaskingConfig(top_k=int(mask_topk), threshold=_opt(threshold, float), ranking=ranking,
+        self.config = MaskingConfig(mask_k=int(mask_topk), threshold=_opt(threshold, float), ranking=ranking,
                                     keep_self=_bool(keep_self), step0=step0, arm_rule=arm_rule,
-                                    sinks=mask_sinks, eps=float(eps), units=mask_units, scope=mask_scope,
+                                    sinks=mask_sinks, sink_eps=float(eps), units=mask_units, scope=mask_scope,
                                     control=mask_control, seed=int(seed))
         self.m = load(pretrained, dtype=dtype, device=device)
         if self.m.tokenizer is None:
@@ -101,9 +102,8 @@ class SinklensLM(LM):
             context, gen_kwargs = req.args
             until = gen_kwargs.get("until") or []
             until = [until] if isinstance(until, str) else list(until)
-            n = self.gen_length or int(gen_kwargs.get("max_gen_toks", 256))
-            n = self.sampler.round_length(n, **self.sampler_args)
-            settings = sampler_settings(self.m.family.sampler, "gsm8k", n, **self.sampler_args)
+            settings, _ = sampler_settings(self.m, None, self.gen_length, int(gen_kwargs.get("max_gen_toks", 256)),
+                                           **self.sampler_args)
             text = generate_text(self.m, self._encode(context), self.policy, settings, seed=self.seed + i)
             cut = min((j for j in (text.find(s) for s in until) if j >= 0), default=len(text))
             out.append(text[:cut])

@@ -36,20 +36,24 @@ from sinklens.samplers.base import CaptureOptions
 from sinklens.samplers.configs import get_config
 
 
-def sampler_settings(sampler: str, task_name: str, gen_length: int | None = None, **overrides) -> dict:
-    """The sampler's settings for a task: the paper's preset for `gen_length` tokens (None: the
-    task's own length, else the sampler's length for it; SPEC §6), then `overrides` by field
-    name, checked by the sampler config now so a bad setting fails before anything is written."""
-    from sinklens.samplers.configs import get_config
+def sampler_settings(model, task_name: str | None, gen_length: int | None = None, task_length: int | None = None,
+                     **overrides) -> tuple[dict, list[str]]:
+    """(settings, notes) of the model's sampler for a task, from the length policy
+    (`sinklens.samplers.lengths`): a sinklens twin's training settings, else the task's answer
+    length (`task_length`, default: the task table's) or the paper's length for it, with the
+    paper's settings; `gen_length` and `overrides` (by field name) on top. Checked by the sampler
+    config now, so a bad setting fails before anything is written."""
+    from sinklens.samplers import lengths
 
-    cls = get_config(sampler)
-    length = get_task(task_name).gen_length if gen_length is None else gen_length
-    settings = cls.task_settings(task_name, length, **overrides)
+    if task_length is None and task_name is not None:
+        task_length = get_task(task_name).gen_length
+    plan = lengths.settings(get_config(model.family.sampler), lengths.ModelFacts.of(model), task=task_name,
+                            task_length=task_length, length=gen_length, overrides=overrides)
     try:
-        cls.from_kwargs(**settings)
+        plan.config()
     except TypeError as e:  # a flag of another sampler: a bad setting like any other
         raise ValueError(str(e)) from None
-    return settings
+    return plan.values, plan.deprecated + plan.notes
 
 
 def model_slug(name: str) -> str:
@@ -97,7 +101,10 @@ def run_eval(cfg: EvalConfig, model=None) -> list[str]:
     if not get_config(m.family.sampler).generates:
         raise ValueError(f"{cfg.model!r} is a {m.family.name!r} encoder: it generates no text, so there is nothing to "
                          "evaluate; trace it with `sinklens trace` instead")
-    settings = sampler_settings(m.family.sampler, cfg.task, cfg.gen_length, **cfg.sampler_args)
+    settings, notes = sampler_settings(m, cfg.task, cfg.gen_length, **cfg.sampler_args)
+    if rank == 0:
+        for line in notes:
+            print(line, file=sys.stderr)
     gen = get_config(m.family.sampler).from_kwargs(**settings).length
     sandbox = SandboxConfig(timeout=cfg.sandbox_timeout, cpu_seconds=int(cfg.sandbox_timeout) + 1)
     items, prompts, errors = _prepare(m, task, items, errors, cfg, gen)   # (ids, chat) per item

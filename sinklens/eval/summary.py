@@ -28,7 +28,7 @@ METRIC = {"humaneval": "pass@1"}                      # every other task: accura
 # where results go, how they were computed (progress, device), how many samples (n is in the cell),
 # the K list of the command (each run has its own K), the model (columns).
 _NOT_A_SETTING = {"model", "source", "family", "sampler", "n_expected", "data_errors", "mask_topk",
-                  "masking.top_k", "masking.fraction", "masking.control", "config.out", "config.progress", "config.device",
+                  "masking.mask_k", "masking.fraction", "masking.control", "config.out", "config.progress", "config.device",
                   "config.limit", "config.mask_topk", "config.model", "config.task",
                   # command-line overrides that config.json also holds resolved, under settings.*
                   "config.gen_length", "config.steps", "config.block_length"}
@@ -153,7 +153,7 @@ def _caption(rows: list[dict], varying: list[str]) -> str:
                      "(nats; unmasked in the CSV).")
     masked = [r["masking"] for r in rows if r["mask_topk"]]
     if masked:
-        shown = {_short(v) for v in varying if v.startswith("masking.")} | {"top_k", "control"}
+        shown = {_short(v) for v in varying if v.startswith("masking.")} | {"mask_k", "control"}
         fixed = {k: v for k, v in masked[0].items()
                  if k not in shown and all(m.get(k) == v for m in masked)}
         rule = ", ".join(f"{k}={v}" for k, v in sorted(fixed.items()))

@@ -17,7 +17,8 @@ class Task:
     text: Callable                       # (item, shots) -> plain prompt
     reference: Callable                  # (item, chat) -> reference answer text (for the log-likelihood)
     judge: Callable                      # (raw, item, sandbox) -> dict(extracted, correct, verdict, ...)
-    gen_length: int | None = None        # the task's own answer length; None = each sampler's paper setting
+    gen_length: int | None = None        # the task's own answer length (None: each sampler's paper length), read
+                                         # by the length policy, sinklens/samplers/lengths.py
 
 
 def _gsm8k_reference(item: dict, chat: bool) -> str:

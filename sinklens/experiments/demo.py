@@ -32,7 +32,7 @@ def sink_summary(analysis) -> str:
     """A few lines on where the sinks are, in the analysis' own units."""
     a = analysis
     has = a.largest_pos >= 0  # (T, L, H)
-    lines = [f"  units: {a.units_short}, eps = {a.config.eps:g}; {a.num_steps} steps x {a.num_layers} layers x "
+    lines = [f"  units: {a.units_short}, sink eps = {a.config.sink_eps:g}; {a.num_steps} steps x {a.num_layers} layers x "
              f"{a.num_heads} heads",
              f"  (step, layer, head) with at least one sink: {has.mean():.0%}; "
              f"sinks per head and step: {a.sink_count.mean():.2f}"]

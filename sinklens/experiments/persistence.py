@@ -76,8 +76,8 @@ def twins_persistence(n: int = 3, configs: dict[str, MaskingConfig] | None = Non
     from sinklens.eval.arith import heldout_problems
     from sinklens.experiments.twins import LOAD, arm_sampler, dlm_sampler
 
-    configs = configs or {"topk K=1": MaskingConfig(sinks="topk", top_k=1), "eq3 K=1": MaskingConfig(top_k=1),
-                          "topk K=5": MaskingConfig(sinks="topk", top_k=5)}
+    configs = configs or {"topk K=1": MaskingConfig(sinks="topk", mask_k=1), "eq3 K=1": MaskingConfig(sinks="eq3", mask_k=1),
+                          "topk K=5": MaskingConfig(sinks="topk", mask_k=5)}
     rows = []
     for name, sampler in (("tiny-dlm", dlm_sampler()), ("tiny-arm", arm_sampler())):
         m = load(name, **LOAD)

@@ -1,17 +1,20 @@
 """`sinklens replicate`: the paper's Table 1 (and its dynamics figures) at CPU scale, on the twins.
 
 1. Accuracy on held-out arithmetic problems, unmasked and with the top-K sinks masked
-   (K = 1, 5, 10; the default protocol of docs/evaluation.md: per head, the top-K Eq. 3 sinks of
-   the previous step's attention before blocking), each beside its control (as many random
-   non-sink keys per head), for the tiny DLM and its ARM twin, with standard errors:
-   `sinklens.eval` on task "arith" -> `<out>/eval/summary.md`; and the persistence of the
-   blocked keys against the unmasked top-1 stability -> `<out>/persistence.md`.
+   (K = 1, 5, 10), under both readings of the paper's protocol (rule/spec.py `PROTOCOLS`):
+   `topk` (default: the top-K keys per head of the previous step's attention before blocking,
+   "ε lowered until K sinks pass") and `eq3` (the top-K among the ε = 3 Eq. 3 sinks), each masked
+   row beside its control (as many random non-sink keys per head), for the tiny DLM and its ARM
+   twin, with standard errors: `sinklens.eval` on task "arith" -> `<out>/eval/<protocol>/`, one
+   table of both in `<out>/eval/summary.md`; and the persistence of the blocked keys against the
+   unmasked top-1 stability -> `<out>/persistence.md`.
 2. Sink dynamics: both twins traced on a held-out problem and reported (largest-sink
    movement, sink counts per layer, the tokens sinks sit on, figures) -> `<out>/dynamics/`.
 3. The same dynamics aggregated over `--n-traces` held-out problems (default 50) ->
    `<out>/dynamics_over_problems.{md,json}`: how often the largest sink moves between steps
-   (only where there is an Eq. 3 sink at both steps, SPEC §3), sinks per head and step by
-   layer, and the token categories sinks sit on (Table 2 analogue).
+   (a sink at both steps, the old position no sink any more and the new one no sink before;
+   rank swaps of standing sinks counted apart), sinks per head and step by layer, and the token
+   categories sinks sit on (Table 2 analogue).
 Resumable: the eval part skips samples already on disk.
 """
 from __future__ import annotations
@@ -20,6 +23,7 @@ from pathlib import Path
 
 from sinklens.eval.arith import heldout_problems
 from sinklens.experiments.twins import demo_models_and_prompt, dlm_sampler
+from sinklens.rule.spec import BASELINE_UNITS, DEFAULT_EPS, DEFAULT_UNITS, PROTOCOLS
 
 
 def dynamics_over_problems(out: str | Path, n_traces: int = 50, progress: bool = True,
@@ -27,10 +31,10 @@ def dynamics_over_problems(out: str | Path, n_traces: int = 50, progress: bool =
     """Trace each model (default: both shipped twins) on `n_traces` held-out problems (default:
     the twins'; a dict gives each model label its own list); aggregate the sink dynamics.
 
-    Units: Eq. 3 (eps = 3) on column sums for both twins, and for the causal ARM also relative to
-    the uniform-attention baseline (its decode steps have one query row, so sums are <= 1 there).
-    Per model: sinks per head, how often the largest sink moves, track classes (static / moving /
-    vanishing / transient, sinklens.analysis.dynamics), drift direction, Table 2 categories.
+    Units: Eq. 3 (the default ε) in the default units for both twins (scaled column sums), and for
+    the causal ARM also relative to the uniform-attention baseline.
+    Per model: sinks per head, how often the largest sink moves (rank swaps apart), track classes
+    (static / moving / vanishing / transient, sinklens.analysis.dynamics), drift, Table 2 categories.
     """
     import json
 
@@ -48,15 +52,18 @@ def dynamics_over_problems(out: str | Path, n_traces: int = 50, progress: bool =
     for dm in models:
         mine = (problems[dm.label] if isinstance(problems, dict) else problems)[:n_traces]
         paths, causal = trace_problems(dm, mine, out, progress)
-        views = ["sum"] if not causal else ["sum", "uniform_ratio"]
-        acc = {u: {"moved": 0, "pairs": 0, "with_sink": [], "per_layer": [], "cats": dict.fromkeys(CATEGORIES, 0),
+        views = [DEFAULT_UNITS] if not causal else [DEFAULT_UNITS, BASELINE_UNITS]
+        acc = {u: {"moved": 0, "swaps": 0, "pairs": 0, "with_sink": [], "per_layer": [],
+                   "cats": dict.fromkeys(CATEGORIES, 0),
                    "classes": {}, "drift": []} for u in views}
         for path in paths:
             for u in views:
                 a = analyze(str(path), AnalysisConfig(units=u))
                 lp = a.largest_pos  # (T, L, H), -1 = no sink
                 both = (lp[1:] >= 0) & (lp[:-1] >= 0)  # a sink at consecutive steps
-                acc[u]["moved"] += int((both & (lp[1:] != lp[:-1])).sum())
+                moved, swapped = a.largest_changes()
+                acc[u]["moved"] += int(moved.sum())
+                acc[u]["swaps"] += int(swapped.sum())
                 acc[u]["pairs"] += int(both.sum())
                 acc[u]["with_sink"].append(float((lp >= 0).mean()))
                 acc[u]["per_layer"].append(a.sink_count.mean(axis=(0, 2)))  # (L,)
@@ -70,8 +77,9 @@ def dynamics_over_problems(out: str | Path, n_traces: int = 50, progress: bool =
         for u, d in acc.items():
             total = sum(d["cats"].values())
             results.append({
-                "model": dm.label, "units": u, "eps": 3.0, "problems": n_traces,
+                "model": dm.label, "units": u, "sink_eps": DEFAULT_EPS, "problems": n_traces,
                 "largest_sink_moved_fraction": d["moved"] / d["pairs"] if d["pairs"] else None,
+                "largest_sink_rank_swap_fraction": d["swaps"] / d["pairs"] if d["pairs"] else None,
                 "consecutive_sink_pairs": d["pairs"],
                 "fraction_step_layer_head_with_sink": float(np.mean(d["with_sink"])),
                 "sinks_per_head_and_step_by_layer": np.mean(d["per_layer"], axis=0).round(3).tolist(),
@@ -80,14 +88,19 @@ def dynamics_over_problems(out: str | Path, n_traces: int = 50, progress: bool =
                 "track_classes": {k: v / max(1, sum(d["classes"].values())) for k, v in sorted(d["classes"].items())},
                 "tracks": sum(d["classes"].values()),
                 "drift": drift_summary(d["drift"])})
-    lines = [f"Sink dynamics over {n_traces} held-out problems (Eq. 3, eps = 3, in the units named per row; "
-             "'moved' counts only consecutive steps where the head has a sink at both)", "",
-             "| model | units | (step, layer, head) with a sink | largest sink moved | sinks / head / step by layer | "
-             + " | ".join(CATEGORIES) + " |", "|---|---|---:|---:|---|" + "---:|" * len(CATEGORIES)]
+    lines = [f"Sink dynamics over {n_traces} held-out problems (Eq. 3, eps = {DEFAULT_EPS:g}, in the units named per "
+             "row). Of the consecutive steps where a head has a sink at both: 'moved' = its largest sink left its "
+             "position for one that was no sink before (the paper's moving sink); 'rank swap' = two standing sinks "
+             "exchanged the top rank (not movement).", "",
+             "| model | units | (step, layer, head) with a sink | largest sink moved | rank swap | "
+             "sinks / head / step by layer | " + " | ".join(CATEGORIES) + " |",
+             "|---|---|---:|---:|---:|---|" + "---:|" * len(CATEGORIES)]
     for r in results:
-        moved = "n/a (no consecutive sinks)" if r["largest_sink_moved_fraction"] is None else \
-            f"{r['largest_sink_moved_fraction']:.1%} of {r['consecutive_sink_pairs']}"
-        lines.append(f"| {r['model']} | {r['units']} | {r['fraction_step_layer_head_with_sink']:.1%} | {moved} | "
+        pairs = r["consecutive_sink_pairs"]
+        moved, swap = (("n/a (no consecutive sinks)",) * 2 if r["largest_sink_moved_fraction"] is None else
+                       (f"{r['largest_sink_moved_fraction']:.1%} of {pairs}",
+                        f"{r['largest_sink_rank_swap_fraction']:.1%}"))
+        lines.append(f"| {r['model']} | {r['units']} | {r['fraction_step_layer_head_with_sink']:.1%} | {moved} | {swap} | "
                      + " ".join(f"{x:.2f}" for x in r["sinks_per_head_and_step_by_layer"]) + " | "
                      + " | ".join(f"{r['sink_token_categories'][c]:.1%}" for c in CATEGORIES) + " |")
     lines += ["", "Tracks (a sink followed across steps in one head) and their moves:", "",
@@ -148,19 +161,28 @@ def persistence_table(out: str | Path, n: int = 20, progress: bool = True) -> st
 
 
 def replicate(out: str | Path, n: int = 200, mask_topk: tuple[int | str, ...] = (0, 1, 5, 10),
-              progress: bool = True, n_traces: int = 50, control: str = "random") -> dict:
+              progress: bool = True, n_traces: int = 50, control: str = "random",
+              protocols: tuple[str, ...] = tuple(PROTOCOLS)) -> dict:
+    """Table 1 on the twins under each masking protocol (default: both), persistence, dynamics."""
     from sinklens.experiments.demo import run_demo
     from sinklens.eval.runner import EvalConfig, run_eval
     from sinklens.eval.summary import write_summary
     if n < 1:
         raise ValueError(f"n must be >= 1, got {n}")
+    unknown = sorted(set(protocols) - set(PROTOCOLS))
+    if unknown or not protocols:
+        raise ValueError(f"protocols must be a non-empty subset of {list(PROTOCOLS)}, got {list(protocols)}")
     out = Path(out)
-    for name in ("tiny-dlm", "tiny-arm"):
-        run_eval(EvalConfig(model=name, task="arith", out=str(out / "eval"), mask_topk=mask_topk, limit=n,
-                            shots=0, chat="on", dtype="float32",
-                            sampler_args={"block_length": dlm_sampler()["block_length"]} if name == "tiny-dlm" else {},
-                            loglik=False, progress=progress, mask_control=control))
-    md, csv = write_summary([str(out / "eval")], str(out / "eval"))
+    dirs = []
+    for i, protocol in enumerate(protocols):
+        dirs.append(str(out / "eval" / protocol))
+        ks = mask_topk if i == 0 else tuple(k for k in mask_topk if k not in (0, "0"))   # one unmasked run
+        for name in ("tiny-dlm", "tiny-arm"):
+            run_eval(EvalConfig(model=name, task="arith", out=dirs[-1], mask_topk=ks, limit=n,
+                                shots=0, chat="on", dtype="float32", mask_sinks=protocol,
+                                sampler_args={"block_length": dlm_sampler()["block_length"]} if name == "tiny-dlm" else {},
+                                loglik=False, progress=progress, mask_control=control))
+    md, csv = write_summary(dirs, str(out / "eval"))
     persistence_table(out, n=min(20, n), progress=progress)
     html = run_demo(out / "dynamics", quiet=not progress)
     dyn = dynamics_over_problems(out, n_traces, progress) if n_traces > 0 else {}

@@ -1,4 +1,4 @@
-"""Issue 13's controlled study: is robustness to sink masking a property of diffusion, of scale or
+"""The controlled study: is robustness to sink masking a property of diffusion, of scale or
 of AR initialisation? Twins of one shape trained on the long "story" problems
 (docs/training.md, "A controlled study"): a DLM from scratch (LLaDA recipe), an ARM, and a DLM
 initialised from the trained ARM (Dream's recipe, `--kind dlm-shift --init-from`).
@@ -55,10 +55,12 @@ def twin_files(twin: str | Path) -> tuple[Path, dict]:
 
 
 def sampler_kwargs(conf: dict) -> dict:
-    """Each family's sampler at the settings the twin was scored with during training."""
+    """Each family's sampler at the settings the twin was scored with during training (the length policy's)."""
+    from sinklens.samplers import lengths
     from sinklens.samplers.configs import get_config
 
-    return get_config({"dlm": "llada", "arm": "arm", "dlm-shift": "dream"}[conf["kind"]]).trained_settings(conf)
+    cls = get_config({"dlm": "llada", "arm": "arm", "dlm-shift": "dream"}[conf["kind"]])
+    return lengths.settings(cls, lengths.ModelFacts(train=conf)).values
 
 
 def random_control(model_folder: Path, conf: dict, out: str | Path, seed: int = 1234) -> Path:

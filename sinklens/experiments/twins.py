@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from sinklens.eval.arith import heldout_problems, twin_train_config
 from sinklens.experiments.model_spec import DemoModel
+from sinklens.samplers import lengths
 from sinklens.samplers.arm import ARMConfig
 from sinklens.samplers.llada import LLaDAConfig
 
@@ -16,12 +17,13 @@ LOAD = {"dtype": "float32"}
 
 
 def dlm_sampler() -> dict:
-    """LLaDA low-confidence remasking, temperature 0, one token per step, the twin's eval blocks."""
-    return LLaDAConfig.trained_settings(twin_train_config())
+    """LLaDA low-confidence remasking, temperature 0, one token per step, the twin's eval blocks
+    (the length policy's settings for the twin, as `sinklens generate` / `eval` run it)."""
+    return lengths.settings(LLaDAConfig, lengths.ModelFacts(train=twin_train_config())).values
 
 
 def arm_sampler() -> dict:
-    return ARMConfig.trained_settings(twin_train_config())
+    return lengths.settings(ARMConfig, lengths.ModelFacts(train=twin_train_config())).values
 
 
 def heldout_prompt(index: int = 0) -> str:

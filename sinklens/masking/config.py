@@ -6,23 +6,26 @@ the same rules. Torch-free at import (the command line's --help builds the eval 
 """
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass
+import warnings
+from dataclasses import InitVar, asdict, dataclass
 
 from sinklens.params import check_fields, param
+from sinklens.rule.spec import DEFAULT_EPS, DEFAULT_PROTOCOL, DEFAULT_UNITS, PROTOCOLS, UNITS
 
 
 @dataclass
 class MaskingConfig:
-    top_k: int = param(1, int, "K sinks blocked per (layer, head); 0 = no masking (capture only)", min=0)
-    fraction: float | None = param(None, float, "K = ceil(fraction x real keys) instead of top_k", gt=0, max=1)
+    mask_k: int = param(1, int, "K sinks blocked per (layer, head); 0 = no masking (capture only)", min=0)
+    fraction: float | None = param(None, float, "K = ceil(fraction x visible keys) instead of mask_k", gt=0, max=1)
     threshold: float | None = param(None, float, "block keys with r_j >= this instead of top-K (in the score units)",
                                     min=0)
-    sinks: str = param("eq3", str, "eq3 (default): top-K among keys that pass Eq. 3, a head without a sink blocks "
-                                   "nothing; topk: top-K keys per head, sinks or not", choices=("eq3", "topk"))
-    eps: float = param(3.0, float, "Eq. 3 margin in the score units (default 3)")
-    units: str = param("scaled_sum", str, "score units for Eq. 3: scaled_sum (default; column sums scaled so the "
-                                          "average key scores 1, i.e. the column sums for DLMs), uniform_ratio or sum",
-                       choices=("scaled_sum", "uniform_ratio", "sum"))
+    sinks: str = param(DEFAULT_PROTOCOL, str, "; ".join(f"{k}: {v}" for k, v in PROTOCOLS.items()),
+                       choices=tuple(PROTOCOLS))
+    sink_eps: float = param(DEFAULT_EPS, float, "Eq. 3 margin eps in the score units (the eq3 protocol's gate; "
+                                                "the random control never picks an Eq. 3 sink)", old_flags=("--eps",))
+    units: str = param(DEFAULT_UNITS, str, f"score units of the ranking and of Eq. 3 (default {DEFAULT_UNITS}: column "
+                                           "sums scaled so the average visible key scores 1; docs/analysis.md)",
+                       choices=tuple(UNITS))
     scope: str = param("all", str, "which positions may be blocked (default all)",
                        choices=("all", "prompt", "generated"))
     control: str = param("none", str, "random: beside every masked run, block as many random non-sink keys per "
@@ -36,9 +39,16 @@ class MaskingConfig:
     arm_rule: str = param("newest", str, "ARM: rank sinks by the newest token's row, or by every prefix row",
                           choices=("newest", "prefix"))
     layers: tuple[int, ...] | None = None   # restrict blocking to these layers (None = all)
+    # the names before the sampling `top_k` and Dream's schedule `eps` were told apart
+    top_k: InitVar[int | None] = None
+    eps: InitVar[float | None] = None
 
-    def __post_init__(self):
-        check_fields(self)   # "top_k must be an integer >= 0, got True", "units must be one of [...]"
+    def __post_init__(self, top_k=None, eps=None):
+        for old, new, value in (("top_k", "mask_k", top_k), ("eps", "sink_eps", eps)):
+            if value is not None:
+                warnings.warn(f"MaskingConfig({old}=...) is deprecated: use {new}=", DeprecationWarning, stacklevel=3)
+                setattr(self, new, value)
+        check_fields(self)   # "mask_k must be an integer >= 0, got True", "units must be one of [...]"
         if self.threshold is not None and self.fraction is not None:
             raise ValueError("give K as top_k / fraction or a threshold, not both")
         if self.layers is not None:
@@ -46,7 +56,7 @@ class MaskingConfig:
 
     @property
     def active(self) -> bool:
-        return self.top_k > 0 or self.fraction is not None or self.threshold is not None
+        return self.mask_k > 0 or self.fraction is not None or self.threshold is not None
 
     def describe(self, is_diffusion: bool = True) -> dict:
         d = asdict(self)

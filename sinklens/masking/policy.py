@@ -1,4 +1,4 @@
-"""Sink masking as a sampler hook (paper §4.3; SPEC §4; docs/evaluation.md "Masking protocol").
+"""Sink masking as a sampler hook (paper §4.3; docs/evaluation.md "The masking protocol").
 
 The sinks of step t are taken from the attention of step t − 1 and blocked at step t: their
 scores become `finfo(dtype).min` for every query (the attention function does this and never
@@ -9,18 +9,19 @@ allowed keys before blocking, which the capture pass reduces alongside the real 
 (`AttentionRequest.received_unblocked`). Ranking on the blocked step's own attention would see
 the blocked sink at ~0, block the runner-up next, and free the real sink every other step.
 
-Options (`MaskingConfig`, `masking/config.py`; every result records `MaskingConfig.describe()`; the defaults read the paper's
-"the top-K attention sinks identified by our metric (Equation 3)"):
-- `sinks="eq3"` (default): the top-K among keys that pass Eq. 3 at `eps` in `units`; a head
-  without a sink blocks nothing. `sinks="topk"`: the top-K keys per head, sinks or not.
-- `units="scaled_sum"` (default): column sums scaled so the average key scores 1 (× n_keys /
-  n_queries). Wherever every position is a query (a DLM; the ARM prefix rule) these *are* the
-  column sums r_j, the paper's scale; for an ARM's single newest row they are r_j × visible keys
-  (raw sums are ≤ 1 there and ε = 3 could never fire). `units="uniform_ratio"`: relative to
-  each key's own expectation under uniform attention (removes the causal baseline);
-  `units="sum"`: raw column sums.
-- `top_k` K as a count, or `fraction`: K = ceil(fraction × real keys); `threshold` instead of
-  K: every candidate with score ≥ threshold.
+Options (`MaskingConfig`, `masking/config.py`; every result records `MaskingConfig.describe()`).
+The sink rule itself — Eq. 3, ε, the units, which keys each query could see — is the one of
+sinklens/rule/, the same the report applies, so the report's sinks and the masking's Eq. 3 sinks
+are one set on one step's attention (tests/test_rule_agreement.py):
+- protocol `sinks="topk"` (default; the paper's "we select ε0, ε1 and ε2 to mask the top 1, 5
+  and 10 sinks": ε lowered until K keys pass, i.e. the top-K keys of the head) or `sinks="eq3"`
+  (stricter: the top-K among keys that pass Eq. 3 at `sink_eps`; a head without a sink blocks
+  nothing).
+- `units` (default `scaled_sum`, column sums scaled so the average visible key scores 1: the
+  column sums r_j themselves wherever every visible key is a query, a DLM step or the ARM
+  prefix rule; r_j × visible keys for an ARM's single newest row).
+- `mask_k` K as a count, or `fraction`: K = ceil(fraction × visible keys); `threshold` instead
+  of K: every candidate with score ≥ threshold.
 - `scope`: "all" | "prompt" | "generated" (prompt = the positions that are real and unmasked
   at the first step).
 - `control="random"`: block as many random non-sink keys per head instead (seeded; a random
@@ -38,8 +39,10 @@ import torch
 
 from sinklens.attention.request import AttentionRequest
 from sinklens.masking.config import MaskingConfig  # re-exported: `from sinklens.masking.policy import MaskingConfig`
-from sinklens.masking.select import select, uniform_expectation
+from sinklens.masking.select import select
 from sinklens.masking.stats import MaskingStats
+from sinklens.rule import torch_rule
+from sinklens.rule.spec import layer_visibilities
 
 
 class SinkMaskingPolicy:
@@ -53,6 +56,10 @@ class SinkMaskingPolicy:
         if config.layers is not None and any(not 0 <= l < num_layers for l in config.layers):
             raise ValueError(f"layers {config.layers} out of range for a model with {num_layers} layers")
         self.config, self.num_layers, self.is_diffusion, self.model = config, num_layers, is_diffusion, model
+        # which keys each layer's queries could see: the model's own facts (windows, the causal
+        # mask), as the trace records them for the report
+        facts = getattr(model, "attention_layout", None) or {"causal": not is_diffusion}
+        self.visibilities = layer_visibilities(num_layers, **facts)
         self.reset()
 
     def reset(self, seed: int | None = None) -> None:
@@ -67,8 +74,8 @@ class SinkMaskingPolicy:
     def check_num_keys(self, num_keys: int) -> None:
         """Raise before compute when K is larger than the sequence (a typo, or use a share: 100%)."""
         cfg = self.config
-        if cfg.threshold is None and cfg.fraction is None and cfg.top_k > num_keys:
-            raise ValueError(f"mask top-K = {cfg.top_k} is larger than the sequence ({num_keys} keys): "
+        if cfg.threshold is None and cfg.fraction is None and cfg.mask_k > num_keys:
+            raise ValueError(f"mask top-K = {cfg.mask_k} is larger than the sequence ({num_keys} keys): "
                              f"choose K <= {num_keys}")
 
     def _queries(self, B: int, S: int, real: torch.Tensor, query_positions=None) -> torch.Tensor:
@@ -106,15 +113,11 @@ class SinkMaskingPolicy:
         if prompt is None:
             prompt = self._prompt_mask(B, S)
         scope = {"all": real, "prompt": prompt & real, "generated": ~prompt & real}[self.config.scope]
-        units = self.config.units
-        if units == "sum":
-            expected = real.float()
-        else:  # scaled_sum: the average key's share (the bidirectional expectation), whatever the model
-            expected = uniform_expectation(real, queries.cpu(), causal=units == "uniform_ratio" and not self.is_diffusion)
+        cov = torch_rule.coverage(queries.cpu(), real, self.visibilities)   # (L, B, S) keys the rows could see
         if self.config.sinks == "topk" and self.config.threshold is None and self.config.fraction is None:
             self.check_num_keys(int(real.sum(-1).min()))
         prio = self._priorities(L, B, H, S) if self.config.control == "random" else None
-        return select(received, expected, scope, self.config, prio)
+        return select(received, cov, scope, self.config, prio)
 
     def _prompt_mask(self, B: int, S: int) -> torch.Tensor:
         if self._prompt is None:
@@ -158,9 +161,12 @@ class SinkMaskingPolicy:
         return req
 
     def after_step(self, event) -> None:
+        if self.config.active:
+            self._next = self.rank_event(event)
+
+    def rank_event(self, event):
+        """The Selection for the step after `event` (a StepEvent whose request captured attention)."""
         req = event.attention
-        if not self.config.active:
-            return
         if req is None or not req.has_received:
             raise RuntimeError("the masking policy needs the step's captured attention; the sampler "
                                "did not pass the request returned by before_step to the forward")
@@ -169,7 +175,7 @@ class SinkMaskingPolicy:
         mask = getattr(event, "attention_mask", None)
         real = torch.ones(B, S, dtype=torch.bool) if mask is None else mask.bool().cpu()
         queries = self._queries(B, S, real, getattr(event, "query_positions", None))
-        self._next = self.rank(source, real=real, queries=queries)
+        return self.rank(source, real=real, queries=queries)
 
     # --- what was masked ------------------------------------------------------------------
     def summary(self, categorize=None, top: int = 10) -> dict:

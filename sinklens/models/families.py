@@ -135,23 +135,6 @@ def native_config(config: dict) -> PretrainedConfig:
     return CONFIG_MAPPING[config["model_type"]].from_dict(config)
 
 
-def attention_windows(config: PretrainedConfig) -> tuple[int | None, ...]:
-    """One entry per layer of a transformers config: its sliding window, or None for full attention.
-
-    Read as transformers' masks read it: `layer_types` ("sliding_attention" layers take
-    `sliding_window`), else one `sliding_window` for every layer (Mistral, Phi-3), else None.
-    A causal layer with window w: query i sees the keys i - w < j <= i (w keys, itself included).
-    A bidirectional layer with window w (ModernBERT, where `sliding_window` = local_attention // 2;
-    a DiffusionGemma canvas): query i sees the keys |i - j| <= w (2w + 1 keys).
-    """
-    text = config.get_text_config()
-    window = getattr(text, "sliding_window", None)
-    types = getattr(text, "layer_types", None)
-    if types is None:
-        return (window,) * text.num_hidden_layers
-    return tuple(window if t == "sliding_attention" else None for t in types)
-
-
 def config_value(config: dict, *keys: str, default: Any = None) -> Any:
     """First present, non-None value among `keys` of a config dict."""
     for key in keys:

@@ -5,7 +5,7 @@ from typing import Any
 
 import torch
 
-from .families import Family, attention_windows, token_id
+from .families import Family, token_id
 from .variants import detect_variant
 
 
@@ -41,10 +41,27 @@ class SinkModel:
         return self.family.is_diffusion
 
     @property
-    def attention_windows(self) -> tuple[int | None, ...]:
-        """Per layer: its sliding window size, or None for full attention (models/families.py,
-        `attention_windows`: causal layers see keys i - w < j <= i, bidirectional |i - j| <= w)."""
-        return attention_windows(self.model.config)
+    def attention_windows(self) -> tuple[int | None, ...] | None:
+        """Per layer, the sliding window the attention uses (None = full attention); None when no
+        layer slides. The numbers are transformers' `sliding_window`: on a causal layer query i
+        sees keys j with i − window < j ≤ i; on a bidirectional encoder |i − j| ≤ window; in
+        DiffusionGemma's decoder the cache keeps the last window − 1 keys before the canvas."""
+        config = self.model.config.get_text_config(decoder=True)
+        window = getattr(config, "sliding_window", None)
+        types = getattr(config, "layer_types", None)
+        if not window or (types is None and not getattr(config, "use_sliding_window", True)):
+            return None
+        types = types or ["sliding_attention"] * self.num_layers
+        windows = tuple(int(window) if t == "sliding_attention" else None for t in types)
+        return windows if any(w is not None for w in windows) else None
+
+    @property
+    def attention_layout(self) -> dict:
+        """The model's attention facts, as trace-layout fields: from them the sink rule knows
+        which keys each query could see (trace/layout.py, rule/spec.py)."""
+        windows = self.attention_windows
+        kind = {"causal": "causal", "encoder-decoder": "cache"}.get(self.family.attention, "symmetric")
+        return {"causal": self.family.causal, "windows": windows, "window_kind": kind if windows else None}
 
     @property
     def device(self) -> torch.device:
@@ -171,7 +188,9 @@ class SinkModel:
     # -----------------------------------------------------------------------------------
 
     def generate(self, input_ids, attention_mask=None, *, trace=None, hook=None, capture=None, **sampler_kwargs):
-        """Run the family's own sampler (sinklens.samplers.generate; official argument names)."""
+        """Run the family's own sampler (sinklens.samplers.generate; official argument names). Arguments
+        left out: the official defaults, or a sinklens-trained model's training settings, cut to the
+        context with a warning (sinklens.samplers.lengths, the same policy as the command line)."""
         from sinklens.samplers import generate
 
         return generate(self, input_ids, attention_mask, trace=trace, hook=hook, capture=capture, **sampler_kwargs)

@@ -25,7 +25,7 @@ from matplotlib.colors import LogNorm
 from matplotlib.figure import Figure
 
 from sinklens.analysis.analyze import HIST_EDGES, QUANTILES, Analysis
-from sinklens.analysis.scores import UNIT_LABELS
+from sinklens.rule.spec import UNITS
 from sinklens.analysis.source import AnalysisInputError
 
 FORMATS = ("png", "svg")
@@ -55,7 +55,7 @@ def save(fig: Figure, stem: str | os.PathLike, formats=FORMATS, dpi: int = 110) 
 
 
 def _units(a: Analysis) -> str:
-    return f"{UNIT_LABELS[a.units]} [units={a.units}]"
+    return f"{UNITS[a.units].label} [units={a.units}]"
 
 
 def _step_label(a: Analysis) -> str:
@@ -165,7 +165,7 @@ def received_over_steps(a: Analysis, layer: int | None = None, head: int | None 
                 sel = (s["layer"] == layer) & (s["head"] == head) & np.isin(s["step"], g)
                 t, p = s["step"][sel], s["pos"][sel]
             ax.scatter(p, t, s=12, facecolors="none", edgecolors="cyan", linewidths=0.8,
-                       label=f"Eq. 3 sink (ε={a.config.eps:g})")
+                       label=f"Eq. 3 sink (ε={a.config.sink_eps:g})")
         ax.set_ylabel(_step_label(a) if name is None else f"{name}\nstep index")
         if len(g) <= 3:
             ax.set_yticks(g)
@@ -203,12 +203,12 @@ def score_distribution(a: Analysis) -> Figure:
     for qi, q in enumerate(QUANTILES):
         ax.plot(np.arange(a.num_steps), np.where(a.margin_quantiles[:, qi] > 0, a.margin_quantiles[:, qi], np.nan),
                 lw=1, label=f"{q * 100:g}th percentile" if q < 1 else "max")
-    ax.axhline(a.config.eps, color="red", ls=":", lw=1.2, label=f"ε = {a.config.eps:g}: above = Eq. 3 sink")
+    ax.axhline(a.config.sink_eps, color="red", ls=":", lw=1.2, label=f"ε = {a.config.sink_eps:g}: above = Eq. 3 sink")
     ax.set_yscale("log")
     used = np.flatnonzero(h.sum(axis=0))
     lo = edges[used[0]] if used.size else edges[0]
     hi = edges[used[-1] + 1] if used.size else edges[-1]
-    ax.set_ylim(lo, max(hi, a.config.eps * 2))
+    ax.set_ylim(lo, max(hi, a.config.sink_eps * 2))
     ax.set_xlabel(_step_label(a))
     ax.set_ylabel(f"Eq. 3 margin: score_j − mean of the others\n[units={a.units}]")
     ax.text(0.01, np.sqrt(edges[0] * edges[1]), "≤ 1e-3 or negative", transform=ax.get_yaxis_transform(),
@@ -270,7 +270,7 @@ def layer_head_scores(a: Analysis) -> Figure:
     ax1.set_title("sink score (grey: no sink)")
     im2 = ax2.imshow(st["sink_count_mean"], aspect="auto", cmap="Blues", interpolation="nearest")
     fig.colorbar(im2, ax=ax2, label="sinks per step (count, mean over steps)")
-    ax2.set_title(f"number of sinks (ε = {a.config.eps:g})")
+    ax2.set_title(f"number of sinks (ε = {a.config.sink_eps:g})")
     for ax in (ax1, ax2):
         ax.set_xlabel("head")
         ax.set_ylabel("layer")
@@ -303,7 +303,7 @@ def sink_positions(a: Analysis, heads=None, *, show_frontier: bool = True) -> Fi
     ax.set_ylabel("position of the largest sink and its token")
     ax.set_ylim(a.tokens.shape[1] - 0.5, -0.5)        # position 0 on top, as on Fig. 1's rows of tokens
     _token_axis(ax, a, "y")
-    ax.set_title(f"{a.source.label}: largest sink position (Eq. 3, ε = {a.config.eps:g}, units={a.units})")
+    ax.set_title(f"{a.source.label}: largest sink position (Eq. 3, ε = {a.config.sink_eps:g}, units={a.units})")
     ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1.0), borderaxespad=0)
     return fig
 
@@ -318,7 +318,7 @@ def eps_sweep(analyses, labels=None) -> Figure:
         raise ValueError(f"eps_sweep compares analyses in one unit; got {sorted(units)}")
     fig = NotebookFigure(figsize=(6, 4), layout="constrained")
     ax = fig.add_subplot()
-    eps0 = analyses[0].config.eps
+    eps0 = analyses[0].config.sink_eps
     for a, lab in zip(analyses, labels):
         sw = a.eps_sweep
         at = np.interp(eps0, sw.eps, 100 * sw.fraction)
@@ -326,7 +326,7 @@ def eps_sweep(analyses, labels=None) -> Figure:
     ax.axvline(eps0, color="red", ls=":", lw=1)
     ax.set_ylim(bottom=0)
     u = units.pop()
-    ax.set_xlabel(f"ε (Eq. 3 threshold) in {UNIT_LABELS[u]} [units={u}]")
+    ax.set_xlabel(f"ε (Eq. 3 threshold) in {UNITS[u].label} [units={u}]")
     ax.set_ylabel("% of tokens flagged as sinks")
     ax.set_title("ε sweep: fraction of (step, layer, head, key) cells flagged")
     ax.legend(fontsize=7)

@@ -98,7 +98,7 @@ def _header(a: Analysis, steps_with_heads: list[int], stride: int, layers, xmax:
                      "max": float(m.max()), "data": _b64(quantise(m, float(m.max()) or 1.0))})
     mean_pos = a.mean_head["largest_pos"]
     return {
-        "label": a.source.label, "units": a.units, "units_label": a.units_short, "eps": a.config.eps,
+        "label": a.source.label, "units": a.units, "units_label": a.units_short, "sink_eps": a.config.sink_eps,
         "causal": a.source.causal, "mask_id": a.source.mask_id, "T": T, "L": L, "H": H, "S": S,
         "step_numbers": list(map(int, a.step_numbers)), "seq_len": a.seq_len.tolist(),
         "xmax": xmax, "log_range": LOG_RANGE, "chunk_bytes": _chunk_bytes(H, S),
@@ -110,7 +110,7 @@ def _header(a: Analysis, steps_with_heads: list[int], stride: int, layers, xmax:
         "sinks": _sink_index(a), "maps": maps, "figures": figures,
         "strongest": list(a.strongest_sink_head()), "has_sinks": bool((a.largest_pos >= 0).any()),
         "prompt_length": a.source.prompt_length,
-        "summary": {k: summary[k] for k in ("units", "units_meaning", "notes", "eps", "sink_rule", "causal", "shape",
+        "summary": {k: summary[k] for k in ("units", "units_meaning", "notes", "sink_eps", "sink_rule", "causal", "shape",
                                             "sinks_total", "fraction_heads_steps_with_sink", "track_kinds",
                                             "head_classes", "drift")}
                    | {"rows": a.summary_rows(), "splits": summary["masked_unmasked_splits"]["count"],

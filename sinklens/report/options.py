@@ -9,8 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from sinklens.params import check_fields, param
-
-UNITS = ("sum", "mean", "gu", "uniform_ratio")
+from sinklens.rule.spec import DEFAULT_EPS, DEFAULT_UNITS, UNITS
 
 
 @dataclass
@@ -31,9 +30,10 @@ class PageOptions:
 
 @dataclass
 class ReportOptions:
-    units: str = param("sum", str, "score units (default sum = column sums, where the paper's eps = 3 applies)",
-                       choices=UNITS)
-    eps: float = param(3.0, float, "Eq. 3 threshold in the score units", gt=0)
+    units: str = param(DEFAULT_UNITS, str, f"score units (default {DEFAULT_UNITS}: column sums scaled so the average "
+                                           "key scores 1, where the paper's eps applies; docs/analysis.md)",
+                       choices=tuple(UNITS))
+    sink_eps: float = param(DEFAULT_EPS, float, "Eq. 3 threshold eps in the score units", gt=0, old_flags=("--eps",))
     heads: list[tuple[int, int]] | None = param(None, "pairs", "Fig. 7 heads as LAYER:HEAD,... (default: the most "
                                                                "dynamic ones)")
     map_steps: list[int] | None = param(None, "indices", "Fig. 4 step indices (default: up to 3 stored ones)")

@@ -10,7 +10,7 @@ comparison figures in DIR):
     compare_fig10_eps_sweep.png|svg (several traces)
 
 Causal traces (ARMs) get a second set of the sink figures in `uniform_ratio` units (suffix
-`_uniform_ratio`): raw column sums carry the causal baseline H_S − H_j (SPEC §2), so the page
+`_uniform_ratio`): raw column sums carry the causal baseline H_S − H_j, so the page
 and summary report both.
 """
 from __future__ import annotations
@@ -28,6 +28,7 @@ from sinklens.analysis.source import AnalysisInputError, as_source
 from sinklens.report import figures as F
 from sinklens.report.html import render_page
 from sinklens.report.options import ReportOptions
+from sinklens.rule.spec import BASELINE_UNITS
 
 
 @dataclass
@@ -124,10 +125,10 @@ def build_report(traces, out: str | os.PathLike, *, labels: list[str] | None = N
         if opts.heads:
             for l, h in opts.heads:
                 src.check_layer_head(l, h)
-        cfg = AnalysisConfig(units=opts.units, eps=opts.eps, progress=opts.progress)
+        cfg = AnalysisConfig(units=opts.units, sink_eps=opts.sink_eps, progress=opts.progress)
         analyses = [analyze(src, cfg)]
-        if src.causal and opts.units != "uniform_ratio":
-            analyses.append(analyze(src, AnalysisConfig(units="uniform_ratio", eps=opts.eps, progress=opts.progress)))
+        if src.causal and opts.units != BASELINE_UNITS:
+            analyses.append(analyze(src, AnalysisConfig(units=BASELINE_UNITS, sink_eps=opts.sink_eps, progress=opts.progress)))
         folder = out if len(traces) == 1 else out / label
         rep = TraceReport(label, folder, analyses)
         pngs = {}
@@ -149,7 +150,7 @@ def build_report(traces, out: str | os.PathLike, *, labels: list[str] | None = N
     _write_summary(report, opts)
     opts.page.progress = opts.page.progress or opts.progress
     # one column per trace; a causal trace's uniform_ratio view is a units toggle in its column
-    # (SPEC §2: report both); the figures go with the trace's first view
+    # (report both); the figures go with the trace's first view
     render_page([r.analyses for r in reps], report.html, opts.page, figures=page_figs)
     return report
 
@@ -193,7 +194,7 @@ def _markdown(report: Report) -> str:
         for a in rep.analyses:
             d = a.to_dict()
             sh = d["shape"]
-            lines += [f"## {rep.label} — units `{a.units}`, ε = {a.config.eps:g}", "",
+            lines += [f"## {rep.label} — units `{a.units}`, ε = {a.config.sink_eps:g}", "",
                       f"- units: {d['units_meaning']}",
                       *[f"- note: {n}" for n in d["notes"]],
                       f"- shape: {sh['steps']} steps × {sh['layers']} layers × {sh['heads']} heads, up to "
@@ -206,8 +207,8 @@ def _markdown(report: Report) -> str:
                                                             for k, v in d["drift"].items()),
                       f"- masked/unmasked splits: {d['masked_unmasked_splits']['count']} (step, layer, head)"
                       + ("" if a.source.group_names else " (trace has no per-group attention)"),
-                      f"- ε sweep at ε = {a.config.eps:g}: "
-                      f"{100 * float(np.interp(a.config.eps, a.eps_sweep.eps, a.eps_sweep.fraction)):.2f} % of tokens flagged",
+                      f"- ε sweep at ε = {a.config.sink_eps:g}: "
+                      f"{100 * float(np.interp(a.config.sink_eps, a.eps_sweep.eps, a.eps_sweep.fraction)):.2f} % of tokens flagged",
                       ""]
             lines += [a.token_table.to_markdown(10), ""]
         lines += ["Figures:", ""] + [f"- `{name}`: " + ", ".join(f"[{Path(p).suffix[1:]}]({os.path.relpath(p, report.out)})"

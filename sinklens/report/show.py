@@ -19,6 +19,7 @@ from pathlib import Path
 from sinklens.analysis.analyze import Analysis, AnalysisConfig, analyze
 from sinklens.analysis.source import as_source
 from sinklens.report.html import HERE, PageOptions, write_fragment
+from sinklens.rule.spec import BASELINE_UNITS, DEFAULT_EPS, DEFAULT_UNITS
 
 
 @dataclass
@@ -32,18 +33,18 @@ class PageView:
         return f"PageView({len(self.html) / 1e3:.0f} kB of HTML; display it in a notebook or write .html to a file)"
 
 
-def _views(x, units: str, eps: float) -> list[Analysis]:
+def _views(x, units: str, sink_eps: float) -> list[Analysis]:
     """An Analysis, or a trace analysed in `units` (causal traces: uniform_ratio as the second view)."""
     if isinstance(x, Analysis):
         return [x]
     src = as_source(x)
-    views = [analyze(src, AnalysisConfig(units=units, eps=eps))]
-    if src.causal and units != "uniform_ratio":
-        views.append(analyze(src, AnalysisConfig(units="uniform_ratio", eps=eps)))
+    views = [analyze(src, AnalysisConfig(units=units, sink_eps=sink_eps))]
+    if src.causal and units != BASELINE_UNITS:
+        views.append(analyze(src, AnalysisConfig(units=BASELINE_UNITS, sink_eps=sink_eps)))
     return views
 
 
-def page_view(x, *, units: str = "sum", eps: float = 3.0, title: str = "sinklens", max_mb: float | None = 50.0,
+def page_view(x, *, units: str = DEFAULT_UNITS, sink_eps: float = DEFAULT_EPS, title: str = "sinklens", max_mb: float | None = 50.0,
               figures: bool = True) -> PageView:
     """The page fragment for a Report, an Analysis, a trace (path / Trace / Source) or a list of them."""
     from sinklens.report.report import Report
@@ -56,7 +57,7 @@ def page_view(x, *, units: str = "sum", eps: float = 3.0, title: str = "sinklens
                          for p in paths if figures and Path(p).suffix == ".png"})
     else:
         for item in (x if isinstance(x, (list, tuple)) else [x]):
-            groups.append(_views(item, units, eps))
+            groups.append(_views(item, units, sink_eps))
             figs.append({})
     opts = PageOptions(max_mb=max_mb, title=title, element_prefix="sl" + uuid.uuid4().hex[:10])
     buf = io.StringIO()
@@ -66,7 +67,7 @@ def page_view(x, *, units: str = "sum", eps: float = 3.0, title: str = "sinklens
 
 def show(x, **options) -> PageView | None:
     """Display the interactive page inline (IPython / Jupyter); elsewhere return the PageView.
-    Options: units, eps, title, max_mb, figures (see `page_view`)."""
+    Options: units, sink_eps, title, max_mb, figures (see `page_view`)."""
     view = page_view(x, **options)
     try:
         from IPython import get_ipython

@@ -187,7 +187,7 @@
     setUnits(i) {
       const d = this.d = this.alts[i];
       this.box.setAttribute("data-units", d.units);
-      this.unitsNote.textContent = "units: " + d.units + " — " + d.units_label + "; sinks: Eq. 3 with ε = " + d.eps +
+      this.unitsNote.textContent = "units: " + d.units + " — " + d.units_label + "; sinks: Eq. 3 with ε = " + d.sink_eps +
         (d.causal ? " (causal model: raw sums carry the H_S − H_j baseline; see the uniform_ratio view)" : "");
       const notes = (d.summary && d.summary.notes) || [];
       this.warn.textContent = notes.length ? "⚠ " + notes.join(" · ") : "";
@@ -196,7 +196,7 @@
         ? "Strongest sink in these units: layer " + d.strongest[0] + ", head " + d.strongest[1] + " (largest Eq. 3 " +
           "sink score, averaged over steps)" + (i === 0 ? "; the first view shows it" : "") + ". Pick another layer / " +
           "head, or \"mean over heads\", below."
-        : "No Eq. 3 sink in any head at ε = " + d.eps + (i === 0 ? ": showing the mean over heads of the last layer." : ".");
+        : "No Eq. 3 sink in any head at ε = " + d.sink_eps + (i === 0 ? ": showing the mean over heads of the last layer." : ".");
       this.drawLegend();
       this.summary();
       this.update();

@@ -1,16 +1,20 @@
 """The official samplers of each family, with per-step hooks and trace capture (docs/samplers.md).
 
-A sampler is one module of this package holding a config dataclass and a
-`sample(model, input_ids, config, ...)` function (e.g. `llada.py`: `LLaDAConfig` + `sample`); the
-config registers itself by name with the registry in `sinklens.samplers.configs` (`SAMPLERS`,
-`get_config`, `get_sample`), which imports every sampler module on its first read. `generate(model, input_ids, ...)` picks the model family's sampler
-(`model.family.sampler`: "llada" for LLaDA and MMaDA, "dream", "arm" for causal models), builds
-its config from the official argument names and runs it; `SinkModel.generate` calls it.
+A sampler is one package of this package: `config.py` holds its config dataclass (torch-free),
+`sample.py` its `sample(model, input_ids, config, ...)` (e.g. `llada/`: `LLaDAConfig` + `sample`);
+the config registers itself by name with the registry in `sinklens.samplers.configs` (`SAMPLERS`,
+`get_config`, `get_sample`), which imports every sampler's config module on its first read.
+`generate(model, input_ids, ...)` picks the model family's sampler (`model.family.sampler`:
+"llada" for LLaDA and MMaDA, "dream", "arm" for causal models), builds its config from the
+official argument names over the defaults the length policy gives the model
+(`sinklens.samplers.lengths`) and runs it; `SinkModel.generate` calls it.
 """
 from __future__ import annotations
 
+import warnings
 from typing import TYPE_CHECKING
 
+from sinklens.samplers import lengths
 from sinklens.samplers.configs import SAMPLERS, SamplerConfig, get_config, get_sample
 
 if TYPE_CHECKING:
@@ -30,8 +34,11 @@ def generate(model, input_ids, attention_mask=None, *, trace=None, hook=None, ca
     """Run a sampler (default: the model family's). Either `config` (a sampler config) or the
     official argument names as keywords: LLaDA/MMaDA steps, gen_length, block_length, temperature,
     cfg_scale, remasking, mask_id, logits_eos_inf, confidence_eos_eot_inf; Dream steps,
-    max_new_tokens, eps, alg, alg_temp, temperature, top_p, top_k, mask_id; ARM max_new_tokens,
-    do_sample, temperature, top_p, top_k, eos_token_id (see each sampler module's config)."""
+    max_new_tokens, time_eps (Dream's eps), alg, alg_temp, temperature, top_p, top_k, mask_id; ARM
+    max_new_tokens, do_sample, temperature, top_p, top_k, eos_token_id (see each sampler's config).
+    Arguments left out take the official defaults, except on a sinklens-trained model (its training
+    settings) and where the length does not fit the model's context (cut to fit, with a warning);
+    see `sinklens.samplers.lengths`."""
     import torch
 
     if config is not None:
@@ -42,7 +49,13 @@ def generate(model, input_ids, attention_mask=None, *, trace=None, hook=None, ca
         name = config.name
     else:
         name = sampler or model.family.sampler
-        config = get_config(name).from_kwargs(**sampler_kwargs)
+        plan = lengths.settings(get_config(name), lengths.ModelFacts.of(model), overrides=sampler_kwargs,
+                                prompt_length=torch.as_tensor(input_ids).shape[-1], fallback="official", flags=False)
+        for line in plan.deprecated:
+            warnings.warn(line, FutureWarning, stacklevel=3)
+        for line in plan.notes:
+            warnings.warn(line, stacklevel=3)
+        config = plan.config()
     device = getattr(model, "device", None)
     input_ids = torch.as_tensor(input_ids)
     if device is not None:

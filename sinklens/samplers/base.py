@@ -189,6 +189,9 @@ def open_trace_writer(trace, model, sampler: str, args: dict, input_ids: torch.T
         return None
     from sinklens.trace.writer import TraceWriter
 
+    if hasattr(model, "attention_layout"):  # windows, attention blocks: what the sink rule needs
+        layout = layout.with_model_facts(model.attention_layout)
+
     tok = getattr(model, "tokenizer", None)
     decode = None
     if tok is not None:

@@ -1,8 +1,8 @@
 """The sampler config base class and the sampler registry.
 
-A sampler is one module of this package (e.g. `sinklens/samplers/llada.py`) holding a config
-dataclass, the one place its parameters are written, and a `sample(model, input_ids, config, ...)`
-function; the config registers itself by name:
+A sampler is one package of this package (e.g. `sinklens/samplers/llada/`) holding a torch-free
+`config.py`, the config dataclass and the one place its parameters are written, and a `sample.py`
+with `sample(model, input_ids, config, ...)` (torch code). The config registers itself by name:
 
     @register("llada")
     @dataclass
@@ -13,20 +13,19 @@ function; the config registers itself by name:
 Each field's metadata holds its parse type, help text and range; `__post_init__` checks every
 field against it (one message format everywhere), then `check()` adds the rules between fields.
 Everything else reads these fields: `model.generate(**kwargs)` (`from_kwargs`), the command line
-flags (`add_sampler_flags`), the eval presets (`for_task`), lm-eval model args
-and the trace metadata (`to_dict`).
+flags (`add_sampler_flags`), the length policy (`sinklens.samplers.lengths`, which also reads the
+class's length facts below), lm-eval model args and the trace metadata (`to_dict`).
 
 The registry finds the built-in samplers itself: the first read of `SAMPLERS` (or `get_config`)
-imports every module of `sinklens.samplers` but the infrastructure ones (`base`, `configs`,
-`defaults`, `_private`), and their `@register` lines run. A new sampler is one new file; nothing
-here lists it. A sampler defined outside sinklens registers the same way once its module is
-imported. Neither this module nor a sampler module imports torch or transformers when imported
-(the samplers bind them with `sinklens._lazy.lazy`), so the command line builds its flags (and
-answers --help) without them.
+imports the `config` module of every subpackage of `sinklens.samplers`, and their `@register`
+lines run; `get_sample` imports the sampler's `sample` module on first use. A new sampler is one
+new folder; nothing here lists it. The command line reads only the configs, so --help imports no
+torch.
 """
 from __future__ import annotations
 
 import importlib
+import warnings
 from collections.abc import MutableMapping
 from dataclasses import MISSING, asdict, dataclass, fields, replace
 from typing import Any, Callable, ClassVar
@@ -37,13 +36,21 @@ from sinklens.params import check_fields, check_value, expected, param, parse_te
 
 @dataclass
 class SamplerConfig:
-    """Base of every sampler config. Subclasses are dataclasses of `param` fields."""
+    """Base of every sampler config. Subclasses are dataclasses of `param` fields.
+
+    The class variables are the sampler's facts that `sinklens.samplers.lengths` reads to choose
+    the length, steps and block of a run (data, so the policy names no sampler)."""
 
     name: ClassVar[str] = ""  # registry name, set by @register
-    module: ClassVar[str] = ""  # module holding `sample(model, input_ids, config, ...)`: the class's own
-    length_field: ClassVar[str] = "max_new_tokens"  # the field that says how many tokens to generate
+    module: ClassVar[str] = ""  # module holding the config class (set by @register)
+    length_field: ClassVar[str] = "max_new_tokens"  # the field that says how many tokens to generate ("": none)
+    steps_field: ClassVar[str] = ""  # denoising steps, = the length in the presets (one token per step)
+    block_field: ClassVar[str] = ""  # the length must be a whole number of these (LLaDA's blocks)
     generates: ClassVar[bool] = True  # False: one forward pass, no text out (encoders); eval refuses it
     TASK_LENGTHS: ClassVar[dict] = {}  # task -> the paper's generation length for this sampler
+    PAPER: ClassVar[dict] = {}  # the paper's evaluation settings besides the length and steps (block: at most)
+    TRAINED: ClassVar[dict] = {}  # how a sinklens-trained model was scored, besides length, steps and block
+    RENAMED: ClassVar[dict] = {}  # old argument name -> field, still accepted with a deprecation note
 
     def __post_init__(self):
         check_fields(self)
@@ -53,61 +60,32 @@ class SamplerConfig:
         """Rules between fields (override); single fields are checked from their metadata."""
 
     @classmethod
+    def upgrade(cls, kwargs: dict, flags: bool = False) -> tuple[dict, list[str]]:
+        """`kwargs` with old argument names (`RENAMED`) replaced by the fields, and one deprecation
+        note per old name (`flags`: spelled as command-line flags)."""
+        out, notes = dict(kwargs), []
+        for old, new in cls.RENAMED.items():
+            if old not in out:
+                continue
+            if new in out:
+                raise TypeError(f"the {cls.name} sampler got both {old!r} and {new!r} ({old!r} is its old name)")
+            out[new] = out.pop(old)
+            spell = (lambda n: "--" + n.replace("_", "-")) if flags else (lambda n: n)
+            notes.append(f"note: {spell(old)} of the {cls.name} sampler is deprecated; use {spell(new)}")
+        return out, notes
+
+    @classmethod
     def from_kwargs(cls, **kwargs) -> "SamplerConfig":
-        """The config from official argument names; an unknown name is a TypeError naming the sampler."""
+        """The config from official argument names (an old name warns, `RENAMED`); an unknown name is a
+        TypeError naming the sampler."""
+        kwargs, notes = cls.upgrade(kwargs)
+        for line in notes:
+            warnings.warn(line, FutureWarning, stacklevel=2)
         known = [f.name for f in fields(cls)]
         unknown = sorted(set(kwargs) - set(known))
         if unknown:
             raise TypeError(f"the {cls.name} sampler got unknown argument(s) {unknown}; it takes {known}")
         return cls(**kwargs)
-
-    @classmethod
-    def task_settings(cls, task: str | None = None, length: int | None = None, **overrides) -> dict:
-        """The paper's settings for `task` (SPEC §6) with `length` tokens to generate (None: the
-        task's length for this sampler), then `overrides` by field name; unchecked keywords."""
-        if length is None:
-            length = cls.TASK_LENGTHS.get(task) if task else None
-        return {**(cls.preset(length) if length is not None else {}), **overrides}
-
-    @classmethod
-    def for_task(cls, task: str | None = None, length: int | None = None, **overrides) -> "SamplerConfig":
-        """`task_settings` as a checked config."""
-        return cls.from_kwargs(**cls.task_settings(task, length, **overrides))
-
-    @classmethod
-    def round_length(cls, length: int, **overrides) -> int:
-        """The smallest length >= `length` this sampler can generate with `overrides` (override)."""
-        return length
-
-    @classmethod
-    def preset(cls, length: int) -> dict:
-        """Evaluation settings for a generation of `length` tokens (override per sampler)."""
-        return {cls.length_field: length}
-
-    @classmethod
-    def paper_settings(cls) -> dict:
-        """What runs when the model says nothing: the paper's GSM8K setting (SPEC §6), else the defaults."""
-        length = cls.TASK_LENGTHS.get("gsm8k")
-        return cls.preset(length) if length else {}
-
-    @classmethod
-    def trained_settings(cls, train: dict) -> dict:
-        """The settings a sinklens-trained model was scored with (`train`: its train_config.json)."""
-        return cls.preset(int(train["gen_length"]))
-
-    @classmethod
-    def with_length(cls, settings: dict, n: int) -> dict:
-        """`settings` generating `n` tokens; steps follow the length when they equalled it (override)."""
-        old = settings.get(cls.length_field, cls.defaults()[cls.length_field])
-        out = {**settings, cls.length_field: n}
-        if "steps" in cls.defaults() and settings.get("steps", cls.defaults()["steps"]) == old:
-            out["steps"] = n
-        return out
-
-    @classmethod
-    def fit_length(cls, settings: dict, room: int) -> int:
-        """The longest length <= `room` this sampler can generate with `settings` (override)."""
-        return room
 
     @property
     def length(self) -> int:
@@ -125,13 +103,14 @@ class SamplerConfig:
         return {f.name: f.default for f in fields(cls) if f.default is not MISSING}
 
 
-# name -> config class. The first read imports every module of this package but the infrastructure
-# named here (and `_private` ones): each sampler module registers its config while imported.
-SAMPLERS: MutableMapping[str, type[SamplerConfig]] = PackageRegistry(__package__, skip=("base", "configs", "defaults"))
+# name -> config class. The first read imports `sinklens.samplers.<sampler>.config` for every
+# subpackage; each registers its config while imported. Plain modules here (base, configs,
+# lengths) are the infrastructure: the scan never imports them.
+SAMPLERS: MutableMapping[str, type[SamplerConfig]] = PackageRegistry(__package__, submodule="config")
 
 
 def register(name: str) -> Callable[[type], type]:
-    """Class decorator: register a config class as sampler `name`; its module holds `sample`."""
+    """Class decorator: register a config class as sampler `name`."""
     def deco(cls):
         cls.name, cls.module = name, cls.__module__
         SAMPLERS[name] = cls
@@ -146,5 +125,8 @@ def get_config(name: str) -> type[SamplerConfig]:
 
 
 def get_sample(name: str) -> Callable[..., Any]:
-    """The `sample` function of sampler `name` (its module is imported; torch on the first call)."""
-    return importlib.import_module(get_config(name).module).sample
+    """The `sample` function of sampler `name`: from the `sample` module beside its `config` module
+    (a config defined in another module keeps `sample` in that module). Imports torch."""
+    module = get_config(name).module
+    package, _, leaf = module.rpartition(".")
+    return importlib.import_module(f"{package}.sample" if leaf == "config" else module).sample

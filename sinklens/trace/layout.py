@@ -2,7 +2,10 @@
 
 The sampler knows these facts and writes them (`layout` in the trace metadata); the analysis
 reads them and never guesses from a sampler's own argument names. A new sampler (block
-diffusion, a canvas of random tokens, an encoder's single forward) fills the same four fields.
+diffusion, a canvas of random tokens, an encoder's single forward) fills the same fields; the
+model's own attention facts (windows, blocks) are added by the trace plumbing
+(`SinkModel.attention_layout`), so the sink rule can recompute from the trace alone which keys
+each summed query could see (`visibilities`, sinklens/rule/spec.py).
 
     causal         query i sees keys j <= i only (ARM decoding); False: bidirectional
     prompt_length  first generated position (the padded prompt length); None: unknown / no prompt
@@ -14,11 +17,18 @@ diffusion, a canvas of random tokens, an encoder's single forward) fills the sam
                    "prefix" = every row of the prefix (ARM with capture_prefix),
                    "block" = the current block's rows only (DiffusionGemma's canvas: its queries
                    are the canvas, its keys the cached prefix + the canvas; block diffusion)
+    attention_block  block-causal attention: a query sees the keys of its own and earlier blocks
+                   of this size, counted from position 0; None: no attention blocks
+    windows        per layer, a sliding window (int) or None (full attention); None: no windows
+    window_kind    what a window keeps: "causal", "symmetric" or "cache" (rule/spec.py's
+                   `Visibility`); None: "causal" for causal runs, else "symmetric"
 """
 from __future__ import annotations
 
 import operator
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, fields
+
+from sinklens.rule.spec import WINDOW_KINDS, Visibility, layer_visibilities
 
 QUERY_ROWS = ("all", "newest", "prefix", "block")
 META_KEY = "layout"
@@ -30,12 +40,20 @@ class TraceLayout:
     prompt_length: int | None = None
     block_length: int | None = None
     query_rows: str = "all"
+    attention_block: int | None = None
+    windows: tuple[int | None, ...] | None = None
+    window_kind: str | None = None
 
     def __post_init__(self):
         if self.query_rows not in QUERY_ROWS:
             raise ValueError(f"query_rows must be one of {QUERY_ROWS}, got {self.query_rows!r}")
+        if self.window_kind is not None and self.window_kind not in WINDOW_KINDS:
+            raise ValueError(f"window_kind must be one of {WINDOW_KINDS} or None, got {self.window_kind!r}")
         object.__setattr__(self, "causal", bool(self.causal))
-        for name in ("prompt_length", "block_length"):
+        if self.windows is not None:
+            object.__setattr__(self, "windows", tuple(None if w is None else _index("windows", w)
+                                                      for w in self.windows))
+        for name in ("prompt_length", "block_length", "attention_block"):
             v = getattr(self, name)
             if v is None:
                 continue
@@ -47,17 +65,40 @@ class TraceLayout:
                 raise ValueError(f"{name} must be a non-negative int or None, got {getattr(self, name)!r}")
             object.__setattr__(self, name, int(v))
 
+    def visibilities(self, num_layers: int) -> list[Visibility]:
+        """Which keys a query could see, one `Visibility` per layer (the sink rule's input)."""
+        return layer_visibilities(num_layers, causal=self.causal, attention_block=self.attention_block,
+                                  windows=self.windows, window_kind=self.window_kind)
+
+    def with_model_facts(self, facts: dict) -> "TraceLayout":
+        """This layout with the model's attention facts filled in where the sampler left them None."""
+        known = {f.name for f in fields(self)}
+        return TraceLayout(**{**{k: v for k, v in facts.items() if k in known and v is not None},
+                              **{k: v for k, v in asdict(self).items() if v is not None}})
+
     def to_meta(self) -> dict:
-        return asdict(self)
+        d = asdict(self)
+        d["windows"] = None if self.windows is None else list(self.windows)
+        return d
 
     @classmethod
     def from_meta(cls, meta: dict) -> "TraceLayout":
         """The layout a trace's metadata records; older traces (without `layout`) get it derived."""
         stored = meta.get(META_KEY)
         if isinstance(stored, dict):
-            fields = ("causal", "prompt_length", "block_length", "query_rows")
-            return cls(**{k: stored[k] for k in fields if k in stored})
+            return cls(**{f.name: stored[f.name] for f in fields(cls) if f.name in stored})
         return _legacy(meta)
+
+
+def _index(name: str, v) -> int:
+    """A positive int (numpy / torch ints too); not 8.0, not "8", not True."""
+    try:
+        i = operator.index(v)
+    except TypeError:
+        i = -1
+    if isinstance(v, bool) or i < 1:
+        raise ValueError(f"{name} entries must be positive ints or None, got {v!r}")
+    return int(i)
 
 
 def _legacy(meta: dict) -> TraceLayout:

@@ -14,42 +14,15 @@ the token chosen at step t is the last token of step t + 1's canvas (and of `seq
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import ClassVar
+import torch
+import torch.nn.functional as F
+from transformers import DynamicCache
 
-from sinklens._lazy import lazy, no_grad
-from sinklens.samplers.configs import SamplerConfig, param, register
-from sinklens.samplers.dream import top_k_filter, top_p_filter
+from sinklens.attention.request import AttentionRequest
+from sinklens.samplers import base
+from sinklens.samplers.arm.config import ARMConfig
+from sinklens.samplers.dream.sample import top_k_filter, top_p_filter
 from sinklens.trace.layout import TraceLayout
-
-torch = lazy("torch")
-F = lazy("torch.nn.functional")
-transformers = lazy("transformers")
-request = lazy("sinklens.attention.request")  # AttentionRequest (imports torch)
-base = lazy("sinklens.samplers.base")  # hooks, capture options, trace plumbing (imports torch)
-
-
-@register("arm")
-@dataclass
-class ARMConfig(SamplerConfig):
-    """Autoregressive decoding with a KV cache (transformers' generate order); greedy by default."""
-
-    TASK_LENGTHS: ClassVar[dict] = {"gsm8k": 256, "humaneval": 512}
-
-    max_new_tokens: int = param(32, int, "tokens to generate", min=1)
-    do_sample: bool = param(False, bool, "sample instead of greedy")
-    temperature: float = param(1.0, float, "sampling temperature (with do_sample)", min=0)
-    top_p: float | None = param(None, float, "nucleus sampling mass", gt=0, max=1)
-    top_k: int | None = param(None, int, "sample among the top-k tokens", min=1)
-    eos_token_id: int | list[int] | None = param(None, "ids", "stop token id(s) (default: the model's)")
-
-    @classmethod
-    def preset(cls, length: int) -> dict:
-        return dict(max_new_tokens=length, do_sample=False)  # greedy
-
-    def check(self) -> None:
-        if self.do_sample and not self.temperature > 0:
-            raise ValueError(f"do_sample=True needs temperature > 0, got {self.temperature}")
 
 
 def next_tokens(logits: torch.Tensor, do_sample: bool, temperature: float, top_p, top_k) -> torch.Tensor:
@@ -64,7 +37,7 @@ def next_tokens(logits: torch.Tensor, do_sample: bool, temperature: float, top_p
     return torch.multinomial(F.softmax(logits, dim=-1), num_samples=1).squeeze(1)
 
 
-@no_grad
+@torch.no_grad()
 def sample(model, input_ids, config: ARMConfig, attention_mask=None, *, trace=None, hook=None,
            capture: base.CaptureOptions | None = None, progress: bool = False) -> base.GenerateOutput:
     """Greedy (default) or sampled decoding of a causal model through the sinklens attention.
@@ -96,7 +69,7 @@ def sample(model, input_ids, config: ARMConfig, attention_mask=None, *, trace=No
 
     am = torch.ones_like(input_ids) if attention_mask is None else attention_mask.long()  # (B, P)
     seq = input_ids.clone()  # (B, P + t)
-    cache = transformers.DynamicCache()
+    cache = DynamicCache()
     finished = torch.zeros(B, dtype=torch.bool, device=device)
     history = []
     with base.run_context(writer, trace, max_new_tokens, progress, "arm") as bar:
@@ -116,9 +89,9 @@ def sample(model, input_ids, config: ARMConfig, attention_mask=None, *, trace=No
             req = base.build_request(hook_req, cached_capture, step, qmask, None)
             logits = model.forward_cached(feed, am, feed_pos, cache, req)  # (B, S_q, V)
             if capture_prefix and step > 0:  # every prefix row, from a separate uncached pass
-                req = base.build_request(request.AttentionRequest(blocked=None if req is None else req.blocked,
-                                                                  keep_self=req is not None and req.keep_self),
-                                    capture, step, real, None)
+                req = base.build_request(AttentionRequest(blocked=None if req is None else req.blocked,
+                                                          keep_self=req is not None and req.keep_self),
+                                         capture, step, real, None)
                 model.forward_logits(seq, attention_mask=am, position_ids=positions, attention=req)
                 query_positions = [torch.nonzero(r).squeeze(1) for r in real]
             if step == 0 and req is not None and req.query_mask is not None:  # a hook chose the query rows

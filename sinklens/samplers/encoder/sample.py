@@ -7,35 +7,14 @@ written as `bos_id` so the analysis counts it (with [SEP] = eos, [PAD]) among sp
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import ClassVar
+import torch
 
-from sinklens._lazy import lazy, no_grad
-from sinklens.samplers.configs import SamplerConfig, param, register
+from sinklens.samplers import base
+from sinklens.samplers.encoder.config import EncoderConfig
 from sinklens.trace.layout import TraceLayout
 
-torch = lazy("torch")
-base = lazy("sinklens.samplers.base")  # hooks, capture options, trace plumbing (imports torch)
 
-
-@register("encoder")
-@dataclass
-class EncoderConfig(SamplerConfig):
-    """BERT / ModernBERT: one forward pass recorded as a one-step trace; nothing to set."""
-
-    length_field: ClassVar[str] = ""  # generates nothing
-    generates: ClassVar[bool] = False
-
-    @classmethod
-    def preset(cls, length: int) -> dict:
-        return {}
-
-    @property
-    def length(self) -> int:
-        return 0
-
-
-@no_grad
+@torch.no_grad()
 def sample(model, input_ids, config: EncoderConfig, attention_mask=None, *, trace=None, hook=None,
            capture: base.CaptureOptions | None = None, progress: bool = False) -> base.GenerateOutput:
     """One capture step of an encoder. input_ids (B, S) with its special tokens ([CLS] ... [SEP]);

@@ -1,8 +1,8 @@
 """Dream sampler, step for step Dream's `diffusion_generate` (generation_utils.py, `_sample`).
 
 The whole canvas (prompt + max_new_tokens masks) is denoised over `steps` steps on the time
-grid linspace(1, eps, steps + 1). The model predicts token i from hidden state i - 1, so the
-logits are shifted right by one (position 0 keeps its own). Algorithms:
+grid linspace(1, time_eps, steps + 1) (Dream's `eps`). The model predicts token i from hidden
+state i - 1, so the logits are shifted right by one (position 0 keeps its own). Algorithms:
 - `origin`: every masked position is revealed with probability 1 - s/t (all at the last step);
 - `maskgit_plus` / `topk_margin` / `entropy`: confidence = top-1 probability / top-1 minus
   top-2 probability / negative entropy; the `int(n_masked * (1 - s/t))` most confident masked
@@ -19,45 +19,12 @@ Kept from the official code on purpose (it decides which tokens come out):
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import ClassVar
+import torch
+import torch.nn.functional as F
 
-from sinklens._lazy import lazy, no_grad
-from sinklens.samplers.configs import SamplerConfig, param, register
+from sinklens.samplers import base
+from sinklens.samplers.dream.config import DreamConfig
 from sinklens.trace.layout import TraceLayout
-
-torch = lazy("torch")
-F = lazy("torch.nn.functional")
-base = lazy("sinklens.samplers.base")  # hooks, capture options, trace plumbing (imports torch)
-
-
-@register("dream")
-@dataclass
-class DreamConfig(SamplerConfig):
-    """Dream `diffusion_generate()`; defaults as Dream's generation config, except max_new_tokens."""
-
-    TASK_LENGTHS: ClassVar[dict] = {"gsm8k": 256, "humaneval": 768}
-
-    steps: int = param(512, int, "denoising steps", min=1)
-    max_new_tokens: int = param(128, int, "tokens to generate", min=1)
-    eps: float = param(1e-3, float, "final time of the schedule", gt=0, lt=1)
-    alg: str = param("origin", str, "which masked positions are revealed",
-                     choices=("origin", "maskgit_plus", "topk_margin", "entropy"))
-    alg_temp: float | None = param(None, float, "temperature of the position sampling (None/0 = top-k)", min=0)
-    temperature: float = param(0.0, float, "token sampling temperature (0 = greedy)", min=0)
-    top_p: float | None = param(None, float, "nucleus sampling mass", gt=0, max=1)
-    top_k: int | None = param(None, int, "sample among the top-k tokens", min=1)
-    mask_id: int | None = param(None, int, "mask token id (default: the model's)", min=0)
-
-    @classmethod
-    def preset(cls, length: int) -> dict:
-        # Dream's evaluation settings: steps = gen length, entropy order, T 0.1, top-p 0.9
-        return dict(max_new_tokens=length, steps=length, temperature=0.1, top_p=0.9, alg="entropy", alg_temp=0.0)
-
-    @classmethod
-    def trained_settings(cls, train: dict) -> dict:
-        g = int(train["gen_length"])  # the dlm-shift twins' scoring: confidence order, greedy
-        return dict(max_new_tokens=g, steps=g, temperature=0.0, alg="maskgit_plus", alg_temp=0.0)
 
 
 def top_p_filter(logits: torch.Tensor, top_p: float) -> torch.Tensor:
@@ -108,12 +75,12 @@ def sample_tokens(logits: torch.Tensor, temperature: float = 0.0, top_p: float |
 CONFIDENCE = {"maskgit_plus": "prob", "topk_margin": "margin", "entropy": "neg_entropy"}
 
 
-@no_grad
+@torch.no_grad()
 def sample(model, input_ids, config: DreamConfig, attention_mask=None, *, trace=None, hook=None,
            capture: base.CaptureOptions | None = None, progress: bool = False) -> base.GenerateOutput:
     """Dream's diffusion_generate(). `model` is a SinkModel (forward_logits returns raw, unshifted logits)."""
     c = config
-    steps, max_new_tokens, eps, alg, alg_temp = c.steps, c.max_new_tokens, c.eps, c.alg, c.alg_temp
+    steps, max_new_tokens, time_eps, alg, alg_temp = c.steps, c.max_new_tokens, c.time_eps, c.alg, c.alg_temp
     temperature, top_p, top_k = c.temperature, c.top_p, c.top_k
     mask_id = model.mask_id if c.mask_id is None else c.mask_id
     if mask_id is None:
@@ -138,7 +105,7 @@ def sample(model, input_ids, config: DreamConfig, attention_mask=None, *, trace=
     else:
         attention_mask = position_ids = None
         real = torch.ones_like(x, dtype=torch.bool)
-    timesteps = torch.linspace(1, eps, steps + 1, device=device)  # float32, as the official grid
+    timesteps = torch.linspace(1, time_eps, steps + 1, device=device)  # float32, as the official grid
 
     history = []
     with base.run_context(writer, trace, steps, progress, "dream") as bar:

@@ -20,77 +20,12 @@ runs as with an all-ones mask; EOS / EoT ids come from the model, not the 8B voc
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import ClassVar
+import torch
+import torch.nn.functional as F
 
-from sinklens._lazy import lazy, no_grad
-from sinklens.samplers.configs import SamplerConfig, param, register
+from sinklens.samplers import base
+from sinklens.samplers.llada.config import LLaDAConfig
 from sinklens.trace.layout import TraceLayout
-
-torch = lazy("torch")
-F = lazy("torch.nn.functional")
-base = lazy("sinklens.samplers.base")  # hooks, capture options, trace plumbing (imports torch)
-
-
-@register("llada")
-@dataclass
-class LLaDAConfig(SamplerConfig):
-    """LLaDA / MMaDA `generate()` (LLaDA's generate.py); defaults as the official function."""
-
-    length_field: ClassVar[str] = "gen_length"
-    TASK_LENGTHS: ClassVar[dict] = {"gsm8k": 256, "humaneval": 512}
-
-    steps: int = param(128, int, "denoising steps (a multiple of the number of blocks)", min=1)
-    gen_length: int = param(128, int, "tokens to generate (a multiple of block_length)", min=1)
-    block_length: int = param(128, int, "semi-autoregressive block length", min=1)
-    temperature: float = param(0.0, float, "Gumbel sampling temperature (0 = greedy)", min=0)
-    cfg_scale: float = param(0.0, float, "classifier-free guidance scale (0 = off)", min=0)
-    remasking: str = param("low_confidence", str, "which masked positions are revealed first",
-                           choices=("low_confidence", "random"))
-    mask_id: int | None = param(None, int, "mask token id (default: the model's)", min=0)
-    logits_eos_inf: bool = param(False, bool, "never sample EOS")
-    confidence_eos_eot_inf: bool = param(False, bool, "EOS / EoT get no confidence")
-
-    def check(self) -> None:
-        if self.gen_length % self.block_length:
-            raise ValueError(f"gen_length ({self.gen_length}) must be a multiple of block_length ({self.block_length})")
-        if self.steps % self.num_blocks:
-            raise ValueError(f"steps ({self.steps}) must be divisible by the number of blocks "
-                             f"(gen_length / block_length = {self.num_blocks})")
-
-    @property
-    def num_blocks(self) -> int:
-        return self.gen_length // self.block_length
-
-    @classmethod
-    def preset(cls, length: int) -> dict:
-        # blocks of 32 (the paper's setting), steps = gen length (one token per step: LLaDA's FAQ)
-        return dict(gen_length=length, steps=length, block_length=min(32, length), temperature=0.0, cfg_scale=0.0,
-                    remasking="low_confidence")
-
-    @classmethod
-    def round_length(cls, length: int, **overrides) -> int:
-        block = overrides.get("block_length") or min(32, length)
-        return -(-length // block) * block  # whole blocks
-
-    @classmethod
-    def trained_settings(cls, train: dict) -> dict:
-        g = int(train["gen_length"])  # one token per step; the twin's eval block (0 = the whole answer)
-        return dict(gen_length=g, steps=g, block_length=int(train.get("block_length") or g), temperature=0.0,
-                    remasking="low_confidence")
-
-    @classmethod
-    def with_length(cls, settings: dict, n: int) -> dict:
-        d = {**cls.defaults(), **settings}
-        block = d["block_length"] if n % d["block_length"] == 0 else n  # else one block
-        per_block = max(1, d["steps"] // max(1, d["gen_length"] // d["block_length"]))
-        steps = n if d["steps"] == d["gen_length"] else per_block * (n // block)
-        return {**settings, "gen_length": n, "block_length": block, "steps": steps}
-
-    @classmethod
-    def fit_length(cls, settings: dict, room: int) -> int:
-        block = settings.get("block_length", cls.defaults()["block_length"])
-        return room // block * block if room >= block else room  # whole blocks
 
 
 def add_gumbel_noise(logits: torch.Tensor, temperature: float) -> torch.Tensor:
@@ -116,7 +51,7 @@ def num_transfer_tokens(block_is_masked: torch.Tensor, steps: int) -> torch.Tens
     return schedule
 
 
-@no_grad
+@torch.no_grad()
 def sample(model, input_ids, config: LLaDAConfig, attention_mask=None, *, trace=None, hook=None,
            capture: base.CaptureOptions | None = None, progress: bool = False) -> base.GenerateOutput:
     """LLaDA's generate(). `model` is a SinkModel (forward_logits, mask_id, eos_id, eot_id, max_length).

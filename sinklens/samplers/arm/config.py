@@ -1,0 +1,28 @@
+"""Autoregressive sampler settings (torch-free: the command line reads them for its flags)."""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import ClassVar
+
+from sinklens.samplers.configs import SamplerConfig, param, register
+
+
+@register("arm")
+@dataclass
+class ARMConfig(SamplerConfig):
+    """Autoregressive decoding with a KV cache (transformers' generate order); greedy by default."""
+
+    TASK_LENGTHS: ClassVar[dict] = {"gsm8k": 256, "humaneval": 512}
+    PAPER: ClassVar[dict] = dict(do_sample=False)  # greedy
+    TRAINED: ClassVar[dict] = dict(do_sample=False)
+
+    max_new_tokens: int = param(32, int, "tokens to generate", min=1)
+    do_sample: bool = param(False, bool, "sample instead of greedy")
+    temperature: float = param(1.0, float, "sampling temperature (with do_sample)", min=0)
+    top_p: float | None = param(None, float, "nucleus sampling mass", gt=0, max=1)
+    top_k: int | None = param(None, int, "sample among the top-k tokens", min=1)
+    eos_token_id: int | list[int] | None = param(None, "ids", "stop token id(s) (default: the model's)")
+
+    def check(self) -> None:
+        if self.do_sample and not self.temperature > 0:
+            raise ValueError(f"do_sample=True needs temperature > 0, got {self.temperature}")

@@ -1,0 +1,33 @@
+"""Dream sampler settings (torch-free: the command line reads them for its flags)."""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import ClassVar
+
+from sinklens.samplers.configs import SamplerConfig, param, register
+
+
+@register("dream")
+@dataclass
+class DreamConfig(SamplerConfig):
+    """Dream `diffusion_generate()`; defaults as Dream's generation config, except max_new_tokens.
+    `time_eps` is Dream's `eps` (the end of the time schedule), renamed so that it is not read as
+    Eq. 3's margin; `eps=` / `--eps` still work, with a deprecation note."""
+
+    steps_field: ClassVar[str] = "steps"
+    TASK_LENGTHS: ClassVar[dict] = {"gsm8k": 256, "humaneval": 768}
+    PAPER: ClassVar[dict] = dict(temperature=0.1, top_p=0.9, alg="entropy", alg_temp=0.0)  # Dream's evaluation
+    TRAINED: ClassVar[dict] = dict(temperature=0.0, alg="maskgit_plus", alg_temp=0.0)  # the dlm-shift twins' scoring
+    RENAMED: ClassVar[dict] = {"eps": "time_eps"}
+
+    steps: int = param(512, int, "denoising steps", min=1)
+    max_new_tokens: int = param(128, int, "tokens to generate", min=1)
+    time_eps: float = param(1e-3, float, "final time of the schedule linspace(1, time_eps, steps + 1) (Dream's eps)",
+                            gt=0, lt=1)
+    alg: str = param("origin", str, "which masked positions are revealed",
+                     choices=("origin", "maskgit_plus", "topk_margin", "entropy"))
+    alg_temp: float | None = param(None, float, "temperature of the position sampling (None/0 = top-k)", min=0)
+    temperature: float = param(0.0, float, "token sampling temperature (0 = greedy)", min=0)
+    top_p: float | None = param(None, float, "nucleus sampling mass", gt=0, max=1)
+    top_k: int | None = param(None, int, "sample among the top-k tokens", min=1)
+    mask_id: int | None = param(None, int, "mask token id (default: the model's)", min=0)

@@ -1,0 +1,43 @@
+"""LLaDA / MMaDA sampler settings (torch-free: the command line reads them for its flags)."""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import ClassVar
+
+from sinklens.samplers.configs import SamplerConfig, param, register
+
+
+@register("llada")
+@dataclass
+class LLaDAConfig(SamplerConfig):
+    """LLaDA / MMaDA `generate()` (LLaDA's generate.py); defaults as the official function."""
+
+    length_field: ClassVar[str] = "gen_length"
+    steps_field: ClassVar[str] = "steps"
+    block_field: ClassVar[str] = "block_length"
+    TASK_LENGTHS: ClassVar[dict] = {"gsm8k": 256, "humaneval": 512}
+    # the paper's setting: blocks of 32, greedy low-confidence remasking, no guidance
+    PAPER: ClassVar[dict] = dict(block_length=32, temperature=0.0, cfg_scale=0.0, remasking="low_confidence")
+    TRAINED: ClassVar[dict] = dict(temperature=0.0, remasking="low_confidence")  # the twins' scoring decoder
+
+    steps: int = param(128, int, "denoising steps (a multiple of the number of blocks)", min=1)
+    gen_length: int = param(128, int, "tokens to generate (a multiple of block_length)", min=1)
+    block_length: int = param(128, int, "semi-autoregressive block length", min=1)
+    temperature: float = param(0.0, float, "Gumbel sampling temperature (0 = greedy)", min=0)
+    cfg_scale: float = param(0.0, float, "classifier-free guidance scale (0 = off)", min=0)
+    remasking: str = param("low_confidence", str, "which masked positions are revealed first",
+                           choices=("low_confidence", "random"))
+    mask_id: int | None = param(None, int, "mask token id (default: the model's)", min=0)
+    logits_eos_inf: bool = param(False, bool, "never sample EOS")
+    confidence_eos_eot_inf: bool = param(False, bool, "EOS / EoT get no confidence")
+
+    def check(self) -> None:
+        if self.gen_length % self.block_length:
+            raise ValueError(f"gen_length ({self.gen_length}) must be a multiple of block_length ({self.block_length})")
+        if self.steps % self.num_blocks:
+            raise ValueError(f"steps ({self.steps}) must be divisible by the number of blocks "
+                             f"(gen_length / block_length = {self.num_blocks})")
+
+    @property
+    def num_blocks(self) -> int:
+        return self.gen_length // self.block_length

@@ -1,0 +1,176 @@
+"""The sink rule has two implementations (numpy for the analysis, torch for masking): they must
+agree with each other, and both with a brute-force reference built from a dense (Q, S)
+visibility matrix — for causal and sliding layers the matrix comes from transformers' own mask
+functions, which nobody here wrote."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+from transformers import masking_utils as mu
+
+from sinklens.rule import np_rule, torch_rule
+from sinklens.rule.spec import DEFAULT_EPS, UNITS, Visibility, layer_visibilities
+
+S = 24
+
+
+def dense_visibility(q: np.ndarray, real: np.ndarray, vis: Visibility) -> np.ndarray:
+    """(Q, S) bool: may the query at q[k] see key j? Written from each layout's definition."""
+    Q = len(q)
+    ok = np.zeros((Q, S), bool)
+    for a, i in enumerate(q):
+        for j in range(S):
+            # transformers' mask functions where a layout has one: (batch, head, q_idx, kv_idx)
+            see = bool(mu.causal_mask_function(0, 0, i, j)) if vis.causal else True
+            if vis.block:
+                see &= j // vis.block <= i // vis.block
+            if vis.window and vis.window_kind == "causal":
+                see &= bool(mu.sliding_window_overlay(vis.window)(0, 0, i, j))
+            if vis.window and vis.window_kind == "symmetric":
+                see &= bool(mu.sliding_window_bidirectional_overlay(vis.window)(0, 0, i, j))
+            if vis.window and vis.window_kind == "cache":   # the last window - 1 keys before the first query
+                see &= j >= q.min() - (vis.window - 1)
+            ok[a, j] = see and real[j]
+    return ok
+
+
+def brute(q, real, vis):
+    """seen (S,), expected (S,), Q from the dense matrix."""
+    ok = dense_visibility(q, real, vis)
+    rows = ok.sum(1)
+    w = np.where(rows > 0, 1.0 / np.maximum(rows, 1), 0.0)
+    return ok.sum(0).astype(float), (ok * w[:, None]).sum(0), int((rows > 0).sum())
+
+
+PAD = np.r_[np.zeros(3, bool), np.ones(S - 3, bool)]          # left padding
+REAL = np.ones(S, bool)
+LAYOUTS = {
+    # name: (visibility, query positions, real keys)
+    "bidirectional": (Visibility(), np.arange(S), REAL),
+    "bidirectional-padded": (Visibility(), np.arange(3, S), PAD),
+    "causal": (Visibility(causal=True), np.arange(S), REAL),
+    "causal-padded": (Visibility(causal=True), np.arange(3, S), PAD),
+    "arm-newest-row": (Visibility(causal=True), np.array([S - 1]), REAL),
+    "causal-window": (Visibility(causal=True, window=5), np.arange(S), REAL),
+    "causal-window-newest": (Visibility(causal=True, window=5), np.array([S - 1]), PAD),
+    "symmetric-window": (Visibility(window=3, window_kind="symmetric"), np.arange(3, S), PAD),
+    "block-causal": (Visibility(block=8), np.arange(S), REAL),
+    "block-causal-active-block": (Visibility(block=8), np.arange(8, 16), REAL),  # a KV-cached block
+    "block-causal-window": (Visibility(block=8, window=6, window_kind="causal"), np.arange(S), REAL),
+    "canvas-cache-window": (Visibility(window=7, window_kind="cache"), np.arange(S - 8, S), REAL),
+    "canvas-global": (Visibility(), np.arange(S - 8, S), PAD),
+}
+
+
+@pytest.mark.parametrize("name", sorted(LAYOUTS))
+def test_coverage_equals_brute_force(name):
+    vis, q, real = LAYOUTS[name]
+    seen, expected, n_q = brute(q, real, vis)
+    cov = np_rule.coverage(q, real, [vis])
+    np.testing.assert_allclose(cov.seen[0], seen)
+    np.testing.assert_allclose(cov.expected[0], expected, rtol=1e-12, atol=1e-12)
+    assert int(cov.n_queries[0]) == n_q
+    qmask = torch.zeros(1, S, dtype=torch.bool)
+    qmask[0, torch.as_tensor(q)] = True
+    tcov = torch_rule.coverage(qmask, torch.as_tensor(real)[None], [vis])
+    np.testing.assert_allclose(tcov.seen[0, 0].numpy(), seen)
+    np.testing.assert_allclose(tcov.expected[0, 0].numpy(), expected, rtol=1e-12, atol=1e-12)
+    assert int(tcov.n_queries[0, 0]) == n_q
+    # the rows of a uniform attention matrix sum to 1, so the expectations sum to Q
+    assert expected.sum() == pytest.approx(n_q)
+
+
+def test_reductions():
+    """Bidirectional, every position a query: 1 per key. Causal: H_S − H_j."""
+    cov = np_rule.coverage(np.arange(S), REAL, [Visibility(), Visibility(causal=True)])
+    np.testing.assert_allclose(cov.expected[0], np.ones(S))
+    H = np.concatenate([[0.0], np.cumsum(1.0 / np.arange(1, S + 1))])      # H_0 .. H_S
+    np.testing.assert_allclose(cov.expected[1], H[S] - H[np.arange(S)])
+
+
+def planted(rng, L, H, q, real, visibilities):
+    """Random attention rows over each query's visible keys (a dense softmax), summed into
+    column sums, with a few sinks planted: (L, H, S)."""
+    out = np.zeros((L, H, S))
+    for l, vis in enumerate(visibilities):
+        ok = dense_visibility(q, real, vis)                            # (Q, S)
+        for h in range(H):
+            logits = rng.normal(size=ok.shape)
+            sink = rng.choice(np.flatnonzero(ok.any(0)))
+            logits[:, sink] += rng.uniform(0, 4)                      # some heads get a strong sink
+            p = np.where(ok, np.exp(logits), 0.0)
+            p /= np.maximum(p.sum(1, keepdims=True), 1e-30)
+            out[l, h] = p.sum(0)
+    return out
+
+
+@pytest.mark.parametrize("name", sorted(LAYOUTS))
+@pytest.mark.parametrize("units", sorted(UNITS))
+def test_numpy_and_torch_agree(name, units):
+    vis, q, real = LAYOUTS[name]
+    rng = np.random.default_rng(abs(hash((name, units))) % 2**32)
+    # two layers with different visibility: the layout's and its unwindowed version
+    visibilities = [vis, Visibility(causal=vis.causal, block=vis.block)]
+    received = planted(rng, 2, 3, q, real, visibilities)                # (L, H, S)
+    cov = np_rule.coverage(q, real, visibilities)
+    sc = np_rule.to_scores(received, units, cov)                        # (L, H, S)
+    margin = np_rule.sink_margin(sc, cov.visible[:, None, :])
+
+    qmask = torch.zeros(1, S, dtype=torch.bool)
+    qmask[0, torch.as_tensor(q)] = True
+    tcov = torch_rule.coverage(qmask, torch.as_tensor(real)[None], visibilities)
+    tsc = torch_rule.to_scores(torch.as_tensor(received)[:, None], units, tcov)   # (L, 1, H, S)
+    tmargin = torch_rule.sink_margin(tsc, tcov.visible[:, :, None, :])
+
+    np.testing.assert_allclose(tsc[:, 0].numpy(), sc, rtol=1e-6, atol=1e-7)
+    fin = np.isfinite(margin)
+    assert (fin == torch.isfinite(tmargin[:, 0]).numpy()).all()
+    np.testing.assert_allclose(tmargin[:, 0].numpy()[fin], margin[fin], rtol=1e-5, atol=1e-5)
+    for eps in (DEFAULT_EPS, 0.5, 0.0):
+        a = np_rule.is_sink(sc, cov.visible[:, None, :], eps)
+        b = torch_rule.is_sink(tsc, tcov.visible[:, :, None, :], eps)[:, 0].numpy()
+        close = np.abs(margin - eps) < 1e-4                              # float32 scores: a hair either side
+        assert (a == b)[~close].all()
+    # invisible keys are never sinks, and never anything but 0
+    assert not np_rule.is_sink(sc, cov.visible[:, None, :], -1e9)[~np.broadcast_to(cov.visible[:, None, :], sc.shape)].any()
+    assert (sc[~np.broadcast_to(cov.visible[:, None, :], sc.shape)] == 0).all()
+
+
+def test_scaled_sum_is_the_column_sum_where_every_key_is_a_query():
+    rng = np.random.default_rng(0)
+    vis = Visibility()
+    received = planted(rng, 1, 2, np.arange(3, S), PAD, [vis])
+    cov = np_rule.coverage(np.arange(3, S), PAD, [vis])
+    np.testing.assert_allclose(np_rule.to_scores(received, "scaled_sum", cov), np_rule.to_scores(received, "sum", cov),
+                               rtol=1e-6)
+    # the average visible key scores 1 in every layout
+    for name, (v, q, real) in LAYOUTS.items():
+        c = np_rule.coverage(q, real, [v])
+        sc = np_rule.to_scores(planted(rng, 1, 1, q, real, [v]), "scaled_sum", c)
+        assert sc[0, 0][c.visible[0]].mean() == pytest.approx(1.0, rel=1e-5), name
+
+
+def test_invisible_keys_do_not_manufacture_sinks():
+    """A causal window: keys outside every query's window receive 0. Counted in the mean they
+    would push ordinary keys over ε; the rule ignores them."""
+    vis = Visibility(causal=True, window=4)
+    q = np.array([S - 1])                       # the newest row sees 4 keys of 24
+    received = np.zeros((1, 1, S))
+    received[0, 0, S - 4:] = [0.1, 0.2, 0.3, 0.4]
+    cov = np_rule.coverage(q, REAL, [vis])
+    assert cov.visible[0].sum() == 4
+    sc = np_rule.to_scores(received, "scaled_sum", cov)
+    assert not np_rule.is_sink(sc, cov.visible[:, None, :]).any()
+    # the old rule (every real key in the mean) flags the top key of the window
+    old_margin = np_rule.sink_margin(received * S, np.ones(S, bool))
+    assert (old_margin >= DEFAULT_EPS).any()
+
+
+def test_layer_visibilities():
+    vs = layer_visibilities(3, causal=True, windows=(4, None, 4))
+    assert vs[0] == vs[2] and vs[1] == Visibility(causal=True)
+    with pytest.raises(ValueError, match="one entry per layer"):
+        layer_visibilities(2, windows=(4,))
+    with pytest.raises(ValueError, match="window must be a positive int"):
+        Visibility(window=0)
