@@ -3,20 +3,22 @@ alias "gemma3-270m"), 18 layers of which 5 in 6 see a window of 512 keys, 4 quer
 head, head_dim 256, scaling query_pre_attn_scalar**-0.5, QK-norm.
 
 Checked against transformers' own code on the same weights (the same module, switched to
-transformers' eager / sdpa attention for the reference): captured column sums == eager's, the
-sliding layers' newest query puts exactly 0 on keys older than its window, and a traced greedy
-generation == transformers' `generate`. Loaded once for the module (~50 s on a busy 2-core machine).
+transformers' eager / sdpa attention for the reference): captured column sums == eager's (a
+short prompt, and a 700-token prompt through a trace), the sliding layers' newest query puts
+exactly 0 on keys older than its window, and a traced greedy generation == transformers' `generate`. Loaded once for the module (~50 s on a busy 2-core machine).
 """
 from __future__ import annotations
 
 import contextlib
 import importlib.util
+import random
 
 import pytest
 import torch
 
 import sinklens
 from sinklens.attention import AttentionRequest
+from sinklens.samplers import CaptureOptions
 
 WINDOW = 512
 PROMPT = "The quick brown fox jumps over the lazy dog. Attention sinks are tokens that receive"
@@ -63,25 +65,38 @@ def test_capture_equals_eager_column_sums(gemma3):
     assert bool((req.received[1:, 0].argmax(dim=-1) == 0).all())
 
 
-def test_newest_query_of_a_sliding_layer_sees_only_its_window(gemma3):
-    """S = 520 > 512: in a sliding layer the newest query (position 519) gives exactly 0 to keys
-    0..7 (older than its window), <bos> included; a global layer still sees <bos>."""
+def long_prompt(m, n: int) -> torch.Tensor:
+    """(1, n) ids: <bos> and seeded random words (text-like, no long repeats)."""
+    words = (PROMPT + " window layer global local model token query key value head step").split()
+    rng = random.Random(0)
+    ids = m.tokenizer.encode(" ".join(rng.choice(words) for _ in range(n)))[:n]
+    assert len(ids) == n and ids[0] == 2
+    return torch.tensor([ids])
+
+
+def test_trace_at_700_tokens_equals_eager_and_keeps_the_windows(gemma3, tmp_path):
+    """A traced generation from a 700-token prompt (float32 trace, so that a key's 0 is exactly
+    0 and nothing underflows): the prefill step's received attention == eager's column sums
+    (relative 1e-4); at the next step the newest query (position
+    700, window 512) gives exactly 0 to keys 0..188 in every sliding layer, <bos> included, and
+    more than 0 to every key inside its window; the global layers still see <bos>."""
     m = gemma3
-    text = " ".join([PROMPT] * 40)
-    ids = torch.tensor([m.tokenizer.encode(text)[: WINDOW + 8]])  # (1, 520)
-    newest = torch.zeros_like(ids, dtype=torch.bool)
-    newest[0, -1] = True
-    req = AttentionRequest(capture=True, query_mask=newest)
-    with torch.no_grad():  # the body only: the 262k-token LM head over 520 rows would cost more than the test
-        m.model.model(input_ids=ids, use_cache=False, sinklens=req)
-    got = req.received[:, 0]  # (L, H, S) the newest row's attention
-    old = ids.shape[1] - WINDOW  # keys 0 .. old-1 lie outside the window of query S-1
+    ids = long_prompt(m, 700)
+    m.generate(ids, max_new_tokens=2, eos_token_id=[], trace=tmp_path / "long.arrow",
+               capture=CaptureOptions(received_dtype="float32"))
+    trace = sinklens.open_trace(tmp_path / "long.arrow")
+    with transformers_attention(m, "eager") as eager, torch.no_grad():  # the body: no 262k-token LM head
+        maps = eager.model(input_ids=ids, output_attentions=True, use_cache=False).attentions
+    expected = torch.stack([a[0].float().sum(dim=1) for a in maps])  # (L, H, S) over all 700 rows
+    torch.testing.assert_close(torch.from_numpy(trace.received(0)), expected, rtol=1e-4, atol=1e-5)
+
+    newest = torch.from_numpy(trace.received(1))  # (L, H, 701): query 700 only
+    old = newest.shape[-1] - WINDOW  # keys 0 .. old - 1 lie outside its window
     for layer, w in enumerate(m.attention_windows):
         if w is None:
-            assert bool((got[layer, :, 0] > 0).all())
+            assert bool((newest[layer, :, 0] > 0).all())
         else:
-            assert bool((got[layer, :, :old] == 0).all()) and bool((got[layer, :, old:] > 0).all())
-    torch.testing.assert_close(got.sum(-1), torch.ones(18, 4), atol=1e-5, rtol=0)
+            assert bool((newest[layer, :, :old] == 0).all()) and bool((newest[layer, :, old:] > 0).all())
 
 
 def test_traced_greedy_generation_equals_transformers(gemma3, tmp_path):
