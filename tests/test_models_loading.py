@@ -233,8 +233,8 @@ def test_native_arm_folder_matches_transformers(tmp_path, arch):
 
 
 def test_unknown_architecture(fixtures_dir, tmp_path):
-    folder = hub_layout(fixtures_dir / "llada", tmp_path / "x", "llada", model_type="gpt2", architectures=["GPT2LMHeadModel"])
-    with pytest.raises(ValueError, match=r"unknown architecture.*model_type='gpt2'"):
+    folder = hub_layout(fixtures_dir / "llada", tmp_path / "x", "llada", model_type="toy_arch", architectures=["ToyArchForCausalLM"])
+    with pytest.raises(ValueError, match=r"unknown architecture.*model_type='toy_arch'"):
         sinklens.load(folder)
 
 

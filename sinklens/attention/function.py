@@ -6,8 +6,9 @@ padding mask at all). Every model sinklens loads runs through it; per-call instr
 arrive as `kwargs["sinklens"]`, an `AttentionRequest`.
 
 - plain (no request, or a request that neither captures nor blocks): transformers' own sdpa
-  function, so logits are bit-identical to `attn_implementation="sdpa"`.
-- mask only: sdpa with the blocked keys folded into a float additive mask.
+  function, so logits are bit-identical to `attn_implementation="sdpa"`; for layers sdpa cannot
+  express (softcapping, learned sink logits) the model's own eager function, as transformers runs them.
+- mask only: the same, with the blocked keys folded into a float additive mask.
 - capture (and maps / query groups): queries in chunks, scores in float32, each chunk's
   probabilities reduced to column sums at once, so at most one chunk of one layer's
   probabilities is alive. Two routes to the same column sums (`AttentionRequest.route`):
@@ -19,12 +20,18 @@ arrive as `kwargs["sinklens"]`, an `AttentionRequest`.
   A third, "triton", is a fused kernel (triton_route.py; extra `gpu`), where it applies.
   Keys no query of a chunk can see (a causal chunk's future, left padding) are skipped, and
   masked scores are never exponentiated (see reduce.py for why that matters on CPU).
+- modifiers (`Modifiers`): what a layer passes beyond q, k, v and its mask (scaling, softcap,
+  s_aux sink logits; sliding windows arrive in the mask) is honoured by every route; any other
+  argument with a value is refused in one line rather than dropped.
 - capture with blocked keys: the same pass also reduces the softmax over the keys allowed
   *before* blocking (`AttentionRequest.received_unblocked`): one exp, two normalisers. Sink
   masking ranks next step's sinks on it; ranking on what the blocked model did would see a
   blocked sink at ~0 and set it free every other step.
 """
 from __future__ import annotations
+
+import sys
+from dataclasses import dataclass
 
 import torch
 from transformers import AttentionInterface
@@ -34,7 +41,7 @@ from transformers.masking_utils import AttentionMaskInterface, sdpa_mask
 from sinklens.attention import triton_route
 from sinklens.attention.fused import fused_sdpa_with_lse, lse_kernel_available
 from sinklens.attention.masks import additive, allowed_keys, apply_blocking, chunk_view, has_empty_rows, nonempty_rows
-from sinklens.attention.reduce import LayerSums, probs_from_lse_, softmax_
+from sinklens.attention.reduce import LayerSums, probs_from_lse_, softmax_with_sink_
 from sinklens.attention.request import AttentionRequest
 from sinklens.attention.weights import with_weights
 
@@ -69,6 +76,7 @@ def _capture(
     req: AttentionRequest,
     out: torch.Tensor | None,  # (B, H_kv, rep, S_q, D) to fill (exact route), or None (lse route)
     lse: torch.Tensor | None,  # (B, H, S_q) float32 from the fused kernel (lse route), or None
+    mods: Modifiers,
 ) -> None:
     """The chunk loop: fills `out` if given and records the layer's captures on `req`."""
     b, h, s_q, d = query.shape
@@ -80,43 +88,124 @@ def _capture(
     k_t = key.float().unsqueeze(2).transpose(-1, -2)  # (B, H_kv, 1, D, S_k)
     v = value.unsqueeze(2)  # (B, H_kv, 1, S_k, D)
     lse = None if lse is None else lse.reshape(b, h_kv, rep, s_q)
+    # a learned sink: one logit per query head, a key every query sees (B, H_kv, rep, 1, 1)
+    sink = None if mods.sinks is None else mods.sinks.float().reshape(1, h_kv, rep, 1, 1)
     unblocked = req.capture and req.blocked is not None
-    sums = LayerSums.for_request(req, module.layer_idx, b, h, s_q, s_k, unblocked, query.device)
+    sums = LayerSums.for_request(req, module.layer_idx, b, h, s_q, s_k, unblocked, query.device, sink is not None)
     chunk = req.query_chunk or max(16, CHUNK_BYTES // (4 * b * h * s_k))
     if req.query_chunk is None and allowed_unblocked is not None:
         chunk = min(chunk, MASKED_CHUNK)  # finer chunks skip more of a causal future
+
+    def scores_of(start: int, end: int, k0: int, k1: int) -> torch.Tensor:
+        """(B, H_kv, rep, c, K) float32 logits of queries [start, end) against keys [k0, k1)."""
+        scores = torch.matmul(q[:, :, :, start:end].float(), k_t[..., k0:k1]).mul_(scaling)
+        if mods.softcap is not None:  # Gemma2: logits squashed into (-cap, cap), before the mask (as eager)
+            scores = scores.div_(mods.softcap).tanh_().mul_(mods.softcap)
+        return scores
 
     for start in range(0, s_q, chunk):
         end = min(start + chunk, s_q)
         # keys [k0, k1): the only ones some query of this chunk can see
         ok, k0, k1 = chunk_view(allowed_unblocked if unblocked else allowed, start, end, s_k)
         ok = _per_kv_head(ok, h_kv, rep)
-        scores = torch.matmul(q[:, :, :, start:end].float(), k_t[..., k0:k1]).mul_(scaling)  # (B, H_kv, rep, c, K)
+        scores = scores_of(start, end, k0, k1)  # (B, H_kv, rep, c, K)
         shape = (b, h, end - start, k1 - k0)
+        sink_num = None  # the learned sink's softmax numerator (B, H_kv, rep, c, 1), where there is one
         if unblocked:
             # One exp over the keys allowed *before* blocking, two normalisers: the unblocked
             # softmax (what the keys would have received) and, after zeroing the blocked keys,
             # the softmax the model actually uses. No extra matmul, no second (c, K) buffer.
-            softmax_(scores, ok)
-            sums.add_unblocked(scores.reshape(shape), 1.0 / scores.sum(dim=-1).reshape(shape[:3]), start, end, k0, k1)
+            scores, sink_num = softmax_with_sink_(scores, ok, sink)
+            z = scores.sum(dim=-1, keepdim=True) + (0.0 if sink_num is None else sink_num)
+            sums.add_unblocked(scores.reshape(shape), 1.0 / z.reshape(shape[:3]), start, end, k0, k1)
             ok_blocked = _per_kv_head(nonempty_rows(allowed[:, :, start:end, k0:k1]), h_kv, rep)
             z = scores.masked_fill_(~ok_blocked, 0.0).sum(dim=-1, keepdim=True)
             if bool((z < 1e-30).any()):
                 # A blocked key held (almost) all the mass: the others underflowed relative to its
                 # score. Rare; redo this chunk's softmax over the allowed keys alone, exactly.
-                scores = softmax_(torch.matmul(q[:, :, :, start:end].float(), k_t[..., k0:k1]).mul_(scaling), ok_blocked)
+                scores, sink_num = softmax_with_sink_(scores_of(start, end, k0, k1), ok_blocked, sink)
                 z = scores.sum(dim=-1, keepdim=True)
+            z = z if sink_num is None else z + sink_num
             probs = scores.div_(z)
         elif lse is not None:
             probs = probs_from_lse_(scores, lse[..., start:end], ok)
         else:
-            probs = softmax_(scores, ok)
-            probs = probs.div_(probs.sum(dim=-1, keepdim=True))  # (B, H_kv, rep, c, K) float32
+            probs, sink_num = softmax_with_sink_(scores, ok, sink)
+            z = probs.sum(dim=-1, keepdim=True)
+            z = z if sink_num is None else z + sink_num
+            probs = probs.div_(z)  # (B, H_kv, rep, c, K) float32
         if out is not None:
             out[:, :, :, start:end] = torch.matmul(probs.to(value.dtype), v[..., k0:k1, :])
         sums.add(probs.reshape(shape), start, end, k0, k1)
+        if sink_num is not None:
+            sums.add_sink((sink_num / z).reshape(shape[:3]), start, end)
         del scores, probs
     sums.store(req, module.layer_idx)
+
+
+# Keyword arguments transformers' attention modules pass that this function implements, and those
+# that say nothing about the attention itself (they ride along in every model's **kwargs). Any
+# other one with a value is refused: computing the attention without it would silently differ.
+IMPLEMENTED = ("scaling", "dropout", "is_causal", "sliding_window", "softcap", "s_aux", "output_attentions", "sinklens")
+PASSIVE = ("position_ids", "cache_position", "use_cache", "output_router_logits", "output_hidden_states",
+           "return_dict", "encoder_hidden_states", "token_type_ids",
+           "deterministic")  # ModernBERT: a flash-attention reproducibility switch
+
+
+@dataclass(frozen=True)
+class Modifiers:
+    """What a layer changes about plain softmax(q k^T * scaling + mask) attention."""
+
+    softcap: float | None = None  # Gemma2: logits -> cap * tanh(logits / cap) before the mask
+    sinks: torch.Tensor | None = None  # (H,) gpt-oss: a learned logit per head that joins the softmax, no value
+
+    @property
+    def sdpa_can(self) -> bool:
+        """sdpa (and so the fused lse and triton kernels) has neither softcapping nor sink logits."""
+        return self.softcap is None and self.sinks is None
+
+
+def modifiers(module: torch.nn.Module, kwargs: dict) -> Modifiers:
+    """The layer's modifiers from the call's kwargs; one line naming any argument we do not implement."""
+    for name, val in kwargs.items():
+        if name in IMPLEMENTED or name in PASSIVE or val is None or val is False:
+            continue
+        shown = f"a {type(val).__name__}" if isinstance(val, torch.Tensor) else repr(val)
+        raise ValueError(f"{type(module).__name__} (layer {getattr(module, 'layer_idx', '?')}) passes {name}={shown} "
+                         "to its attention function, which the sinklens attention does not implement")
+    return Modifiers(softcap=kwargs.get("softcap"), sinks=kwargs.get("s_aux"))
+
+
+def check_window(module: torch.nn.Module, window: int | None, attention_mask: torch.Tensor | None, s_k: int,
+                 is_causal: bool) -> None:
+    """A causal sliding layer's window lives in the mask transformers builds; with no mask every
+    key is seen, which is right only while all keys fit in the window. (A bidirectional layer may
+    hold its window in its cache instead: DiffusionGemma's decoder gets only the last keys.)"""
+    if window is not None and is_causal and attention_mask is None and s_k > window:
+        raise ValueError(f"layer {module.layer_idx} has a sliding window of {window} but got no mask over {s_k} keys: "
+                         "its window would be ignored")
+
+
+def own_eager(module: torch.nn.Module):
+    """The eager attention function of the module's own modeling file: what transformers runs for
+    models sdpa cannot express (softcapping, sink logits)."""
+    eager = getattr(sys.modules.get(type(module).__module__), "eager_attention_forward", None)
+    if eager is None:
+        raise ValueError(f"{type(module).__name__} needs softcapping or sink logits, which sdpa lacks, and its module "
+                         "has no eager_attention_forward to run them")
+    return eager
+
+
+def plain(module, query, key, value, attention_mask, is_causal: bool, mods: Modifiers, **kwargs):
+    """The model's own attention, untouched: transformers' sdpa, or for models sdpa cannot express
+    their modeling file's eager function fed the additive mask transformers' eager mask would be."""
+    if mods.sdpa_can:
+        return sdpa_attention_forward(module, query, key, value, attention_mask, is_causal=is_causal, **kwargs)
+    allowed = allowed_keys(attention_mask, is_causal, query.shape[2], key.shape[2], query.device)
+    if allowed is not None:
+        attention_mask = additive(allowed, query.dtype)
+    out, _ = own_eager(module)(module, query, key, value, attention_mask, **kwargs)
+    return out, None
 
 
 def sinklens_attention(
@@ -133,21 +222,21 @@ def sinklens_attention(
         return with_weights(sinklens_attention, module, query, key, value, attention_mask,
                             scaling=scaling, dropout=dropout, **kwargs)
     req: AttentionRequest | None = kwargs.pop("sinklens", None)
+    mods = modifiers(module, kwargs)
+    b, h, s_q, d = query.shape
+    s_k = key.shape[2]
+    is_causal = kwargs.pop("is_causal", None)
+    is_causal = getattr(module, "is_causal", True) if is_causal is None else is_causal
+    check_window(module, kwargs.get("sliding_window"), attention_mask, s_k, is_causal)
     blocked = req.blocked_for(module.layer_idx) if req is not None else None
     if blocked is not None and req.num_keys is not None:
         blocked = blocked[..., blocked.shape[-1] - key.shape[2]:]  # this layer's keys are the last S_k
     if req is None or (blocked is None and not req.needs_probabilities):
-        return sdpa_attention_forward(
-            module, query, key, value, attention_mask, dropout=dropout, scaling=scaling, **kwargs
-        )
+        return plain(module, query, key, value, attention_mask, is_causal, mods, dropout=dropout, scaling=scaling, **kwargs)
     if dropout > 0.0:
         raise ValueError("sinklens capture/mask modes are for inference; got attention dropout > 0 (model in training mode?)")
 
-    b, h, s_q, d = query.shape
-    s_k = key.shape[2]
     scaling = d**-0.5 if scaling is None else scaling
-    is_causal = kwargs.get("is_causal")
-    is_causal = getattr(module, "is_causal", True) if is_causal is None else is_causal
     allowed = unblocked = allowed_keys(attention_mask, is_causal, s_q, s_k, query.device)
     if blocked is not None:
         if blocked.shape != (b, h, s_k):
@@ -159,24 +248,28 @@ def sinklens_attention(
         attention_mask, is_causal = additive(allowed, query.dtype), False
 
     if not req.needs_probabilities:
-        kwargs["is_causal"] = is_causal
-        return sdpa_attention_forward(module, query, key, value, attention_mask, dropout=dropout, scaling=scaling, **kwargs)
+        return plain(module, query, key, value, attention_mask, is_causal, mods, dropout=dropout, scaling=scaling, **kwargs)
 
     route = choose_route(req, query)
     if route == "triton":
-        out = triton_route.capture(module, query, key, value, attention_mask, scaling, is_causal, blocked, req)
+        out = triton_route.capture(module, query, key, value, attention_mask, scaling, is_causal, blocked, req) \
+            if mods.sdpa_can else None
         if out is not None:
             return out, None
         route = "lse"  # where the kernel does not apply
     if route == "lse":
-        out, lse = fused_sdpa_with_lse(query, key, value, attention_mask, scaling, is_causal)
+        if mods.sdpa_can:
+            out, lse = fused_sdpa_with_lse(query, key, value, attention_mask, scaling, is_causal)
+        else:  # the model's own output (eager); its softmax, with the modifiers, is redone per chunk
+            (out, _), lse = plain(module, query, key, value, attention_mask, is_causal, mods, dropout=dropout,
+                                  scaling=scaling, **kwargs), None
         # a query that may see no key has no finite lse: such chunks take the softmax instead
         _capture(module, query, key, value, allowed, unblocked, scaling, req, None,
-                 None if has_empty_rows(allowed) else lse)
+                 None if has_empty_rows(allowed) else lse, mods)
         return out, None
     h_kv = key.shape[1]
     out = torch.empty(b, h_kv, h // h_kv, s_q, d, dtype=query.dtype, device=query.device)
-    _capture(module, query, key, value, allowed, unblocked, scaling, req, out, None)
+    _capture(module, query, key, value, allowed, unblocked, scaling, req, out, None, mods)
     return out.reshape(b, h, s_q, d).transpose(1, 2).contiguous(), None  # (B, S_q, H, D)
 
 

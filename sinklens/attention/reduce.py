@@ -3,7 +3,7 @@
 Scores arrive in float32 as (B, H_kv, rep, c, K): c queries of the chunk against the K keys
 [k0, k1) some of them can see. Two ways to turn them into probabilities:
 
-- `softmax_`: the row max, then exp (the exact route, and any row whose normaliser is unknown);
+- `softmax_with_sink_`: the row max, then exp (the exact route, and any row whose normaliser is unknown);
 - `probs_from_lse_`: exp(s - lse) with the per-query log-sum-exp a fused sdpa kernel returned
   (the lse route: one pass, no row max, no normaliser).
 
@@ -22,14 +22,24 @@ CLAMP = -80.0
 NEG = torch.finfo(torch.float32).min
 
 
-def softmax_(scores: torch.Tensor, ok: torch.Tensor | None) -> torch.Tensor:
-    """In place: unnormalised softmax numerators exp(s - max over allowed), 0 where not `ok`."""
+def softmax_with_sink_(
+    scores: torch.Tensor, ok: torch.Tensor | None, sink: torch.Tensor | None
+) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """In place: unnormalised softmax numerators exp(s - max over allowed), 0 where not `ok`.
+
+    sink: the logit of a learned sink (gpt-oss), broadcastable to (..., 1): a virtual key that
+    joins the softmax (and the max) but has no value; None = none. Returns (numerators, the
+    sink's numerator exp(sink - max) (..., 1) or None); the normaliser is their sum.
+    """
     if ok is not None:
         scores.masked_fill_(~ok, NEG)  # so that a masked score never wins the max
-    scores.sub_(scores.amax(dim=-1, keepdim=True)).clamp_(min=CLAMP).exp_()
+    top = scores.amax(dim=-1, keepdim=True)  # (..., 1)
+    if sink is not None:
+        top = torch.maximum(top, sink)
+    scores.sub_(top).clamp_(min=CLAMP).exp_()
     if ok is not None:
         scores.masked_fill_(~ok, 0.0)
-    return scores
+    return scores, None if sink is None else (sink - top).exp()
 
 
 def probs_from_lse_(scores: torch.Tensor, lse: torch.Tensor, ok: torch.Tensor | None) -> torch.Tensor:
@@ -46,6 +56,7 @@ class LayerSums:
     """What one layer's capture accumulates, chunk by chunk (all float32)."""
 
     received: torch.Tensor | None  # (B, H, S_k) column sums over (weighted) query rows; None = not asked
+    learned_sink: torch.Tensor | None  # (B, H) what a learned sink logit took, summed over the same rows; None = no sink
     unblocked: torch.Tensor | None  # (B, H, S_k) the same for the softmax before blocking; None = no blocking
     groups: torch.Tensor | None  # (B, G, H, S_k) column sums per query group
     weight: torch.Tensor | None  # (B, S_q) float 1 = real query row, 0 = not; None = every row
@@ -53,7 +64,8 @@ class LayerSums:
     maps: dict[int, torch.Tensor] = field(default_factory=dict)  # head -> (B, S_q, S_k) full map
 
     @classmethod
-    def for_request(cls, req, layer: int, b: int, h: int, s_q: int, s_k: int, unblocked: bool, device):
+    def for_request(cls, req, layer: int, b: int, h: int, s_q: int, s_k: int, unblocked: bool, device,
+                    learned_sink: bool = False):
         zeros = lambda *shape: torch.zeros(*shape, dtype=torch.float32, device=device)  # noqa: E731
         weight = None if req.query_mask is None else req.query_mask.to(device).float()
         group_of = None
@@ -65,6 +77,7 @@ class LayerSums:
                 group_of = group_of * weight[..., None]
         return cls(
             received=zeros(b, h, s_k) if req.capture else None,
+            learned_sink=zeros(b, h) if req.capture and learned_sink else None,
             unblocked=zeros(b, h, s_k) if unblocked else None,
             groups=zeros(b, req.num_groups, h, s_k) if group_of is not None else None,
             weight=weight,
@@ -87,6 +100,12 @@ class LayerSums:
         for hd, m in self.maps.items():
             m[:, start:end, k0:k1] = p[:, hd]
 
+    def add_sink(self, share: torch.Tensor, start: int, end: int) -> None:
+        """Add the learned sink's share (B, H, c) of the chunk's query rows [start, end)."""
+        if self.learned_sink is not None:
+            w = share if self.weight is None else share * self.weight[:, None, start:end]
+            self.learned_sink += w.sum(dim=-1)
+
     def add_unblocked(self, num: torch.Tensor, inv_z: torch.Tensor, start: int, end: int, k0: int, k1: int) -> None:
         """Add the chunk's softmax before blocking: numerators num (B, H, c, K) times 1/Z (B, H, c).
 
@@ -96,4 +115,5 @@ class LayerSums:
         self.unblocked[..., k0:k1] += torch.einsum("bhqk,bhq->bhk", num, w)
 
     def store(self, req, layer: int) -> None:
-        req.record(layer, received=self.received, unblocked=self.unblocked, groups=self.groups, maps=self.maps)
+        req.record(layer, received=self.received, unblocked=self.unblocked, groups=self.groups, maps=self.maps,
+                   learned_sink=self.learned_sink)

@@ -40,6 +40,8 @@ class AttentionRequest:
     # allowed keys before blocking, reduced in the same pass (the masking policy ranks on it).
     _received_unblocked: dict[int, torch.Tensor] = field(default_factory=dict, repr=False)
     maps: dict[tuple[int, int], torch.Tensor] = field(default_factory=dict, repr=False)
+    # Models with learned sink logits (gpt-oss): the share of the softmax each head's sink took.
+    _learned_sink: dict[int, torch.Tensor] = field(default_factory=dict, repr=False)
 
     def __post_init__(self) -> None:
         if self.query_chunk is not None and self.query_chunk < 1:
@@ -64,9 +66,9 @@ class AttentionRequest:
         return self.blocked[layer]
 
     # --- filled by the attention function, one layer at a time ----------------------------
-    def record(self, layer: int, received=None, unblocked=None, groups=None, maps=None) -> None:
+    def record(self, layer: int, received=None, unblocked=None, groups=None, maps=None, learned_sink=None) -> None:
         """Store one layer's captures: received / unblocked (B, H, S_k), groups (B, G, H, S_k),
-        maps {head: (B, S_q, S_k)}; None = not captured."""
+        maps {head: (B, S_q, S_k)}, learned_sink (B, H); None = not captured."""
         if self.num_keys is not None:  # a layer that saw only the last keys: put them at their positions
             align = lambda t: t if t is None else torch.nn.functional.pad(t, (self.num_keys - t.shape[-1], 0))  # noqa: E731
             received, unblocked, groups = align(received), align(unblocked), align(groups)
@@ -79,6 +81,8 @@ class AttentionRequest:
             self._received_groups[layer] = groups
         for head, m in (maps or {}).items():
             self.maps[(layer, head)] = m
+        if learned_sink is not None:
+            self._learned_sink[layer] = learned_sink
 
     # --- read by samplers, traces and masking policies -----------------------------------
     @property
@@ -103,6 +107,7 @@ class AttentionRequest:
         out._received_groups = {l: r[:rows] for l, r in self._received_groups.items()}
         out._received_unblocked = {l: r[:rows] for l, r in self._received_unblocked.items()}
         out.maps = {k: m[:rows] for k, m in self.maps.items()}
+        out._learned_sink = {l: r[:rows] for l, r in self._learned_sink.items()}
         return out
 
     @property
@@ -130,3 +135,13 @@ class AttentionRequest:
         if not self._received_groups:
             return None
         return torch.stack([self._received_groups[l] for l in sorted(self._received_groups)])
+
+    @property
+    def learned_sink(self) -> torch.Tensor | None:
+        """(L, B, H) float32 attention taken by the model's learned sink logits (gpt-oss: a per-head
+        logit that joins the softmax as a key with no value), summed over the same query rows as
+        `received`, so received.sum(-1) + learned_sink = the number of those rows. None for models
+        without learned sinks."""
+        if not self._learned_sink:
+            return None
+        return torch.stack([self._learned_sink[l] for l in sorted(self._learned_sink)])

@@ -1,45 +1,48 @@
-"""Autoregressive models (ARMs) with native transformers classes: Llama and Qwen2 families.
+"""Autoregressive models (ARMs): any transformers `*ForCausalLM` whose attention runs through
+transformers' `AttentionInterface` (Llama, Qwen2/3, Mistral, Gemma2/3, Phi-3, OLMo2, Granite,
+gpt-oss, ...).
 
-Llama-3.x, SmolLM2 (Llama architecture) and Qwen2/2.5 load as they are; only the family
-adapter (special tokens, sampler name, causal) is added. They stay causal.
+One generic adapter instead of one per architecture: the class and config come from transformers'
+own auto mappings for the checkpoint's `model_type` (the family is named after it: "llama",
+"gemma3_text", ...); every attention fact (causal, per-layer sliding windows, scaling, softcapping,
+GQA, learned sinks) is read from the config and the modules' calls at run time
+(sinklens/attention/function.py). Models whose attention does not go through the interface are
+refused at load (loader.check_attention_path). Nothing is mapped: native class, native names.
 """
 from __future__ import annotations
 
 from functools import partial
 
-from transformers import LlamaConfig, LlamaForCausalLM, Qwen2Config, Qwen2ForCausalLM
+import transformers
+from transformers.models.auto.modeling_auto import MODEL_FOR_CAUSAL_LM_MAPPING_NAMES, MODEL_FOR_MASKED_LM_MAPPING_NAMES
 
-from .families import Family, architectures, register_family, special_tokens_from
+from .families import register_generic_family, special_tokens_from
 
-# End-of-turn tokens of the chat formats these families use (Llama 3, ChatML).
-EOT_TOKENS = ("<|eot_id|>", "<|im_end|>")
-
-
-def _matches(model_type: str, arch: str):
-    def matches(config: dict) -> bool:
-        return config.get("model_type") == model_type or arch.lower() in architectures(config)
-
-    return matches
+# End-of-turn tokens of the chat formats of these models (Llama 3, ChatML, Gemma, Phi-3).
+EOT_TOKENS = ("<|eot_id|>", "<|im_end|>", "<end_of_turn>", "<|end|>")
+CAUSAL_LM_CLASSES = frozenset(MODEL_FOR_CAUSAL_LM_MAPPING_NAMES.values())
 
 
-def _arm(name: str, model_class, config_class) -> Family:
-    return register_family(
-        Family(
-            name=name,
-            is_diffusion=False,
-            sampler="arm",
-            model_class=model_class,
-            matches=_matches(name, model_class.__name__),
-            build_config=lambda config: config_class.from_dict(config),
-            special_tokens=partial(special_tokens_from, mask_token=None, eot_tokens=EOT_TOKENS),
-            key_mapping=None,
-            # Left padding as transformers' generate does it: positions cumsum(mask) - 1.
-            padding="shift_positions",
-            shifted_logits=True,
-            attention="causal",
-        )
-    )
+def is_causal_lm(config: dict) -> bool:
+    """A config of a causal LM transformers ships: its architectures name one (LlamaForCausalLM,
+    ...), or, without architectures, its model_type has one and no masked-LM class (BERT has both)."""
+    archs = config.get("architectures") or []
+    if archs:
+        return any(a in CAUSAL_LM_CLASSES for a in archs)
+    model_type = config.get("model_type")
+    return model_type in MODEL_FOR_CAUSAL_LM_MAPPING_NAMES and model_type not in MODEL_FOR_MASKED_LM_MAPPING_NAMES
 
 
-LLAMA = _arm("llama", LlamaForCausalLM, LlamaConfig)
-QWEN2 = _arm("qwen2", Qwen2ForCausalLM, Qwen2Config)
+ARM = register_generic_family(
+    MODEL_FOR_CAUSAL_LM_MAPPING_NAMES,
+    name="arm",
+    is_diffusion=False,
+    sampler="arm",
+    model_class=transformers.AutoModelForCausalLM,  # replaced per checkpoint by for_config
+    matches=is_causal_lm,
+    special_tokens=partial(special_tokens_from, mask_token=None, eot_tokens=EOT_TOKENS),
+    # Left padding as transformers' generate does it: positions cumsum(mask) - 1.
+    padding="shift_positions",
+    shifted_logits=True,
+    attention="causal",
+)

@@ -1,9 +1,11 @@
-"""Encoders (BERT, ModernBERT): transformers-native, bidirectional, no sampler loop.
+"""Encoders (BERT, ModernBERT, ...): any transformers masked-LM architecture, loaded headless,
+bidirectional, no sampler loop.
 
 An encoder reads its input in one forward pass, so its "sampler" is a single capture step
 (`sinklens.samplers.encoder`): a trace with one step whose queries are all real positions,
-analysed and reported like any DLM step. Checkpoints load into the headless `BertModel` /
-`ModernBertModel`; a masked-LM head in the checkpoint (`cls.*`, `head.*`, `decoder.*`) is not
+analysed and reported like any DLM step. Checkpoints load into the headless base class transformers
+maps their model_type to (`BertModel`, `ModernBertModel`, ...; the family is named after the
+model_type); a masked-LM head in the checkpoint (`cls.*`, `head.*`, `decoder.*`) is not
 needed for attention and is dropped, everything else is loaded strictly.
 
 Special ids come from the tokenizer: mask = [MASK], eos = [SEP], pad = [PAD]; [CLS] is written
@@ -14,12 +16,14 @@ from __future__ import annotations
 
 from typing import Any
 
-from transformers import BertConfig, BertModel, ModernBertConfig, ModernBertModel
+import transformers
+from transformers.models.auto.modeling_auto import MODEL_FOR_MASKED_LM_MAPPING_NAMES, MODEL_MAPPING_NAMES
 
-from .families import Family, SpecialTokens, all_ids, architectures, first_id, register_family
+from .arm import is_causal_lm
+from .families import SpecialTokens, all_ids, first_id, register_generic_family
 
 # Masked-LM / pretraining heads a headless encoder does not need (dropped, not an error).
-HEAD_KEYS = r"^(cls\.|head\.|decoder\.|bert\.pooler\.|pooler\.)"
+HEAD_KEYS = r"^(cls\.|head\.|decoder\.|lm_head\.|bert\.pooler\.|pooler\.)"
 
 
 def encoder_special_tokens(config: dict, tokenizer: Any) -> SpecialTokens:
@@ -31,26 +35,21 @@ def encoder_special_tokens(config: dict, tokenizer: Any) -> SpecialTokens:
                          stop_ids=all_ids(sep) if sep is not None else ())
 
 
-def _encoder(name: str, model_class, config_class) -> Family:
-    def matches(config: dict) -> bool:  # model_type, or any BertModel / BertForMaskedLM / ... architecture
-        return config.get("model_type") == name or any(a.startswith(name) for a in architectures(config))
-
-    return register_family(
-        Family(
-            name=name,
-            is_diffusion=False,
-            sampler="encoder",
-            model_class=model_class,
-            matches=matches,
-            build_config=lambda config: config_class.from_dict(config),
-            special_tokens=encoder_special_tokens,
-            key_mapping=None,
-            padding="key_padding",  # absolute / RoPE positions 0..S-1, pads masked as keys
-            attention="bidirectional",
-            ignored_keys=HEAD_KEYS,
-        )
-    )
+def is_encoder(config: dict) -> bool:
+    """A config of an architecture transformers ships a masked-LM class for, saved as anything but
+    a causal LM (BERT's BertLMHeadModel is a decoder)."""
+    return config.get("model_type") in MODEL_FOR_MASKED_LM_MAPPING_NAMES and not is_causal_lm(config)
 
 
-BERT = _encoder("bert", BertModel, BertConfig)
-MODERNBERT = _encoder("modernbert", ModernBertModel, ModernBertConfig)
+ENCODER = register_generic_family(
+    MODEL_MAPPING_NAMES,  # the headless base class (BertModel, ModernBertModel, ...)
+    name="encoder",
+    is_diffusion=False,
+    sampler="encoder",
+    model_class=transformers.AutoModel,  # replaced per checkpoint by for_config
+    matches=is_encoder,
+    special_tokens=encoder_special_tokens,
+    padding="key_padding",  # absolute / RoPE positions 0..S-1, pads masked as keys
+    attention="bidirectional",
+    ignored_keys=HEAD_KEYS,
+)

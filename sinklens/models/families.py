@@ -7,6 +7,7 @@ padding is handled. Nothing here executes code shipped with a checkpoint.
 """
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import MutableMapping
 from dataclasses import dataclass
 from typing import Any, Callable
@@ -27,7 +28,7 @@ class SpecialTokens:
 
 @dataclass(frozen=True)
 class Family:
-    name: str  # "llada" | "mmada" | "dream" | "llama" | "qwen2"
+    name: str  # "llada" | "mmada" | "dream" | "diffusion_gemma"; generic ARMs / encoders: their model_type
     is_diffusion: bool
     sampler: str  # which sampler runs it: "llada" | "dream" | "arm"
     model_class: type[PreTrainedModel]
@@ -56,6 +57,9 @@ class Family:
     # (DiffusionGemma: encode_prefix / decoder_masks / denoise / new_cache). Samplers reach them
     # through `model.family.ops`, never by importing models/ (a higher layer).
     ops: Any = None
+    # A generic adapter (any causal LM, any encoder) specialised to one checkpoint's config: its
+    # name (the model_type) and transformers class. None = this family as registered.
+    for_config: Callable[[dict], "Family"] | None = None
 
     @property
     def causal(self) -> bool:
@@ -86,6 +90,24 @@ def register_family(family: Family) -> Family:
     return family
 
 
+def register_generic_family(mapping: dict[str, str], **facts) -> Family:
+    """Register one adapter for every architecture in `mapping` (transformers' model_type -> class
+    name, e.g. its causal-LM auto mapping), specialised per checkpoint by `for_config`: named after
+    the checkpoint's model_type, on the class the mapping names, its config as transformers ships it."""
+    import transformers
+
+    def for_config(config: dict) -> Family:
+        model_type = config.get("model_type")
+        if model_type not in mapping:
+            raise ValueError(f"unknown architecture: transformers {transformers.__version__} has no {facts['name']} "
+                             f"class for model_type={model_type!r}")
+        return dataclasses.replace(family, name=model_type, model_class=getattr(transformers, mapping[model_type]),
+                                   for_config=None)
+
+    family = Family(build_config=native_config, key_mapping=None, for_config=for_config, **facts)
+    return register_family(family)
+
+
 def get_family(name: str) -> Family:
     if name not in FAMILIES:
         raise ValueError(f"unknown model family {name!r}; known: {sorted(FAMILIES)}")
@@ -96,13 +118,21 @@ def detect_family(config: dict) -> Family:
     """The family of a checkpoint from its config.json dict; ValueError if none matches."""
     for family in FAMILIES.values():
         if family.matches(config):
-            return family
+            return family if family.for_config is None else family.for_config(config)
     raise ValueError(
         "unknown architecture: config.json has model_type="
         f"{config.get('model_type')!r}, architectures={config.get('architectures')!r}; "
         f"sinklens supports the families {list(FAMILIES)} "
-        "(LLaDA/MMaDA -> Llama, Dream -> Qwen2, native Llama/Qwen2 ARMs)"
+        "(LLaDA/MMaDA -> Llama, Dream -> Qwen2, DiffusionGemma; any transformers causal LM or masked-LM "
+        "encoder whose attention goes through its AttentionInterface)"
     )
+
+
+def native_config(config: dict) -> PretrainedConfig:
+    """config.json dict -> the config class transformers ships for its model_type."""
+    from transformers.models.auto.configuration_auto import CONFIG_MAPPING
+
+    return CONFIG_MAPPING[config["model_type"]].from_dict(config)
 
 
 def config_value(config: dict, *keys: str, default: Any = None) -> Any:

