@@ -55,6 +55,10 @@ _REQUIRED = {
 
 
 def is_llada(config: dict) -> bool:
+    # LLaDA-MoE's hub configs also say model_type "llada": their architecture tells them apart
+    # (models/llada_moe.py); so does LLaDA2's `LLaDA2MoeModelLM`.
+    if any("moe" in a for a in architectures(config)):
+        return False
     return config.get("model_type") == "llada" or any("llada" in a for a in architectures(config))
 
 

@@ -61,7 +61,9 @@ class SinkModel:
         which keys each query could see (trace/layout.py, rule/spec.py)."""
         windows = self.attention_windows
         kind = {"causal": "causal", "encoder-decoder": "cache"}.get(self.family.attention, "symmetric")
-        return {"causal": self.family.causal, "windows": windows, "window_kind": kind if windows else None}
+        block = self.family.ops.block_size(self) if self.family.attention == "block-causal" else None
+        return {"causal": self.family.causal, "windows": windows, "window_kind": kind if windows else None,
+                "attention_block": block}
 
     @property
     def device(self) -> torch.device:
@@ -127,6 +129,8 @@ class SinkModel:
         if self.family.attention == "causal" or self.is_diffusion:
             kwargs["use_cache"] = False  # decoders only; encoders take no cache argument
         device = self.device
+        if self.family.attention == "block-causal":  # SDAR: the block-causal mask its training used
+            attention_mask = self.family.ops.forward_mask(self, input_ids.to(device), attention_mask)
         return self.model(
             input_ids=input_ids.to(device),
             attention_mask=None if attention_mask is None else attention_mask.to(device),

@@ -1,0 +1,129 @@
+"""SDAR (JetAstra) -> transformers' Qwen3ForCausalLM under a block-causal mask.
+
+SDAR's remote code is Qwen3's modeling file with three changes, none of them in the weights:
+the attention takes a ready-made mask (block-causal: a position sees its own block and every
+earlier one, blocks of `block_size` counted from position 0), a forward may *read* a KV cache
+without *storing* into it (`store_kv=False`: the denoising forwards of the active block), and
+RMSNorm / unmasked attention run through flash-attn kernels (the same maths as Qwen3's
+RMSNorm and plain sdpa). The parameter names are Qwen3's, so nothing is mapped.
+
+Here the mask is a 4-D bool mask handed to Qwen3 as is, and "read without storing" is a forward
+into a `DynamicCache` that is cropped back afterwards. The sampler (`sinklens/samplers/sdar/`)
+reaches these passes as `model.family.ops`, never by importing this module.
+"""
+from __future__ import annotations
+
+from functools import partial
+from types import SimpleNamespace
+
+import torch
+from transformers import Qwen3Config, Qwen3ForCausalLM
+
+from .families import Family, architectures, config_value, register_family, special_tokens_from
+
+MASK_TOKEN = "<|MASK|>"  # SDAR's generate.py strips this string from the decoded text
+EOT_TOKEN = "<|im_end|>"
+
+
+def is_sdar(config: dict) -> bool:
+    return str(config.get("model_type", "")).lower() == "sdar" or any(a.startswith("sdar") for a in architectures(config))
+
+
+def to_qwen3_config(config: dict) -> Qwen3Config:
+    """SDAR config.json dict -> Qwen3Config. The official attention never applies a sliding
+    window (its sdpa and flash calls take none), so every layer is full attention here too."""
+    if config.get("rope_scaling"):
+        raise ValueError(f"SDAR config rope_scaling={config['rope_scaling']!r} is not supported (expected null)")
+    n_heads = config["num_attention_heads"]
+    qwen = Qwen3Config(
+        vocab_size=config["vocab_size"],
+        hidden_size=config["hidden_size"],
+        intermediate_size=config["intermediate_size"],
+        num_hidden_layers=config["num_hidden_layers"],
+        num_attention_heads=n_heads,
+        num_key_value_heads=config_value(config, "num_key_value_heads", default=n_heads),
+        head_dim=config_value(config, "head_dim", default=config["hidden_size"] // n_heads),
+        hidden_act=config.get("hidden_act", "silu"),
+        max_position_embeddings=config_value(config, "max_position_embeddings", default=32768),
+        rms_norm_eps=config_value(config, "rms_norm_eps", default=1e-6),
+        rope_parameters={"rope_type": "default", "rope_theta": float(config.get("rope_theta", 10000.0))},
+        attention_bias=bool(config.get("attention_bias", False)),
+        tie_word_embeddings=bool(config.get("tie_word_embeddings", False)),
+        use_sliding_window=False,
+        pad_token_id=config.get("pad_token_id"),
+        eos_token_id=config.get("eos_token_id"),
+        bos_token_id=config.get("bos_token_id"),
+        use_cache=False,
+    )
+    qwen.is_causal = False  # every mask is given explicitly (block-causal), never Qwen3's causal one
+    return qwen
+
+
+def block_size(m) -> int:
+    """The block size the checkpoint was trained with (config.json `block_size`; SDAR-*-Chat: 4)."""
+    return int(m.config_dict.get("block_size") or 4)
+
+
+def block_causal_mask(q_pos: torch.Tensor, k_pos: torch.Tensor, block: int,
+                      key_real: torch.Tensor | None = None) -> torch.Tensor:
+    """(B|1, 1, S_q, S_k) bool: query i may see key j iff j's block <= i's block (blocks of `block`
+    from position 0). q_pos (S_q,), k_pos (S_k,) absolute positions; key_real (B, S_k) bool pads."""
+    ok = (k_pos[None, :] // block) <= (q_pos[:, None] // block)  # (S_q, S_k)
+    ok = ok[None, None]
+    if key_real is not None:
+        ok = ok & key_real.bool()[:, None, None, :]
+    return ok
+
+
+def forward_mask(m, input_ids: torch.Tensor, attention_mask: torch.Tensor | None) -> torch.Tensor:
+    """The mask of a full-sequence forward (`SinkModel.forward_logits`): block-causal with the
+    checkpoint's block size, pads masked as keys. (B|1, 1, S, S) bool."""
+    pos = torch.arange(input_ids.shape[1], device=input_ids.device)
+    return block_causal_mask(pos, pos, block_size(m), attention_mask)
+
+
+def new_cache(m):
+    from transformers import DynamicCache
+
+    return DynamicCache(config=m.model.config)
+
+
+@torch.no_grad()
+def forward_block(m, tokens: torch.Tensor, start: int, cache, *, store: bool, block: int,
+                  attention=None) -> torch.Tensor:
+    """One forward of `tokens` (B, S_q) at absolute positions start.., attending to the cached
+    keys [0, start) and to themselves block-causally. store=False leaves the cache as it was (the
+    official `store_kv=False`: read, do not store). Returns the logits (B, S_q, V) in the model's
+    dtype, as the official sampler reads them."""
+    device = m.device
+    s_q = tokens.shape[1]
+    cached = cache.get_seq_length()
+    if cached != start:
+        raise ValueError(f"the cache holds {cached} positions but the block starts at {start}")
+    pos = torch.arange(start, start + s_q, device=device)
+    mask = block_causal_mask(pos, torch.arange(start + s_q, device=device), block)
+    kwargs = {} if attention is None else {"sinklens": attention}
+    out = m.model(input_ids=tokens.to(device), attention_mask=mask, position_ids=pos[None],
+                  past_key_values=cache, use_cache=True, **kwargs)
+    if not store:
+        cache.crop(start)  # drop this forward's keys and values again
+    return out.logits
+
+
+SDAR = register_family(
+    Family(
+        name="sdar",
+        is_diffusion=True,
+        sampler="sdar",
+        model_class=Qwen3ForCausalLM,
+        matches=is_sdar,
+        build_config=to_qwen3_config,
+        special_tokens=partial(special_tokens_from, mask_token=MASK_TOKEN, eot_tokens=(EOT_TOKEN,)),
+        key_mapping=None,  # official names are Qwen3's
+        padding="key_padding",  # generate() takes no padding; forward_logits masks pads as keys only
+        attention="block-causal",
+        tokenizer_fallback="Qwen2TokenizerFast",
+        ops=SimpleNamespace(forward_mask=forward_mask, block_size=block_size, new_cache=new_cache,
+                            forward_block=forward_block),
+    )
+)
