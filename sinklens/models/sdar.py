@@ -106,7 +106,7 @@ def forward_block(m, tokens: torch.Tensor, start: int, cache, *, store: bool, bl
     out = m.model(input_ids=tokens.to(device), attention_mask=mask, position_ids=pos[None],
                   past_key_values=cache, use_cache=True, **kwargs)
     if not store:
-        cache.crop(start)  # drop this forward's keys and values again
+        cache.crop(-s_q)  # drop this forward's keys and values again
     return out.logits
 
 

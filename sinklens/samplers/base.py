@@ -17,6 +17,7 @@ from typing import Any, Iterable
 import torch
 
 from sinklens.attention.request import ROUTES, AttentionRequest
+from sinklens.trace.layout import TraceLayout
 
 QUERY_GROUP_NAMES = ["masked", "unmasked"]  # group ids 0 / 1 of the masked/unmasked split
 
@@ -32,6 +33,9 @@ class StepEvent:
     block: tuple[int, int] | None = None  # LLaDA: (start, end) absolute positions of the current block
     attention_mask: torch.Tensor | None = None  # (B, S) bool real (non-pad) positions
     query_positions: list[torch.Tensor] | None = None  # per row: absolute positions of the query rows
+    # which keys the step's queries could see (block-causal attention, windows), as the trace
+    # records it; None: the model's own facts (SinkModel.attention_layout)
+    layout: TraceLayout | None = None
 
 
 @dataclass

@@ -1,0 +1,36 @@
+"""SDAR sampler settings (torch-free: the command line reads them for its flags)."""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import ClassVar
+
+from sinklens.samplers.configs import SamplerConfig, param, register
+
+STRATEGIES = ("low_confidence_dynamic", "low_confidence_static", "sequential")
+
+
+@register("sdar")
+@dataclass
+class SDARConfig(SamplerConfig):
+    """SDAR's `block_diffusion_generate` (JetAstra/SDAR generate.py): block diffusion with a KV
+    cache, defaults as the official function. Greedy decoding is `top_k=1` (temperature scales the
+    logits and 0 is not allowed, as in the official code)."""
+
+    length_field: ClassVar[str] = "gen_length"  # any length: the canvas is rounded up to whole blocks
+    # the paper's chat setting (SDAR-*-Chat model cards): blocks of 4, 4 steps, greedy
+    PAPER: ClassVar[dict] = dict(block_length=4, denoising_steps=4, top_k=1)
+
+    gen_length: int = param(128, int, "tokens to generate (prompt + this, rounded up to whole blocks)", min=1)
+    block_length: int = param(8, int, "block length (attention blocks from position 0, prompt included)", min=1)
+    denoising_steps: int = param(8, int, "denoising steps per block (at most; a block may finish early)", min=1)
+    temperature: float = param(1.0, float, "sampling temperature (greedy: top_k=1)", gt=0)
+    top_k: int = param(0, int, "sample among the k most likely tokens (0 = all; 1 = greedy)", min=0)
+    top_p: float = param(1.0, float, "nucleus sampling mass (1 = off)", gt=0, max=1)
+    remasking_strategy: str = param("low_confidence_dynamic", str, "which masked positions are committed",
+                                    choices=STRATEGIES)
+    confidence_threshold: float = param(0.85, float, "low_confidence_dynamic: commit every position whose "
+                                        "sampled token has a probability above this")
+    stopping_criteria_idx: int | list[int] | None = param(
+        None, "ids", "stop after a block that holds one of these ids (default: the checkpoint's EOS ids, as the "
+        "official script reads them from generation_config.json; [] = never)")
+    mask_id: int | None = param(None, int, "mask token id (default: the model's)", min=0)

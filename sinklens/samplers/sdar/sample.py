@@ -1,0 +1,200 @@
+"""SDAR's block diffusion sampler with its KV cache (JetAstra/SDAR `block_diffusion_generate`),
+written out step by step so every denoising step can be traced and hooked.
+
+The canvas is the prompt followed by [MASK] up to a whole number of blocks
+(ceil((P + gen_length) / block_length) blocks, counted from position 0: the prompt's last
+partial block is denoised together with the first generated tokens). Attention is block-causal.
+  1. prefill: one forward over the prompt's whole blocks stores their keys and values;
+  2. per remaining block, up to `denoising_steps` denoising forwards of the block alone
+     (queries = the block; keys = the cache + the block; nothing stored): a token is sampled at
+     every block position (temperature, top-k, top-p; confidence = the probability of the
+     *sampled* token) and some masked positions are committed, by the quota of the step
+     (`block_length` spread over the steps, the remainder to the earliest) or the strategy:
+       low_confidence_dynamic  every position above `confidence_threshold`, if at least the
+                               quota; else the quota's most confident
+       low_confidence_static   the quota's most confident
+       sequential              the quota, left to right from the first masked position
+  3. once the block has no [MASK] left, one more forward of the finished block stores its
+     keys and values (so cached K/V come from the block's final tokens);
+  4. stop after a block when any stop id occurs anywhere after the prompt.
+
+Official behaviour kept on purpose (tests/fixtures/sdar):
+- the whole canvas is returned: after a stop, the later blocks are still [MASK] ids, and the
+  canvas may be longer than P + gen_length (whole blocks);
+- the quota is taken by top-k over all block positions: when fewer positions are masked than the
+  quota (the prompt shares the first block), top-k also picks unmasked positions, which are then
+  *rewritten* with the token sampled there (a prompt token or an earlier commit can change);
+- greedy is `top_k=1` (every confidence is then 1.0, so low_confidence_dynamic commits the whole
+  block in one step); temperature 0 is refused (the official code divides by it);
+- one prompt at a time, without padding, as the official function (batch 1).
+
+Trace: one record per denoising forward (prefill and store forwards are not steps). The
+step's tokens are the canvas up to the end of the block (the keys); its query rows are the
+block's (`query_positions`); the layout says block-causal attention in blocks of `block_length`
+from position 0, so the sink rule sees exactly the keys these queries could see.
+Masking: the policy's blocked keys cover the cache and the block; the store forward of a
+finished block keeps the last step's blocked keys, so the cached K/V come from the masked model.
+"""
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+
+from sinklens.attention.request import AttentionRequest
+from sinklens.samplers import base
+from sinklens.samplers.sdar.config import SDARConfig
+from sinklens.trace.layout import TraceLayout
+
+
+def quota(block_length: int, steps: int) -> list[int]:
+    """Positions to commit at each step: block_length spread evenly, the remainder to the earliest."""
+    base_, rest = divmod(block_length, steps)
+    return [base_ + (1 if i < rest else 0) for i in range(steps)]
+
+
+def filter_top_k(logits: torch.Tensor, k: int) -> torch.Tensor:
+    """(N, V): every logit below the k-th largest of its row becomes -inf (ties kept)."""
+    kth = torch.topk(logits, k).values[..., -1:]
+    return logits.masked_fill(logits < kth, float("-inf"))
+
+
+def filter_top_p(logits: torch.Tensor, p: float) -> torch.Tensor:
+    """(N, V): keep the most likely tokens until their mass exceeds p (the token that crosses p stays)."""
+    ordered, order = torch.sort(logits, descending=True)
+    mass = torch.cumsum(F.softmax(ordered, dim=-1), dim=-1)
+    drop = mass > p
+    drop[..., 1:] = drop[..., :-1].clone()  # shift right: the first token past p is kept
+    drop[..., 0] = False
+    return logits.masked_fill(torch.zeros_like(drop).scatter(-1, order, drop), float("-inf"))
+
+
+def draw(logits: torch.Tensor, temperature: float, top_k: int, top_p: float) -> tuple[torch.Tensor, torch.Tensor]:
+    """(B, S, V) -> sampled tokens (B, S) and their probabilities (B, S). One multinomial draw over
+    all B*S rows, in the official order (the RNG stream is part of the result)."""
+    shape, V = logits.shape[:-1], logits.shape[-1]
+    flat = logits.reshape(-1, V)
+    if temperature != 1.0:
+        flat = flat / temperature
+    if top_k > 0:
+        flat = filter_top_k(flat, top_k)
+    if top_p < 1.0:
+        flat = filter_top_p(flat, top_p)
+    probs = F.softmax(flat, dim=-1)
+    token = torch.multinomial(probs, num_samples=1)  # (B*S, 1)
+    return token.view(shape), torch.gather(probs, -1, token).view(shape)
+
+
+def choose(strategy: str, is_masked: torch.Tensor, prob: torch.Tensor, n: int, threshold: float) -> torch.Tensor:
+    """(1, S) bool positions to commit at a step with quota n (see the module docstring)."""
+    transfer = torch.zeros_like(is_masked)
+    row = is_masked[0]
+    if strategy == "sequential":
+        first = int(row.nonzero()[0])
+        transfer[0, first:first + n] = True
+        return transfer
+    confidence = torch.where(is_masked, prob, torch.full_like(prob, float("-inf")))[0]  # (S,)
+    if strategy == "low_confidence_dynamic":
+        high = confidence > threshold
+        if int(high.sum()) >= n:
+            transfer[0] = high
+            return transfer
+    transfer[0, torch.topk(confidence, n).indices] = True  # may reach unmasked positions (quirk above)
+    return transfer
+
+
+def stop_ids(config: SDARConfig, model) -> list[int]:
+    """The ids that end a generation: the config's, else generation_config.json's EOS (as the
+    official script), else the model's stop ids."""
+    if config.stopping_criteria_idx is not None:
+        ids = config.stopping_criteria_idx
+        return [ids] if isinstance(ids, int) else list(ids)
+    gen = getattr(getattr(model, "model", None), "generation_config", None)
+    eos = getattr(gen, "eos_token_id", None)
+    if eos is None:
+        return list(getattr(model, "stop_ids", ()) or ())
+    return [eos] if isinstance(eos, int) else list(eos)
+
+
+@torch.no_grad()
+def sample(model, input_ids, config: SDARConfig, attention_mask=None, *, trace=None, hook=None,
+           capture: base.CaptureOptions | None = None, progress: bool = False) -> base.GenerateOutput:
+    """SDAR generation. input_ids (1, P), no padding."""
+    c = config
+    ops = model.family.ops
+    if ops is None or not hasattr(ops, "forward_block"):
+        raise ValueError(f"the sdar sampler needs an SDAR checkpoint, got family {model.family.name!r}")
+    mask_id = model.mask_id if c.mask_id is None else c.mask_id
+    if mask_id is None:
+        raise ValueError("mask_id is None: the model has no mask token; pass mask_id=...")
+    bl, steps = c.block_length, c.denoising_steps
+    P = torch.as_tensor(input_ids).shape[-1]
+    num_blocks = -(-(P + c.gen_length) // bl)
+    total = num_blocks * bl
+    input_ids, attention_mask = base.check_inputs(input_ids, attention_mask, total, getattr(model, "max_length", None))
+    if input_ids.shape[0] != 1:
+        raise ValueError(f"the sdar sampler takes one prompt at a time (batch 1, as the official code), "
+                         f"got a batch of {input_ids.shape[0]}")
+    if attention_mask is not None and not bool(attention_mask.bool().all()):
+        raise ValueError("the sdar sampler takes no padding (the official code has no attention mask): "
+                         "pass the prompt without pad tokens")
+    stops = stop_ids(c, model)
+    args = {**c.to_dict(), "mask_id": mask_id, "stopping_criteria_idx": stops}
+    device = model.device
+
+    hooks, capture = base.setup_hooks(hook, trace, capture, diffusion=True)
+    layout = TraceLayout(causal=False, prompt_length=P, query_rows="block", attention_block=bl)
+    layout = layout.with_model_facts(model.attention_layout)  # the sampler's block wins over the config's
+    writer = base.open_trace_writer(trace, model, "sdar", args, input_ids, capture, total, layout=layout)
+    all_hooks = base.Hooks(hooks.hooks + ([writer] if writer is not None else []))
+
+    x = torch.full((1, total), mask_id, dtype=torch.long, device=device)  # (1, S) the canvas
+    x[:, :P] = input_ids.to(device)
+    cache = ops.new_cache(model)
+    prefill_blocks = P // bl
+    if prefill_blocks > 0:
+        ops.forward_block(model, x[:, :prefill_blocks * bl], 0, cache, store=True, block=bl)
+    n_per_step = quota(bl, steps)
+    history, step = [], 0
+    with base.run_context(writer, trace, (num_blocks - prefill_blocks) * steps, progress, "sdar") as bar:
+        for nb in range(prefill_blocks, num_blocks):
+            s, e = nb * bl, (nb + 1) * bl
+            cur = x[:, s:e].clone()  # (1, bl) the active block
+            req = None
+            for i in range(steps + 1):
+                is_masked = cur == mask_id  # (1, bl)
+                if not bool(is_masked.any()):
+                    # store the finished block's K/V (with the last step's blocked keys, if any)
+                    store_req = None if req is None or req.blocked is None else AttentionRequest(
+                        blocked=req.blocked, keep_self=req.keep_self)
+                    ops.forward_block(model, cur, s, cache, store=True, block=bl, attention=store_req)
+                    break
+                if i == steps:
+                    raise ValueError(f"block {nb} still holds [MASK] after {steps} denoising steps (a sampled token "
+                                     "was the mask id itself); the official code fails here too")
+                tokens = torch.cat([x[:, :s], cur], dim=1)  # (1, e): the keys of this step
+                masked_all = tokens == mask_id
+                real = torch.ones_like(tokens, dtype=torch.bool)
+                hook_req = all_hooks.before_step(step, tokens, masked_all, real)
+                rows = torch.ones_like(is_masked)  # (1, bl) every block row is a query
+                split = capture is not None and capture.query_groups
+                groups = base.masked_unmasked_groups(is_masked, rows) if split else None
+                req = base.build_request(hook_req, capture, step, rows, groups)
+                logits = ops.forward_block(model, cur, s, cache, store=False, block=bl, attention=req)  # (1, bl, V)
+                x0, prob = draw(logits, c.temperature, c.top_k, c.top_p)
+                transfer = choose(c.remasking_strategy, is_masked, prob, n_per_step[i], c.confidence_threshold)
+                cur[transfer] = x0[transfer]
+                if all_hooks:
+                    all_hooks.after_step(base.StepEvent(
+                        step=step, tokens=tokens, is_masked=masked_all, revealed=F.pad(transfer, (s, 0), value=False),
+                        logits=logits, attention=req, block=(s, e), attention_mask=real,
+                        query_positions=[torch.arange(s, e)], layout=layout))
+                history.append(torch.cat([x[:, :s], cur, x[:, e:]], dim=1))
+                step += 1
+                if bar is not None:
+                    bar.update(1)
+            x[:, s:e] = cur
+            if stops and bool(torch.isin(x[:, P:], torch.tensor(stops, device=device)).any()):
+                break
+    return base.GenerateOutput(sequences=x, history=history, num_steps=step,
+                               trace_path=None if writer is None else writer.path)
+
