@@ -27,6 +27,11 @@ def fixture(name: str) -> dict:
     return json.loads(path.read_text())
 
 
+def local(name: str) -> dict:
+    """A reference fixture committed in tests/fixtures (SDAR, LLaDA-MoE)."""
+    return json.loads((REPO / "tests" / "fixtures" / name / "config.json").read_text())
+
+
 def asset(name: str) -> dict:
     return json.loads((REPO / "sinklens" / "assets" / name / "config.json").read_text())
 
@@ -57,6 +62,11 @@ CONFIGS = {  # id -> (config dict factory, expected family)
                                        "codebook_size": 16}, "mmada"),
     "dream-fixture": (lambda: fixture("dream"), "dream"),
     "dream-variant-config": (lambda: without(fixture("dream"), "mask_token_id"), "dream"),
+    "sdar-fixture": (lambda: local("sdar"), "sdar"),
+    "llada-moe-hub-model-type": (lambda: local("lladamoe"), "llada_moe"),   # model_type "llada"
+    "llada-moe-dllm-model-type": (lambda: {**local("lladamoe"), "model_type": "lladamoe"}, "llada_moe"),
+    "llada-moe-no-architectures": (lambda: {**without(local("lladamoe"), "architectures"), "model_type": "lladamoe"},
+                                   "llada_moe"),
     "tiny-dlm-asset": (lambda: asset("tiny-dlm"), "llada"),
     "tiny-arm-asset": (lambda: asset("tiny-arm"), "llama"),
     "story-arm-asset": (lambda: asset("story-arm-4l"), "llama"),
@@ -94,7 +104,8 @@ def matching_modules(config: dict, home: dict[str, str]) -> set[str]:
 def test_every_family_has_a_home_module():
     home = home_modules()
     assert set(home) == set(FAMILIES)
-    assert set(home.values()) == {f"sinklens.models.{m}" for m in ("arm", "diffusion_gemma", "dream", "encoder", "llada")}
+    assert set(home.values()) == {f"sinklens.models.{m}" for m in ("arm", "diffusion_gemma", "dream", "encoder", "llada",
+                                                                       "llada_moe", "sdar")}
 
 
 @pytest.mark.parametrize("case", list(CONFIGS))

@@ -100,11 +100,12 @@ class SinkMaskingPolicy:
         return self._priority
 
     def rank(self, received: torch.Tensor, *, real: torch.Tensor | None = None, queries: torch.Tensor | None = None,
-             prompt: torch.Tensor | None = None):
+             prompt: torch.Tensor | None = None, visibilities=None):
         """(L, B, H, S) ranking source -> Selection (blocked keys + Eq. 3 sinks) for the next step.
 
         real: (B, S) bool real keys (default all); queries: (B, S) bool summed query rows (default:
-        the family's rule); prompt: (B, S) bool prompt positions (default: this generation's)."""
+        the family's rule); prompt: (B, S) bool prompt positions (default: this generation's);
+        visibilities: per layer, which keys a query could see (default: the model's facts)."""
         L, B, H, S = received.shape
         received = received.float().cpu()
         real = torch.ones(B, S, dtype=torch.bool) if real is None else real.bool().cpu()
@@ -113,7 +114,8 @@ class SinkMaskingPolicy:
         if prompt is None:
             prompt = self._prompt_mask(B, S)
         scope = {"all": real, "prompt": prompt & real, "generated": ~prompt & real}[self.config.scope]
-        cov = torch_rule.coverage(queries.cpu(), real, self.visibilities)   # (L, B, S) keys the rows could see
+        visibilities = self.visibilities if visibilities is None else visibilities
+        cov = torch_rule.coverage(queries.cpu(), real, visibilities)   # (L, B, S) keys the rows could see
         if self.config.sinks == "topk" and self.config.threshold is None and self.config.fraction is None:
             self.check_num_keys(int(real.sum(-1).min()))
         prio = self._priorities(L, B, H, S) if self.config.control == "random" else None
@@ -175,7 +177,11 @@ class SinkMaskingPolicy:
         mask = getattr(event, "attention_mask", None)
         real = torch.ones(B, S, dtype=torch.bool) if mask is None else mask.bool().cpu()
         queries = self._queries(B, S, real, getattr(event, "query_positions", None))
-        return self.rank(source, real=real, queries=queries)
+        # the step's own layout when the sampler states it (SDAR: blocks of its block_length, the
+        # active block's rows), so masking and the report see the same keys; else the model's facts
+        layout = getattr(event, "layout", None)
+        visibilities = None if layout is None else layout.visibilities(self.num_layers)
+        return self.rank(source, real=real, queries=queries, visibilities=visibilities)
 
     # --- what was masked ------------------------------------------------------------------
     def summary(self, categorize=None, top: int = 10) -> dict:

@@ -1,0 +1,174 @@
+"""SDAR: the loader (Qwen3ForCausalLM under a block-causal mask) and the block sampler with its KV
+cache reproduce the official code on a tiny checkpoint in the official format.
+
+Reference: tests/fixtures/sdar, written by JetAstra/SDAR's own modeling file and generate.py
+(see its README); nothing there was produced by sinklens.
+"""
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+import pytest
+import torch
+from safetensors.torch import load_file
+
+import sinklens
+from sinklens.attention import AttentionRequest
+from sinklens.samplers import CaptureOptions
+
+FIXTURE = Path(__file__).resolve().parent / "fixtures" / "sdar"
+CASES = json.loads((FIXTURE / "cases.json").read_text())["cases"]
+GENERATE = [c for c in CASES if c["kind"] == "generate"]
+
+torch.set_num_threads(1)
+
+
+@pytest.fixture(scope="module")
+def m():
+    return sinklens.load(FIXTURE)
+
+
+def test_loads_onto_qwen3_block_causal(m):
+    from transformers import Qwen3ForCausalLM
+
+    assert m.family.name == "sdar" and m.is_diffusion and m.family.sampler == "sdar"
+    assert isinstance(m.model, Qwen3ForCausalLM)
+    assert (m.mask_id, m.eos_id) == (300, 299)                        # from config.json, not hard-coded
+    assert m.attention_layout["attention_block"] == 4                 # config.json block_size
+
+
+def test_forward_logits_are_the_official_block_causal_call(m):
+    """forward_logits uses the checkpoint's block size (4), as generate()'s mask; plain and capture."""
+    ref = load_file(str(FIXTURE / "logits.safetensors"))
+    ids = ref["forward_block4.input_ids"]
+    for req in (None, AttentionRequest(capture=True)):
+        diff = (m.forward_logits(ids, attention=req) - ref["forward_block4.logits"]).abs().max().item()
+        assert diff <= 1e-4
+
+
+@pytest.mark.parametrize("case,block", [("forward_block8_partial", 8), ("forward_full", 10**6)])
+def test_other_blocks_through_the_sampler_pass(m, case, block):
+    """The sampler's own forward (empty cache, nothing stored) with another block size; a block
+    longer than the sequence is the official all-ones (unmasked, flash) call."""
+    ref = load_file(str(FIXTURE / "logits.safetensors"))
+    ids = ref[f"{case}.input_ids"]
+    for req in (None, AttentionRequest(capture=True)):
+        cache = m.family.ops.new_cache(m)
+        logits = m.family.ops.forward_block(m, ids, 0, cache, store=False, block=block, attention=req)
+        assert (logits.float() - ref[f"{case}.logits"]).abs().max().item() <= 1e-4
+        assert cache.get_seq_length() == 0                              # read, not stored
+
+
+def test_block_causal_means_later_blocks_are_unseen(m):
+    ids = torch.arange(10, 26)[None]
+    other = ids.clone()
+    other[0, 8] = 200                                                   # a token of block 2 (positions 8..11)
+    a, b = m.forward_logits(ids), m.forward_logits(other)
+    assert (a[0, :8] - b[0, :8]).abs().max().item() == 0               # blocks 0 and 1 cannot see it
+    assert (a[0, 8:12] - b[0, 8:12]).abs().max().item() > 1e-3         # its own block can
+
+
+def _run(m, case, capture=None, **extra):
+    args = dict(case["arguments"])
+    if args["stopping_criteria_idx"] is None:
+        args["stopping_criteria_idx"] = []                              # the official function's default: never stop
+    torch.manual_seed(case["seed"])
+    return m.generate(torch.tensor(case["input_ids"]), capture=capture, **args, **extra)
+
+
+@pytest.mark.parametrize("capture", [False, True], ids=["plain", "capture"])
+@pytest.mark.parametrize("case", GENERATE, ids=[c["name"] for c in GENERATE])
+def test_generate_token_exact(m, case, capture):
+    out = _run(m, case, CaptureOptions() if capture else None)
+    assert out.sequences.tolist() == case["expected_output_ids"]
+
+
+def test_quirks_of_the_official_sampler_are_kept():
+    by = {c["name"]: c for c in GENERATE}
+    stop = by["greedy_stop"]
+    P = len(stop["input_ids"][0])
+    out = stop["expected_output_ids"][0]
+    # whole blocks after a stop are still [MASK], and the canvas is whole blocks long
+    assert out[-4:] == [300] * 4 and len(out) % stop["arguments"]["block_length"] == 0 and len(out) > P + 16
+
+
+def test_traced_and_untraced_are_token_identical(m, tmp_path):
+    case = next(c for c in GENERATE if c["name"] == "sample_dynamic")
+    plain = _run(m, case)
+    traced = _run(m, case, trace=tmp_path / "sdar.arrow")
+    assert traced.sequences.tolist() == plain.sequences.tolist()
+    t = traced.trace
+    layout = t.meta["layout"]
+    assert layout["attention_block"] == 4 and layout["query_rows"] == "block" and not layout["causal"]
+    assert t.num_steps == traced.num_steps > 0
+    assert t.received(0).shape[-1] == 12                               # keys = cache (8) + active block (4)
+    assert t.received(t.num_steps - 1).shape[-1] == len(case["expected_output_ids"][0])
+
+
+def test_hub_id_from_offline_cache(tmp_path, monkeypatch):
+    import huggingface_hub.constants as hf_constants
+
+    commit = "0123456789abcdef0123456789abcdef01234567"
+    repo = tmp_path / "hub" / "models--JetAstra--SDAR-tiny-Chat"
+    snap = repo / "snapshots" / commit
+    snap.mkdir(parents=True)
+    for f in ("config.json", "generation_config.json", "model.safetensors"):
+        shutil.copy(FIXTURE / f, snap / f)
+    (repo / "refs").mkdir(parents=True)
+    (repo / "refs" / "main").write_text(commit)
+    monkeypatch.setattr(hf_constants, "HF_HUB_CACHE", str(tmp_path / "hub"))
+    monkeypatch.setattr(hf_constants, "HF_HUB_OFFLINE", True)
+    hub = sinklens.load("JetAstra/SDAR-tiny-Chat")
+    assert hub.family.name == "sdar" and hub.source["kind"] == "hub"
+    case = GENERATE[0]
+    assert _run(hub, case).sequences.tolist() == case["expected_output_ids"]
+
+
+@pytest.mark.parametrize("kwargs,message", [
+    (dict(temperature=0.0), "temperature"),
+    (dict(remasking_strategy="entropy_bounded"), "remasking_strategy"),
+])
+def test_bad_settings_are_one_clear_error(m, kwargs, message):
+    with pytest.raises(ValueError, match=message):
+        m.generate(torch.tensor([[1, 2, 3]]), gen_length=4, **kwargs)
+
+
+def test_batch_and_padding_are_refused(m):
+    with pytest.raises(ValueError, match="one prompt at a time"):
+        m.generate(torch.tensor([[1, 2, 3], [4, 5, 6]]), gen_length=4)
+    with pytest.raises(ValueError, match="no padding"):
+        m.generate(torch.tensor([[1, 2, 3]]), attention_mask=torch.tensor([[0, 1, 1]]), gen_length=4)
+
+
+def test_masking_blocks_cached_keys_for_the_active_block(m):
+    """A key blocked by a hook is blocked for the active block's queries even when it lives in the
+    KV cache: it receives exactly 0 there, and the model's logits change; unblocked, it is seen."""
+    blocked_pos = 2                                                     # a prompt key, cached by the prefill
+
+    class BlockOne:
+        wants_attention = True
+
+        def __init__(self, block: bool):
+            self.block, self.received, self.logits = block, [], []
+
+        def before_step(self, step, tokens, is_masked):
+            req = AttentionRequest(capture=True)
+            if self.block:
+                req.blocked = torch.zeros(m.num_layers, 1, m.num_heads, tokens.shape[1], dtype=torch.bool)
+                req.blocked[..., blocked_pos] = True
+            return req
+
+        def after_step(self, event):
+            self.received.append(event.attention.received)          # (L, 1, H, S_k)
+            self.logits.append(event.logits)
+
+    ids = torch.tensor([list(range(20, 28))])                          # two whole blocks: all cached by the prefill
+    kw = dict(gen_length=8, block_length=4, denoising_steps=4, top_k=1, stopping_criteria_idx=[])
+    on, off = BlockOne(True), BlockOne(False)
+    m.generate(ids, hook=on, **kw)
+    m.generate(ids, hook=off, **kw)
+    assert on.received and all(float(r[..., blocked_pos].abs().max()) == 0.0 for r in on.received)
+    assert float(off.received[0][..., blocked_pos].min()) > 0.0
+    assert (on.logits[0] - off.logits[0]).abs().max().item() > 1e-4
