@@ -103,3 +103,42 @@ def test_diffusion_gemma_invisible_keys_receive_nothing(diffusion_gemma, tmp_pat
         np.testing.assert_array_equal(visible, reached)
         cut += int((~visible & d.key_mask).sum())
     assert cut > 0                               # the windows did hide keys (a prefix longer than the window)
+
+
+@pytest.fixture(scope="module")
+def sdar():
+    from pathlib import Path
+
+    return sinklens.load(Path(__file__).resolve().parent / "fixtures" / "sdar")
+
+
+def test_sdar_report_and_masking_agree(sdar, tmp_path):
+    """Block-causal attention with a KV cache: the report (from the trace's layout) and the masking
+    (from each step's layout) count the same visible keys, so their Eq. 3 sinks are one set."""
+    torch.manual_seed(0)
+    ids = torch.randint(0, 298, (1, 10), generator=torch.Generator().manual_seed(3))
+    # blocks of 8 where the checkpoint's config says 4: only the step's own layout gives the right keys
+    report, masking, a = sink_sets(sdar, tmp_path, ids=ids, gen_length=12, block_length=8, denoising_steps=3,
+                                   top_k=1, remasking_strategy="low_confidence_static", stopping_criteria_idx=[])
+    assert report and report == masking
+    assert a.source.layout.attention_block == 8 and a.source.layout.query_rows == "block"
+
+
+def test_sdar_invisible_keys_receive_nothing(sdar):
+    """A block-causal forward whose summed queries are the first block only: the rule's visible
+    keys (Visibility(block=4)) are exactly the keys that received attention; later blocks get 0."""
+    from sinklens.attention import AttentionRequest
+    from sinklens.rule import torch_rule
+    from sinklens.trace.layout import TraceLayout
+
+    ids = torch.arange(20, 36)[None]                                     # 16 positions = 4 blocks
+    for rows in (slice(0, 4), slice(4, 8), slice(0, 12)):
+        q = torch.zeros(1, 16, dtype=torch.bool)
+        q[0, rows] = True
+        req = AttentionRequest(capture=True, query_mask=q)
+        sdar.forward_logits(ids, attention=req)
+        vis = TraceLayout(attention_block=4).visibilities(sdar.num_layers)
+        visible = torch_rule.coverage(q, torch.ones_like(q), vis).visible  # (L, 1, S)
+        reached = req.received.sum(2) > 0                              # (L, 1, S) some head got there
+        assert torch.equal(visible, reached)
+        assert (~visible).any()                                        # later blocks were hidden

@@ -172,3 +172,29 @@ def test_masking_blocks_cached_keys_for_the_active_block(m):
     assert on.received and all(float(r[..., blocked_pos].abs().max()) == 0.0 for r in on.received)
     assert float(off.received[0][..., blocked_pos].min()) > 0.0
     assert (on.logits[0] - off.logits[0]).abs().max().item() > 1e-4
+
+
+def test_masking_ranks_with_the_steps_own_blocks(m):
+    """The policy counts visible keys with the step's layout (blocks of the sampler's
+    block_length), not the checkpoint's block_size: with blocks of 8 on a block-4 checkpoint the
+    two differ, and rank_event follows the step's."""
+    from sinklens.masking.policy import MaskingConfig, SinkMaskingPolicy
+    from sinklens.rule import torch_rule
+
+    events = []
+    ids = torch.randint(0, 298, (1, 10), generator=torch.Generator().manual_seed(3))
+    m.generate(ids, gen_length=12, block_length=8, denoising_steps=3, top_k=1, stopping_criteria_idx=[],
+               capture=CaptureOptions(), hook=events.append)
+    policy = SinkMaskingPolicy(MaskingConfig(mask_k=0, units="uniform_ratio"), num_layers=m.num_layers, model=m)
+    differ = 0
+    for ev in events:
+        real = ev.attention_mask.cpu()
+        queries = policy._queries(*real.shape, real, ev.query_positions)
+        own = ev.layout.visibilities(m.num_layers)
+        seen_own = torch_rule.coverage(queries, real, own).seen
+        seen_model = torch_rule.coverage(queries, real, policy.visibilities).seen
+        differ += int(not torch.equal(seen_own, seen_model))
+        source = ev.attention.received_unblocked
+        expected = policy.rank(source, real=real, queries=queries, visibilities=own).sinks
+        assert torch.equal(policy.rank_event(ev).sinks, expected)
+    assert differ > 0
