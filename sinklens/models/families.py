@@ -47,8 +47,9 @@ class Family:
     shifted_logits: bool = False
     # Who attends to whom: "bidirectional" (LLaDA, Dream, encoders), "causal" (ARMs),
     # "encoder-decoder" (DiffusionGemma: causal prefix encoder, bidirectional canvas decoder);
-    # "block-causal" is reserved for block diffusion (Fast-dLLM v2, SDAR). The trace's `causal`
-    # flag (what the analysis reads) is derived from it.
+    # "block-causal" (SDAR: blocks from position 0; `ops.forward_mask` builds the mask of a full
+    # forward, `ops.block_size` says the block). The trace's `causal` flag (what the analysis
+    # reads) is derived from it.
     attention: str = "bidirectional"
     # Checkpoint parameters the loaded class does not need (regex; e.g. an encoder's MLM head):
     # dropped instead of failing the strict load. None = every parameter must be used.
