@@ -64,3 +64,29 @@ def _inference_mode_per_test():
 
     with torch.no_grad():
         yield
+
+
+@pytest.fixture
+def offline_hub(tmp_path, monkeypatch):
+    """`put(repo_id, folder, files)`: lays `files` of `folder` out as an offline HF cache snapshot of
+    `repo_id` (refs/main -> one commit) and points huggingface_hub at it, offline."""
+    import shutil
+
+    import huggingface_hub.constants as hf_constants
+
+    root = tmp_path / "hub"
+    monkeypatch.setattr(hf_constants, "HF_HUB_CACHE", str(root))
+    monkeypatch.setattr(hf_constants, "HF_HUB_OFFLINE", True)
+
+    def put(repo_id: str, folder, files) -> Path:
+        commit = "0123456789abcdef0123456789abcdef01234567"
+        repo = root / ("models--" + repo_id.replace("/", "--"))
+        snap = repo / "snapshots" / commit
+        snap.mkdir(parents=True)
+        for f in files:
+            shutil.copy(Path(folder) / f, snap / f)
+        (repo / "refs").mkdir()
+        (repo / "refs" / "main").write_text(commit)
+        return snap
+
+    return put

@@ -92,19 +92,8 @@ def test_traced_and_untraced_are_token_identical(m, tmp_path):
     assert traced.trace.meta["family"] == "llada_moe" and traced.trace.num_steps == 16
 
 
-def test_hub_id_from_offline_cache(tmp_path, monkeypatch):
-    import huggingface_hub.constants as hf_constants
-
-    commit = "89abcdef0123456789abcdef0123456789abcdef"
-    repo = tmp_path / "hub" / "models--inclusionAI--LLaDA-MoE-tiny-Instruct"
-    snap = repo / "snapshots" / commit
-    snap.mkdir(parents=True)
-    for f in ("config.json", "model.safetensors"):
-        shutil.copy(FIXTURE / f, snap / f)
-    (repo / "refs").mkdir(parents=True)
-    (repo / "refs" / "main").write_text(commit)
-    monkeypatch.setattr(hf_constants, "HF_HUB_CACHE", str(tmp_path / "hub"))
-    monkeypatch.setattr(hf_constants, "HF_HUB_OFFLINE", True)
+def test_hub_id_from_offline_cache(offline_hub):
+    offline_hub("inclusionAI/LLaDA-MoE-tiny-Instruct", FIXTURE, ("config.json", "model.safetensors"))
     hub = sinklens.load("inclusionAI/LLaDA-MoE-tiny-Instruct")
     assert hub.family.name == "llada_moe" and hub.source["kind"] == "hub"
     assert _run(hub, GENERATE[0]).sequences.tolist() == GENERATE[0]["expected_output_ids"]

@@ -7,7 +7,6 @@ Reference: tests/fixtures/sdar, written by JetAstra/SDAR's own modeling file and
 from __future__ import annotations
 
 import json
-import shutil
 from pathlib import Path
 
 import pytest
@@ -107,19 +106,8 @@ def test_traced_and_untraced_are_token_identical(m, tmp_path):
     assert t.received(t.num_steps - 1).shape[-1] == len(case["expected_output_ids"][0])
 
 
-def test_hub_id_from_offline_cache(tmp_path, monkeypatch):
-    import huggingface_hub.constants as hf_constants
-
-    commit = "0123456789abcdef0123456789abcdef01234567"
-    repo = tmp_path / "hub" / "models--JetAstra--SDAR-tiny-Chat"
-    snap = repo / "snapshots" / commit
-    snap.mkdir(parents=True)
-    for f in ("config.json", "generation_config.json", "model.safetensors"):
-        shutil.copy(FIXTURE / f, snap / f)
-    (repo / "refs").mkdir(parents=True)
-    (repo / "refs" / "main").write_text(commit)
-    monkeypatch.setattr(hf_constants, "HF_HUB_CACHE", str(tmp_path / "hub"))
-    monkeypatch.setattr(hf_constants, "HF_HUB_OFFLINE", True)
+def test_hub_id_from_offline_cache(offline_hub):
+    offline_hub("JetAstra/SDAR-tiny-Chat", FIXTURE, ("config.json", "generation_config.json", "model.safetensors"))
     hub = sinklens.load("JetAstra/SDAR-tiny-Chat")
     assert hub.family.name == "sdar" and hub.source["kind"] == "hub"
     case = GENERATE[0]

@@ -10,7 +10,7 @@ from functools import partial
 
 from transformers import Qwen2Config, Qwen2ForCausalLM
 
-from .families import Family, architectures, config_value, register_family, special_tokens_from
+from .families import Family, architectures, decoder_kwargs, register_family, special_tokens_from
 
 MASK_TOKEN = "<|mask|>"
 EOT_TOKEN = "<|im_end|>"
@@ -26,25 +26,8 @@ def to_qwen2_config(config: dict) -> Qwen2Config:
         raise ValueError("Dream config has use_sliding_window=true; sinklens supports full attention only")
     if config.get("rope_scaling"):
         raise ValueError(f"Dream config rope_scaling={config['rope_scaling']!r} is not supported (expected null)")
-    n_heads = config["num_attention_heads"]
-    qwen = Qwen2Config(
-        vocab_size=config["vocab_size"],
-        hidden_size=config["hidden_size"],
-        intermediate_size=config["intermediate_size"],
-        num_hidden_layers=config["num_hidden_layers"],
-        num_attention_heads=n_heads,
-        num_key_value_heads=config_value(config, "num_key_value_heads", default=n_heads),
-        hidden_act=config.get("hidden_act", "silu"),
-        max_position_embeddings=config_value(config, "max_position_embeddings", default=32768),
-        rms_norm_eps=config_value(config, "rms_norm_eps", default=1e-6),
-        rope_parameters={"rope_type": "default", "rope_theta": float(config.get("rope_theta", 10000.0))},
-        tie_word_embeddings=bool(config.get("tie_word_embeddings", False)),
-        use_sliding_window=False,
-        pad_token_id=config.get("pad_token_id"),
-        eos_token_id=config.get("eos_token_id"),
-        bos_token_id=config.get("bos_token_id"),
-        use_cache=False,
-    )
+    qwen = Qwen2Config(intermediate_size=config["intermediate_size"],
+                       **decoder_kwargs(config, max_positions=32768, eps=1e-6))
     qwen.is_causal = False  # DLM
     return qwen
 

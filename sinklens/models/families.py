@@ -144,6 +144,31 @@ def config_value(config: dict, *keys: str, default: Any = None) -> Any:
     return default
 
 
+def decoder_kwargs(config: dict, *, max_positions: int, eps: float) -> dict:
+    """The keyword arguments every Qwen-style decoder config takes, read from a checkpoint whose
+    config.json uses transformers' own key names (Dream, SDAR, LLaDA-MoE); `max_positions` and
+    `eps` are the family's defaults where the checkpoint leaves them out. No sliding window, no
+    cache by default (DLMs); the MLP sizes are the caller's (they differ per family)."""
+    n_heads = config["num_attention_heads"]
+    return dict(
+        vocab_size=config["vocab_size"],
+        hidden_size=config["hidden_size"],
+        num_hidden_layers=config["num_hidden_layers"],
+        num_attention_heads=n_heads,
+        num_key_value_heads=config_value(config, "num_key_value_heads", default=n_heads),
+        hidden_act=config.get("hidden_act", "silu"),
+        max_position_embeddings=config_value(config, "max_position_embeddings", default=max_positions),
+        rms_norm_eps=config_value(config, "rms_norm_eps", default=eps),
+        rope_parameters={"rope_type": "default", "rope_theta": float(config.get("rope_theta", 10000.0))},
+        tie_word_embeddings=bool(config.get("tie_word_embeddings", False)),
+        use_sliding_window=False,
+        pad_token_id=config.get("pad_token_id"),
+        eos_token_id=config.get("eos_token_id"),
+        bos_token_id=config.get("bos_token_id"),
+        use_cache=False,
+    )
+
+
 def architectures(config: dict) -> list[str]:
     return [a.lower() for a in (config.get("architectures") or [])]
 

@@ -19,7 +19,7 @@ from functools import partial
 
 from transformers import Qwen3MoeConfig, Qwen3MoeForCausalLM
 
-from .families import Family, architectures, config_value, register_family, special_tokens_from
+from .families import Family, architectures, decoder_kwargs, register_family, special_tokens_from
 
 MASK_TOKEN = "<|mask|>"  # the model card passes mask_id=156895; config.json names no mask id
 EOT_TOKEN = "<|role_end|>"
@@ -54,32 +54,17 @@ def to_qwen3_moe_config(config: dict) -> Qwen3MoeConfig:
     freq = config.get("moe_layer_freq") or [1] * layers
     if len(freq) != layers:
         raise ValueError(f"LLaDA-MoE config moe_layer_freq has {len(freq)} entries for {layers} layers")
-    n_heads = config["num_attention_heads"]
     qwen = Qwen3MoeConfig(
-        vocab_size=config["vocab_size"],
-        hidden_size=config["hidden_size"],
         intermediate_size=config["dense_intermediate_size"],  # the dense layers' MLP
         moe_intermediate_size=config["expert_intermediate_size"],
-        num_hidden_layers=layers,
-        num_attention_heads=n_heads,
-        num_key_value_heads=config_value(config, "num_key_value_heads", default=n_heads),
-        head_dim=config["hidden_size"] // n_heads,
-        hidden_act=config.get("hidden_act", "silu"),
-        max_position_embeddings=config_value(config, "max_position_embeddings", default=4096),
-        rms_norm_eps=config_value(config, "rms_norm_eps", default=1e-5),
-        rope_parameters={"rope_type": "default", "rope_theta": float(config["rope_theta"])},
+        head_dim=config["hidden_size"] // config["num_attention_heads"],
         attention_bias=bool(config.get("attention_bias", False)),
         num_experts=config["num_experts"],
         num_experts_per_tok=config["num_experts_per_tok"],
         norm_topk_prob=False,
         decoder_sparse_step=1,
         mlp_only_layers=[i for i, f in enumerate(freq) if f == 0],
-        tie_word_embeddings=bool(config.get("tie_word_embeddings", False)),
-        use_sliding_window=False,
-        pad_token_id=config.get("pad_token_id"),
-        eos_token_id=config.get("eos_token_id"),
-        bos_token_id=config.get("bos_token_id"),
-        use_cache=False,
+        **decoder_kwargs(config, max_positions=4096, eps=1e-5),
     )
     qwen.is_causal = False  # DLM: every token attends to every token
     return qwen

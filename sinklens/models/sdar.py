@@ -19,7 +19,7 @@ from types import SimpleNamespace
 import torch
 from transformers import Qwen3Config, Qwen3ForCausalLM
 
-from .families import Family, architectures, config_value, register_family, special_tokens_from
+from .families import Family, architectures, config_value, decoder_kwargs, register_family, special_tokens_from
 
 MASK_TOKEN = "<|MASK|>"  # SDAR's generate.py strips this string from the decoded text
 EOT_TOKEN = "<|im_end|>"
@@ -34,26 +34,11 @@ def to_qwen3_config(config: dict) -> Qwen3Config:
     window (its sdpa and flash calls take none), so every layer is full attention here too."""
     if config.get("rope_scaling"):
         raise ValueError(f"SDAR config rope_scaling={config['rope_scaling']!r} is not supported (expected null)")
-    n_heads = config["num_attention_heads"]
     qwen = Qwen3Config(
-        vocab_size=config["vocab_size"],
-        hidden_size=config["hidden_size"],
         intermediate_size=config["intermediate_size"],
-        num_hidden_layers=config["num_hidden_layers"],
-        num_attention_heads=n_heads,
-        num_key_value_heads=config_value(config, "num_key_value_heads", default=n_heads),
-        head_dim=config_value(config, "head_dim", default=config["hidden_size"] // n_heads),
-        hidden_act=config.get("hidden_act", "silu"),
-        max_position_embeddings=config_value(config, "max_position_embeddings", default=32768),
-        rms_norm_eps=config_value(config, "rms_norm_eps", default=1e-6),
-        rope_parameters={"rope_type": "default", "rope_theta": float(config.get("rope_theta", 10000.0))},
+        head_dim=config_value(config, "head_dim", default=config["hidden_size"] // config["num_attention_heads"]),
         attention_bias=bool(config.get("attention_bias", False)),
-        tie_word_embeddings=bool(config.get("tie_word_embeddings", False)),
-        use_sliding_window=False,
-        pad_token_id=config.get("pad_token_id"),
-        eos_token_id=config.get("eos_token_id"),
-        bos_token_id=config.get("bos_token_id"),
-        use_cache=False,
+        **decoder_kwargs(config, max_positions=32768, eps=1e-6),
     )
     qwen.is_causal = False  # every mask is given explicitly (block-causal), never Qwen3's causal one
     return qwen
