@@ -48,8 +48,8 @@ from sinklens.trace.layout import TraceLayout
 
 def quota(block_length: int, steps: int) -> list[int]:
     """Positions to commit at each step: block_length spread evenly, the remainder to the earliest."""
-    base_, rest = divmod(block_length, steps)
-    return [base_ + (1 if i < rest else 0) for i in range(steps)]
+    each, rest = divmod(block_length, steps)
+    return [each + (1 if i < rest else 0) for i in range(steps)]
 
 
 def filter_top_k(logits: torch.Tensor, k: int) -> torch.Tensor:
