@@ -84,13 +84,16 @@ def test_generate_token_exact(m, case, capture):
     assert out.sequences.tolist() == case["expected_output_ids"]
 
 
-def test_quirks_of_the_official_sampler_are_kept():
-    by = {c["name"]: c for c in GENERATE}
-    stop = by["greedy_stop"]
-    P = len(stop["input_ids"][0])
-    out = stop["expected_output_ids"][0]
-    # whole blocks after a stop are still [MASK], and the canvas is whole blocks long
-    assert out[-4:] == [300] * 4 and len(out) % stop["arguments"]["block_length"] == 0 and len(out) > P + 16
+def test_stop_returns_the_whole_canvas_with_masks(m):
+    """As the official function: after a stop the later blocks stay [MASK] and the canvas is whole
+    blocks long, longer than prompt + gen_length; [] never stops."""
+    case = next(c for c in GENERATE if c["name"] == "greedy_stop")
+    P, block = len(case["input_ids"][0]), case["arguments"]["block_length"]
+    out = _run(m, case).sequences[0].tolist()
+    assert out[-block:] == [m.mask_id] * block and len(out) % block == 0 and len(out) > P + 16
+    never = dict(case["arguments"], stopping_criteria_idx=[])
+    torch.manual_seed(0)
+    assert m.mask_id not in m.generate(torch.tensor(case["input_ids"]), **never).sequences[0].tolist()
 
 
 def test_traced_and_untraced_are_token_identical(m, tmp_path):
@@ -186,3 +189,24 @@ def test_masking_ranks_with_the_steps_own_blocks(m):
         expected = policy.rank(source, real=real, queries=queries, visibilities=own).sinks
         assert torch.equal(policy.rank_event(ev).sinks, expected)
     assert differ > 0
+
+
+def test_sink_masking_policy_blocks_cached_sinks(m):
+    """End to end with the masking policy: the keys it blocks at a step (ranked on the previous
+    step, the cache included) receive exactly 0 from the active block's queries, and some of them
+    are cached keys (before the active block)."""
+    from sinklens.masking.policy import MaskingConfig, SinkMaskingPolicy
+
+    seen = []
+    policy = SinkMaskingPolicy(MaskingConfig(mask_k=1), num_layers=m.num_layers, model=m)
+    ids = torch.randint(0, 298, (1, 9), generator=torch.Generator().manual_seed(4))
+    m.generate(ids, gen_length=12, block_length=4, denoising_steps=4, stopping_criteria_idx=[], hook=[policy, seen.append],
+               capture=CaptureOptions(received_dtype="float32"))
+    cached = 0
+    for ev in seen:
+        blocked = ev.attention.blocked
+        if blocked is None:
+            continue
+        assert float(ev.attention.received.cpu()[blocked.cpu()].abs().max()) == 0.0
+        cached += int(blocked[..., :ev.block[0]].sum())
+    assert cached > 0
