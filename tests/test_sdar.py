@@ -210,3 +210,11 @@ def test_sink_masking_policy_blocks_cached_sinks(m):
         assert float(ev.attention.received.cpu()[blocked.cpu()].abs().max()) == 0.0
         cached += int(blocked[..., :ev.block[0]].sum())
     assert cached > 0
+
+
+def test_sdar_moe_is_not_claimed():
+    """SDAR's MoE variant is another architecture: refused by name, not loaded into dense Qwen3."""
+    from sinklens.models.families import detect_family
+
+    with pytest.raises(ValueError, match="unknown architecture"):
+        detect_family({"model_type": "sdar_moe", "architectures": ["SDARMoeForCausalLM"]})

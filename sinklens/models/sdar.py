@@ -26,6 +26,9 @@ EOT_TOKEN = "<|im_end|>"
 
 
 def is_sdar(config: dict) -> bool:
+    # the dense SDAR models only: SDAR's MoE variant is another architecture (not mapped here)
+    if any("moe" in a for a in architectures(config)):
+        return False
     return str(config.get("model_type", "")).lower() == "sdar" or any(a.startswith("sdar") for a in architectures(config))
 
 
