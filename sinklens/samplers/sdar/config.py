@@ -32,5 +32,5 @@ class SDARConfig(SamplerConfig):
                                         "sampled token has a probability above this")
     stopping_criteria_idx: int | list[int] | None = param(
         None, "ids", "stop after a block that holds one of these ids (default: the checkpoint's EOS ids, as the "
-        "official script reads them from generation_config.json; [] = never)")
+        "official script reads them from generation_config.json; from Python, [] never stops)")
     mask_id: int | None = param(None, int, "mask token id (default: the model's)", min=0)
