@@ -40,8 +40,7 @@ _REQUIRED = {
     "qk_layernorm": (True,),
     "clip_qkv": (None,),
     "rope_scaling": (None,),
-    "norm_topk_prob": (None, False),  # the remote code hard-codes False whatever the config says
-}
+}  # `norm_topk_prob` is not among them: the remote code hard-codes False whatever the config says
 
 
 def to_qwen3_moe_config(config: dict) -> Qwen3MoeConfig:
