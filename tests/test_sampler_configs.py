@@ -79,3 +79,15 @@ def test_a_registered_sampler_gets_its_flags_without_any_cli_edit(monkeypatch):
     assert p.parse_args(["--canvas-temperature", "2"]).canvas_temperature == 2.0
     with pytest.raises(argparse.ArgumentError, match=r"must be > 0, got -1.0"):
         p.parse_args(["--canvas-temperature", "-1"])
+
+
+def test_eval_sampler_args_allowed_by_any_sampler_with_that_field():
+    """`temperature` is >= 0 for LLaDA but > 0 for SDAR: before the model is known, eval accepts a
+    value some sampler allows, and still refuses one that none allows."""
+    import pytest
+
+    from sinklens.eval.config import check_sampler_args
+
+    check_sampler_args({"temperature": 0.0, "top_k": 0})
+    with pytest.raises(ValueError, match="temperature"):
+        check_sampler_args({"temperature": -1.0})

@@ -134,8 +134,19 @@ def check_sampler_args(args: dict) -> None:
     sampler runs is known only once the model is loaded; `sampler_settings` checks the rest)."""
     from sinklens.samplers.configs import SAMPLERS
 
-    known = {f.name: f for cls in SAMPLERS.values() for f in fields(cls)}
+    known: dict[str, list] = {}  # name -> that field in every sampler having it (ranges may differ)
+    for cls in SAMPLERS.values():
+        for f in fields(cls):
+            known.setdefault(f.name, []).append(f)
     for name, value in args.items():
         if name not in known:
             raise ValueError(f"unknown sampler argument {name!r}; known: {sorted(known)}")
-        check_value(name, value, known[name].metadata)
+        errors = []
+        for f in known[name]:  # allowed by one sampler is enough here
+            try:
+                check_value(name, value, f.metadata)
+                break
+            except ValueError as err:
+                errors.append(err)
+        else:
+            raise errors[0]
