@@ -55,3 +55,13 @@ def test_trace_report_and_masked_eval(tmp_path, name, flags):
                  "--mask-control", "random", *flags, "--out", str(out), "-q"]) == 0
     rows = [json.loads(line) for p in out.rglob("*.jsonl") for line in p.read_text().splitlines() if line.strip()]
     assert len(rows) >= 4                                                # 2 problems x K in {0, 1}
+
+
+def test_a_shared_flag_takes_each_samplers_range(capsys):
+    """--top-k is >= 1 for an ARM and >= 0 for SDAR: 0 reaches SDAR, -1 is one error line."""
+    sdar = str(FIXTURES / "sdar")
+    common = ["--input-ids", "1,2,3", "--gen-length", "4", "--block-length", "4", "--denoising-steps", "2", "-q"]
+    assert main(["generate", "--model", sdar, "--top-k", "0", *common]) == 0
+    capsys.readouterr()
+    assert main(["generate", "--model", sdar, "--top-k", "-1", *common]) == 2
+    assert "top_k must be an integer >= 0" in capsys.readouterr().err

@@ -41,7 +41,11 @@ def add_sampler_flags(parser: argparse.ArgumentParser, exclude: tuple[str, ...] 
         meta = {**uses[0][1].metadata, "old_flags": old}
         helps = {f.metadata["help"] for _, f in uses}
         text = helps.pop() if len(helps) == 1 else "; ".join(f"{s}: {f.metadata['help']}" for s, f in uses)
-        if meta["type"] is not bool and not meta["choices"]:
+        ranges = {expected(f.metadata) for _, f in uses}
+        if len(ranges) > 1:  # samplers differ (top_k: >= 1 for an ARM, >= 0 for SDAR): each config checks its own
+            meta.update(min=None, gt=None, max=None, lt=None)
+            text += "; " + ", ".join(f"{s}: {expected(f.metadata)}" for s, f in uses)
+        elif meta["type"] is not bool and not meta["choices"]:
             text += f"; {expected(meta)}"
         text += " [official default " + ", ".join(f"{s}: {'unset' if f.default is None else f.default}"
                                                   for s, f in uses) + "]"
