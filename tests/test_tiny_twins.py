@@ -77,18 +77,25 @@ def test_replicate_writes_table_and_dynamics(tmp_path):
     from sinklens.eval.summary import find_runs, summarize_run
     from sinklens.experiments.replicate import replicate
     res = replicate(tmp_path, n=2, mask_topk=(0, 1), progress=False, n_traces=3)
-    rows = [(summarize_run(r), Path(r).name) for r in find_runs([str(tmp_path / "eval")])]
-    # every masked row has its random-key control beside it
-    assert sorted((r["model"], r["mask_topk"], name, r["n"]) for r, name in rows) == [
-        ("tiny-arm", 0, "k0", 2), ("tiny-arm", 1, "k1", 2), ("tiny-arm", 1, "k1-random", 2),
-        ("tiny-dlm", 0, "k0", 2), ("tiny-dlm", 1, "k1", 2), ("tiny-dlm", 1, "k1-random", 2)]
-    for r, name in rows:
+    runs = find_runs([str(tmp_path / "eval")])
+    rows = [(summarize_run(r), Path(r).name, Path(r).parts[-4]) for r in runs]      # .../eval/<protocol>/<model>/arith/kK
+    # both protocols, one shared unmasked run; every masked row has its random-key control beside it
+    assert sorted((proto, r["model"], r["mask_topk"], name, r["n"]) for r, name, proto in rows) == [
+        ("eq3", "tiny-arm", 1, "k1", 2), ("eq3", "tiny-arm", 1, "k1-random", 2),
+        ("eq3", "tiny-dlm", 1, "k1", 2), ("eq3", "tiny-dlm", 1, "k1-random", 2),
+        ("topk", "tiny-arm", 0, "k0", 2), ("topk", "tiny-arm", 1, "k1", 2), ("topk", "tiny-arm", 1, "k1-random", 2),
+        ("topk", "tiny-dlm", 0, "k0", 2), ("topk", "tiny-dlm", 1, "k1", 2), ("topk", "tiny-dlm", 1, "k1-random", 2)]
+    for r, name, proto in rows:
         recs = [json.loads(line) for line in open(Path(r["run_dir"]) / "samples.jsonl")]
         for rec in recs:                       # what was blocked is recorded per sample
             if name == "k1-random" and rec["masked"]["blocked_entries"]:
                 assert rec["masked"]["eq3_sink_share"] == 0.0
             if name == "k1" and rec["masked"]["blocked_entries"]:
-                assert rec["masked"]["eq3_sink_share"] == 1.0 and "category_share" in rec["masked"]
+                assert "category_share" in rec["masked"]
+                if proto == "eq3":             # the stricter protocol blocks Eq. 3 sinks only
+                    assert rec["masked"]["eq3_sink_share"] == 1.0
+    table = res["summary_md"]                     # the Table 1 markdown of both protocols
+    assert "sinks=topk" in table and "sinks=eq3" in table
     assert Path(res["report"]).is_file() and Path(res["persistence_md"]).is_file()
     dyn = {(r["model"], r["units"]): r for r in res["rows"]}
     assert set(dyn) == {("tiny-dlm", "scaled_sum"), ("tiny-arm", "scaled_sum"), ("tiny-arm", "uniform_ratio")}
