@@ -221,6 +221,56 @@ def test_bad_input_is_one_line_with_the_right_exit_status(bad_inputs, fixtures_d
     assert not failures, "\n".join(failures)
 
 
+def test_mistakes_are_answered_before_torch_is_imported(tmp_path):
+    """Typos in the model name, task, data, dtype or sampler flags, and offline GSM8K without
+    --data: one line, exit 2, within a second or so, and torch never imported (no model load,
+    no hub retries)."""
+    gsm8k = str(REPO / ".." / "shared" / "data" / "gsm8k" / "test.jsonl")
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    (tmp_path / "w.bin").write_bytes(b"x")
+    out = str(tmp_path / "o")
+    cases = [
+        (["generate", "--model", "no-such-model-anywhere", "--prompt", "hi"], "neither an alias"),
+        (["generate", "--model", "./missing.gguf", "--prompt", "hi"], "no such file or folder"),
+        (["generate", "--model", str(empty), "--prompt", "hi"], "neither a config.json nor a .gguf"),
+        (["trace", "--model", str(tmp_path / "w.bin"), "--prompt", "hi", "--out", out], "is a file"),
+        (["trace", "--model", "someone/not-cached", "--prompt", "hi", "--out", out], "cannot be fetched"),
+        (["generate", "--model", "tiny-dlm", "--prompt", "hi", "--dtype", "fp8"], "--dtype 'fp8'"),
+        (["generate", "--model", "tiny-dlm", "--prompt", "hi", "--gen-length", "8", "--max-new-tokens", "8"],
+         "belong to different samplers"),
+        (["eval", "--model", "tiny-dlm", "--task", "gsm9k", "--out", out], "unknown task 'gsm9k'"),
+        (["eval", "--model", "nope", "--task", "gsm8k", "--data", gsm8k, "--out", out], "neither an alias"),
+        (["eval", "--model", "tiny-dlm", "--task", "gsm8k", "--data", "no.jsonl", "--out", out], "no.jsonl"),
+        (["eval", "--model", "tiny-dlm", "--task", "gsm8k", "--out", out], "not available offline"),
+    ]
+    probe = ("import sys, time\n"
+             "from sinklens.cli import main\n"
+             "for argv in ARGVS:\n"
+             "    t = time.perf_counter()\n"
+             "    code = main(argv)\n"
+             "    print(code, round(time.perf_counter() - t, 2), 'torch' in sys.modules, flush=True)\n")
+    env = {**_env(), "HF_HUB_OFFLINE": "1", "HF_HOME": str(tmp_path / "hf")}   # offline, empty caches
+    run = subprocess.run([sys.executable, "-c", f"ARGVS = {[a for a, _ in cases]!r}\n" + probe], env=env,
+                         capture_output=True, text=True, timeout=120)
+    results = run.stdout.split("\n")[:len(cases)]
+    errors = run.stderr.strip().splitlines()
+    assert len(results) == len(errors) == len(cases), run.stdout + run.stderr
+    for (argv, text), result, err in zip(cases, results, errors):
+        code, seconds, torch_imported = result.split()
+        assert code == "2" and torch_imported == "False" and text in err, (argv, result, err)
+        assert float(seconds) < 2.0, (argv, seconds)         # torch alone takes longer to import
+    assert not Path(out).exists()
+
+
+def test_precheck_knows_the_loaders_aliases_and_dtypes():
+    from sinklens.cli import precheck
+    from sinklens.models.loader import ALIASES, DTYPES
+
+    assert set(precheck.aliases()) == set(ALIASES)
+    assert set(precheck.DTYPE_NAMES) == set(DTYPES) | {"auto"}
+
+
 def test_debug_shows_the_traceback(bad_inputs):
     with pytest.raises(FileNotFoundError):
         main(["report", str(bad_inputs / "missing.arrow"), "--out", str(bad_inputs / "r9"), "--debug"])

@@ -43,12 +43,20 @@ def config_kwargs(args) -> dict:
 
 
 def _eval(args) -> int:
-    from sinklens.eval.rundir import RunDirBusy
-    from sinklens.eval.dist import env_world
-    from sinklens.eval.runner import run_eval
+    from sinklens.cli import precheck
     from sinklens.eval.config import EvalConfig
+    from sinklens.eval.dist import env_world
+    from sinklens.eval.rundir import RunDirBusy
+    from sinklens.eval.tasks import get_task
+
+    # the settings, the model's name, the data: all checked before torch is imported
+    cfg = EvalConfig(**config_kwargs(args))
+    precheck.model_name(cfg.model)
+    precheck.dtype(cfg.dtype)
+    precheck.sampler_flags(cfg.sampler_args)
+    get_task(cfg.task).check_source(cfg.data)
+    from sinklens.eval.runner import run_eval
     try:  # bad input raises before anything is written; a failed write (OSError) says what was kept
-        cfg = EvalConfig(**config_kwargs(args))
         run_eval(cfg)
     except RunDirBusy as e:  # another process writes the same run: an input problem (exit 2)
         raise CliError(str(e)) from None

@@ -98,9 +98,19 @@ def prompt_ids(model, args) -> list[int]:
     return model.tokenizer.encode(args.prompt)
 
 
+def check_run_flags(args) -> None:
+    """The model's name, --dtype and the sampler flags, answered before torch is imported."""
+    from sinklens.cli import precheck
+
+    precheck.model_name(args.model)
+    precheck.dtype(args.dtype)
+    precheck.sampler_flags(sampler_args(args, args.sampler_fields))
+
+
 def run(args, trace=None, capture=None, check=None):
     """Load, `check(model)`, build the sampler config (model defaults + flags, notes on stderr),
     generate. Returns (model, ids (1, P), config, GenerateOutput)."""
+    check_run_flags(args)
     import torch
 
     import time

@@ -11,7 +11,7 @@ from __future__ import annotations
 import argparse
 import os
 
-from sinklens.cli.generate import add_run_flags, new_text, run
+from sinklens.cli.generate import add_run_flags, check_run_flags, new_text, run
 from sinklens.cli.types import CliError, positive_int
 
 
@@ -33,6 +33,8 @@ def map_slices(text: str) -> tuple[tuple[int, int], ...]:
 
 def cmd_trace(args) -> int:
     from sinklens.cli.logs import note
+
+    check_run_flags(args)               # before CaptureOptions imports torch
     from sinklens.samplers.base import CaptureOptions
 
     if os.path.isdir(args.out):

@@ -186,7 +186,9 @@ def _prepare(m, task, items: list[dict], errors: list, cfg: EvalConfig, gen: int
             if gen >= limit:     # no prompt could fit: a setting to change, not a bad line
                 raise ValueError(f"{too_long}; use a smaller --gen-length")
             errors.append(f"{too_long}; skipped")
-            too_long_hint = "use a smaller --gen-length" + (" or --no-loglik" if gen < len(ref) else "")
+            too_long_hint = ("the prompts alone fill the context: the task needs a model with a longer context"
+                             if len(ids) >= limit else
+                             "use a smaller --gen-length" + (" or --no-loglik" if gen < len(ref) else ""))
             continue
         seen[it["id"]] = where
         kept.append(it)
