@@ -298,6 +298,57 @@ def test_progress_bar_ends_where_an_early_stop_ends(capsys):
     assert "100%" in last and "/40" not in last, last
 
 
+TOM = "Tom has 3 apples and buys 4 more. How many?"
+
+
+def test_generate_says_its_settings_and_estimate_first_but_not_under_quiet(monkeypatch, capsys):
+    from sinklens.cli.generate import Progress
+
+    monkeypatch.setattr(Progress, "LONG_S", 0.0)         # every run counts as long here
+    assert main(["generate", "--model", "tiny-dlm", "--prompt", TOM]) == 0
+    err = capsys.readouterr().err
+    settings = next(line for line in err.splitlines() if line.startswith("tiny-dlm: llada sampler"))
+    assert "new tokens x up to" in settings and "token-steps" in settings and "block_length=" in settings
+    assert "first step took" in err and "Ctrl-C stops and prints what is made so far" in err
+    assert err.index(settings) < err.index("first step took")
+    assert main(["generate", "--model", "tiny-dlm", "--prompt", TOM, "-q"]) == 0
+    assert capsys.readouterr().err == ""
+
+
+@pytest.mark.parametrize("as_json", [False, True])
+def test_ctrl_c_in_generate_prints_what_was_made_and_the_bar_is_not_full(as_json, monkeypatch, capsys):
+    """Ctrl-C (a KeyboardInterrupt after the 3rd step): the canvas so far on stdout, one clear
+    line on stderr, exit 130, and the progress bar stops short of 100 %."""
+    from sinklens.cli.generate import Progress
+
+    def after_step(self, event, original=Progress.after_step):
+        original(self, event)
+        if self.done == 3:
+            raise KeyboardInterrupt
+
+    monkeypatch.setattr(Progress, "after_step", after_step)
+    assert main(["generate", "--model", "tiny-dlm", "--prompt", TOM, "--steps", "16", "--gen-length", "16",
+                 *(["--json"] if as_json else [])]) == 130
+    out, err = capsys.readouterr()
+    if as_json:
+        made = json.loads(out)
+        assert made["interrupted"] and made["steps"] == 3 and len(made["generated_ids"]) == 16
+    else:
+        assert out.strip()                                   # the committed tokens and the mask tokens
+    lines = err.replace("\r", "\n").strip().splitlines()
+    assert lines[-1] == ("sinklens generate: interrupted after 3 of up to 16 steps; printed the canvas so far "
+                         "(16 tokens, still-masked positions as the mask token)"), lines[-1]
+    bar = [line for line in lines if "step" in line and "|" in line][-1]
+    assert "100%" not in bar and "/16 " in bar and "interrupted" in bar, bar
+
+
+def test_generate_on_an_encoder_says_what_it_does_instead(capsys):
+    assert main(["generate", "--model", "all-minilm-l6-v2", "--prompt", "hello"]) == 2
+    out, err = capsys.readouterr()
+    assert out == "" and len(err.strip().splitlines()) == 1
+    assert "encoder: it generates no text" in err and "sinklens trace" in err
+
+
 def test_verbose_says_what_ran(fixtures_dir, capsys):
     assert main(["generate", "--model", str(fixtures_dir / "llada"), "--input-ids", "1,2,3", "--gen-length", "4",
                  "--verbose"]) == 0

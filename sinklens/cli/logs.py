@@ -49,6 +49,11 @@ def note(message: str) -> None:
         print(message, file=sys.stderr)
 
 
+def quiet() -> bool:
+    """True under --quiet, or on a process other than the main one."""
+    return _LEVEL["quiet"] or int(os.environ.get("RANK", "0") or 0) != 0
+
+
 def verbose(message: str) -> None:
     if _LEVEL["verbose"]:
         note(message)
