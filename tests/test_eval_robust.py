@@ -167,6 +167,25 @@ def test_problem_longer_than_the_context_is_skipped_not_fatal(tiny_dlm, tmp_path
                        "config.json data_errors lists each with its file:line"), err
 
 
+def test_eval_and_replicate_json_give_the_runs_and_their_numbers(tiny_dlm, tmp_path, capsys, monkeypatch):
+    out = tmp_path / "out"
+    assert main(["eval", "--model", tiny_dlm, "--out", str(out / "eval"), *FAST, "--limit", "2", "--json"]) == 0
+    captured = capsys.readouterr().out
+    assert len(captured.strip().splitlines()) == 1                      # the JSON line only, no table
+    doc = json.loads(captured)
+    (run,) = doc["runs"]
+    assert Path(doc["summary_md"]).is_file() and run["run_dir"] == str(run_dir_of(out / "eval", tiny_dlm))
+    assert run["mask_topk"] == 1 and run["n"] == 2 and 0 <= run["accuracy"] <= 1 and run["sinks"] == "topk"
+    # replicate --json reads the same runs from its eval folder (the twins' runs are replaced by this one)
+    import sinklens.experiments.replicate as rep
+
+    files = {"summary_md": "t.md", "summary_csv": "t.csv", "report": "index.html", "persistence_md": "p.md"}
+    monkeypatch.setattr(rep, "replicate", lambda *a, **k: files)
+    assert main(["replicate", "--out", str(out), "--json", "-q"]) == 0
+    doc = json.loads(capsys.readouterr().out)
+    assert doc["table"] == "t.md" and doc["runs"] == [run]
+
+
 # --- two writers into one --out -----------------------------------------------------------------
 
 def test_second_process_is_refused_and_nothing_runs_twice(tiny_dlm, tmp_path):
