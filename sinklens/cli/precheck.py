@@ -8,6 +8,7 @@ Each raises `CliError` (one line naming the flag, exit 2).
 """
 from __future__ import annotations
 
+import importlib.util
 import os
 import re
 from dataclasses import fields
@@ -29,10 +30,18 @@ def aliases() -> list[str]:
     return sorted([*PACKAGE_ALIASES, *twins])
 
 
+GGUF_ALIASES = ("smollm2-135m-instruct", "gemma3-270m")
+NEEDS_GGUF = "pip install 'sinklens[gguf]' (the PyPI package gguf, which transformers reads GGUF files with)"
+
+
 def model_name(name: str, flag: str = "--model") -> None:
+    path = Path(name).expanduser()
+    gguf = name in GGUF_ALIASES or path.suffix == ".gguf" or (
+        path.is_dir() and not (path / "config.json").is_file() and any(path.glob("*.gguf")))
+    if gguf and importlib.util.find_spec("gguf") is None:
+        raise CliError(f"{flag} {name!r} is a GGUF checkpoint: {NEEDS_GGUF}")
     if name in aliases():
         return
-    path = Path(name).expanduser()
     if path.is_dir():
         if not (path / "config.json").is_file() and not list(path.glob("*.gguf")):
             raise CliError(f"{flag} {name!r}: the folder has neither a config.json nor a .gguf file; "
