@@ -154,9 +154,11 @@ def _note_beside_bar(message: str) -> None:
     tqdm.write(message, file=sys.stderr)
 
 
-def steps_of(config) -> int:
-    """The most steps `config` runs: its steps field, else one step per token."""
-    return getattr(config, config.steps_field) if config.steps_field else config.length
+def tokens_and_steps(config) -> tuple[int, int]:
+    """(new tokens, the most steps) of `config`: its steps field, else one step per token; a
+    sampler that generates nothing (an encoder) is one forward pass."""
+    tokens = config.length if config.length_field else 0
+    return tokens, getattr(config, config.steps_field) if config.steps_field else max(tokens, 1)
 
 
 def run(args, trace=None, capture=None, check=None):
@@ -186,10 +188,10 @@ def run(args, trace=None, capture=None, check=None):
     for line in plan.deprecated + plan.notes:
         note(line)
     verbose(f"prompt: {ids.shape[1]} tokens; sampler {config.name}: {config.to_dict()}")
-    steps = steps_of(config)
+    tokens, steps = tokens_and_steps(config)
     settings = ", ".join(f"{k}={v}" for k, v in config.to_dict().items() if v is not None)
-    note(f"{args.model}: {config.name} sampler, prompt {ids.shape[1]} tokens, {config.length} new tokens x up to "
-         f"{steps} steps = {config.length * steps} token-steps ({settings})")
+    note(f"{args.model}: {config.name} sampler, prompt {ids.shape[1]} tokens, {tokens} new tokens x up to "
+         f"{steps} steps = {tokens * steps} token-steps ({settings})")
     torch.manual_seed(args.seed)
     progress = Progress(steps)
     try:
