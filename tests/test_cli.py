@@ -342,6 +342,25 @@ def test_ctrl_c_in_generate_prints_what_was_made_and_the_bar_is_not_full(as_json
     assert "100%" not in bar and "/16 " in bar and "interrupted" in bar, bar
 
 
+def test_ctrl_c_in_trace_keeps_the_finished_steps(tmp_path, monkeypatch, capsys):
+    from sinklens.cli.generate import Progress
+    from sinklens.trace import open_trace
+
+    def after_step(self, event, original=Progress.after_step):
+        original(self, event)
+        if self.done == 3:
+            raise KeyboardInterrupt
+
+    monkeypatch.setattr(Progress, "after_step", after_step)
+    path = tmp_path / "run.arrow"
+    assert main(["trace", "--model", "tiny-dlm", "--prompt", TOM, "--steps", "16", "--gen-length", "16",
+                 "--out", str(path)]) == 130
+    last = capsys.readouterr().err.replace("\r", "\n").strip().splitlines()[-1]
+    assert last.startswith("sinklens trace: interrupted after 3 of up to 16 steps;") and "keeps the finished" in last
+    t = open_trace(str(path))
+    assert t.truncated and t.num_steps >= 2
+
+
 def test_generate_on_an_encoder_says_what_it_does_instead(capsys):
     assert main(["generate", "--model", "all-minilm-l6-v2", "--prompt", "hello"]) == 2
     out, err = capsys.readouterr()
