@@ -309,8 +309,8 @@ def test_generate_says_its_settings_and_estimate_first_but_not_under_quiet(monke
     err = capsys.readouterr().err
     settings = next(line for line in err.splitlines() if line.startswith("tiny-dlm: llada sampler"))
     assert "new tokens x up to" in settings and "token-steps" in settings and "block_length=" in settings
-    assert "first step took" in err and "Ctrl-C stops and prints what is made so far" in err
-    assert err.index(settings) < err.index("first step took")
+    assert "a step takes" in err and "for up to 16 steps" in err and "Ctrl-C stops and prints what is made" in err
+    assert err.index(settings) < err.index("a step takes")
     assert main(["generate", "--model", "tiny-dlm", "--prompt", TOM, "-q"]) == 0
     assert capsys.readouterr().err == ""
 

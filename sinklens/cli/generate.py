@@ -119,22 +119,28 @@ class Interrupted(KeyboardInterrupt):
 
 class Progress:
     """A step hook for the command line: keeps the newest canvas (what Ctrl-C prints) and, after
-    the first step, says how long the whole run will take when that is long."""
+    the second step, says how long the whole run will take when that is long (the first step
+    alone would mislead: it holds the start-up, and an ARM's prefill of the whole prompt)."""
 
     LONG_S = 10.0   # estimates shorter than this are not worth a line
 
     def __init__(self, steps: int):
-        self.steps, self.done, self.tokens, self.t0 = steps, 0, None, time.perf_counter()
+        self.steps, self.done, self.tokens = steps, 0, None
+        self.t0 = self.t1 = time.perf_counter()
 
     def after_step(self, event) -> None:
         self.tokens = event.tokens[0].detach().clone()   # the canvas this step saw: what was committed before it
         self.done += 1
+        now = time.perf_counter()
         if self.done == 1:
-            first = time.perf_counter() - self.t0
-            estimate = first * self.steps
+            self.t1 = now
+        elif self.done == 2:
+            step = now - self.t1
+            estimate = (self.t1 - self.t0) + step * (self.steps - 1)
             if estimate >= self.LONG_S:
-                _note_beside_bar(f"first step took {first:.2f} s: about {_duration(estimate)} for up to {self.steps} "
-                                 "steps (Ctrl-C stops and prints what is made so far)")
+                _note_beside_bar(f"a step takes {step:.2f} s (the first {self.t1 - self.t0:.2f} s): about "
+                                 f"{_duration(estimate)} for up to {self.steps} steps (Ctrl-C stops and prints what "
+                                 "is made so far)")
 
 
 def _duration(seconds: float) -> str:
