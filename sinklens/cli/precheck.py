@@ -2,7 +2,9 @@
 stack, so a typo costs a fraction of a second, not a model load.
 
 `model_name`: an alias, an existing checkpoint folder or `.gguf` file, or something shaped like
-a hub id "owner/name" (not looked up: that needs the network, and `sinklens.load` does it).
+a hub id "owner/name" (not looked up, `sinklens.load` does that; refused at once only when it is
+not in the local hub cache and the hub cannot be reached); a GGUF checkpoint without the `gguf`
+extra installed.
 `sampler_flags`: the sampler flags given must all belong to one sampler. `dtype`: a known name.
 Each raises `CliError` (one line naming the flag, exit 2).
 """
