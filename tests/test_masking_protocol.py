@@ -1,5 +1,6 @@
 """The masking protocol a Table 1 rests on: a sink that stays a sink stays blocked; what counts as
 a sink (Eq. 3 / top-K, units, scope, K as a share); the random-key control; what was blocked."""
+import re
 from types import SimpleNamespace
 
 import numpy as np
@@ -234,6 +235,25 @@ def test_twins_blocked_sink_persists_like_the_unmasked_top1():
         assert r["blocked"] >= 0.8 * r["unmasked"], r
     dlm = next(r for r in rows if r["model"] == "tiny-dlm" and r["rule"] == "topk K=1")
     assert dlm["unmasked"] > 0.5                                      # the DLM's sinks are mostly static
+
+
+def test_replicate_prints_rounded_numbers_and_no_inner_timing(tmp_path, capsys, monkeypatch):
+    """replicate's progress lines: 3 decimals, not 16 digits; its demo part prints no "demo took"."""
+    from sinklens.experiments import demo
+    from sinklens.experiments.persistence import twins_persistence
+
+    twins_persistence(1, {"topk K=1": MaskingConfig(sinks="topk", mask_k=1)}, progress=True)
+    lines = capsys.readouterr().out.strip().splitlines()
+    assert len(lines) == 2 and all(re.fullmatch(r"tiny-(dlm|arm) topk K=1: blocked persistence (\d\.\d{3}|n/a), "
+                                                r"unmasked (\d\.\d{3}|n/a)", x) for x in lines), lines
+    monkeypatch.setattr(demo, "time", SimpleNamespace(perf_counter=lambda: 0.0))
+    monkeypatch.setattr(demo, "default_models", lambda: ([], "p"))
+    monkeypatch.setattr("sinklens.report.report.build_report", lambda *a, **k: SimpleNamespace(
+        traces=[], html="index.html", summary_md="summary.md"))
+    demo.run_demo(tmp_path, quiet=True, timing=False)     # the call replicate makes
+    assert "took" not in capsys.readouterr().out
+    demo.run_demo(tmp_path, quiet=True)                    # `sinklens demo` keeps its line
+    assert "demo took 0 s" in capsys.readouterr().out
 
 
 def test_masked_generation_identical_with_and_without_trace(tmp_path):

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -67,9 +68,23 @@ def test_cli_report_single_and_compare(tmp_path, capsys):
     assert main(["report", str(p1), str(p2), "--out", str(out2), "--quiet"]) == 0
     assert (out2 / "compare_fig10_eps_sweep.png").exists() and (out2 / "dlm" / "fig04_attention_maps.png").exists()
     assert not (out2 / "nomaps" / "fig04_attention_maps.png").exists()
-    assert "holds no full attention maps" in capsys.readouterr().out
+    said = capsys.readouterr().out
+    assert "holds no full attention maps" in said                 # how to get them, from the CLI and Python
+    assert "sinklens trace --map-slices LAYER:HEAD" in said and "CaptureOptions(map_slices=" in said
     s2 = json.loads((out2 / "summary.json").read_text())
     assert [t["trace"] for t in s2["traces"]] == ["dlm", "nomaps"]
+
+
+def test_report_json_is_one_line_of_paths_and_headline_numbers(tmp_path, capsys):
+    p = write_planted(tmp_path / "dlm.arrow")
+    assert main(["report", str(p), "--out", str(tmp_path / "r"), "--json", "-q"]) == 0
+    out = capsys.readouterr().out
+    assert len(out.strip().splitlines()) == 1
+    doc = json.loads(out)
+    assert Path(doc["html"]).is_file() and Path(doc["summary_json"]).is_file()
+    (t,) = doc["traces"]
+    assert t["label"] == "dlm" and t["sinks_total"] > 0 and t["track_kinds"]["static"] == 3
+    assert all(Path(f).is_file() for files in t["figures"].values() for f in files)
 
 
 def test_bad_inputs(tmp_path, capsys):

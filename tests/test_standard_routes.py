@@ -5,6 +5,7 @@ References nobody here wrote: transformers' eager attention (the same weights wi
 `head_view`) and circuitsvis' renderers. Models: the shipped twins, in float32.
 """
 import json
+import sys
 
 import numpy as np
 import pytest
@@ -131,6 +132,23 @@ def test_bertviz_and_circuitsvis_accept_the_inputs(traced, tmp_path):
                      "step3_attention.json", "step3_attention_patterns.html", "step3_head_view.html"]
     doc = json.loads((tmp_path / "ex" / "step3_attention.json").read_text())
     assert doc["head_names"] == ["L1H0", "L2H3"] and len(doc["attention"]) == 2
+
+
+def test_export_without_the_viewers_says_what_is_missing(traced, tmp_path, monkeypatch, capsys):
+    import importlib.util
+
+    _, path = traced
+    find_spec = importlib.util.find_spec
+    monkeypatch.setattr(importlib.util, "find_spec",
+                        lambda name, *a: None if name in ("bertviz", "circuitsvis") else find_spec(name, *a))
+    monkeypatch.setitem(sys.modules, "bertviz", None)                 # import bertviz -> ImportError
+    monkeypatch.setitem(sys.modules, "circuitsvis", None)
+    monkeypatch.setitem(sys.modules, "circuitsvis.attention", None)
+    files = export.write(path, tmp_path / "ex", steps=[0, 3])
+    assert sorted(p.name for p in files) == ["step0_attention.json", "step3_attention.json"]
+    (line,) = capsys.readouterr().err.strip().splitlines()             # one line, once, not an error
+    assert "bertviz and circuitsvis not installed" in line and "pip install bertviz circuitsvis" in line
+    assert "sinklens[viewers]" in line
 
 
 def test_export_bad_input_says_which_argument(traced):

@@ -23,6 +23,8 @@ def register(sub) -> None:
     add_config_flags(p, EvalConfig)
     # the fields that are not one `param` value: mask_topk (a list of counts or shares), the
     # sampler fields (sampler_args) and progress (--quiet)
+    p.add_argument("--json", action="store_true", help="print one JSON line instead of the summary table: the "
+                   "summary files and, per run, its folder, K, control, n, accuracy and SE (and log-likelihoods)")
     p.add_argument("--mask-topk", type=k_list, default=EvalConfig.mask_topk, metavar="K[,K...]",
                    help="K sinks per (layer, head), e.g. 0,1,5,10 (0 = unmasked; default 0) or shares of the "
                         "sequence, e.g. 1%%,5%%")
@@ -43,17 +45,31 @@ def config_kwargs(args) -> dict:
 
 
 def _eval(args) -> int:
-    from sinklens.eval.rundir import RunDirBusy
-    from sinklens.eval.dist import env_world
-    from sinklens.eval.runner import run_eval
+    from sinklens.cli import precheck
     from sinklens.eval.config import EvalConfig
+    from sinklens.eval.dist import env_world
+    from sinklens.eval.rundir import RunDirBusy
+    from sinklens.eval.tasks import get_task
+
+    # the settings, the model's name, the data: all checked before torch is imported
+    cfg = EvalConfig(**config_kwargs(args))
+    precheck.model_name(cfg.model)
+    precheck.dtype(cfg.dtype)
+    precheck.sampler_flags(cfg.sampler_args)
+    get_task(cfg.task).check_source(cfg.data)
+    from sinklens.eval.runner import run_eval
     try:  # bad input raises before anything is written; a failed write (OSError) says what was kept
-        cfg = EvalConfig(**config_kwargs(args))
-        run_eval(cfg)
+        run_dirs = run_eval(cfg)
     except RunDirBusy as e:  # another process writes the same run: an input problem (exit 2)
         raise CliError(str(e)) from None
     summary = os.path.join(args.out, "summary.md")
-    if env_world()[0] == 0 and os.path.isfile(summary):    # rank 0 writes the summary
+    if args.json and env_world()[0] == 0:
+        from sinklens.cli.logs import print_json
+        from sinklens.eval.summary import headline
+
+        print_json({"out": args.out, "summary_md": summary, "summary_csv": os.path.join(args.out, "summary.csv"),
+                    "runs": [headline(d) for d in run_dirs]})
+    elif env_world()[0] == 0 and os.path.isfile(summary):    # rank 0 writes the summary
         with open(summary) as f:
             print(f.read())
     return 0

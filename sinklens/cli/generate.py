@@ -13,6 +13,8 @@ from __future__ import annotations
 
 import argparse
 import json
+import sys
+import time
 from dataclasses import fields
 
 from sinklens.cli.fields import add_field_flag
@@ -98,12 +100,79 @@ def prompt_ids(model, args) -> list[int]:
     return model.tokenizer.encode(args.prompt)
 
 
+def check_run_flags(args) -> None:
+    """The model's name, --dtype and the sampler flags, answered before torch is imported."""
+    from sinklens.cli import precheck
+
+    precheck.model_name(args.model)
+    precheck.dtype(args.dtype)
+    precheck.sampler_flags(sampler_args(args, args.sampler_fields))
+
+
+class Interrupted(KeyboardInterrupt):
+    """Ctrl-C during a generation, with what the run had produced (`progress`: the Progress hook)."""
+
+    def __init__(self, model, ids, config, progress):
+        super().__init__()
+        self.model, self.ids, self.config, self.progress = model, ids, config, progress
+
+
+class Progress:
+    """A step hook for the command line: keeps the newest canvas (what Ctrl-C prints) and, after
+    the second step, says how long the whole run will take when that is long (the first step
+    alone would mislead: it holds the start-up, and an ARM's prefill of the whole prompt)."""
+
+    LONG_S = 10.0   # estimates shorter than this are not worth a line
+
+    def __init__(self, steps: int):
+        self.steps, self.done, self.tokens = steps, 0, None
+        self.t0 = self.t1 = time.perf_counter()
+
+    def after_step(self, event) -> None:
+        self.tokens = event.tokens[0].detach().clone()   # the canvas this step saw: what was committed before it
+        self.done += 1
+        now = time.perf_counter()
+        if self.done == 1:
+            self.t1 = now
+        elif self.done == 2:
+            step = now - self.t1
+            estimate = (self.t1 - self.t0) + step * (self.steps - 1)
+            if estimate >= self.LONG_S:
+                _note_beside_bar(f"a step takes {step:.2f} s (the first {self.t1 - self.t0:.2f} s): about "
+                                 f"{_duration(estimate)} for up to {self.steps} steps (Ctrl-C stops and prints what "
+                                 "is made so far)")
+
+
+def _duration(seconds: float) -> str:
+    return f"{seconds:.0f} s" if seconds < 120 else f"{seconds / 60:.0f} min"
+
+
+def _note_beside_bar(message: str) -> None:
+    """A note printed while a progress bar is on screen, above the bar."""
+    from sinklens.cli.logs import note, quiet
+
+    if quiet():
+        return
+    try:
+        from tqdm import tqdm
+    except ImportError:
+        return note(message)
+    tqdm.write(message, file=sys.stderr)
+
+
+def tokens_and_steps(config) -> tuple[int, int]:
+    """(new tokens, the most steps) of `config`: its steps field, else one step per token; a
+    sampler that generates nothing (an encoder) is one forward pass."""
+    tokens = config.length if config.length_field else 0
+    return tokens, getattr(config, config.steps_field) if config.steps_field else max(tokens, 1)
+
+
 def run(args, trace=None, capture=None, check=None):
     """Load, `check(model)`, build the sampler config (model defaults + flags, notes on stderr),
-    generate. Returns (model, ids (1, P), config, GenerateOutput)."""
+    say the settings and (after the first step, when long) an estimate, generate. Returns (model,
+    ids (1, P), config, GenerateOutput); Ctrl-C raises `Interrupted` with the canvas so far."""
+    check_run_flags(args)
     import torch
-
-    import time
 
     from sinklens.cli.logs import note, verbose
     from sinklens.models.loader import load
@@ -125,10 +194,17 @@ def run(args, trace=None, capture=None, check=None):
     for line in plan.deprecated + plan.notes:
         note(line)
     verbose(f"prompt: {ids.shape[1]} tokens; sampler {config.name}: {config.to_dict()}")
+    tokens, steps = tokens_and_steps(config)
+    settings = ", ".join(f"{k}={v}" for k, v in config.to_dict().items() if v is not None)
+    note(f"{args.model}: {config.name} sampler, prompt {ids.shape[1]} tokens, {tokens} new tokens x up to "
+         f"{steps} steps = {tokens * steps} token-steps ({settings})")
     torch.manual_seed(args.seed)
-    t0 = time.perf_counter()
-    out = model.generate(ids, trace=trace, capture=capture, progress=args.progress, config=config)
-    verbose(f"generated in {time.perf_counter() - t0:.1f} s ({out.num_steps} steps)")
+    progress = Progress(steps)
+    try:
+        out = model.generate(ids, trace=trace, capture=capture, hook=progress, progress=args.progress, config=config)
+    except KeyboardInterrupt:
+        raise Interrupted(model, ids, config, progress) from None
+    verbose(f"generated in {time.perf_counter() - progress.t0:.1f} s ({out.num_steps} steps)")
     return model, ids, config, out
 
 
@@ -139,8 +215,36 @@ def new_text(ids, out) -> str:
     return " ".join(map(str, out.sequences[0, ids.shape[1]:].tolist()))
 
 
+def _check_generates(model) -> None:
+    from sinklens.samplers.configs import get_config
+
+    if not get_config(model.family.sampler).generates:
+        raise CliError(f"{model.source.get('name_or_path', 'the model')} is a {model.family.name!r} encoder: it "
+                       "generates no text (one forward pass reads the whole input at once); use `sinklens trace` "
+                       "to record where its attention goes")
+
+
+def _print_interrupted(e: Interrupted, as_json: bool) -> int:
+    """What Ctrl-C leaves: the tokens committed so far (masked positions as the mask token)."""
+    p, model, prompt = e.progress, e.model, e.ids.shape[1]
+    made = [] if p.tokens is None else p.tokens[prompt:].tolist()
+    text = model.tokenizer.decode(made) if model.tokenizer is not None else " ".join(map(str, made))
+    if as_json:
+        print(json.dumps({"text": text, "prompt_ids": e.ids[0].tolist(), "generated_ids": made, "steps": p.done,
+                          "interrupted": True, "sampler": {"name": e.config.name, "args": e.config.to_dict()}}))
+    else:
+        print(text)
+    print(f"sinklens generate: interrupted after {p.done} of up to {p.steps} steps; printed the canvas so far "
+          f"({len(made)} tokens{', still-masked positions as the mask token' if model.is_diffusion else ''})",
+          file=sys.stderr)
+    return 130
+
+
 def cmd_generate(args) -> int:
-    model, ids, config, out = run(args)
+    try:
+        model, ids, config, out = run(args, check=_check_generates)
+    except Interrupted as e:
+        return _print_interrupted(e, args.json)
     if args.json:
         print(json.dumps({"text": out.text[0] if out.text else None, "prompt_ids": ids[0].tolist(),
                           "generated_ids": out.sequences[0, ids.shape[1]:].tolist(),

@@ -49,6 +49,11 @@ def note(message: str) -> None:
         print(message, file=sys.stderr)
 
 
+def quiet() -> bool:
+    """True under --quiet, or on a process other than the main one."""
+    return _LEVEL["quiet"] or int(os.environ.get("RANK", "0") or 0) != 0
+
+
 def verbose(message: str) -> None:
     if _LEVEL["verbose"]:
         note(message)
@@ -67,3 +72,22 @@ def describe(e: BaseException) -> tuple[int, str]:
         text = f"{type(e).__name__}: {text}"
     text = " ".join(text.split())  # one line
     return code, text if len(text) <= 600 else text[:597] + "..."
+
+
+def print_json(doc: dict) -> None:
+    """One JSON line on stdout for a machine to read (`--json`): NaN becomes null, paths text."""
+    import json
+    import math
+
+    def clean(x):
+        if isinstance(x, float) and not math.isfinite(x):
+            return None
+        if isinstance(x, dict):
+            return {str(k): clean(v) for k, v in x.items()}
+        if isinstance(x, (list, tuple)):
+            return [clean(v) for v in x]
+        if hasattr(x, "item") and not isinstance(x, (str, bytes)):   # numpy scalars
+            return clean(x.item())
+        return x if x is None or isinstance(x, (str, int, float, bool)) else str(x)
+
+    print(json.dumps(clean(doc)))

@@ -45,6 +45,10 @@ def run(a) -> int:
     a.n_traces = 50 if a.n_traces is None else a.n_traces
     res = replicate(a.out, a.n, a.mask_topk, progress=a.progress, n_traces=a.n_traces, control=a.mask_control,
                     protocols=a.protocols)
+    if a.json:
+        return print_runs_json({"table": res["summary_md"], "table_csv": res["summary_csv"], "report": res["report"],
+                                "persistence": res["persistence_md"], "dynamics": res.get("dynamics_md")},
+                               Path(a.out) / "eval")
     print(f"table: {res['summary_md']}\ndynamics report: {res['report']}\npersistence: {res['persistence_md']}")
     if "dynamics_md" in res:
         print(f"dynamics over problems: {res['dynamics_md']}")
@@ -59,7 +63,19 @@ def run_study(a) -> int:
         raise ValueError("--study: no story twins are shipped in sinklens/assets")
     res = study(twins, a.out, STUDY_N if a.n is None else a.n, STUDY_TRACES if a.n_traces is None else a.n_traces,
                 a.mask_topk, a.mask_control, progress=a.progress, workers=a.workers)
+    if a.json:
+        return print_runs_json({"table": res["study_md"], "every_row": str(Path(a.out) / "eval" / "summary.md"),
+                                "dynamics": res.get("dynamics_md")}, Path(a.out) / "eval")
     print(f"table: {res['study_md']}\nevery row: {Path(a.out) / 'eval' / 'summary.md'}\ndynamics: {res.get('dynamics_md')}")
+    return 0
+
+
+def print_runs_json(files: dict, eval_dir: Path) -> int:
+    """--json: the result files and every eval run's headline numbers, as one JSON line."""
+    from sinklens.cli.logs import print_json
+    from sinklens.eval.summary import find_runs, headline
+
+    print_json({**files, "runs": [headline(d) for d in find_runs([str(eval_dir)])]})
     return 0
 
 
@@ -82,4 +98,6 @@ def register(sub) -> None:
                    help="held-out problems traced for the aggregated dynamics (0 = skip; default 50, with --study 4)")
     p.add_argument("--workers", type=positive_int, default=default_workers(),
                    help="--study: processes that split the samples (default: the CPU cores, at most 4)")
+    p.add_argument("--json", action="store_true", help="print one JSON line instead of the text: the result files "
+                   "and, per eval run, its folder, model, K, protocol, control, n, accuracy and SE")
     p.set_defaults(func=run)

@@ -24,6 +24,12 @@ def run(args: argparse.Namespace) -> int:
     from sinklens.report.report import build_report
 
     rep = build_report(args.traces, args.out, labels=args.labels, options=options(args))
+    if args.json:
+        from sinklens.cli.logs import print_json
+
+        print_json({"out": rep.out, "html": rep.html, "summary_md": rep.summary_md, "summary_json": rep.summary_json,
+                    "compare_figures": rep.figures, "traces": [_headline(r) for r in rep.traces]})
+        return 0
     n_fig = sum(len(r.figures) for r in rep.traces) + len(rep.figures)
     print(f"wrote {n_fig} figures/tables, {rep.summary_md}, {rep.summary_json} and {rep.html} "
           f"({rep.html.stat().st_size / 1e6:.1f} MB)")
@@ -31,6 +37,14 @@ def run(args: argparse.Namespace) -> int:
         for name, why in r.skipped.items():
             print(f"  {r.label}: {name} not drawn: {why}")
     return 0
+
+
+def _headline(r) -> dict:
+    """A trace's headline numbers (every number: summary.json)."""
+    d = r.analyses[0].to_dict()
+    keys = ("units", "sink_eps", "shape", "sinks_total", "fraction_heads_steps_with_sink", "track_kinds")
+    return {"label": r.label, "folder": r.folder, **{k: d.get(k) for k in keys}, "figures": r.figures,
+            "figures_skipped": r.skipped}
 
 
 def register(sub) -> None:
@@ -44,6 +58,8 @@ def register(sub) -> None:
     p.add_argument("--out", required=True, help="output folder")
     p.add_argument("--labels", type=lambda s: s.split(","), default=None,
                    help="comma-separated names for the traces (default: file names)")
+    p.add_argument("--json", action="store_true", help="print one JSON line instead of the text: the page, the "
+                   "summaries, the figures and each trace's headline numbers (sinks, tracks)")
     add_config_flags(p, ReportOptions)
     add_config_flags(p, PageOptions, PAGE_PREFIX)
     p.set_defaults(func=run)

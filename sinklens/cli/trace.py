@@ -10,8 +10,9 @@ from __future__ import annotations
 
 import argparse
 import os
+import sys
 
-from sinklens.cli.generate import add_run_flags, new_text, run
+from sinklens.cli.generate import Interrupted, add_run_flags, check_run_flags, new_text, run
 from sinklens.cli.types import CliError, positive_int
 
 
@@ -33,6 +34,8 @@ def map_slices(text: str) -> tuple[tuple[int, int], ...]:
 
 def cmd_trace(args) -> int:
     from sinklens.cli.logs import note
+
+    check_run_flags(args)               # before CaptureOptions imports torch
     from sinklens.samplers.base import CaptureOptions
 
     if os.path.isdir(args.out):
@@ -47,7 +50,12 @@ def cmd_trace(args) -> int:
             raise CliError(f"--map-slices {','.join(bad)}: the model has {model.num_layers} layers x "
                            f"{model.num_heads} heads (0-based)")
 
-    model, ids, config, out = run(args, trace=args.out, capture=capture, check=check)
+    try:
+        model, ids, config, out = run(args, trace=args.out, capture=capture, check=check)
+    except Interrupted as e:
+        print(f"sinklens trace: interrupted after {e.progress.done} of up to {e.progress.steps} steps; {args.out} "
+              "keeps the finished steps (a truncated trace: `sinklens report` reads them)", file=sys.stderr)
+        return 130
     layers, heads = model.num_layers, model.num_heads
     size = os.path.getsize(args.out)
     note(f"wrote {args.out}: {out.num_steps} steps x {layers} layers x {heads} heads, {size / 1e6:.2f} MB "

@@ -17,7 +17,6 @@ import json
 from functools import lru_cache
 from pathlib import Path
 
-from sinklens.train.batch import parse_answer
 from sinklens.train.data import DataConfig, generate
 
 ASSETS = Path(__file__).resolve().parents[1] / "assets"
@@ -80,6 +79,8 @@ def reference(item: dict, chat: bool) -> str:
 
 
 def judge(raw: str, item: dict, sandbox=None) -> dict:
+    from sinklens.train.batch import parse_answer   # imports torch: here, so the task table does not
+
     pred = parse_answer(raw)
     ok = pred is not None and str(pred) == item["reference"]
     return {"extracted": pred, "reference": item["reference"], "correct": ok,

@@ -53,7 +53,7 @@ def run_name(k, control: str) -> str:
 @dataclass
 class EvalConfig:
     model: str = param(MISSING, str, "alias, local folder, .gguf or hub id")
-    task: str = param(MISSING, str,   # checked in __post_init__ (importing the task table needs torch)
+    task: str = param(MISSING, str,   # checked in __post_init__ (the task table is imported there)
                       "gsm8k | humaneval (paper Table 1) | arith (the tiny twins' held-out problems)")
     out: str = param(MISSING, str, "output directory (re-running resumes)")
     # K per (layer, head): a count, or "N%" of the sequence; 0 = unmasked. Not a `param` type:

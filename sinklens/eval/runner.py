@@ -7,7 +7,7 @@ is the Table-1 style summary (`sinklens.eval.summary`).
 Resume: the samples already on disk (any rank's file; a torn last line does not count) are
 skipped, so re-running the same command completes a run without doing a sample twice.
 Bad input is found before any file is written (settings, data, context length, K); bad data
-lines are skipped and listed in config.json. While running, each process holds the run
+lines and problems longer than the context are skipped and listed in config.json. While running, each process holds the run
 directory's lock for its rank (`rundir.RunLock`), and a failed write (disk full) keeps every
 complete sample and leaves no torn line.
 Data-parallel: under `torchrun` / `accelerate launch` (sinklens.eval.dist: accelerate's state)
@@ -148,6 +148,8 @@ def run_eval(cfg: EvalConfig, model=None) -> list[str]:
             if rank == 0:
                 from sinklens.eval.summary import write_summary
                 write_summary([cfg.out], cfg.out)
+                if errors:
+                    print(f"sinklens eval: {skip_summary(errors, len(items) + len(errors))}", file=sys.stderr)
         except records.WriteError as e:                   # disk full, file-size limit: say what is safe
             kept = sum(len(records.collect(d)) for *_, d, _ in runs)
             e.note = f"{kept} samples kept, re-running the same command resumes"
@@ -157,11 +159,13 @@ def run_eval(cfg: EvalConfig, model=None) -> list[str]:
 
 def _prepare(m, task, items: list[dict], errors: list, cfg: EvalConfig, gen: int):
     """Prompts of the usable items; an item that cannot be used (duplicate id, no reference
-    answer) is skipped and added to `errors`. Raises when a prompt + generation does not fit
-    the model's context: that is a setting to change, not a bad line."""
+    answer, a prompt + generation longer than the model's context) is skipped and added to
+    `errors`. Raises when no prompt could fit (the generation alone fills the context, or every
+    problem is too long): that is a setting to change, not a bad line."""
     errors = [str(e) for e in errors]
     limit = getattr(m, "max_length", None)
     kept, prompts, seen = [], [], {}
+    too_long_hint = None
     for it in items:
         where = f"{cfg.data}:{it['_line']}" if cfg.data and "_line" in it else f"sample {it['id']!r}"
         if it["id"] in seen:
@@ -177,13 +181,31 @@ def _prepare(m, task, items: list[dict], errors: list, cfg: EvalConfig, gen: int
                 continue
         if limit is not None and len(ids) + max(gen, len(ref)) > limit:
             what = f"generation {gen}" if gen >= len(ref) else f"reference answer {len(ref)} (log-likelihood)"
-            raise ValueError(f"{where}: prompt {len(ids)} + {what} = {len(ids) + max(gen, len(ref))} tokens "
-                             f"exceeds the context of {cfg.model!r} ({limit} tokens); use a smaller --gen-length"
-                             + (" or --no-loglik" if gen < len(ref) else ""))
+            too_long = (f"{where}: prompt {len(ids)} + {what} = {len(ids) + max(gen, len(ref))} tokens "
+                        f"exceeds the context of {cfg.model!r} ({limit} tokens)")
+            if gen >= limit:     # no prompt could fit: a setting to change, not a bad line
+                raise ValueError(f"{too_long}; use a smaller --gen-length")
+            errors.append(f"{too_long}; skipped")
+            too_long_hint = ("the prompts alone fill the context: the task needs a model with a longer context"
+                             if len(ids) >= limit else
+                             "use a smaller --gen-length" + (" or --no-loglik" if gen < len(ref) else ""))
+            continue
         seen[it["id"]] = where
         kept.append(it)
         prompts.append((ids, chat))
+    if items and not kept and too_long_hint:   # every problem too long: the setting, not the data
+        raise ValueError(f"no problem fits the context of {cfg.model!r} ({limit} tokens), e.g. "
+                         f"{errors[-1].removesuffix('; skipped')}; {too_long_hint}")
     return kept, prompts, errors
+
+
+def skip_summary(errors: list[str], total: int) -> str:
+    """One line: how many problems were skipped, and why."""
+    too_long = sum("exceeds the context" in e for e in errors)
+    why = [f"{n} {what}" for n, what in [(too_long, "longer than the model's context"),
+                                         (len(errors) - too_long, "unusable data lines")] if n]
+    return (f"skipped {len(errors)} of {total} problems ({', '.join(why)}); "
+            "config.json data_errors lists each with its file:line")
 
 
 def _print_data_errors(errors: list[str], show: int = 20) -> None:

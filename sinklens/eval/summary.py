@@ -86,6 +86,15 @@ def summarize_run(run_dir: str) -> dict:
     return row
 
 
+def headline(run_dir: str) -> dict:
+    """The numbers a machine reads of one run (eval / replicate --json): where it is, what was
+    masked, accuracy ± SE over n, and the log-likelihoods per token when scored."""
+    r = summarize_run(run_dir)
+    keys = ("run_dir", "model", "task", "mask_topk", "control", "ranking", "n", "n_expected", "accuracy", "stderr",
+            "loglik_unmasked_per_token", "loglik_masked_per_token")
+    return {k: r[k] for k in keys if k in r} | {"sinks": r["masking"].get("sinks")}
+
+
 def _cell(r: dict) -> str:
     s = f"{r['accuracy']:.2f}"
     if r["stderr"] == r["stderr"]:                    # not nan

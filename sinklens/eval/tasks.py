@@ -1,4 +1,6 @@
-"""The eval tasks (Table 1's two, the twins' arithmetic) behind one interface: data, prompt, verdict, defaults."""
+"""The eval tasks (Table 1's two, the twins' arithmetic) behind one interface: data, prompt, verdict, defaults.
+
+Torch-free at import, so the command line checks a task name and its data before loading a model."""
 from __future__ import annotations
 
 import re
@@ -19,6 +21,7 @@ class Task:
     judge: Callable                      # (raw, item, sandbox) -> dict(extracted, correct, verdict, ...)
     gen_length: int | None = None        # the task's own answer length (None: each sampler's paper length), read
                                          # by the length policy, sinklens/samplers/lengths.py
+    check_source: Callable = lambda data: None   # (data) -> None; raises at once when the data cannot be had
 
 
 def _gsm8k_reference(item: dict, chat: bool) -> str:
@@ -49,9 +52,11 @@ def _humaneval_judge(raw: str, item: dict, sandbox: SandboxConfig | None) -> dic
 
 TASKS = {
     "gsm8k": Task("gsm8k", gsm8k.load, lambda it, k: gsm8k.build_messages(it["question"], k),
-                  lambda it, k: gsm8k.build_text(it["question"], k), _gsm8k_reference, _gsm8k_judge),
+                  lambda it, k: gsm8k.build_text(it["question"], k), _gsm8k_reference, _gsm8k_judge,
+                  check_source=gsm8k.check_source),
     "humaneval": Task("humaneval", humaneval.load, lambda it, k: humaneval.build_messages(it),
-                      lambda it, k: humaneval.build_text(it), _humaneval_reference, _humaneval_judge),
+                      lambda it, k: humaneval.build_text(it), _humaneval_reference, _humaneval_judge,
+                      check_source=lambda data: data is None and humaneval.package_data_path()),
 }
 
 TASKS["arith"] = Task("arith", arith.load, arith.messages, arith.text, arith.reference, arith.judge,

@@ -86,5 +86,6 @@ def twins_persistence(n: int = 3, configs: dict[str, MaskingConfig] | None = Non
             r = persistence(m, prompts, cfg, sampler)
             rows.append({"model": name, "rule": label, **r})
             if progress:
-                print(f"{name} {label}: blocked {r['blocked']}, unmasked {r['unmasked']}")
+                said = lambda v: "n/a" if v is None else f"{v:.3f}"  # noqa: E731
+                print(f"{name} {label}: blocked persistence {said(r['blocked'])}, unmasked {said(r['unmasked'])}")
     return rows

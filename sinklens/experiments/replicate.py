@@ -184,7 +184,7 @@ def replicate(out: str | Path, n: int = 200, mask_topk: tuple[int | str, ...] = 
                                 loglik=False, progress=progress, mask_control=control))
     md, csv = write_summary(dirs, str(out / "eval"))
     persistence_table(out, n=min(20, n), progress=progress)
-    html = run_demo(out / "dynamics", quiet=not progress)
+    html = run_demo(out / "dynamics", quiet=not progress, timing=False)
     dyn = dynamics_over_problems(out, n_traces, progress) if n_traces > 0 else {}
     return {"summary_md": md, "summary_csv": csv, "report": str(html), "persistence_md": str(out / "persistence.md"),
             **dyn}

@@ -357,6 +357,9 @@ def _load_gguf(where: Resolved, dtype) -> tuple[torch.nn.Module, dict, Family]:
     family is checked right after transformers parsed it (parsing it twice costs ~8 s)."""
     from transformers import AutoModelForCausalLM
 
+    if importlib.util.find_spec("gguf") is None:   # an extra: say which, before transformers' own error
+        raise ImportError(f"{where.folder / where.gguf_file} is a GGUF checkpoint: pip install 'sinklens[gguf]' "
+                          "(the PyPI package gguf, which transformers reads GGUF files with)")
     torch_dtype = torch.float32 if dtype in (None, "auto") else parse_dtype(dtype, [])
     model = AutoModelForCausalLM.from_pretrained(
         str(where.folder),

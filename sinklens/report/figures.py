@@ -219,13 +219,19 @@ def score_distribution(a: Analysis) -> Figure:
     return fig
 
 
+def no_maps_message(label: str) -> str:
+    """Why a trace has no attention-map figure, and how to get one from the CLI and from Python."""
+    return (f"trace '{label}' holds no full attention maps; re-run with `sinklens trace --map-slices LAYER:HEAD,...` "
+            "(Python: generate(..., capture=CaptureOptions(map_slices=[(layer, head)]))) to draw attention-map figures")
+
+
 def attention_maps(a: Analysis, steps, layer: int, head: int) -> Figure:
     """Fig. 4 / 6 / 8: full attention maps A[i, j] of one (layer, head) at the given step indices
     (only when the trace stores them); masked query rows / key columns are outlined."""
     src = a.source
     src.check_layer_head(layer, head)
     if not src.map_slices():
-        raise AnalysisInputError(src.no_maps_message())
+        raise AnalysisInputError(no_maps_message(src.label))
     steps = list(np.atleast_1d(steps))
     for t in steps:
         src.check_index(int(t))

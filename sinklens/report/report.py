@@ -98,7 +98,7 @@ def _figures_for(a: Analysis, folder: Path, opts: ReportOptions, suffix: str, re
 def _maps_figure(a: Analysis, opts: ReportOptions):
     slices = a.source.map_slices()
     if not slices:
-        raise AnalysisInputError(a.source.no_maps_message())
+        raise AnalysisInputError(F.no_maps_message(a.source.label))
     by_head: dict[tuple[int, int], list[int]] = {}
     for t, l, h in slices:
         by_head.setdefault((l, h), []).append(t)

@@ -354,7 +354,7 @@
         const all = d.maps.map(x => "step " + d.step_numbers[x.t] + " L" + x.l + " H" + x.h);
         const where = all.slice(0, 12).join(", ") + (all.length > 12 ? ", … (" + all.length + " in all)" : "");
         this.mapNote.textContent = d.maps.length ? "No map stored for this slice. Stored: " + where + "."
-          : "This trace stores no full attention maps (request map slices when sampling).";
+          : "This trace stores no full attention maps (sinklens trace --map-slices LAYER:HEAD,...; Python: CaptureOptions(map_slices=[(layer, head)])).";
         cv.width = 1; cv.height = 1; cv.style.display = "none";
         return;
       }

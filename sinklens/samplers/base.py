@@ -312,15 +312,19 @@ def run_context(writer, trace, total: int, progress: bool, desc: str):
     or left without its end-of-stream marker (truncated) when the run fails."""
     bar = make_progress(total, progress, desc)
     owned = writer is not None and writer is not trace
+    failed = False
     try:
         yield bar
     except BaseException:
+        failed = True
         if owned:
             writer.abandon()
         raise
     finally:
         if bar is not None:
-            if bar.n < bar.total:  # stopped early (EOS, interrupted): the bar ends where the run ended
+            if failed:               # Ctrl-C, an error: the bar keeps its total and says so, never 100 %
+                bar.set_description(f"{desc} (interrupted)", refresh=False)
+            elif bar.n < bar.total:  # stopped early (EOS): the bar ends where the run ended
                 bar.total = bar.n
             bar.close()
     if owned:
