@@ -21,6 +21,7 @@ Checked against the official code on a tiny random checkpoint: tests/test_llada2
 from __future__ import annotations
 
 
+import torch
 from transformers import Glm4MoeConfig, Glm4MoeForCausalLM
 from transformers.conversion_mapping import get_checkpoint_conversion_mapping, register_checkpoint_conversion_mapping
 from transformers.core_model_loading import Split, WeightConverter
@@ -137,6 +138,24 @@ def llada2_special_tokens(config: dict, tokenizer):
     return type(t)(mask, eos, t.pad_id, t.eot_id, stops)
 
 
+class BlockCausalOps:
+    """LLaDA2's forward for its samplers (reached as `model.family.ops`)."""
+
+    @staticmethod
+    @torch.no_grad()
+    def window_logits(m, window: torch.Tensor, block_length: int, attention=None) -> torch.Tensor:
+        """Logits (B, S, V) float32 of the window (B, S) = positions 0..S-1 under the block-causal mask of
+        the official generate(): query i sees key j iff j // block_length <= i // block_length (blocks from
+        position 0, so the prompt's last partial block shares its block with the first generated tokens)."""
+        S = window.shape[1]
+        block = torch.arange(S, device=m.device) // block_length
+        allowed = (block[:, None] >= block[None, :])[None, None]  # (1, 1, S, S) bool, True = may attend
+        kwargs = {} if attention is None else {"sinklens": attention}
+        out = m.model(input_ids=window.to(m.device), attention_mask=allowed,
+                      position_ids=torch.arange(S, device=m.device)[None], use_cache=False, **kwargs)
+        return out.logits.float()
+
+
 LLADA2 = register_family(
     Family(
         name="llada2",
@@ -151,6 +170,7 @@ LLADA2 = register_family(
         # block-causal under its sampler (blocks from position 0, prompt included); the forward itself
         # masks nothing unless given the block mask
         attention="block-causal",
+        ops=BlockCausalOps(),
     )
 )
 
