@@ -62,6 +62,7 @@ class Analysis:
     tokens: np.ndarray              # (T, S_max) int, −1 beyond the step's length
     is_masked: np.ndarray           # (T, S_max) bool
     key_mask: np.ndarray            # (T, S_max) bool
+    edited: np.ndarray | None       # (T, S_max) bool tokens rewritten at each step (LLaDA2.1's editing); None: never
     top_pos: np.ndarray             # (T, L, H) argmax key (sink or not)
     top_score: np.ndarray           # (T, L, H) its score
     largest_pos: np.ndarray         # (T, L, H) largest Eq. 3 sink, −1 none
@@ -291,7 +292,7 @@ class Analysis:
             "causal": self.source.causal, "notes": self.notes(),
             "shape": {"steps": self.num_steps, "layers": self.num_layers, "heads": self.num_heads,
                       "max_seq_len": int(self.seq_len.max())},
-            **{k: parts.pop(k) for k in ("step_numbers", "n_real_keys_per_step", "n_queries_per_step",
+            **{k: parts.pop(k) for k in ("step_numbers", "n_real_keys_per_step", "n_queries_per_step", "edited_per_step",
                                          "sinks_total", "fraction_heads_steps_with_sink")},
             "track_kinds": counts, "track_rule": "see sinklens/analysis/dynamics.py and docs/analysis.md",
             "head_classes": head_classes,

@@ -35,6 +35,7 @@ class StepData:
     # (L, H) float32 attention the model's learned sink logits took (gpt-oss), summed over the same
     # query rows as `received` (received.sum(-1) + learned_sink = number of query rows); None: none
     learned_sink: np.ndarray | None = None
+    edited: np.ndarray | None = None  # (S,) bool unmasked tokens rewritten at this step (LLaDA2.1), or None
 
 
 @dataclass
@@ -234,7 +235,8 @@ class TraceSource(Source):
                         key_mask=np.ones(tokens.shape, bool) if mask is None else np.asarray(mask, bool),
                         query_positions=(np.flatnonzero(mask) if q is None else np.asarray(q, np.int64)),
                         received_groups=t.received_groups(s, self.row),
-                        learned_sink=t.learned_sink(s, self.row) if hasattr(t, "learned_sink") else None)
+                        learned_sink=t.learned_sink(s, self.row) if hasattr(t, "learned_sink") else None,
+                        edited=t.edited(s, self.row) if hasattr(t, "edited") else None)
         if hasattr(t, "release_pages"):
             t.release_pages()  # one step resident at a time, not the whole memory-mapped file
         return data

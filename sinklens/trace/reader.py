@@ -212,6 +212,13 @@ class Trace:
             return self.received(step, row)
         return cell.astype(np.float32).reshape(self.num_layers, self.num_heads, -1)
 
+    def edited(self, step: int, row: int = 0) -> np.ndarray | None:
+        """(S,) bool already-unmasked tokens rewritten at `step` (LLaDA2.1's editing); None when the
+        sampler never rewrites tokens (or the trace predates the column)."""
+        if "edited" not in self.schema.names:
+            return None
+        return self._cell("edited", step, row)
+
     def learned_sink(self, step: int, row: int = 0) -> np.ndarray | None:
         """(L, H) float32 attention the model's learned sink logits took at `step` (gpt-oss), summed
         over the same query rows as `received`; None when the model has none (or the trace predates

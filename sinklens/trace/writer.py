@@ -134,7 +134,7 @@ class TraceWriter:
     def write_step(self, step: int, tokens, *, is_masked=None, revealed=None, attention_mask=None,
                    query_positions=None, received=None, received_groups=None, blocked=None,
                    maps: Mapping[tuple[int, int], object] | None = None, received_unblocked=None,
-                   learned_sink=None) -> None:
+                   learned_sink=None, edited=None) -> None:
         """Write one step. Arrays are batch first; a single row may omit the batch axis.
 
         tokens (B, S) int; is_masked / revealed / attention_mask (B, S) bool (defaults: all
@@ -143,7 +143,8 @@ class TraceWriter:
         (B, G, L, H, S) float; blocked (B, L, H, S) bool or a list of per-row (N, 3) int
         (layer, head, position) arrays; maps {(layer, head): (B, S_q, S_k)}; received_unblocked
         (B, L, H, S) float: what the keys would have received without the blocking (ranking source);
-        learned_sink (B, L, H) float: the attention the model's learned sink logits took (gpt-oss).
+        learned_sink (B, L, H) float: the attention the model's learned sink logits took (gpt-oss);
+        edited (B, S) bool: unmasked tokens rewritten at this step (LLaDA2.1), None = never.
         """
         if self.closed:
             raise RuntimeError(f"trace {self.path} is closed")
@@ -156,6 +157,9 @@ class TraceWriter:
         received_groups = _batched(received_groups, 5)
         received_unblocked = _batched(received_unblocked, 4)
         learned_sink = _batched(learned_sink, 3)
+        edited = _batched(edited, 2)
+        if edited is not None and edited.shape != (B, S):
+            raise ValueError(f"edited must have shape {(B, S)} like tokens, got {edited.shape}")
         if received_unblocked is not None and (received is None or received_unblocked.shape != received.shape):
             raise ValueError("received_unblocked must have the shape of received (B, L, H, S)")
         for name, arr, want in (("is_masked", is_masked, (B, S)), ("revealed", revealed, (B, S)),
@@ -210,6 +214,7 @@ class TraceWriter:
                                                self._schema.field("received_unblocked").type.value_type),
             "maps": self._maps_column(maps, B),
             "learned_sink": _list_column([None] * B if learned_sink is None else list(learned_sink), pa.float32()),
+            "edited": _list_column([None] * B if edited is None else list(edited), pa.bool_()),
         }
         batch = pa.record_batch([columns[f.name] for f in self._schema], schema=self._schema)
         # A checksum of the batch's serialised bytes lets the reader tell a damaged step from a
@@ -254,7 +259,8 @@ class TraceWriter:
                         attention_mask=getattr(event, "attention_mask", None),
                         query_positions=getattr(event, "query_positions", None),
                         received=received, received_groups=received_groups, blocked=blocked, maps=maps,
-                        received_unblocked=unblocked, learned_sink=learned_sink)
+                        received_unblocked=unblocked, learned_sink=learned_sink,
+                        edited=getattr(event, "edited", None))
 
     # ---- closing --------------------------------------------------------------------------
     def close(self) -> None:
