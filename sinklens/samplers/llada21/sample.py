@@ -26,8 +26,8 @@ from __future__ import annotations
 import torch
 
 from sinklens.samplers import base
-from sinklens.samplers.llada2.sample import (canvas, check_batch_one, commit_masked, official_return, sample_tokens,
-                                             special_ids, window_layout)
+from sinklens.samplers.llada2.sample import (after_step, commit_masked, official_return, sample_tokens, start_run,
+                                             window_forward)
 from sinklens.samplers.llada21.config import LLaDA21Config
 
 
@@ -50,23 +50,11 @@ def sample(model, input_ids, config: LLaDA21Config, attention_mask=None, *, trac
     masked/unmasked split).
     """
     c = config
-    mask_id, eos_id = special_ids(model, c)
-    P = torch.as_tensor(input_ids).shape[-1]
-    input_ids, attention_mask = base.check_inputs(input_ids, attention_mask, P + c.gen_length,
-                                                  getattr(model, "max_length", None))
-    check_batch_one(input_ids, attention_mask, "llada21")
-    bl = c.block_length
-    x = canvas(input_ids, c.gen_length, bl, mask_id)  # (1, T)
+    run = start_run(model, input_ids, attention_mask, c, "llada21", trace=trace, hook=hook, capture=capture)
+    x, P, bl = run.x, run.P, c.block_length
     num_blocks = x.shape[1] // bl
-    args = {**c.to_dict(), "mask_id": mask_id, "eos_id": eos_id}
-
-    hooks, capture = base.setup_hooks(hook, trace, capture, diffusion=True)
-    writer = base.open_trace_writer(trace, model, "llada21", args, input_ids, capture, x.shape[1],
-                                    layout=window_layout(model, P, bl))
-    all_hooks = base.Hooks(hooks.hooks + ([writer] if writer is not None else []))
-    forward = model.family.ops.window_logits
     history, step = [], 0
-    with base.run_context(writer, trace, 0, progress, "llada21") as bar:  # the step count is not known ahead
+    with base.run_context(run.writer, trace, 0, progress, "llada21") as bar:  # the step count is not known ahead
         for b in range(P // bl, num_blocks):
             end, start = (b + 1) * bl, b * bl
             win = x[:, :end]  # a view: commits land in x
@@ -74,17 +62,12 @@ def sample(model, input_ids, config: LLaDA21Config, attention_mask=None, *, trac
             post_steps = 0
             while True:
                 old = win[0, -bl:].clone()
-                active = old == mask_id  # (bl,)
+                active = old == run.mask_id  # (bl,)
                 if not bool(active.any()):
                     post_steps += 1
                 if post_steps > c.max_post_steps:
                     break
-                masked = win == mask_id  # (1, end)
-                real = torch.ones_like(masked)
-                groups = base.masked_unmasked_groups(masked, real) if capture and capture.query_groups else None
-                req = base.build_request(all_hooks.before_step(step, win, masked, real), capture, step, None, groups)
-                tokens_in = win.clone()
-                logits = forward(model, win, bl, attention=req)  # (1, end, V)
+                tokens_in, masked, req, logits = window_forward(model, run, win, step, bl)  # logits (1, end, V)
                 x0, x0_p = sample_tokens(logits[:, -bl:], c.temperature, c.top_k, c.top_p, greedy_on_logits=True)
                 x0, x0_p = x0[0], x0_p[0]  # (bl,)
                 commit = torch.zeros_like(active)
@@ -95,12 +78,7 @@ def sample(model, input_ids, config: LLaDA21Config, attention_mask=None, *, trac
                 change = commit | edit
                 win[0, -bl:][change] = x0[change]
                 history.append(x.clone())
-                if all_hooks:
-                    revealed, edited = torch.zeros_like(masked), torch.zeros_like(masked)
-                    revealed[0, -bl:], edited[0, -bl:] = commit, edit
-                    all_hooks.after_step(base.StepEvent(step=step, tokens=tokens_in, is_masked=masked,
-                                                        revealed=revealed, logits=logits, attention=req,
-                                                        block=(start, end), edited=edited, attention_mask=real))
+                after_step(run, step, tokens_in, masked, req, logits, commit, edited=edit)
                 step += 1
                 if bar is not None:
                     bar.total += 1
@@ -109,7 +87,7 @@ def sample(model, input_ids, config: LLaDA21Config, attention_mask=None, *, trac
                     break
             if c.eos_early_stop:
                 generated = x[0, P:end]
-                if not bool((generated == mask_id).any()) and bool((generated == eos_id).any()):
+                if not bool((generated == run.mask_id).any()) and bool((generated == run.eos_id).any()):
                     break
-    return base.GenerateOutput(sequences=official_return(x, P, c.gen_length, eos_id), history=history,
-                               num_steps=step, trace_path=None if writer is None else writer.path)
+    return base.GenerateOutput(sequences=official_return(x, P, c.gen_length, run.eos_id), history=history,
+                               num_steps=step, trace_path=None if run.writer is None else run.writer.path)
