@@ -4,9 +4,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import ClassVar
 
-from sinklens.params import param_like
 from sinklens.samplers.configs import SamplerConfig, param, register
-from sinklens.samplers.llada2.config import LLaDA2Config
 
 
 @register("llada21")
@@ -20,20 +18,22 @@ class LLaDA21Config(SamplerConfig):
     # the model card's quality mode (Q mode)
     Q_MODE: ClassVar[dict] = dict(threshold=0.7, editing_threshold=0.5, max_post_steps=16)
 
-    gen_length: int = param_like(LLaDA2Config, "gen_length")
-    block_length: int = param_like(LLaDA2Config, "block_length")
-    steps: int = param_like(LLaDA2Config, "steps", help="accepted and capped like LLaDA2.0's, but unused "
-                                                        "(as in the official code: blocks run until done)")
-    threshold: float = param_like(LLaDA2Config, "threshold")
+    # The fields LLaDA2.0 also has are written out here (a sampler's config imports no other sampler's):
+    # same names, defaults and ranges as samplers/llada2/config.py.
+    gen_length: int = param(2048, int, "at most this many tokens after the prompt", min=1)
+    block_length: int = param(32, int, "block size of the block-causal mask (blocks counted from position 0)", min=1)
+    steps: int = param(32, int, "accepted and capped like LLaDA2.0's, but unused (as in the official code: "
+                                "blocks run until done)", min=1)
+    threshold: float = param(0.95, float, "a masked position whose confidence exceeds this commits", min=0)
     editing_threshold: float | None = param(0.9, float, "an unmasked generated token is rewritten when the model's "
                                                         "new token differs and its confidence exceeds this "
                                                         "(None = no editing)", min=0)
     max_post_steps: int = param(16, int, "a block stops after this many steps past its last mask", min=0)
-    num_to_transfer: int = param(1, int, "masked positions committed per step when none exceeds threshold", min=0)
-    minimal_topk: int = param_like(LLaDA2Config, "minimal_topk")
-    temperature: float = param_like(LLaDA2Config, "temperature")
-    top_p: float | None = param_like(LLaDA2Config, "top_p")
-    top_k: int | None = param_like(LLaDA2Config, "top_k")
+    num_to_transfer: int = param(1, int, "masked positions committed per step when fewer exceed threshold", min=0)
+    minimal_topk: int = param(1, int, "caps steps at gen_length // minimal_topk", min=1)
+    temperature: float = param(0.0, float, "sampling temperature (0 = greedy)", min=0)
+    top_p: float | None = param(None, float, "nucleus sampling (None = off)", gt=0)
+    top_k: int | None = param(None, int, "top-k sampling (None = off)", min=0)
     eos_early_stop: bool = param(False, bool, "stop after a block once no mask is left and an end token was made")
-    eos_id: int | None = param_like(LLaDA2Config, "eos_id")
-    mask_id: int | None = param_like(LLaDA2Config, "mask_id")
+    eos_id: int | None = param(None, int, "end token id (default: the model's)", min=0)
+    mask_id: int | None = param(None, int, "mask token id (default: the model's)", min=0)
