@@ -167,9 +167,10 @@ LLADA2 = register_family(
         special_tokens=llada2_special_tokens,
         key_mapping=KEY_MAPPING,
         padding="key_padding",  # batch 1 in the official generate(); positions 0..S-1
-        # block-causal under its sampler (blocks from position 0, prompt included); the forward itself
-        # masks nothing unless given the block mask
-        attention="block-causal",
+        # the forward itself is bidirectional (`forward_logits`, as the official forward without a mask);
+        # block-causality belongs to the samplers, whose block_length is an argument: they run
+        # `ops.window_logits` and state `attention_block` in the trace layout
+        attention="bidirectional",
         ops=BlockCausalOps(),
     )
 )

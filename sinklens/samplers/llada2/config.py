@@ -21,7 +21,7 @@ class LLaDA2Config(SamplerConfig):
     threshold: float = param(0.95, float, "a masked position whose confidence exceeds this commits", min=0)
     minimal_topk: int = param(1, int, "caps steps at gen_length // minimal_topk", min=1)
     temperature: float = param(0.0, float, "sampling temperature (0 = greedy)", min=0)
-    top_p: float | None = param(None, float, "nucleus sampling (None = off)", gt=0)
+    top_p: float | None = param(None, float, "nucleus sampling mass (None = off)", gt=0, max=1)
     top_k: int | None = param(None, int, "top-k sampling (None = off)", min=0)
     eos_early_stop: bool = param(False, bool, "return as soon as an end token is committed with no mask before it")
     eos_id: int | None = param(None, int, "end token id (default: the model's)", min=0)

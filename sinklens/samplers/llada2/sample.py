@@ -141,6 +141,7 @@ class Run:
     writer: object
     hooks: base.Hooks  # the user's hooks and the trace writer
     capture: base.CaptureOptions | None
+    layout: TraceLayout  # block-causal from position 0: handed to the hooks with every step (masking reads it)
 
 
 def start_run(model, input_ids, attention_mask, c, name: str, *, trace, hook, capture) -> Run:
@@ -153,10 +154,10 @@ def start_run(model, input_ids, attention_mask, c, name: str, *, trace, hook, ca
     x = canvas(input_ids, c.gen_length, c.block_length, mask_id)
     args = {**c.to_dict(), "mask_id": mask_id, "eos_id": eos_id}
     hooks, capture = base.setup_hooks(hook, trace, capture, diffusion=True)
-    writer = base.open_trace_writer(trace, model, name, args, input_ids, capture, x.shape[1],
-                                    layout=window_layout(model, P, c.block_length))
+    layout = window_layout(model, P, c.block_length)
+    writer = base.open_trace_writer(trace, model, name, args, input_ids, capture, x.shape[1], layout=layout)
     return Run(x, P, mask_id, eos_id, writer, base.Hooks(hooks.hooks + ([writer] if writer is not None else [])),
-               capture)
+               capture, layout)
 
 
 def window_forward(model, run: Run, win: torch.Tensor, step: int, block_length: int):
@@ -180,7 +181,7 @@ def after_step(run: Run, step: int, tokens_in, masked, req, logits, revealed, ed
     run.hooks.after_step(base.StepEvent(step=step, tokens=tokens_in, is_masked=masked, revealed=on_canvas(revealed),
                                         logits=logits, attention=req, block=(end - bl, end),
                                         edited=None if edited is None else on_canvas(edited),
-                                        attention_mask=torch.ones_like(masked)))
+                                        attention_mask=torch.ones_like(masked), layout=run.layout))
 
 
 @torch.no_grad()
