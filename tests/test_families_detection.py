@@ -68,6 +68,8 @@ CONFIGS = {  # id -> (config dict factory, expected family)
     "llada-moe-no-architectures": (lambda: {**without(local("lladamoe"), "architectures"), "model_type": "lladamoe"},
                                    "llada_moe"),
     "tiny-dlm-asset": (lambda: asset("tiny-dlm"), "llada"),
+    "llada2-fixture": (lambda: local("llada2"), "llada2"),
+    "llada2-architectures-only": (lambda: {**local("llada2"), "model_type": "unknown"}, "llada2"),
     "tiny-arm-asset": (lambda: asset("tiny-arm"), "llama"),
     "story-arm-asset": (lambda: asset("story-arm-4l"), "llama"),
     "minilm-pypi": (minilm, "bert"),
@@ -105,7 +107,7 @@ def test_every_family_has_a_home_module():
     home = home_modules()
     assert set(home) == set(FAMILIES)
     assert set(home.values()) == {f"sinklens.models.{m}" for m in ("arm", "diffusion_gemma", "dream", "encoder", "llada",
-                                                                       "llada_moe", "sdar")}
+                                                                       "llada_moe", "llada2", "sdar")}
 
 
 @pytest.mark.parametrize("case", list(CONFIGS))

@@ -142,3 +142,15 @@ def test_sdar_invisible_keys_receive_nothing(sdar):
         reached = req.received.sum(2) > 0                              # (L, 1, S) some head got there
         assert torch.equal(visible, reached)
         assert (~visible).any()                                        # later blocks were hidden
+
+
+def test_llada2_report_and_masking_agree(tmp_path):
+    """Block-causal windows (LLaDA2): every query row of the window summed, each seeing its own and
+    earlier blocks; the rule's visible keys are the keys that received attention."""
+    from pathlib import Path
+
+    m = sinklens.load(Path(__file__).parent / "fixtures" / "llada2")
+    ids = torch.randint(0, 157, (1, 6), generator=torch.Generator().manual_seed(2))
+    report, masking, a = sink_sets(m, tmp_path, ids=ids, gen_length=10, block_length=4, steps=4, threshold=0.5)
+    assert report and report == masking
+    assert a.source.layout.attention_block == 4

@@ -23,6 +23,7 @@ import numpy as np
 from tqdm.auto import tqdm
 
 from sinklens.analysis.accumulate import Accumulator, Step, rounded
+from sinklens.analysis.learned_sink import LearnedSink, learned_sink_line
 from sinklens.analysis.dynamics import (DriftEvent, SinkTrack, SplitEvent, drift_events, drift_summary, head_class,
                                         largest_sink_changes, largest_sink_moves, track_sinks)
 from sinklens.analysis.sinks import EpsSweep, EpsSweepAccumulator
@@ -37,7 +38,7 @@ DEFAULT_EPS_VALUES = np.round(np.arange(0.0, 10.01, 0.25), 2)
 
 # Every per-step analysis, in the order they see each step. A new one: a file + an entry here.
 ACCUMULATORS: list[type[Accumulator]] = [StepArrays, TopKey, Eq3Sinks, MeanOverHeads, ScoreDistribution,
-                                         MarginDistribution, EpsSweepAccumulator, Splits, SinkTokens]
+                                         MarginDistribution, EpsSweepAccumulator, Splits, SinkTokens, LearnedSink]
 
 
 @dataclass
@@ -61,6 +62,7 @@ class Analysis:
     tokens: np.ndarray              # (T, S_max) int, −1 beyond the step's length
     is_masked: np.ndarray           # (T, S_max) bool
     key_mask: np.ndarray            # (T, S_max) bool
+    edited: np.ndarray | None       # (T, S_max) bool tokens rewritten at each step (LLaDA2.1's editing); None: never
     top_pos: np.ndarray             # (T, L, H) argmax key (sink or not)
     top_score: np.ndarray           # (T, L, H) its score
     largest_pos: np.ndarray         # (T, L, H) largest Eq. 3 sink, −1 none
@@ -77,6 +79,9 @@ class Analysis:
     drift: list[DriftEvent] = field(default_factory=list)
     splits: list[SplitEvent] = field(default_factory=list)
     token_table: SinkTokenTable | None = None
+    # (T, L, H) share of the summed query rows' attention the learned sink logits took (gpt-oss;
+    # sinklens/analysis/learned_sink.py), NaN at steps without it; None: the model has none
+    learned_sink_share: np.ndarray | None = None
     extra: dict = field(default_factory=dict)              # results of accumulators beyond the built-in ones
     accumulators: list = field(default_factory=list, repr=False)   # their to_dict() parts
     _dict: dict | None = field(default=None, repr=False)   # to_dict() cache (an Analysis is final once built)
@@ -223,6 +228,8 @@ class Analysis:
                 ("head classes", kv(d["head_classes"])),
                 ("drift (positions)", kv(d["drift"])),
                 ("masked / unmasked splits", f"{d['masked_unmasked_splits']['count']} (step, layer, head)")]
+        if d["learned_sink"] is not None:
+            rows.append(("learned sink", learned_sink_line(d["learned_sink"])))
         cats = (d["sink_tokens"] or {}).get("categories")
         if cats:
             rows.append(("sink tokens by category",
@@ -285,7 +292,7 @@ class Analysis:
             "causal": self.source.causal, "notes": self.notes(),
             "shape": {"steps": self.num_steps, "layers": self.num_layers, "heads": self.num_heads,
                       "max_seq_len": int(self.seq_len.max())},
-            **{k: parts.pop(k) for k in ("step_numbers", "n_real_keys_per_step", "n_queries_per_step",
+            **{k: parts.pop(k) for k in ("step_numbers", "n_real_keys_per_step", "n_queries_per_step", "edited_per_step",
                                          "sinks_total", "fraction_heads_steps_with_sink")},
             "track_kinds": counts, "track_rule": "see sinklens/analysis/dynamics.py and docs/analysis.md",
             "head_classes": head_classes,
@@ -298,6 +305,7 @@ class Analysis:
             "strongest_sink_head": list(self.strongest_sink_head()),
             "eps_sweep": parts.pop("eps_sweep"),
             "sink_tokens": parts.pop("sink_tokens"),
+            "learned_sink": parts.pop("learned_sink"),
             "heads": heads,
             "tracks": [tr.to_dict(self.num_steps) for tr in self.tracks[:2000]],
             "tracks_truncated": len(self.tracks) > 2000,

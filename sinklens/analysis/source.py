@@ -32,6 +32,10 @@ class StepData:
     key_mask: np.ndarray            # (S,) bool, real (non-pad) positions
     query_positions: np.ndarray     # (Q,) int, absolute positions of the query rows that were summed
     received_groups: np.ndarray | None = None  # (G, L, H, S) float32 per query group, or None
+    # (L, H) float32 attention the model's learned sink logits took (gpt-oss), summed over the same
+    # query rows as `received` (received.sum(-1) + learned_sink = number of query rows); None: none
+    learned_sink: np.ndarray | None = None
+    edited: np.ndarray | None = None  # (S,) bool unmasked tokens rewritten at this step (LLaDA2.1), or None
 
 
 @dataclass
@@ -113,13 +117,14 @@ class ArraySource(Source):
     received: (T, L, H, S) column sums; tokens: (T, S) int; is_masked / key_mask: (T, S) bool
     (defaults all False / all True); query_positions: per-step list of 1-D int arrays (default:
     every real position, i.e. a bidirectional DLM step); received_groups: (T, G, L, H, S);
-    maps: {(step index, layer, head): (S_q, S_k)}; vocab: {id: string}.
+    maps: {(step index, layer, head): (S_q, S_k)}; vocab: {id: string}; learned_sink: (T, L, H)
+    attention taken by learned sink logits (gpt-oss), or None.
     """
 
     def __init__(self, received, tokens, *, is_masked=None, key_mask=None, query_positions=None,
                  received_groups=None, group_names=("masked", "unmasked"), maps=None, vocab=None,
                  causal=False, mask_id=None, special_ids=(), block_length=None, prompt_length=None,
-                 label="arrays", meta=None):
+                 label="arrays", meta=None, learned_sink=None):
         received = np.asarray(received, dtype=np.float32)
         if received.ndim != 4:
             raise AnalysisInputError(f"received must be (T, L, H, S), got shape {received.shape}")
@@ -138,6 +143,10 @@ class ArraySource(Source):
             if received_groups.ndim != 5 or received_groups.shape[0] != T or received_groups.shape[2:] != (L, H, S):
                 raise AnalysisInputError(f"received_groups must be (T, G, L, H, S) with (T, L, H, S) = "
                                          f"{(T, L, H, S)}, got {received_groups.shape}")
+        if learned_sink is not None:
+            learned_sink = np.asarray(learned_sink, dtype=np.float32)
+            if learned_sink.shape != (T, L, H):
+                raise AnalysisInputError(f"learned_sink must be (T, L, H) = {(T, L, H)}, got {learned_sink.shape}")
         if query_positions is not None and len(query_positions) != T:
             raise AnalysisInputError(f"query_positions must hold one array per step ({T}), got {len(query_positions)}")
         try:
@@ -151,6 +160,7 @@ class ArraySource(Source):
         self._received, self._tokens, self._is_masked, self._key_mask = received, tokens, is_masked, key_mask
         self._qpos = query_positions
         self._groups = received_groups
+        self._learned_sink = learned_sink
         self._maps = dict(maps or {})
         self._vocab = {int(k): v for k, v in (vocab or {}).items()}
 
@@ -160,7 +170,8 @@ class ArraySource(Source):
              else np.asarray(self._qpos[index], dtype=np.int64).reshape(-1))
         return StepData(step=index, received=self._received[index], tokens=self._tokens[index],
                         is_masked=self._is_masked[index], key_mask=self._key_mask[index], query_positions=q,
-                        received_groups=None if self._groups is None else self._groups[index])
+                        received_groups=None if self._groups is None else self._groups[index],
+                        learned_sink=None if self._learned_sink is None else self._learned_sink[index])
 
     def decode(self, ids) -> list[str]:
         return [self._vocab.get(int(i), f"<{int(i)}>") for i in np.atleast_1d(ids)]
@@ -223,7 +234,9 @@ class TraceSource(Source):
                         is_masked=np.zeros(tokens.shape, bool) if masked is None else np.asarray(masked, bool),
                         key_mask=np.ones(tokens.shape, bool) if mask is None else np.asarray(mask, bool),
                         query_positions=(np.flatnonzero(mask) if q is None else np.asarray(q, np.int64)),
-                        received_groups=t.received_groups(s, self.row))
+                        received_groups=t.received_groups(s, self.row),
+                        learned_sink=t.learned_sink(s, self.row) if hasattr(t, "learned_sink") else None,
+                        edited=t.edited(s, self.row) if hasattr(t, "edited") else None)
         if hasattr(t, "release_pages"):
             t.release_pages()  # one step resident at a time, not the whole memory-mapped file
         return data

@@ -29,12 +29,14 @@ class StepArrays(Accumulator):
         self.step_numbers: list[int] = []
         self.seq_len, self.n_real, self.n_q = np.zeros(T, np.int32), np.zeros(T, np.int32), np.zeros(T, np.int32)
         self.toks, self.masked, self.keys = [], [], []
+        self.edited: list[np.ndarray | None] = []  # per step (S,) bool, None: the sampler never edits
 
     def add(self, step: Step) -> None:
         d, t = step.data, step.index
         self.toks.append(d.tokens)
         self.masked.append(d.is_masked)
         self.keys.append(d.key_mask)
+        self.edited.append(getattr(d, "edited", None))
         self.seq_len[t], self.n_real[t], self.n_q[t] = d.tokens.shape[0], int(d.key_mask.sum()), len(d.query_positions)
         self.step_numbers.append(d.step)
 
@@ -44,16 +46,22 @@ class StepArrays(Accumulator):
         tok_arr = np.full((T, S), -1, np.int64)         # −1 beyond the step's length (ARM prefixes grow)
         mask_arr = np.zeros((T, S), bool)
         key_arr = np.zeros((T, S), bool)
+        edited = None if all(e is None for e in self.edited) else np.zeros((T, S), bool)
         for t in range(T):
             tok_arr[t, : self.seq_len[t]] = self.toks[t]
             mask_arr[t, : self.seq_len[t]] = self.masked[t]
             key_arr[t, : self.seq_len[t]] = self.keys[t]
+            if edited is not None and self.edited[t] is not None:
+                edited[t, : self.seq_len[t]] = self.edited[t]
         return {"step_numbers": self.step_numbers, "seq_len": self.seq_len, "n_real": self.n_real,
-                "n_queries": self.n_q, "tokens": tok_arr, "is_masked": mask_arr, "key_mask": key_arr}
+                "n_queries": self.n_q, "tokens": tok_arr, "is_masked": mask_arr, "key_mask": key_arr,
+                "edited": edited}
 
     def to_dict(self) -> dict:
+        edited = None if all(e is None for e in self.edited) else [
+            0 if e is None else int(np.asarray(e).sum()) for e in self.edited]
         return {"step_numbers": list(map(int, self.step_numbers)), "n_real_keys_per_step": self.n_real.tolist(),
-                "n_queries_per_step": self.n_q.tolist()}
+                "n_queries_per_step": self.n_q.tolist(), "edited_per_step": edited}
 
 
 class TopKey(Accumulator):

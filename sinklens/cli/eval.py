@@ -29,9 +29,10 @@ def register(sub) -> None:
                    help="K sinks per (layer, head), e.g. 0,1,5,10 (0 = unmasked; default 0) or shares of the "
                         "sequence, e.g. 1%%,5%%")
     # every other sampler field, over the task preset (steps = gen length, LLaDA blocks of 32, ...);
-    # --eps is the old spelling of Eq. 3's --sink-eps here, so Dream's --time-eps does not take it
+    # --eps is the old spelling of Eq. 3's --sink-eps here, so Dream's --time-eps does not take it;
+    # --threshold is the masking's here, so LLaDA2's commit threshold keeps its official default
     p.set_defaults(func=_eval, sampler_fields=add_sampler_flags(
-        p, exclude=("gen_length", "max_new_tokens", "eps"),
+        p, exclude=("gen_length", "max_new_tokens", "eps", "threshold"),
         title="sampler arguments over the task preset (only those of the model's sampler are accepted)"))
 
 

@@ -24,6 +24,7 @@ from pathlib import Path
 import numpy as np
 
 from sinklens.analysis.analyze import Analysis, AnalysisConfig, analyze
+from sinklens.analysis.learned_sink import learned_sink_line
 from sinklens.analysis.source import AnalysisInputError, as_source
 from sinklens.report import figures as F
 from sinklens.report.html import render_page
@@ -212,6 +213,7 @@ def _markdown(report: Report) -> str:
                       f"- heads: " + ", ".join(f"{k} {v}" for k, v in sorted(d["head_classes"].items())),
                       f"- drift (positions): " + ", ".join(f"{k} {v:.3g}" if isinstance(v, float) else f"{k} {v}"
                                                             for k, v in d["drift"].items()),
+                      *([f"- learned sink: {learned_sink_line(d['learned_sink'])}"] if d["learned_sink"] else []),
                       f"- masked/unmasked splits: {d['masked_unmasked_splits']['count']} (step, layer, head)"
                       + ("" if a.source.group_names else " (trace has no per-group attention)"),
                       f"- ε sweep at ε = {a.config.sink_eps:g}: "

@@ -35,7 +35,9 @@ def generate(model, input_ids, attention_mask=None, *, trace=None, hook=None, ca
     official argument names as keywords: LLaDA/MMaDA steps, gen_length, block_length, temperature,
     cfg_scale, remasking, mask_id, logits_eos_inf, confidence_eos_eot_inf; Dream steps,
     max_new_tokens, time_eps (Dream's eps), alg, alg_temp, temperature, top_p, top_k, mask_id; ARM
-    max_new_tokens, do_sample, temperature, top_p, top_k, eos_token_id (see each sampler's config).
+    max_new_tokens, do_sample, temperature, top_p, top_k, eos_token_id; LLaDA2.0 gen_length, block_length,
+    steps, threshold, minimal_topk, eos_early_stop, ... (LLaDA2.1: sampler="llada21", plus editing_threshold,
+    max_post_steps, num_to_transfer) (see each sampler's config).
     Arguments left out take the official defaults, except on a sinklens-trained model (its training
     settings) and where the length does not fit the model's context (cut to fit, with a warning);
     see `sinklens.samplers.lengths`."""

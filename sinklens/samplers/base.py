@@ -31,6 +31,9 @@ class StepEvent:
     logits: torch.Tensor  # (B, S_q, V) as the sampler used them (Dream: shifted; ARM: the query rows)
     attention: AttentionRequest | None  # the step's request, with its captured attention
     block: tuple[int, int] | None = None  # LLaDA: (start, end) absolute positions of the current block
+    # (B, S) bool: already-unmasked tokens rewritten at this step (LLaDA2.1's editing); None: the
+    # sampler never rewrites a token (then "is masked" only ever goes from True to False)
+    edited: torch.Tensor | None = None
     attention_mask: torch.Tensor | None = None  # (B, S) bool real (non-pad) positions
     query_positions: list[torch.Tensor] | None = None  # per row: absolute positions of the query rows
     # which keys the step's queries could see (block-causal attention, windows), as the trace

@@ -3,6 +3,7 @@ so asking for one step's received attention touches only that step's bytes.
 
     t = sinklens.open_trace("run.arrow")
     t.received(step=5)            # (L, H, S) float32
+    t.learned_sink(step=5)        # (L, H) float32, or None (models without learned sink logits)
     t.truncated                   # True when the run did not close the file (interrupted)
 
 Plain pyarrow reads the same file: `pyarrow.ipc.open_stream(path).read_all()` (docs/samplers.md).
@@ -210,6 +211,22 @@ class Trace:
         if cell is None:
             return self.received(step, row)
         return cell.astype(np.float32).reshape(self.num_layers, self.num_heads, -1)
+
+    def edited(self, step: int, row: int = 0) -> np.ndarray | None:
+        """(S,) bool already-unmasked tokens rewritten at `step` (LLaDA2.1's editing); None when the
+        sampler never rewrites tokens (or the trace predates the column)."""
+        if "edited" not in self.schema.names:
+            return None
+        return self._cell("edited", step, row)
+
+    def learned_sink(self, step: int, row: int = 0) -> np.ndarray | None:
+        """(L, H) float32 attention the model's learned sink logits took at `step` (gpt-oss), summed
+        over the same query rows as `received`; None when the model has none (or the trace predates
+        the column)."""
+        if "learned_sink" not in self.schema.names:
+            return None
+        cell = self._cell("learned_sink", step, row)
+        return None if cell is None else cell.astype(np.float32).reshape(self.num_layers, self.num_heads)
 
     def received_groups(self, step: int, row: int = 0) -> np.ndarray | None:
         """(G, L, H, S) float32 received attention per query group (meta['query_groups']), or None."""

@@ -56,5 +56,13 @@ def build_schema(meta: dict, received_dtype: str = "float16") -> pa.Schema:
         # sink masking. Null when nothing was blocked at this step (it then equals `received`).
         pa.field("received_unblocked", pa.list_(value)),
         pa.field("maps", pa.list_(map_struct)),  # full (S_q, S_k) maps of requested slices or null
+        # (L*H,) row-major (L, H): the attention the model's learned sink logits took (gpt-oss), summed
+        # over the same query rows as `received`; null when the model has none. Traces written before
+        # this column lack it and read as before (the version is unchanged: a reader that does not
+        # know the column never looks it up by name).
+        pa.field("learned_sink", pa.list_(pa.float32())),
+        # (S,) already-unmasked tokens rewritten at this step (LLaDA2.1's token editing); null for
+        # samplers that never rewrite a token. Absent in older traces (read as null).
+        pa.field("edited", pa.list_(pa.bool_())),
     ]
     return pa.schema(fields, metadata={META_KEY: json.dumps(meta, sort_keys=True).encode("utf-8")})

@@ -133,7 +133,8 @@ class TraceWriter:
     # ---- steps ----------------------------------------------------------------------------
     def write_step(self, step: int, tokens, *, is_masked=None, revealed=None, attention_mask=None,
                    query_positions=None, received=None, received_groups=None, blocked=None,
-                   maps: Mapping[tuple[int, int], object] | None = None, received_unblocked=None) -> None:
+                   maps: Mapping[tuple[int, int], object] | None = None, received_unblocked=None,
+                   learned_sink=None, edited=None) -> None:
         """Write one step. Arrays are batch first; a single row may omit the batch axis.
 
         tokens (B, S) int; is_masked / revealed / attention_mask (B, S) bool (defaults: all
@@ -141,7 +142,9 @@ class TraceWriter:
         arrays (default: the real positions); received (B, L, H, S) float; received_groups
         (B, G, L, H, S) float; blocked (B, L, H, S) bool or a list of per-row (N, 3) int
         (layer, head, position) arrays; maps {(layer, head): (B, S_q, S_k)}; received_unblocked
-        (B, L, H, S) float: what the keys would have received without the blocking (ranking source).
+        (B, L, H, S) float: what the keys would have received without the blocking (ranking source);
+        learned_sink (B, L, H) float: the attention the model's learned sink logits took (gpt-oss);
+        edited (B, S) bool: unmasked tokens rewritten at this step (LLaDA2.1), None = never.
         """
         if self.closed:
             raise RuntimeError(f"trace {self.path} is closed")
@@ -153,6 +156,10 @@ class TraceWriter:
         received = _batched(received, 4)
         received_groups = _batched(received_groups, 5)
         received_unblocked = _batched(received_unblocked, 4)
+        learned_sink = _batched(learned_sink, 3)
+        edited = _batched(edited, 2)
+        if edited is not None and edited.shape != (B, S):
+            raise ValueError(f"edited must have shape {(B, S)} like tokens, got {edited.shape}")
         if received_unblocked is not None and (received is None or received_unblocked.shape != received.shape):
             raise ValueError("received_unblocked must have the shape of received (B, L, H, S)")
         for name, arr, want in (("is_masked", is_masked, (B, S)), ("revealed", revealed, (B, S)),
@@ -187,6 +194,8 @@ class TraceWriter:
         H = self.meta.get("num_heads")
         if received is not None and (received.shape[1], received.shape[2]) != (L, H):
             raise ValueError(f"received has (L, H) = {received.shape[1:3]}, the trace has ({L}, {H})")
+        if learned_sink is not None and learned_sink.shape != (B, L, H):
+            raise ValueError(f"learned_sink must have shape (B, L, H) = {(B, L, H)}, got {learned_sink.shape}")
 
         columns = {
             "step": pa.array(np.full(B, step, np.int32)),
@@ -204,6 +213,8 @@ class TraceWriter:
             "received_unblocked": _list_column([None] * B if received_unblocked is None else list(received_unblocked),
                                                self._schema.field("received_unblocked").type.value_type),
             "maps": self._maps_column(maps, B),
+            "learned_sink": _list_column([None] * B if learned_sink is None else list(learned_sink), pa.float32()),
+            "edited": _list_column([None] * B if edited is None else list(edited), pa.bool_()),
         }
         batch = pa.record_batch([columns[f.name] for f in self._schema], schema=self._schema)
         # A checksum of the batch's serialised bytes lets the reader tell a damaged step from a
@@ -229,7 +240,7 @@ class TraceWriter:
     def after_step(self, event) -> None:
         """Write a sampler's StepEvent (attention arrives layer-first and is reordered here)."""
         req = event.attention
-        received = received_groups = blocked = unblocked = None
+        received = received_groups = blocked = unblocked = learned_sink = None
         maps = None
         if req is not None:
             if req.has_received:
@@ -242,11 +253,14 @@ class TraceWriter:
                 if req.has_received_unblocked:
                     unblocked = _np(req.received_unblocked).transpose(1, 0, 2, 3)
             maps = req.maps or None
+            if req.learned_sink is not None:
+                learned_sink = _np(req.learned_sink).transpose(1, 0, 2)  # (L,B,H) -> (B,L,H)
         self.write_step(event.step, event.tokens, is_masked=event.is_masked, revealed=event.revealed,
                         attention_mask=getattr(event, "attention_mask", None),
                         query_positions=getattr(event, "query_positions", None),
                         received=received, received_groups=received_groups, blocked=blocked, maps=maps,
-                        received_unblocked=unblocked)
+                        received_unblocked=unblocked, learned_sink=learned_sink,
+                        edited=getattr(event, "edited", None))
 
     # ---- closing --------------------------------------------------------------------------
     def close(self) -> None:
