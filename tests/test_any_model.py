@@ -303,3 +303,30 @@ def test_docs_table_is_this_list():
 
 if __name__ == "__main__":
     print(table())
+
+
+@pytest.mark.parametrize("name", ["mistral", "gemma3"])
+def test_the_sink_rule_sees_what_the_window_lets_through(name, folders, tmp_path):
+    """The trace records each layer's window; at every step the sink rule's visible keys are
+    exactly the keys the summed query rows' attention reached (the newest row of a decoding step
+    sees only its window), so keys beyond the window are never in Eq. 3's mean."""
+    import numpy as np
+
+    from sinklens.analysis.analyze import step_scores
+    from sinklens.analysis.source import as_source
+    from sinklens.samplers import CaptureOptions
+
+    m = sinklens.load(folders(name))
+    ids, _ = batch()
+    out = m.generate(ids[1:], max_new_tokens=6, eos_token_id=[], trace=tmp_path / "t.arrow",
+                     capture=CaptureOptions(received_dtype="float32"))
+    src = as_source(out.trace_path)
+    assert src.layout.windows == m.attention_windows and src.layout.window_kind == "causal"
+    vis = src.layout.visibilities(src.num_layers)
+    hidden = 0
+    for t in range(src.num_steps):
+        d = src.step_data(t)
+        _, visible = step_scores(d, "scaled_sum", vis)                       # (L, S)
+        np.testing.assert_array_equal(visible, d.received.sum(1) > 0)
+        hidden += int((~visible & d.key_mask).sum())
+    assert hidden > 0                                                        # the window did hide keys
