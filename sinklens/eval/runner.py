@@ -278,13 +278,13 @@ def _categorizer(m):
 
 def _baseline(cfg: EvalConfig, k, control: str):
     """What a run needs for the outcome readouts (sinklens.eval.outcomes): the unmasked run keeps
-    each sample's commit log-probs ("keep") when masked runs follow it; a masked run compares with
-    the unmasked run of this eval (its directory, its records by id; it ran first, `cfg.runs()`).
-    None: nothing to do (an eval without K = 0 has no unmasked output to compare with)."""
-    unmasked = (0, "none") in cfg.runs()
+    each sample's commit log-probs ("keep"; always, so a masked run added later finds them); a
+    masked run compares with the unmasked run of this eval (its directory, its records by id; it
+    ran first, `cfg.runs()`). None: an eval without K = 0 has no unmasked output to compare with
+    (the summary compares later, once one exists)."""
     if (k, control) == (0, "none"):
-        return "keep" if unmasked and len(cfg.runs()) > 1 else None
-    if not unmasked:
+        return "keep"
+    if (0, "none") not in cfg.runs():
         return None
     return _run_dir(cfg, 0), {r["id"]: r for r in records.collect(_run_dir(cfg, 0))}
 
