@@ -28,7 +28,7 @@ import torch
 from sinklens.eval import outcomes, records, rundir
 from sinklens.eval.config import EvalConfig, run_name  # EvalConfig: re-exported (it lives in config.py)
 from sinklens.eval.dist import dist_state
-from sinklens.eval.loglik import reference_loglik
+from sinklens.eval.loglik import reference_loglik, reference_loglik_l2r
 from sinklens.sandbox import SandboxConfig
 from sinklens.eval.tasks import get_task
 from sinklens.masking.policy import SinkMaskingPolicy
@@ -313,5 +313,7 @@ def _run_sample(m, task, item, index, prompt, k, mcfg, policy, settings, cfg, sa
         t0 = time.monotonic()
         ref_ids = m.tokenizer(task.reference(item, chat), add_special_tokens=False)["input_ids"]
         rec["loglik"] = reference_loglik(m, ids, ref_ids, mcfg)
+        if cfg.loglik_l2r:
+            rec["loglik_l2r"] = reference_loglik_l2r(m, ids, ref_ids, mcfg)
         rec["timing"]["loglik_s"] = round(time.monotonic() - t0, 3)
     return rec

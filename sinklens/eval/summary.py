@@ -86,6 +86,12 @@ def summarize_run(run_dir: str) -> dict:
         tok = sum(x["tokens"] for x in ll)
         row["loglik_unmasked_per_token"] = sum(x["unmasked"] for x in ll) / tok
         row["loglik_masked_per_token"] = sum(x["masked"] for x in ll) / tok
+    l2r = [r["loglik_l2r"] for r in recs if r.get("loglik_l2r")]
+    if l2r:       # the likelihood both model types compute alike; its change with a per-sample SE
+        row["ll_l2r_unmasked"], row["ll_l2r_unmasked_se"] = mean_stderr([x["unmasked"] / x["tokens"] for x in l2r])
+        row["ll_l2r_masked"], row["ll_l2r_masked_se"] = mean_stderr([x["masked"] / x["tokens"] for x in l2r])
+        row["ll_l2r_change"], row["ll_l2r_change_se"] = mean_stderr(
+            [(x["masked"] - x["unmasked"]) / x["tokens"] for x in l2r])
     return row
 
 
@@ -122,10 +128,10 @@ def outcome_stats(run_dir: str, recs: list[dict]) -> dict:
     return row
 
 
-def _pm(mean: float, se: float) -> str:
+def _pm(mean: float, se: float, digits: int = 2) -> str:
     if mean != mean:                                  # nan: no sample has it
         return "n/a"
-    return f"{mean:.2f}" + (f" ± {se:.2f}" if se == se else "")
+    return f"{mean:.{digits}f}" + (f" ± {se:.{digits}f}" if se == se else "")
 
 
 def _outcome_cell(r: dict) -> str:
@@ -142,6 +148,10 @@ def _cell(r: dict) -> str:
     s += f" (n={r['n']}" + ("" if r["n"] == r["n_expected"] else f"/{r['n_expected']}") + ")"
     if "loglik_masked_per_token" in r:
         s += f"; ll {r['loglik_masked_per_token']:.3f}"
+    if "ll_l2r_masked" in r:
+        s += f"; l2r {_pm(r['ll_l2r_masked'], r['ll_l2r_masked_se'], 3)}"
+        if r["mask_topk"] not in (0, "0"):
+            s += f" (Δ {_pm(r['ll_l2r_change'], r['ll_l2r_change_se'], 3)})"
     return s
 
 
@@ -200,7 +210,11 @@ def _caption(rows: list[dict], varying: list[str]) -> str:
     parts = [f"Tasks: {', '.join(tasks)}; cells: {metric} ± standard error; n = samples done (/ expected)."]
     if any("loglik_masked_per_token" in r for r in rows):
         parts.append("ll = mean log-likelihood per reference token with the sinks masked "
-                     "(nats; unmasked in the CSV).")
+                     "(nats; unmasked in the CSV; a DLM's answer fully masked, an ARM's teacher-forced: not comparable "
+                     "across the two).")
+    if any("ll_l2r_masked" in r for r in rows):
+        parts.append("l2r = log p(ref_i | prompt, ref_<i) per reference token, computed alike for DLMs and ARMs "
+                     "(nats, mean ± SE over samples; Δ = masked − unmasked).")
     masked = [r["masking"] for r in rows if r["mask_topk"]]
     if masked:
         shown = {_short(v) for v in varying if v.startswith("masking.")} | {"mask_k", "top_k", "control"}
@@ -253,7 +267,8 @@ def render(rows: list[dict]) -> tuple[str, str]:
                "mean ± standard error over samples (sinklens.eval.outcomes)."]
     buf = io.StringIO()
     fields = ["model", "task", "mask_topk", "n", "n_expected", "accuracy", "stderr", "loglik_unmasked_per_token",
-              "loglik_masked_per_token", "n_outcome",
+              "loglik_masked_per_token", "ll_l2r_unmasked", "ll_l2r_unmasked_se", "ll_l2r_masked",
+              "ll_l2r_masked_se", "ll_l2r_change", "ll_l2r_change_se", "n_outcome",
               *(f for name in outcomes.READOUTS for f in (name, f"{name}_se")), "ranking", "arm_rule", "run_dir", "control", "row"]
     w = csv.DictWriter(buf, fieldnames=fields, extrasaction="ignore")
     w.writeheader()
