@@ -32,9 +32,9 @@ def test_compare_identical_and_disjoint():
     assert outcomes.compare({"output_ids": []}, {"output_ids": []})["similarity"] == 1.0
 
 
-def _commits(logits: torch.Tensor) -> outcomes.CommitLogits:
-    """A CommitLogits holding rows (N, V) at positions 10 .. 10 + N."""
-    c = outcomes.CommitLogits(prompt_len=10, arm=True)
+def _commits(logits: torch.Tensor, ref=None) -> outcomes.CommitLogits:
+    """A CommitLogits fed rows (N, V) at positions 10 .. 10 + N (ref: the unmasked top, for a masked run)."""
+    c = outcomes.CommitLogits(prompt_len=10, arm=True, ref=ref)
     for i, row in enumerate(logits):
         c._keep(10 + i, row)
     return c
@@ -46,13 +46,15 @@ def test_kl_exact_for_small_vocab_else_a_lower_bound(vocab):
     u, m = torch.randn(6, vocab, generator=g) * 3, torch.randn(6, vocab, generator=g) * 3
     lu, lm = torch.log_softmax(u.double(), -1), torch.log_softmax(m.double(), -1)
     full = float((lu.exp() * (lu - lm)).sum(-1).mean())
-    kl = outcomes.kl_to_unmasked(_commits(u).top(), _commits(m).rows)
+    top = _commits(u).top()
+    kl = outcomes.kl_to_unmasked(top, _commits(m, ref=top).rows)
     if vocab <= outcomes.TOP:
         assert kl == pytest.approx(full, rel=1e-5)
     else:
         assert 0 < kl <= full + 1e-6
-    assert outcomes.kl_to_unmasked(_commits(u).top(), _commits(u).rows) == pytest.approx(0.0, abs=1e-6)
-    assert outcomes.kl_to_unmasked(_commits(u).top(), {}) is None                  # no common position
+    assert outcomes.kl_to_unmasked(top, _commits(u, ref=top).rows) == pytest.approx(0.0, abs=1e-6)
+    assert outcomes.kl_to_unmasked(top, {}) is None                                # no common position
+    assert top["logp"].shape == (6, min(vocab, outcomes.TOP))                      # what a sample stores
 
 
 def _run(model, out, **kw):

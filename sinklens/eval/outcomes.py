@@ -13,7 +13,7 @@ the same id in the same eval (`k0/`, same seed: `seed + index`):
   position was *committed from* (its final step: a DLM's logits row at the step that revealed
   it, an ARM's row that produced it), nats/position. The unmasked run keeps, per sample, the top
   `TOP` log-probabilities of those rows (`commit_logp/<index>.pt`, ~ positions x TOP x 8 bytes);
-  the masked run holds its full rows in memory while the sample runs. KL is taken over the
+  the masked run keeps its log-probs of those tokens while the sample runs. KL is taken over the
   unmasked top-TOP tokens plus one bucket for the rest: exact when the vocabulary has <= TOP
   tokens, otherwise a lower bound of the full KL (merging tokens never raises a KL).
 """
@@ -33,12 +33,17 @@ READOUTS = ("edit_distance", "similarity", "same_position", "flip", "kl")
 
 
 class CommitLogits:
-    """Hook: log-softmax of the logits row each generated position was committed from.
-    `rows[pos]` (V,) float32 on CPU; the last write for a position wins (an ARM commits each once)."""
+    """Hook: the log-softmax of the logits row each generated position was committed from, kept
+    small as it comes (the full rows of a 256-token LLaDA generation would be ~130 MB):
+    unmasked run (`ref` None): its top TOP tokens; masked run: its log-probs of the unmasked
+    run's top tokens at that position (`ref`: the unmasked `top()`). `rows[pos]`: (k,) float32
+    log-probs (with `ids[pos]` (k,) when unmasked); an ARM commits each position once, a DLM too."""
 
-    def __init__(self, prompt_len: int, arm: bool):
+    def __init__(self, prompt_len: int, arm: bool, ref: dict | None = None):
         self.prompt_len, self.arm = prompt_len, arm
+        self.ref = None if ref is None else {p: ids.long() for p, ids in zip(ref["pos"].tolist(), ref["ids"])}
         self.rows: dict[int, "torch.Tensor"] = {}
+        self.ids: dict[int, "torch.Tensor"] = {}
 
     def after_step(self, event) -> None:
         import torch
@@ -52,8 +57,13 @@ class CommitLogits:
 
     def _keep(self, pos: int, row: "torch.Tensor") -> None:
         import torch
-        if pos >= self.prompt_len:
-            self.rows[pos] = torch.log_softmax(row.float(), dim=-1).clamp_min(FLOOR).cpu()
+        if pos < self.prompt_len or (self.ref is not None and pos not in self.ref):
+            return
+        logp = torch.log_softmax(row.float(), dim=-1).clamp_min(FLOOR).cpu()   # (V,)
+        if self.ref is None:
+            self.rows[pos], self.ids[pos] = logp.topk(min(TOP, logp.shape[0]))
+        else:
+            self.rows[pos] = logp[self.ref[pos]]
 
     def top(self) -> dict:
         """What the unmasked run keeps: positions (N,), token ids (N, k), log-probs (N, k)."""
@@ -62,20 +72,20 @@ class CommitLogits:
         if not pos:
             return {"pos": torch.zeros(0, dtype=torch.int32), "ids": torch.zeros(0, 0, dtype=torch.int32),
                     "logp": torch.zeros(0, 0)}
-        full = torch.stack([self.rows[p] for p in pos])                # (N, V)
-        logp, ids = full.topk(min(TOP, full.shape[1]), dim=-1)         # (N, k)
-        return {"pos": torch.tensor(pos, dtype=torch.int32), "ids": ids.to(torch.int32), "logp": logp}
+        return {"pos": torch.tensor(pos, dtype=torch.int32), "ids": torch.stack([self.ids[p] for p in pos]).int(),
+                "logp": torch.stack([self.rows[p] for p in pos])}
 
 
 def kl_to_unmasked(ref: dict, masked_rows: dict) -> float | None:
     """Mean KL(unmasked || masked) over the positions both runs committed (nats), or None if none.
-    ref: `CommitLogits.top()` of the unmasked run; masked_rows: `CommitLogits.rows` of the masked run."""
+    ref: `CommitLogits.top()` of the unmasked run; masked_rows: `CommitLogits(..., ref=ref).rows`
+    of the masked run, its log-probs of the same tokens."""
     kls = []
     for i, pos in enumerate(ref["pos"].tolist()):
         if pos not in masked_rows:
             continue
         lp_u = ref["logp"][i].double()                                 # (k,) unmasked top-k
-        lp_m = masked_rows[pos].double()[ref["ids"][i].long()]         # (k,) masked, same tokens
+        lp_m = masked_rows[pos].double()                               # (k,) masked, same tokens
         p_u = lp_u.exp()
         kl = float((p_u * (lp_u - lp_m)).sum())
         rest_u = max(0.0, 1.0 - float(p_u.sum()))                      # the bucket of every other token

@@ -293,7 +293,8 @@ def _run_sample(m, task, item, index, prompt, k, mcfg, policy, settings, cfg, sa
     ids, chat = prompt
     ref = base[1].get(item["id"]) if isinstance(base, tuple) else None        # the unmasked record, if done
     ref_top = outcomes.load_top(base[0], ref["index"]) if ref is not None else None
-    commits = outcomes.CommitLogits(len(ids), arm=not m.is_diffusion) if base == "keep" or ref_top else None
+    commits = (outcomes.CommitLogits(len(ids), arm=not m.is_diffusion, ref=ref_top)
+               if base == "keep" or ref_top is not None else None)
     t0 = time.monotonic()
     raw, new_ids = generate_sample(m, ids, policy, settings, seed=cfg.seed + index, commits=commits)  # same seed on any rank
     t_gen = time.monotonic() - t0
