@@ -32,7 +32,7 @@ from pathlib import Path
 from sinklens.experiments.model_spec import DemoModel
 
 LOAD = {"dtype": "float32"}
-STUDY_N, STUDY_TRACES = 14, 4   # `replicate --study` defaults: the table in <= 15 min on 2 cores
+STUDY_N, STUDY_TRACES = 14, 4   # `replicate --study` defaults (14 min on 2 idle cores before the l2r likelihood)
 # The shipped story twins (sinklens/assets), label -> alias; those not shipped are skipped.
 # "-9" / "-30": the largest operand of the twin's problems (docs/training.md).
 SHIPPED = {"arm-30": "story-arm-4l", "arm-9": "story9-arm-4l", "dlm-from-arm-9": "story9-dlmarm-4l",
