@@ -106,3 +106,15 @@ def test_resume_and_a_masked_run_done_before_the_unmasked_one(tmp_path):
     assert [("outcome" in r) for r in again["k1"]] == [False, False, True]       # done samples kept as they were
     assert again["k1"][2]["outcome"]["kl"] is not None
     assert "KL n/a" not in (tmp_path / "summary.md").read_text()                   # one sample has a KL
+
+
+def test_a_failed_log_prob_write_is_the_runs_write_error(tmp_path, monkeypatch):
+    """Disk full while keeping the unmasked log-probs: the eval's WriteError (kept samples named by
+    the runner), no temporary file left behind."""
+    def full(obj, path):
+        open(path, "wb").write(b"x")
+        raise OSError(28, "No space left on device")
+    monkeypatch.setattr(torch, "save", full)
+    with pytest.raises(records.WriteError, match="No space left"):
+        outcomes.save_top(str(tmp_path), 0, {})
+    assert list((tmp_path / "commit_logp").iterdir()) == []

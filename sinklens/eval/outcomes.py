@@ -19,12 +19,15 @@ the same id in the same eval (`k0/`, same seed: `seed + index`):
 """
 from __future__ import annotations
 
+import errno
 import math
 import os
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
     import torch
+from sinklens.eval import records
+
 # torch is imported where a tensor is made: `sinklens eval-summary` reads the readouts without it
 
 TOP = 64                     # unmasked log-probs kept per generated position
@@ -131,8 +134,13 @@ def save_top(run_dir: str, index: int, top: dict) -> None:
     import torch
     os.makedirs(os.path.dirname(path), exist_ok=True)
     tmp = f"{path}.tmp{os.getpid()}"
-    torch.save(top, tmp)
-    os.replace(tmp, path)
+    try:
+        torch.save(top, tmp)
+        os.replace(tmp, path)
+    except (OSError, RuntimeError) as e:          # disk full / size limit: the run's one clear write error
+        if os.path.exists(tmp):
+            os.remove(tmp)
+        raise records.WriteError(path, e if isinstance(e, OSError) else OSError(errno.EIO, str(e))) from e
 
 
 def load_top(run_dir: str, index: int) -> dict | None:
