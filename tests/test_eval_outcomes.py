@@ -118,3 +118,16 @@ def test_a_failed_log_prob_write_is_the_runs_write_error(tmp_path, monkeypatch):
     with pytest.raises(records.WriteError, match="No space left"):
         outcomes.save_top(str(tmp_path), 0, {})
     assert list((tmp_path / "commit_logp").iterdir()) == []
+
+
+def test_headline_json_carries_the_readouts(tmp_path):
+    """`eval --json` / `replicate --json` read `headline`: the readouts with their SEs, null where none."""
+    import json
+
+    from sinklens.eval.summary import headline
+    _run("tiny-dlm", tmp_path, limit=2, mask_topk=(0, 1))
+    k1 = headline(str(tmp_path / "tiny-dlm" / "arith" / "k1"))
+    assert k1["n_outcome"] == 2 and 0 <= k1["similarity"] <= 1 and k1["kl_se"] is not None
+    k0 = headline(str(tmp_path / "tiny-dlm" / "arith" / "k0"))
+    assert "similarity" not in k0
+    json.dumps(k1, allow_nan=False)

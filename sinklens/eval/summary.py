@@ -97,11 +97,16 @@ def summarize_run(run_dir: str) -> dict:
 
 def headline(run_dir: str) -> dict:
     """The numbers a machine reads of one run (eval / replicate --json): where it is, what was
-    masked, accuracy ± SE over n, and the log-likelihoods per token when scored."""
+    masked, accuracy ± SE over n, the log-likelihoods per token when scored, and (masked and
+    control runs) the outcome readouts against the unmasked output, each with its SE; a readout
+    no sample has is null."""
     r = summarize_run(run_dir)
     keys = ("run_dir", "model", "task", "mask_topk", "control", "ranking", "n", "n_expected", "accuracy", "stderr",
-            "loglik_unmasked_per_token", "loglik_masked_per_token")
-    return {k: r[k] for k in keys if k in r} | {"sinks": r["masking"].get("sinks")}
+            "loglik_unmasked_per_token", "loglik_masked_per_token", "ll_l2r_unmasked", "ll_l2r_unmasked_se",
+            "ll_l2r_change", "ll_l2r_change_se", "n_outcome",
+            *(f for name in outcomes.READOUTS for f in (name, f"{name}_se")))
+    nan_to_none = lambda v: None if isinstance(v, float) and v != v else v          # noqa: E731 (JSON has no NaN)
+    return {k: nan_to_none(r[k]) for k in keys if k in r} | {"sinks": r["masking"].get("sinks")}
 
 
 def outcome_stats(run_dir: str, recs: list[dict]) -> dict:
