@@ -181,7 +181,7 @@ def test_humaneval_exit_tricks_score_zero_through_run_eval(tiny_dlm, tmp_path, m
         "    import atexit, os\n    atexit.register(os._exit, 0)\n    return 0.0\n",
     ]
     calls = iter(completions)
-    monkeypatch.setattr(runner, "generate_text", lambda *a, **k: next(calls))
+    monkeypatch.setattr(runner, "generate_sample", lambda *a, **k: (next(calls), []))
     cfg = EvalConfig(model=tiny_dlm, task="humaneval", data=str(data), out=str(tmp_path / "out"),
                      mask_topk=(0,), gen_length=8, sampler_args={"block_length": 4}, progress=False, loglik=False)
     (run_dir,) = run_eval(cfg)

@@ -70,7 +70,14 @@ def test_shipped_story_twins_run_the_study_with_k_a_small_share_of_the_keys(tmp_
     assert folder == ASSETS / ARM and conf["kind"] == "arm"
     study({"arm": ARM}, tmp_path, n=3, n_traces=0, mask_topk=(0, 1), progress=False)
     text = (tmp_path / "study.md").read_text()
-    acc_row, eq_row, ll_row, share_row = [line for line in text.splitlines() if line.startswith("| arm |")]
+    acc_row, eq_row, ll_row, out_row, l2r_row, share_row = [line for line in text.splitlines()
+                                                            if line.startswith("| arm |")]
+    out = [c.strip() for c in out_row.strip("|").split("|")[1:4]]   # similarity / flip / KL against unmasked
+    assert out[0] == "1 / 0 / 0", out_row
+    sim, flip, kl = (float(x.split()[0]) for x in out[1].split(" / "))
+    assert 0 <= sim < 1 and 0 <= flip <= 1 and kl > 0, out_row       # the top sink moves the ARM's output
+    l2r = [float(c.split()[0]) for c in l2r_row.strip("|").split("|")[1:4]]
+    assert l2r[0] < 0 and l2r[1] < 0, l2r_row                         # unmasked, then the change: a loss
     ll = [float(c) for c in ll_row.strip("|").split("|")[1:4]]      # unmasked ll, then changes: sinks hurt more
     assert ll[0] < 0 and ll[1] < ll[2], ll_row
     acc = [float(c.split()[0]) for c in acc_row.strip("|").split("|")[1:4]]   # unmasked, K=1 sinks, K=1 random

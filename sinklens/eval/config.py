@@ -86,6 +86,8 @@ class EvalConfig:
     arm_rule: str = param_like(MaskingConfig, "arm_rule")
     loglik: bool = param(True, bool, "score the reference answer's log-likelihood (--no-loglik: skip it)",
                          flag="--loglik")
+    loglik_l2r: bool = param(False, bool, "also score it left to right, the same way for DLMs and ARMs "
+                                          "(R forwards per sample, 2R masked; docs/evaluation.md)")
     sandbox_timeout: float = param(10.0, float, "seconds per HumanEval check", gt=0)
     progress: bool = True               # progress bars (the command line: off with --quiet)
 
@@ -102,6 +104,8 @@ class EvalConfig:
             if "type" in f.metadata:
                 check_value(flag_name(f.name, f.metadata), getattr(self, f.name), f.metadata)
         check_sampler_args(self.sampler_args)
+        if self.loglik_l2r and not self.loglik:
+            raise ValueError("--loglik-l2r scores the reference answer too: it cannot go with --no-loglik")
         if os.path.exists(self.out) and not os.path.isdir(self.out):
             raise ValueError(f"--out {self.out!r} is a file; expected a directory")
         if self.data is not None and not os.path.isfile(self.data):

@@ -25,14 +25,14 @@ from dataclasses import asdict
 
 import torch
 
-from sinklens.eval import records, rundir
+from sinklens.eval import outcomes, records, rundir
 from sinklens.eval.config import EvalConfig, run_name  # EvalConfig: re-exported (it lives in config.py)
 from sinklens.eval.dist import dist_state
-from sinklens.eval.loglik import reference_loglik
+from sinklens.eval.loglik import reference_loglik, reference_loglik_l2r
 from sinklens.sandbox import SandboxConfig
 from sinklens.eval.tasks import get_task
 from sinklens.masking.policy import SinkMaskingPolicy
-from sinklens.samplers.base import CaptureOptions
+from sinklens.samplers.base import CaptureOptions, cut_at_end
 from sinklens.samplers.configs import get_config
 
 
@@ -69,8 +69,10 @@ def _prompt(m, task, item, cfg: EvalConfig) -> tuple[list[int], bool]:
     return m.tokenizer(task.text(item, cfg.shots))["input_ids"], False
 
 
-def generate_text(m, ids: list[int], policy: SinkMaskingPolicy, settings: dict, seed: int = 0) -> str:
-    """One generation with the family's own sampler, the masking policy as its hook; the new text."""
+def generate_sample(m, ids: list[int], policy: SinkMaskingPolicy, settings: dict, seed: int = 0,
+                    commits=None) -> tuple[str, list[int]]:
+    """One generation with the family's own sampler, the masking policy as its hook; (the new text,
+    the new token ids cut at the first end token). `commits`: an `outcomes.CommitLogits` hook, if any."""
     torch.manual_seed(seed)
     policy.reset(seed)                     # the random control draws from its own seeded generator
     hook = capture = None
@@ -78,8 +80,14 @@ def generate_text(m, ids: list[int], policy: SinkMaskingPolicy, settings: dict, 
         hook = policy
         capture = CaptureOptions(query_groups=False,
                                  capture_prefix=not m.is_diffusion and policy.config.arm_rule == "prefix")
-    out = m.generate(torch.tensor([ids], dtype=torch.long), hook=hook, capture=capture, **settings)
-    return out.text[0]
+    hooks = [h for h in (hook, commits) if h is not None]
+    out = m.generate(torch.tensor([ids], dtype=torch.long), hook=hooks or None, capture=capture, **settings)
+    return out.text[0], cut_at_end(m, out.sequences[0, len(ids):].tolist())
+
+
+def generate_text(m, ids: list[int], policy: SinkMaskingPolicy, settings: dict, seed: int = 0) -> str:
+    """One generation (see `generate_sample`); the new text."""
+    return generate_sample(m, ids, policy, settings, seed)[0]
 
 
 def run_eval(cfg: EvalConfig, model=None) -> list[str]:
@@ -126,6 +134,7 @@ def run_eval(cfg: EvalConfig, model=None) -> list[str]:
                 if rank == 0:
                     rundir.write_json(os.path.join(run_dir, "config.json"), meta)
                 done = {r["id"] for r in records.collect(run_dir)}
+                base = _baseline(cfg, k, control)
                 mine = [i for i in range(len(items)) if i % world == rank]
                 todo = [i for i in mine if items[i]["id"] not in done]
                 # one bar, on the main process, labelled with its share when several processes run
@@ -137,7 +146,7 @@ def run_eval(cfg: EvalConfig, model=None) -> list[str]:
                 with records.RecordWriter(os.path.join(run_dir, f"samples.rank{rank}.jsonl")) as out:
                     for i in todo:
                         out.write(_run_sample(m, task, items[i], i, prompts[i], k, mcfg, policy, settings, cfg,
-                                              sandbox))
+                                              sandbox, base))
                         bar.update(1)
                 bar.close()
                 if world == 1 or "MASTER_ADDR" in os.environ:  # hand-set shards have no group: a later run merges
@@ -223,13 +232,17 @@ def _plan(cfg: EvalConfig, m, k, control: str, settings: dict, n_items: int, err
     mcfg = cfg.masking(k, control)
     policy = SinkMaskingPolicy(mcfg, num_layers=m.num_layers, is_diffusion=m.is_diffusion, model=m)
     policy.check_num_keys(shortest)                                      # K larger than the sequence
-    run_dir = os.path.join(cfg.out, model_slug(cfg.model), cfg.task, run_name(k, control))
+    run_dir = _run_dir(cfg, k, control)
     meta = {"model": cfg.model, "source": {k2: str(v) for k2, v in m.source.items()}, "family": m.family.name,
             "task": cfg.task, "mask_topk": k, "masking": mcfg.describe(m.is_diffusion),
             "sampler": m.family.sampler, "settings": settings, "n_expected": n_items,
             "config": asdict(cfg), "data_errors": errors}
     _check_same_run(run_dir, meta)                                       # resume only the same experiment
     return k, control, mcfg, policy, run_dir, meta
+
+
+def _run_dir(cfg: EvalConfig, k, control: str = "none") -> str:
+    return os.path.join(cfg.out, model_slug(cfg.model), cfg.task, run_name(k, control))
 
 
 # What must not change when a run is resumed (--limit may grow; progress, device, dtype may change).
@@ -263,21 +276,45 @@ def _categorizer(m):
     return lambda tid: categorize(m.tokenizer.convert_ids_to_tokens(tid) or "", tid, m.mask_id, special)
 
 
-def _run_sample(m, task, item, index, prompt, k, mcfg, policy, settings, cfg, sandbox) -> dict:
+def _baseline(cfg: EvalConfig, k, control: str):
+    """What a run needs for the outcome readouts (sinklens.eval.outcomes): the unmasked run keeps
+    each sample's commit log-probs ("keep"; always, so a masked run added later finds them); a
+    masked run compares with the unmasked run of this eval (its directory, its records by id; it
+    ran first, `cfg.runs()`). None: an eval without K = 0 has no unmasked output to compare with
+    (the summary compares later, once one exists)."""
+    if (k, control) == (0, "none"):
+        return "keep"
+    if (0, "none") not in cfg.runs():
+        return None
+    return _run_dir(cfg, 0), {r["id"]: r for r in records.collect(_run_dir(cfg, 0))}
+
+
+def _run_sample(m, task, item, index, prompt, k, mcfg, policy, settings, cfg, sandbox, base=None) -> dict:
     ids, chat = prompt
+    ref = base[1].get(item["id"]) if isinstance(base, tuple) else None        # the unmasked record, if done
+    ref_top = outcomes.load_top(base[0], ref["index"]) if ref is not None else None
+    commits = (outcomes.CommitLogits(len(ids), arm=not m.is_diffusion, ref=ref_top)
+               if base == "keep" or ref_top is not None else None)
     t0 = time.monotonic()
-    raw = generate_text(m, ids, policy, settings, seed=cfg.seed + index)     # per-sample seed: same on any rank
+    raw, new_ids = generate_sample(m, ids, policy, settings, seed=cfg.seed + index, commits=commits)  # same seed on any rank
     t_gen = time.monotonic() - t0
     t0 = time.monotonic()
     verdict = task.judge(raw, item, sandbox)
     t_check = time.monotonic() - t0
     rec = {"id": item["id"], "index": index, "task": task.name, "model": cfg.model, "mask_topk": k,
-           "prompt": m.tokenizer.decode(ids), "chat_template": chat, "raw_output": raw, **verdict,
-           "masked": policy.summary(_categorizer(m)) if mcfg.active else None,
+           "prompt": m.tokenizer.decode(ids), "chat_template": chat, "raw_output": raw, "output_ids": new_ids,
+           **verdict, "masked": policy.summary(_categorizer(m)) if mcfg.active else None,
            "timing": {"generate_s": round(t_gen, 3), "check_s": round(t_check, 3)}}
+    if base == "keep":
+        outcomes.save_top(_run_dir(cfg, 0), index, commits.top())       # before the record line: resumable
+    elif ref is not None and "output_ids" in ref:
+        kl = outcomes.kl_to_unmasked(ref_top, commits.rows) if ref_top else None
+        rec["outcome"] = outcomes.compare(ref, rec, kl)
     if cfg.loglik:
         t0 = time.monotonic()
-        ref = m.tokenizer(task.reference(item, chat), add_special_tokens=False)["input_ids"]
-        rec["loglik"] = reference_loglik(m, ids, ref, mcfg)
+        ref_ids = m.tokenizer(task.reference(item, chat), add_special_tokens=False)["input_ids"]
+        rec["loglik"] = reference_loglik(m, ids, ref_ids, mcfg)
+        if cfg.loglik_l2r:
+            rec["loglik_l2r"] = reference_loglik_l2r(m, ids, ref_ids, mcfg)
         rec["timing"]["loglik_s"] = round(time.monotonic() - t0, 3)
     return rec

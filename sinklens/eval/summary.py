@@ -1,7 +1,9 @@
 """Table-1 style summary of eval runs: one row per setting, models as columns.
 
 Accuracy (GSM8K) / pass@1 (HumanEval) with its standard error, and the mean per-token
-log-likelihood of the reference answer (unmasked and masked, nats). Markdown + CSV.
+log-likelihood of the reference answer (unmasked and masked, nats); below it, for every masked
+and control row, how far the masked output moved from the unmasked one (sinklens.eval.outcomes,
+mean ± standard error). Markdown + CSV.
 
 Rows: task × K × control, plus every other setting that differs between runs of one model
 (read from each run's config.json, not from a fixed list), so two runs of a model with, say,
@@ -17,7 +19,7 @@ import io
 import json
 import os
 
-from sinklens.eval import records
+from sinklens.eval import outcomes, records
 from sinklens.eval.rundir import write_text
 from sinklens.eval.stats import mean_stderr
 
@@ -78,21 +80,70 @@ def summarize_run(run_dir: str) -> dict:
            "control": masking.get("control", "none"),          # runs before the control existed: none
            "run_dir": run_dir, "settings": run_settings(meta), "masking": masking,
            "sampler_settings": meta.get("settings") or {}}
+    row.update(outcome_stats(run_dir, recs) if meta["mask_topk"] not in (0, "0") else {})
     ll = [r["loglik"] for r in recs if r.get("loglik")]
     if ll:
         tok = sum(x["tokens"] for x in ll)
         row["loglik_unmasked_per_token"] = sum(x["unmasked"] for x in ll) / tok
         row["loglik_masked_per_token"] = sum(x["masked"] for x in ll) / tok
+    l2r = [r["loglik_l2r"] for r in recs if r.get("loglik_l2r")]
+    if l2r:       # the likelihood both model types compute alike; its change with a per-sample SE
+        row["ll_l2r_unmasked"], row["ll_l2r_unmasked_se"] = mean_stderr([x["unmasked"] / x["tokens"] for x in l2r])
+        row["ll_l2r_masked"], row["ll_l2r_masked_se"] = mean_stderr([x["masked"] / x["tokens"] for x in l2r])
+        row["ll_l2r_change"], row["ll_l2r_change_se"] = mean_stderr(
+            [(x["masked"] - x["unmasked"]) / x["tokens"] for x in l2r])
     return row
 
 
 def headline(run_dir: str) -> dict:
     """The numbers a machine reads of one run (eval / replicate --json): where it is, what was
-    masked, accuracy ± SE over n, and the log-likelihoods per token when scored."""
+    masked, accuracy ± SE over n, the log-likelihoods per token when scored, and (masked and
+    control runs) the outcome readouts against the unmasked output, each with its SE; a readout
+    no sample has is null."""
     r = summarize_run(run_dir)
     keys = ("run_dir", "model", "task", "mask_topk", "control", "ranking", "n", "n_expected", "accuracy", "stderr",
-            "loglik_unmasked_per_token", "loglik_masked_per_token")
-    return {k: r[k] for k in keys if k in r} | {"sinks": r["masking"].get("sinks")}
+            "loglik_unmasked_per_token", "loglik_masked_per_token", "ll_l2r_unmasked", "ll_l2r_unmasked_se",
+            "ll_l2r_change", "ll_l2r_change_se", "n_outcome",
+            *(f for name in outcomes.READOUTS for f in (name, f"{name}_se")))
+    nan_to_none = lambda v: None if isinstance(v, float) and v != v else v          # noqa: E731 (JSON has no NaN)
+    return {k: nan_to_none(r[k]) for k in keys if k in r} | {"sinks": r["masking"].get("sinks")}
+
+
+def outcome_stats(run_dir: str, recs: list[dict]) -> dict:
+    """Mean and standard error of each outcome readout (sinklens.eval.outcomes) over the samples
+    that have one. A record written before its unmasked sample existed gets the token readouts
+    here, from the unmasked run beside it (`k0/`); its KL stays n/a (the log-probs are gone)."""
+    unmasked = None
+    found = []
+    for r in recs:
+        o = r.get("outcome")
+        if o is None and "output_ids" in r:
+            if unmasked is None:
+                k0 = os.path.join(os.path.dirname(run_dir), "k0")
+                unmasked = {u["id"]: u for u in records.collect(k0)} if os.path.isdir(k0) else {}
+            u = unmasked.get(r["id"])
+            o = outcomes.compare(u, r) if u is not None and "output_ids" in u else None
+        if o is not None:
+            found.append(o)
+    row = {"n_outcome": len(found)}
+    for name in outcomes.READOUTS:
+        values = [float(o[name]) for o in found if o.get(name) is not None]
+        row[name], row[f"{name}_se"] = mean_stderr(values)
+        row[f"n_{name}"] = len(values)
+    return row
+
+
+def _pm(mean: float, se: float, digits: int = 2) -> str:
+    if mean != mean:                                  # nan: no sample has it
+        return "n/a"
+    return f"{mean:.{digits}f}" + (f" ± {se:.{digits}f}" if se == se else "")
+
+
+def _outcome_cell(r: dict) -> str:
+    if not r.get("n_outcome"):
+        return "–"
+    return (f"sim {_pm(r['similarity'], r['similarity_se'])}; same {_pm(r['same_position'], r['same_position_se'])}; "
+            f"flip {_pm(r['flip'], r['flip_se'])}; KL {_pm(r['kl'], r['kl_se'])} (n={r['n_outcome']})")
 
 
 def _cell(r: dict) -> str:
@@ -102,6 +153,10 @@ def _cell(r: dict) -> str:
     s += f" (n={r['n']}" + ("" if r["n"] == r["n_expected"] else f"/{r['n_expected']}") + ")"
     if "loglik_masked_per_token" in r:
         s += f"; ll {r['loglik_masked_per_token']:.3f}"
+    if "ll_l2r_masked" in r:
+        s += f"; l2r {_pm(r['ll_l2r_masked'], r['ll_l2r_masked_se'], 3)}"
+        if r["mask_topk"] not in (0, "0"):
+            s += f" (Δ {_pm(r['ll_l2r_change'], r['ll_l2r_change_se'], 3)})"
     return s
 
 
@@ -160,7 +215,11 @@ def _caption(rows: list[dict], varying: list[str]) -> str:
     parts = [f"Tasks: {', '.join(tasks)}; cells: {metric} ± standard error; n = samples done (/ expected)."]
     if any("loglik_masked_per_token" in r for r in rows):
         parts.append("ll = mean log-likelihood per reference token with the sinks masked "
-                     "(nats; unmasked in the CSV).")
+                     "(nats; unmasked in the CSV; a DLM's answer fully masked, an ARM's teacher-forced: not comparable "
+                     "across the two).")
+    if any("ll_l2r_masked" in r for r in rows):
+        parts.append("l2r = log p(ref_i | prompt, ref_<i) per reference token, computed alike for DLMs and ARMs "
+                     "(nats, mean ± SE over samples; Δ = masked − unmasked).")
     masked = [r["masking"] for r in rows if r["mask_topk"]]
     if masked:
         shown = {_short(v) for v in varying if v.startswith("masking.")} | {"mask_k", "top_k", "control"}
@@ -199,9 +258,23 @@ def render(rows: list[dict]) -> tuple[str, str]:
         cells = [_cell(by[(rk, mo)][0]) if (rk, mo) in by else "–" for mo in models]
         md.append(f"| {first['task']} | {_label(first, varying)} | " + " | ".join(cells) + " |")
     md += ["", _caption(rows, varying)]
+    masked_keys = sorted({key(r) for r in rows if r.get("n_outcome")})
+    if masked_keys:                                   # the second table: distance from the unmasked output
+        md += ["", "Outcomes against the unmasked output of the same sample (no correct answer needed):", "",
+               "| task | masking | " + " | ".join(models) + " |", "|---|---|" + "---|" * len(models)]
+        for rk in masked_keys:
+            first = next(r for r in rows if key(r) == rk)
+            cells = [_outcome_cell(by[(rk, mo)][0]) if (rk, mo) in by else "–" for mo in models]
+            md.append(f"| {first['task']} | {_label(first, varying)} | " + " | ".join(cells) + " |")
+        md += ["", "sim = 1 − token edit distance / longer length; same = share of positions with the same token; "
+               "flip = extracted answer differs; KL = mean KL(unmasked ‖ masked) of the distributions each generated "
+               "position was committed from (nats/position; n/a without the unmasked run's log-probs); "
+               "mean ± standard error over samples (sinklens.eval.outcomes)."]
     buf = io.StringIO()
     fields = ["model", "task", "mask_topk", "n", "n_expected", "accuracy", "stderr", "loglik_unmasked_per_token",
-              "loglik_masked_per_token", "ranking", "arm_rule", "run_dir", "control", "row"]
+              "loglik_masked_per_token", "ll_l2r_unmasked", "ll_l2r_unmasked_se", "ll_l2r_masked",
+              "ll_l2r_masked_se", "ll_l2r_change", "ll_l2r_change_se", "n_outcome",
+              *(f for name in outcomes.READOUTS for f in (name, f"{name}_se")), "ranking", "arm_rule", "run_dir", "control", "row"]
     w = csv.DictWriter(buf, fieldnames=fields, extrasaction="ignore")
     w.writeheader()
     for r in sorted(rows, key=lambda r: (key(r), r["model"])):

@@ -32,7 +32,7 @@ from pathlib import Path
 from sinklens.experiments.model_spec import DemoModel
 
 LOAD = {"dtype": "float32"}
-STUDY_N, STUDY_TRACES = 14, 4   # `replicate --study` defaults: the table in <= 15 min on 2 cores
+STUDY_N, STUDY_TRACES = 14, 4   # `replicate --study` defaults (14 min on 2 idle cores before the l2r likelihood)
 # The shipped story twins (sinklens/assets), label -> alias; those not shipped are skipped.
 # "-9" / "-30": the largest operand of the twin's problems (docs/training.md).
 SHIPPED = {"arm-30": "story-arm-4l", "arm-9": "story9-arm-4l", "dlm-from-arm-9": "story9-dlmarm-4l",
@@ -95,7 +95,8 @@ def _eval_configs(twins: dict[str, tuple[Path, dict]], out: Path, n: int, mask_t
         jobs.append((str(folder), dict(model=label, task="arith", data=str(data), out=str(out / "eval"),
                                        mask_topk=mask_topk, limit=n, shots=0, chat="on", gen_length=conf["gen_length"],
                                        sampler_args={k: v for k, v in s.items() if k not in ("gen_length", "max_new_tokens")},
-                                       dtype="float32", loglik=True, progress=progress, mask_control=control)))
+                                       dtype="float32", loglik=True, loglik_l2r=True, progress=progress,
+                                       mask_control=control)))
     return jobs
 
 
@@ -198,6 +199,23 @@ def study_table(out: Path) -> str:
             return "–"
         un, ma = float(r["loglik_unmasked_per_token"]), float(r["loglik_masked_per_token"])
         return f"{un:.3f}" if k == 0 else f"{ma - un:+.3f}"
+    def pm(r, name, digits=2):
+        if r is None or not r.get(name) or r[name] == "nan":
+            return "–"
+        se = r.get(f"{name}_se")
+        return f"{float(r[name]):.{digits}f}" + (f" ± {float(se):.{digits}f}" if se and se != "nan" else "")
+
+    def outcome(m, k, c):   # distance of the masked output from the unmasked one: no correct answer needed
+        r = cell.get((m, k, c))
+        if k == 0:
+            return "1 / 0 / 0"
+        if r is None or not r.get("n_outcome") or r["n_outcome"] == "0":
+            return "–"
+        return f"{pm(r, 'similarity')} / {pm(r, 'flip')} / {pm(r, 'kl')}"
+
+    def l2r(m, k, c):       # the likelihood both model types compute alike: unmasked, then the change
+        r = cell.get((m, k, c))
+        return pm(r, "ll_l2r_unmasked", 3) if k == 0 else pm(r, "ll_l2r_change", 3)
     share = ["| twin | " + " | ".join(f"K={k}" for k in ks) + " |", "|---" * (len(ks) + 1) + "|"]
     for m in models:
         share.append(f"| {m} | " + " | ".join(
@@ -210,8 +228,16 @@ def study_table(out: Path) -> str:
             "\n\nEquations right (share of the written \"a ± b = c\" steps and checks that are correct; "
             "equations written in brackets), a graded score:\n\n" + table(eq) +
             "\n\nLog-likelihood of the reference answer per token (nats; sinklens.eval.loglik: teacher-forced for the "
-            "ARMs, the answer fully masked for the DLMs): unmasked, then masked minus unmasked. A probe of one or two "
+            "ARMs, the answer fully masked for the DLMs, so the ARM and DLM columns are on different scales and "
+            "cannot be ranked against each other): unmasked, then masked minus unmasked. A probe of one or two "
             "forwards, not a generation, so it reads even where the answers are wrong:\n\n" + table(ll) +
+            "\n\nOutput against the unmasked output of the same problem (sinklens.eval.outcomes; reads without a "
+            "right answer): token similarity (1 − edit distance / length) / answer-flip rate / KL of the commit "
+            "distributions (nats per position), each mean ± standard error:\n\n" + table(outcome) +
+            "\n\nLog-likelihood of the reference answer left to right, log p(ref_i | prompt, ref_<i) per token, computed "
+            "the same way for DLMs and ARMs (sinklens.eval.loglik, --loglik-l2r): unmasked, then masked minus unmasked, "
+            "mean ± standard error over problems. The one likelihood of this page that can be compared across model "
+            "types:\n\n" + table(l2r) +
             "\n\nK / S, the measured share of the keys blocked per head and step (top-K sinks):\n\n"
             + "\n".join(share) + "\n")
     (out / "study.md").write_text(text)

@@ -253,16 +253,20 @@ def _jsonable(v):
     return repr(v)
 
 
+def cut_at_end(model, new_ids: list[int]) -> list[int]:
+    """Generated ids (a list) up to the first end token (EOS, EoT, the model's stop ids)."""
+    stops = set(getattr(model, "stop_ids", None) or ()) | {
+        i for i in (getattr(model, "eos_id", None), getattr(model, "eot_id", None)) if i is not None}
+    return new_ids[:next((i for i, t in enumerate(new_ids) if t in stops), len(new_ids))]
+
+
 def decode_new(model, new_ids) -> str | None:
-    """Text of generated ids (a list), cut at the first end token (EOS, EoT, the model's stop ids),
-    special tokens dropped; None when the model has no tokenizer."""
+    """Text of generated ids (a list), cut at the first end token, special tokens dropped; None
+    when the model has no tokenizer."""
     tok = getattr(model, "tokenizer", None)
     if tok is None:
         return None
-    stops = set(getattr(model, "stop_ids", None) or ()) | {
-        i for i in (getattr(model, "eos_id", None), getattr(model, "eot_id", None)) if i is not None}
-    cut = next((i for i, t in enumerate(new_ids) if t in stops), len(new_ids))
-    return tok.decode(new_ids[:cut], skip_special_tokens=True)
+    return tok.decode(cut_at_end(model, new_ids), skip_special_tokens=True)
 
 
 def check_inputs(input_ids, attention_mask, total_len: int, max_length: int | None):
