@@ -302,6 +302,6 @@ def test_eval_runs_control_beside_masked_and_summary_pairs_them(tiny_dlm, tmp_pa
                 assert m["eq3_sink_share"] == 0.0           # the control never blocks a sink
             else:                                          # K = 1 top-K keys: one per head and step
                 assert "prompt_share" in m and "mask_token_share" in m
-    labels = [l.split("|")[2].strip() for l in (tmp_path / "summary.md").read_text().splitlines()
-              if l.startswith("| gsm8k")]
+    accuracy = (tmp_path / "summary.md").read_text().split("\n\n")[0]     # the outcomes table follows it
+    labels = [l.split("|")[2].strip() for l in accuracy.splitlines() if l.startswith("| gsm8k")]
     assert labels == ["Unmasked", "K=1 (ε0)", "K=1 random keys (control)", "K=10%", "K=10% random keys (control)"]
