@@ -41,6 +41,7 @@ from transformers.masking_utils import AttentionMaskInterface, sdpa_mask
 from sinklens.attention import triton_route
 from sinklens.attention.fused import fused_sdpa_with_lse, lse_kernel_available
 from sinklens.attention.masks import additive, allowed_keys, apply_blocking, chunk_view, has_empty_rows, nonempty_rows
+from sinklens.attention.readouts import record_vectors
 from sinklens.attention.reduce import LayerSums, probs_from_lse_, softmax_with_sink_
 from sinklens.attention.request import AttentionRequest
 from sinklens.attention.weights import with_weights
@@ -231,6 +232,8 @@ def sinklens_attention(
     blocked = req.blocked_for(module.layer_idx) if req is not None else None
     if blocked is not None and req.num_keys is not None:
         blocked = blocked[..., blocked.shape[-1] - key.shape[2]:]  # this layer's keys are the last S_k
+    if req is not None and (req.value_norms or req.qk_norms):   # readouts of q, k, v themselves: any route
+        record_vectors(req, module.layer_idx, query, key, value, req.query_mask)
     if req is None or (blocked is None and not req.needs_probabilities):
         return plain(module, query, key, value, attention_mask, is_causal, mods, dropout=dropout, scaling=scaling, **kwargs)
     if dropout > 0.0:
@@ -251,6 +254,8 @@ def sinklens_attention(
         return plain(module, query, key, value, attention_mask, is_causal, mods, dropout=dropout, scaling=scaling, **kwargs)
 
     route = choose_route(req, query)
+    if route == "triton" and (req.diagonal or req.distance):
+        route = "lse"  # the fused kernel returns column sums only; the diagonal and distance need the chunks
     if route == "triton":
         out = triton_route.capture(module, query, key, value, attention_mask, scaling, is_causal, blocked, req) \
             if mods.sdpa_can else None

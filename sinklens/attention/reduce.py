@@ -62,6 +62,12 @@ class LayerSums:
     weight: torch.Tensor | None  # (B, S_q) float 1 = real query row, 0 = not; None = every row
     group_of: torch.Tensor | None  # (B, S_q, G) one-hot group membership (already times `weight`)
     maps: dict[int, torch.Tensor] = field(default_factory=dict)  # head -> (B, S_q, S_k) full map
+    # readouts (sinklens/attention/readouts.py): query row r sits at key position r + offset (the
+    # queries are the last S_q positions: a full forward has offset 0, a cached step S_k − S_q)
+    diagonal: torch.Tensor | None = None  # (B, H) sum over real rows of A[i, i]; None = not asked
+    distance: torch.Tensor | None = None  # (B, H, S_k) sum over real rows of A[i, j] binned by |i − j|
+    offset: int = 0
+    s_q: int = 0
 
     @classmethod
     def for_request(cls, req, layer: int, b: int, h: int, s_q: int, s_k: int, unblocked: bool, device,
@@ -83,6 +89,10 @@ class LayerSums:
             weight=weight,
             group_of=group_of,
             maps={hd: zeros(b, s_q, s_k) for (ly, hd) in req.map_slices if ly == layer},
+            diagonal=zeros(b, h) if req.diagonal else None,
+            distance=zeros(b, h, s_k) if req.distance else None,
+            offset=s_k - s_q,
+            s_q=s_q,
         )
 
     def _column_sums(self, p: torch.Tensor, start: int, end: int) -> torch.Tensor:
@@ -99,6 +109,33 @@ class LayerSums:
             self.groups[..., k0:k1] += torch.einsum("bhqk,bqg->bghk", p, self.group_of[:, start:end])
         for hd, m in self.maps.items():
             m[:, start:end, k0:k1] = p[:, hd]
+        if self.diagonal is not None:
+            self._add_diagonal(p, start, k0)
+        if self.distance is not None:
+            self._add_distance(p, start, end, k0, k1)
+
+    def _row_weight(self, p: torch.Tensor, rows: slice) -> torch.Tensor:
+        """(B, 1, n, 1) weights of query rows `rows` (1 = real), to broadcast over p (B, H, n, K)."""
+        if self.weight is None:
+            return torch.ones(1, 1, 1, 1, device=p.device)
+        return self.weight[:, None, rows, None]
+
+    def _add_diagonal(self, p: torch.Tensor, start: int, k0: int) -> None:
+        """Add A[i, i] of the chunk's rows: row r's own key sits at column start + r + offset − k0."""
+        o = start + self.offset - k0
+        d = torch.diagonal(p, offset=o, dim1=-2, dim2=-1)              # (B, H, n): rows max(0, −o) ...
+        if d.shape[-1] == 0:
+            return
+        first = start + max(0, -o)
+        self.diagonal += (d * self._row_weight(p, slice(first, first + d.shape[-1]))[..., 0]).sum(-1)
+
+    def _add_distance(self, p: torch.Tensor, start: int, end: int, k0: int, k1: int) -> None:
+        """Add the chunk's A[i, j] into bins |i − j| (i: the row's key position)."""
+        b, h, c, k = p.shape
+        i = torch.arange(start, end, device=p.device)[:, None] + self.offset
+        dist = (i - torch.arange(k0, k1, device=p.device)[None, :]).abs()      # (c, K)
+        w = p * self._row_weight(p, slice(start, end))
+        self.distance.view(b * h, -1).scatter_add_(1, dist.reshape(1, -1).expand(b * h, -1), w.reshape(b * h, -1))
 
     def add_sink(self, share: torch.Tensor, start: int, end: int) -> None:
         """Add the learned sink's share (B, H, c) of the chunk's query rows [start, end)."""
@@ -117,3 +154,8 @@ class LayerSums:
     def store(self, req, layer: int) -> None:
         req.record(layer, received=self.received, unblocked=self.unblocked, groups=self.groups, maps=self.maps,
                    learned_sink=self.learned_sink)
+        if self.diagonal is not None:
+            rows = self.s_q if self.weight is None else self.weight.sum(-1).clamp(min=1.0)[:, None]  # Q per row
+            req.record_readout("diagonal", layer, self.diagonal / rows, aligned=False)
+        if self.distance is not None:
+            req.record_readout("distance", layer, self.distance, aligned=False)

@@ -32,6 +32,14 @@ class AttentionRequest:
     # (earlier keys received nothing) and its `blocked` row is read for its last S_k keys.
     # None = every layer sees all keys.
     num_keys: int | None = None
+    # Mechanism readouts (sinklens/attention/readouts.py; options and trace columns: sinklens/trace/readouts.py)
+    value_norms: bool = False  # ||v_j|| per (layer, head, key)
+    qk_norms: bool = False  # ||k_j||, mean cos(q_i, k_j) per (layer, head, key); mean ||q_i|| per (layer, head)
+    diagonal: bool = False  # sum_i A[i, i] / Q per (layer, head)
+    distance: bool = False  # sum of A[i, j] by |i - j| per (layer, head, distance)
+    hidden_norms: bool = False  # residual-stream norm and largest channels per (layer, position)
+    lens_layers: tuple[int, ...] = ()  # logit lens at these layers
+    lens_positions: tuple[int, ...] | None = None  # at these positions (None: the step's sink positions)
 
     # --- outputs (filled by the attention function) ---------------------------------------
     _received: dict[int, torch.Tensor] = field(default_factory=dict, repr=False)
@@ -42,6 +50,10 @@ class AttentionRequest:
     maps: dict[tuple[int, int], torch.Tensor] = field(default_factory=dict, repr=False)
     # Models with learned sink logits (gpt-oss): the share of the softmax each head's sink took.
     _learned_sink: dict[int, torch.Tensor] = field(default_factory=dict, repr=False)
+    # readouts: column name -> layer -> (B, ...) tensor; the logit lens: positions / tokens / probs
+    _readouts: dict[str, dict[int, torch.Tensor]] = field(default_factory=dict, repr=False)
+    _lens_hidden: dict[int, torch.Tensor] = field(default_factory=dict, repr=False)
+    lens: dict[str, torch.Tensor] | None = field(default=None, repr=False)
 
     def __post_init__(self) -> None:
         if self.query_chunk is not None and self.query_chunk < 1:
@@ -55,7 +67,11 @@ class AttentionRequest:
     @property
     def needs_probabilities(self) -> bool:
         """True when the attention probabilities must be materialised (capture or maps)."""
-        return self.capture or bool(self.map_slices) or self.query_groups is not None
+        return (self.capture or bool(self.map_slices) or self.query_groups is not None or self.diagonal
+                or self.distance)
+
+    READOUT_FIELDS = ("value_norms", "qk_norms", "diagonal", "distance", "hidden_norms", "lens_layers",
+                      "lens_positions")
 
     def blocked_for(self, layer: int) -> torch.Tensor | None:
         """(B, H, S_k) bool keys blocked in `layer`, or None."""
@@ -84,6 +100,24 @@ class AttentionRequest:
         if learned_sink is not None:
             self._learned_sink[layer] = learned_sink
 
+    def record_readout(self, name: str, layer: int, value: torch.Tensor, aligned: bool = True) -> None:
+        """One layer's readout `name` (B, ...); `aligned`: its last axis is the key positions (a layer
+        that saw only the last keys gets them right-aligned into num_keys, as `record`)."""
+        if aligned and self.num_keys is not None:
+            value = torch.nn.functional.pad(value, (self.num_keys - value.shape[-1], 0))
+        self._readouts.setdefault(name, {})[layer] = value
+
+    def readout(self, name: str) -> torch.Tensor | None:
+        """(L, B, ...) readout `name` stacked over layers, or None when not recorded."""
+        per_layer = self._readouts.get(name)
+        if not per_layer:
+            return None
+        return torch.stack([per_layer[l] for l in sorted(per_layer)])
+
+    @property
+    def readout_names(self) -> list[str]:
+        return sorted(self._readouts)
+
     # --- read by samplers, traces and masking policies -----------------------------------
     @property
     def has_received(self) -> bool:
@@ -99,7 +133,8 @@ class AttentionRequest:
         """A copy restricted to the first `rows` batch rows, instructions and captures alike
         (CFG runs a doubled batch and records only its conditional half)."""
         out = AttentionRequest(capture=self.capture, num_groups=self.num_groups, map_slices=self.map_slices,
-                               keep_self=self.keep_self, query_chunk=self.query_chunk, route=self.route)
+                               keep_self=self.keep_self, query_chunk=self.query_chunk, route=self.route,
+                               **{f: getattr(self, f) for f in self.READOUT_FIELDS})
         out.query_mask = None if self.query_mask is None else self.query_mask[:rows]
         out.query_groups = None if self.query_groups is None else self.query_groups[:rows]
         out.blocked = None if self.blocked is None else self.blocked[:, :rows]
@@ -108,6 +143,8 @@ class AttentionRequest:
         out._received_unblocked = {l: r[:rows] for l, r in self._received_unblocked.items()}
         out.maps = {k: m[:rows] for k, m in self.maps.items()}
         out._learned_sink = {l: r[:rows] for l, r in self._learned_sink.items()}
+        out._readouts = {n: {l: r[:rows] for l, r in per.items()} for n, per in self._readouts.items()}
+        out.lens = None if self.lens is None else {k: v[:rows] for k, v in self.lens.items()}
         return out
 
     @property

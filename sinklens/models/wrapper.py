@@ -5,6 +5,8 @@ from typing import Any
 
 import torch
 
+from sinklens.attention.readouts import finish_lens, readout_hooks
+
 from .families import Family, token_id
 from .variants import detect_variant
 
@@ -131,12 +133,25 @@ class SinkModel:
         device = self.device
         if self.family.attention == "block-causal":  # SDAR: the block-causal mask its training used
             attention_mask = self.family.ops.forward_mask(self, input_ids.to(device), attention_mask)
-        return self.model(
-            input_ids=input_ids.to(device),
-            attention_mask=None if attention_mask is None else attention_mask.to(device),
-            position_ids=None if position_ids is None else position_ids.to(device),
-            **kwargs,
-        )
+        with readout_hooks(self.model, attention):     # hidden-state readouts: hooks for this forward only
+            out = self.model(
+                input_ids=input_ids.to(device),
+                attention_mask=None if attention_mask is None else attention_mask.to(device),
+                position_ids=None if position_ids is None else position_ids.to(device),
+                **kwargs,
+            )
+        self._finish_lens(attention)
+        return out
+
+    def _finish_lens(self, attention) -> None:
+        """The logit lens of a forward that asked for one: through the model's final norm and LM head."""
+        if attention is None or not getattr(attention, "lens_layers", None):
+            return
+        norm = getattr(self.model.get_decoder(), "norm", None)
+        if norm is None:
+            raise ValueError(f"{type(self.model).__name__} has no final norm at get_decoder().norm: the logit lens "
+                             "is not available for it")
+        finish_lens(attention, norm, self.model.get_output_embeddings(), self.attention_layout)
 
     @torch.no_grad()
     def forward_cached(self, input_ids: torch.Tensor, attention_mask: torch.Tensor, position_ids: torch.Tensor,
@@ -147,8 +162,10 @@ class SinkModel:
         transformers `Cache`, updated in place. The ARM sampler's only way into the model.
         """
         kwargs = {} if attention is None else {"sinklens": attention}
-        out = self.model(input_ids=input_ids, attention_mask=attention_mask, position_ids=position_ids,
-                         past_key_values=cache, use_cache=True, **kwargs)
+        with readout_hooks(self.model, attention):
+            out = self.model(input_ids=input_ids, attention_mask=attention_mask, position_ids=position_ids,
+                             past_key_values=cache, use_cache=True, **kwargs)
+        self._finish_lens(attention)
         return out.logits  # (B, S_q, V)
 
     def _check_ids(self, input_ids) -> torch.Tensor:

@@ -18,6 +18,7 @@ import torch
 
 from sinklens.attention.request import ROUTES, AttentionRequest
 from sinklens.trace.layout import TraceLayout
+from sinklens.trace.readouts import ReadoutOptions
 
 QUERY_GROUP_NAMES = ["masked", "unmasked"]  # group ids 0 / 1 of the masked/unmasked split
 
@@ -42,8 +43,9 @@ class StepEvent:
 
 
 @dataclass
-class CaptureOptions:
-    """What to record per step when attention is captured (for a trace or a hook)."""
+class CaptureOptions(ReadoutOptions):
+    """What to record per step when attention is captured (for a trace or a hook). The mechanism
+    readouts (value norms, ..., the logit lens: off by default) are the fields of `ReadoutOptions`."""
 
     received: bool = True  # r_j per layer / head
     query_groups: bool | None = None  # split r_j by masked / unmasked queries (None: on for diffusion models)
@@ -55,6 +57,7 @@ class CaptureOptions:
     received_dtype: str = "float16"  # stored precision in the trace
 
     def __post_init__(self):
+        super().__post_init__()
         # checked here, not only in AttentionRequest: build_request copies query_chunk onto an
         # existing request, and a chunk < 1 would silently capture nothing (all-zero attention)
         chunk = self.query_chunk
@@ -154,6 +157,9 @@ def build_request(
     if query_groups is not None and req.query_groups is None:
         req.query_groups = query_groups
         req.num_groups = len(QUERY_GROUP_NAMES)
+    for name, value in capture.readouts().items():     # mechanism readouts: the options' own fields
+        if value:
+            setattr(req, name, tuple(value) if isinstance(value, list) else value)
     if capture.map_slices and (capture.map_steps is None or step in capture.map_steps):
         req.map_slices = tuple(sorted(set(req.map_slices) | {(int(l), int(h)) for l, h in capture.map_slices}))
     return req
@@ -235,6 +241,7 @@ def open_trace_writer(trace, model, sampler: str, args: dict, input_ids: torch.T
         prompt_length=layout.prompt_length,
         query_groups=QUERY_GROUP_NAMES if capture.query_groups else None,
         map_slices=[list(s) for s in capture.map_slices],
+        readouts={k: v for k, v in capture.readouts().items() if v},
     )
     meta.update(extra or {})
     for k, v in meta.items():

@@ -18,7 +18,11 @@ import zlib
 import numpy as np
 import pyarrow as pa
 
+from sinklens.trace.readouts import COLUMNS
 from sinklens.trace.schema import CHECKSUM_KEY, EOS_MARKER, META_KEY, READABLE_VERSIONS, VOCAB_KEY, TraceFormatError
+
+
+READOUT_SHAPES = {c.name: c.shape for cols in COLUMNS.values() for c in cols}
 
 
 def _file_ends_with_eos(path: str) -> bool:
@@ -227,6 +231,41 @@ class Trace:
             return None
         cell = self._cell("learned_sink", step, row)
         return None if cell is None else cell.astype(np.float32).reshape(self.num_layers, self.num_heads)
+
+    def readout(self, name: str, step: int, row: int = 0) -> np.ndarray | None:
+        """A mechanism readout (sinklens/trace/readouts.py COLUMNS) at `step`, in its declared shape:
+        value_norm, key_norm, qk_cos, distance (L, H, S); query_norm, diagonal (L, H); hidden_norm
+        (L, S_q); hidden_top_channels / hidden_top_values (L, S_q, k); lens_positions (P,);
+        lens_tokens / lens_probs (N, P, k), N = len(meta["readouts"]["lens_layers"]).
+        None where the run did not record it (or the trace predates the column)."""
+        shape = READOUT_SHAPES.get(name)
+        if shape is None:
+            raise KeyError(f"unknown readout {name!r}; readouts: {sorted(READOUT_SHAPES)}")
+        if name not in self.schema.names:
+            return None
+        cell = self._cell(name, step, row)
+        if cell is None:
+            return None
+        L, H = self.num_layers, self.num_heads
+        if shape == "LHS":
+            return cell.astype(np.float32).reshape(L, H, -1)
+        if shape == "LH":
+            return cell.reshape(L, H)
+        if shape == "LS":
+            return cell.reshape(L, -1)
+        if shape == "LSK":
+            n = len(self._cell("hidden_norm", step, row)) // L
+            return cell.reshape(L, n, -1)
+        if shape == "NPk":
+            n = len((self.meta.get("readouts") or {}).get("lens_layers") or []) or 1
+            p = len(self._cell("lens_positions", step, row))
+            return cell.reshape(n, p, -1)
+        return cell
+
+    def readouts(self, step: int, row: int = 0) -> dict[str, np.ndarray]:
+        """Every readout recorded at `step`: {column: array} (see `readout`)."""
+        out = {name: self.readout(name, step, row) for name in READOUT_SHAPES}
+        return {k: v for k, v in out.items() if v is not None}
 
     def received_groups(self, step: int, row: int = 0) -> np.ndarray | None:
         """(G, L, H, S) float32 received attention per query group (meta['query_groups']), or None."""

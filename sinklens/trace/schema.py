@@ -14,6 +14,8 @@ from __future__ import annotations
 
 import pyarrow as pa
 
+from sinklens.trace.readouts import COLUMNS
+
 SCHEMA_VERSION = 2
 # Version 2 stores `received` as null where it is the sum of `received_groups` (the default
 # masked / unmasked split): a third of the bytes. Version 1 always stored it; the reader reads both.
@@ -65,4 +67,8 @@ def build_schema(meta: dict, received_dtype: str = "float16") -> pa.Schema:
         # samplers that never rewrite a token. Absent in older traces (read as null).
         pa.field("edited", pa.list_(pa.bool_())),
     ]
+    # Mechanism readouts (sinklens/trace/readouts.py): optional columns, null where not recorded;
+    # absent in older traces (the reader answers None for them).
+    types = {"received": value, "float32": pa.float32(), "int32": pa.int32()}
+    fields += [pa.field(c.name, pa.list_(types[c.dtype])) for cols in COLUMNS.values() for c in cols]
     return pa.schema(fields, metadata={META_KEY: json.dumps(meta, sort_keys=True).encode("utf-8")})

@@ -21,6 +21,7 @@ import numpy as np
 import pyarrow as pa
 
 from sinklens._version import __version__
+from sinklens.trace.readouts import COLUMN_NAMES
 from sinklens.trace.schema import CHECKSUM_KEY, SCHEMA_VERSION, UNITS, VOCAB_KEY, build_schema
 
 
@@ -134,7 +135,7 @@ class TraceWriter:
     def write_step(self, step: int, tokens, *, is_masked=None, revealed=None, attention_mask=None,
                    query_positions=None, received=None, received_groups=None, blocked=None,
                    maps: Mapping[tuple[int, int], object] | None = None, received_unblocked=None,
-                   learned_sink=None, edited=None) -> None:
+                   learned_sink=None, edited=None, readouts: Mapping[str, object] | None = None) -> None:
         """Write one step. Arrays are batch first; a single row may omit the batch axis.
 
         tokens (B, S) int; is_masked / revealed / attention_mask (B, S) bool (defaults: all
@@ -144,7 +145,9 @@ class TraceWriter:
         (layer, head, position) arrays; maps {(layer, head): (B, S_q, S_k)}; received_unblocked
         (B, L, H, S) float: what the keys would have received without the blocking (ranking source);
         learned_sink (B, L, H) float: the attention the model's learned sink logits took (gpt-oss);
-        edited (B, S) bool: unmasked tokens rewritten at this step (LLaDA2.1), None = never.
+        edited (B, S) bool: unmasked tokens rewritten at this step (LLaDA2.1), None = never;
+        readouts {column: (B, ...) array}: mechanism readouts (sinklens/trace/readouts.py COLUMNS), each
+        row stored flat in its declared row-major shape.
         """
         if self.closed:
             raise RuntimeError(f"trace {self.path} is closed")
@@ -216,6 +219,16 @@ class TraceWriter:
             "learned_sink": _list_column([None] * B if learned_sink is None else list(learned_sink), pa.float32()),
             "edited": _list_column([None] * B if edited is None else list(edited), pa.bool_()),
         }
+        readouts = dict(readouts or {})
+        unknown = sorted(set(readouts) - set(COLUMN_NAMES))
+        if unknown:
+            raise ValueError(f"unknown readout column(s) {unknown}; known: {list(COLUMN_NAMES)}")
+        for name in COLUMN_NAMES:
+            arr = _np(readouts.get(name))
+            if arr is not None and arr.shape[0] != B:
+                raise ValueError(f"readout {name} must be batch first with {B} rows, got shape {arr.shape}")
+            columns[name] = _list_column([None] * B if arr is None else list(arr),
+                                         self._schema.field(name).type.value_type)
         batch = pa.record_batch([columns[f.name] for f in self._schema], schema=self._schema)
         # A checksum of the batch's serialised bytes lets the reader tell a damaged step from a
         # good one (Arrow itself has none); the reader verifies a step when it first reads it.
@@ -255,12 +268,19 @@ class TraceWriter:
             maps = req.maps or None
             if req.learned_sink is not None:
                 learned_sink = _np(req.learned_sink).transpose(1, 0, 2)  # (L,B,H) -> (B,L,H)
+        readouts = {}
+        if req is not None:
+            for name in req.readout_names:                # (L, B, ...) -> (B, L, ...)
+                readouts[name] = np.moveaxis(_np(req.readout(name)), 0, 1)
+            if req.lens is not None:
+                readouts.update(lens_positions=req.lens["positions"], lens_tokens=req.lens["tokens"],
+                                lens_probs=req.lens["probs"])
         self.write_step(event.step, event.tokens, is_masked=event.is_masked, revealed=event.revealed,
                         attention_mask=getattr(event, "attention_mask", None),
                         query_positions=getattr(event, "query_positions", None),
                         received=received, received_groups=received_groups, blocked=blocked, maps=maps,
                         received_unblocked=unblocked, learned_sink=learned_sink,
-                        edited=getattr(event, "edited", None))
+                        edited=getattr(event, "edited", None), readouts=readouts)
 
     # ---- closing --------------------------------------------------------------------------
     def close(self) -> None:

@@ -1,0 +1,150 @@
+"""Mechanism readouts computed in the capture pass (the options: sinklens/trace/readouts.py).
+
+Two homes, both inside the one forward pass that captures received attention:
+- per layer inside the attention function (`record_vectors`; diagonal and distance ride the
+  chunk loop in reduce.py): value norms, key norms, the q·k angle, the query norm;
+- per decoder layer through forward hooks (`readout_hooks`, registered with the documented
+  `nn.Module.register_forward_hook` for the length of one forward and removed after it): the
+  residual stream's norm and its largest channels, and the hidden states the logit lens reads.
+  The lens runs after the forward (`finish_lens`), when every layer's received attention is known
+  and the step's sink positions can be found with the rule module.
+
+None of these changes what the model computes: hooks only read the layer outputs.
+"""
+from __future__ import annotations
+
+from contextlib import contextmanager
+
+import torch
+
+from sinklens.rule import torch_rule
+from sinklens.rule.spec import DEFAULT_EPS, DEFAULT_UNITS, layer_visibilities
+
+# Channels kept per (layer, position) with hidden-state readouts: the largest |h_c|. A massive
+# activation is one or two channels many times larger than the rest (arXiv 2605.06366), so a
+# handful shows it and the runner-up beside it. The trace stores k; its readers take k from the row.
+HIDDEN_TOP_CHANNELS = 4
+LENS_TOPK = 5            # tokens kept per (lens layer, position): the top of the lens' softmax
+LENS_MAX_POSITIONS = 8   # default lens positions per step: the sink positions flagged in the most heads
+
+
+def record_vectors(req, layer: int, query: torch.Tensor, key: torch.Tensor, value: torch.Tensor,
+                   weight: torch.Tensor | None) -> None:
+    """Value / key / query readouts of one layer.
+
+    query (B, H, S_q, D), key and value (B, H_kv, S_k, D) as the attention function gets them
+    (after RoPE, before the GQA repeat); weight (B, S_q) float real query rows or None (all).
+    """
+    h, h_kv = query.shape[1], key.shape[1]
+    per_head = lambda t: t.repeat_interleave(h // h_kv, dim=1)  # noqa: E731  kv head -> its query heads, (B, H, S_k)
+    if req.value_norms:
+        req.record_readout("value_norm", layer, per_head(value.float().norm(dim=-1)))
+    if req.qk_norms:
+        q = query.float()
+        q_norm = q.norm(dim=-1)                                        # (B, H, S_q)
+        w = torch.ones_like(q_norm[:, 0]) if weight is None else weight.to(q.device).float()   # (B, S_q)
+        n = w.sum(-1).clamp(min=1.0)[:, None]                          # (B, 1)
+        # mean_i cos(q_i, k_j) = k̂_j · mean_i q̂_i: one (S_k, D) product, never an (S_q, S_k) matrix
+        q_dir = torch.einsum("bhqd,bq->bhd", q / q_norm.clamp(min=1e-30)[..., None], w) / n[..., None]  # (B, H, D)
+        k = per_head(key.float())                                      # (B, H, S_k, D)
+        k_norm = k.norm(dim=-1)                                        # (B, H, S_k)
+        cos = torch.einsum("bhkd,bhd->bhk", k / k_norm.clamp(min=1e-30)[..., None], q_dir)
+        req.record_readout("key_norm", layer, k_norm)
+        req.record_readout("qk_cos", layer, cos)
+        req.record_readout("query_norm", layer, torch.einsum("bhq,bq->bh", q_norm, w) / n, aligned=False)
+
+
+def decoder_layers(model) -> list:
+    """The decoder layers of a transformers model (`get_decoder().layers`), or a one-line error."""
+    base = model.get_decoder() if hasattr(model, "get_decoder") else None
+    layers = getattr(base, "layers", None)
+    if layers is None:
+        raise ValueError(f"{type(model).__name__} exposes no decoder layers (get_decoder().layers): "
+                         "hidden-state readouts and the logit lens are not available for it")
+    return list(layers)
+
+
+@contextmanager
+def readout_hooks(model, req):
+    """Forward hooks on each decoder layer for one forward pass, when `req` asks for hidden-state
+    readouts or a logit lens; nothing is registered otherwise."""
+    if req is None or not (req.hidden_norms or req.lens_layers):
+        yield
+        return
+    lens = set(req.lens_layers or ())
+    handles = []
+
+    def hook_for(layer: int):
+        def hook(module, args, output):
+            h = output[0] if isinstance(output, tuple) else output     # (B, S, D) the residual stream after the layer
+            if req.hidden_norms:
+                hf = h.float()
+                top = hf.abs().topk(min(HIDDEN_TOP_CHANNELS, hf.shape[-1]), dim=-1).indices   # (B, S, k)
+                req.record_readout("hidden_norm", layer, hf.norm(dim=-1), aligned=False)
+                req.record_readout("hidden_top_channels", layer, top.int(), aligned=False)
+                req.record_readout("hidden_top_values", layer, hf.gather(-1, top), aligned=False)
+            if layer in lens:
+                req._lens_hidden[layer] = h.detach()
+        return hook
+
+    layers = decoder_layers(model)
+    bad = sorted(l for l in lens if l >= len(layers))
+    if bad:
+        raise ValueError(f"lens_layers {bad}: the model has {len(layers)} layers (0..{len(layers) - 1})")
+    try:
+        for l, layer in enumerate(layers):
+            handles.append(layer.register_forward_hook(hook_for(l)))
+        yield
+    finally:
+        for hd in handles:
+            hd.remove()
+
+
+def sink_positions(req, attention_layout: dict, num_keys: int) -> torch.Tensor:
+    """(B, P) long: per batch row the positions the step's Eq. 3 sinks sit at (DEFAULT_UNITS,
+    DEFAULT_EPS, the model's visibility), those flagged in the most (layer, head) first, at most
+    LENS_MAX_POSITIONS; -1 pads rows with fewer. Queries: the request's real rows, the last S_q positions."""
+    received = req.received                                            # (L, B, H, S)
+    L, B, _, S = received.shape
+    w = req.query_mask
+    s_q = S if w is None else w.shape[1]
+    queries = torch.zeros(B, S, dtype=torch.bool, device=received.device)
+    queries[:, S - s_q:] = True if w is None else w.to(received.device).bool()
+    real = torch.ones(B, S, dtype=torch.bool, device=received.device)
+    vis = layer_visibilities(L, causal=attention_layout.get("causal", False),
+                             attention_block=attention_layout.get("attention_block"),
+                             windows=attention_layout.get("windows"), window_kind=attention_layout.get("window_kind"))
+    cov = torch_rule.coverage(queries, real, vis)
+    scores = torch_rule.to_scores(received, DEFAULT_UNITS, cov)        # (L, B, H, S)
+    flagged = torch_rule.is_sink(scores, cov.visible[:, :, None, :], DEFAULT_EPS)
+    count = flagged.sum(dim=(0, 2)).float()                            # (B, S) heads flagging each key
+    count = count + received.sum(dim=(0, 2)) / received.sum().clamp(min=1e-30) * 1e-3   # ties: more received first
+    top = count.topk(min(LENS_MAX_POSITIONS, S), dim=-1)
+    return torch.where(flagged.any(dim=(0, 2)).gather(-1, top.indices), top.indices, -1)
+
+
+def finish_lens(req, final_norm, lm_head, attention_layout: dict) -> None:
+    """The logit lens after the forward: each lens layer's hidden state at the step's positions
+    through the model's final norm and LM head; the top LENS_TOPK tokens and probabilities."""
+    if not req.lens_layers:
+        return
+    hidden = req._lens_hidden
+    B, S = next(iter(hidden.values())).shape[:2]
+    if req.lens_positions is not None:
+        bad = [p for p in req.lens_positions if p >= S]
+        if bad:
+            raise ValueError(f"lens_positions {bad}: the step has {S} positions (0..{S - 1})")
+        pos = torch.tensor(list(req.lens_positions), dtype=torch.long).expand(B, -1)
+    else:
+        pos = sink_positions(req, attention_layout, S).cpu()          # (B, P), -1 = none
+    take = pos.clamp(min=0)
+    tokens, probs = [], []
+    for layer in sorted(req.lens_layers):
+        h = hidden[layer]                                               # (B, S, D)
+        x = h.gather(1, take.to(h.device)[..., None].expand(-1, -1, h.shape[-1]))   # (B, P, D)
+        p = lm_head(final_norm(x)).float().softmax(dim=-1)              # (B, P, V)
+        top = p.topk(LENS_TOPK, dim=-1)
+        tokens.append(top.indices.int())
+        probs.append(top.values)
+    req.lens = {"positions": pos.int(), "tokens": torch.stack(tokens, 1).cpu(), "probs": torch.stack(probs, 1).cpu()}
+    req._lens_hidden = {}
