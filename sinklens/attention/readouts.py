@@ -125,11 +125,15 @@ def sink_positions(req, attention_layout: dict, num_keys: int) -> torch.Tensor:
 
 def finish_lens(req, final_norm, lm_head, attention_layout: dict) -> None:
     """The logit lens after the forward: each lens layer's hidden state at the step's positions
-    through the model's final norm and LM head; the top LENS_TOPK tokens and probabilities."""
+    through the model's final norm and LM head; the top LENS_TOPK tokens and probabilities.
+
+    Positions are absolute key positions. A cached forward (ARM decoding) computes hidden states
+    only for the rows it is fed, the last S_q positions: other positions read as -1 (no lens)."""
     if not req.lens_layers:
         return
     hidden = req._lens_hidden
-    B, S = next(iter(hidden.values())).shape[:2]
+    B, s_h = next(iter(hidden.values())).shape[:2]
+    S = req.received.shape[-1] if req.has_received else s_h           # key positions of the step
     if req.lens_positions is not None:
         bad = [p for p in req.lens_positions if p >= S]
         if bad:
@@ -137,14 +141,18 @@ def finish_lens(req, final_norm, lm_head, attention_layout: dict) -> None:
         pos = torch.tensor(list(req.lens_positions), dtype=torch.long).expand(B, -1)
     else:
         pos = sink_positions(req, attention_layout, S).cpu()          # (B, P), -1 = none
-    take = pos.clamp(min=0)
+    pos = torch.where(pos >= S - s_h, pos, -1)                         # only rows this forward computed
+    take = (pos - (S - s_h)).clamp(min=0)                              # (B, P) row of each position
     tokens, probs = [], []
     for layer in sorted(req.lens_layers):
-        h = hidden[layer]                                               # (B, S, D)
+        h = hidden[layer]                                               # (B, S_h, D)
         x = h.gather(1, take.to(h.device)[..., None].expand(-1, -1, h.shape[-1]))   # (B, P, D)
         p = lm_head(final_norm(x)).float().softmax(dim=-1)              # (B, P, V)
         top = p.topk(LENS_TOPK, dim=-1)
         tokens.append(top.indices.int())
         probs.append(top.values)
-    req.lens = {"positions": pos.int(), "tokens": torch.stack(tokens, 1).cpu(), "probs": torch.stack(probs, 1).cpu()}
+    none = (pos < 0)[:, None, :, None]                                  # (B, 1, P, 1)
+    req.lens = {"positions": pos.int(),
+                "tokens": torch.stack(tokens, 1).cpu().masked_fill(none, -1),
+                "probs": torch.stack(probs, 1).cpu().masked_fill(none, float("nan"))}
     req._lens_hidden = {}

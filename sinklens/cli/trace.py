@@ -3,6 +3,7 @@
     sinklens trace --model tiny-dlm --prompt "Tom has 3 apples ..." --out run.arrow
     sinklens trace --model ./my-llada --prompt "2+2=" --steps 32 --gen-length 32 --out run.arrow
     sinklens trace --model ./my-llada --input-ids 1,2,3 --map-slices 3:0,5:7 --out run.arrow
+    sinklens trace --model tiny-dlm --prompt "..." --value-norms --diagonal --lens-layers 1,3 --out run.arrow
 
 Model, prompt and sampler flags as `sinklens generate`; then `sinklens report run.arrow --out DIR`.
 """
@@ -12,8 +13,10 @@ import argparse
 import os
 import sys
 
+from sinklens.cli.fields import add_config_flags, flag_values
 from sinklens.cli.generate import Interrupted, add_run_flags, check_run_flags, new_text, run
 from sinklens.cli.types import CliError, positive_int
+from sinklens.trace.readouts import ReadoutOptions
 
 
 def map_slices(text: str) -> tuple[tuple[int, int], ...]:
@@ -42,13 +45,17 @@ def cmd_trace(args) -> int:
         raise CliError(f"--out {args.out!r} is a folder; expected a trace file path such as run.arrow")
     capture = CaptureOptions(query_groups=False if args.no_groups else None, map_slices=args.map_slices,
                              capture_prefix=args.capture_prefix, query_chunk=args.query_chunk, route=args.route,
-                             received_dtype="float32" if args.float32 else "float16")
+                             received_dtype="float32" if args.float32 else "float16",
+                             **flag_values(ReadoutOptions, args))
 
     def check(model):
         bad = [f"{l}:{h}" for l, h in args.map_slices if l >= model.num_layers or h >= model.num_heads]
         if bad:
             raise CliError(f"--map-slices {','.join(bad)}: the model has {model.num_layers} layers x "
                            f"{model.num_heads} heads (0-based)")
+        bad = [l for l in args.lens_layers or () if l >= model.num_layers]
+        if bad:
+            raise CliError(f"--lens-layers {','.join(map(str, bad))}: the model has {model.num_layers} layers (0-based)")
 
     try:
         model, ids, config, out = run(args, trace=args.out, capture=capture, check=check)
@@ -81,4 +88,5 @@ def register(sub) -> None:
                    help="capture route: exact softmax, lse (output from sdpa's fused kernel, bit-identical to "
                         "an untraced run), triton (fused kernel, extra gpu; falls back to lse where it does not "
                         "apply); auto = lse on CUDA, exact on CPU (measured faster there)")
+    add_config_flags(t.add_argument_group("mechanism readouts (off by default; docs/analysis.md)"), ReadoutOptions)
     t.set_defaults(func=cmd_trace)
