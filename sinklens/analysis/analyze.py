@@ -22,7 +22,10 @@ from dataclasses import dataclass, field
 import numpy as np
 from tqdm.auto import tqdm
 
+from sinklens.analysis.absorption import Absorption
 from sinklens.analysis.accumulate import Accumulator, Step, rounded
+from sinklens.analysis.k_sigma import KSigma
+from sinklens.analysis.readouts import READOUT_ACCUMULATORS
 from sinklens.analysis.learned_sink import LearnedSink, learned_sink_line
 from sinklens.analysis.dynamics import (DriftEvent, SinkTrack, SplitEvent, drift_events, drift_summary, head_class,
                                         largest_sink_changes, largest_sink_moves, track_sinks)
@@ -38,7 +41,8 @@ DEFAULT_EPS_VALUES = np.round(np.arange(0.0, 10.01, 0.25), 2)
 
 # Every per-step analysis, in the order they see each step. A new one: a file + an entry here.
 ACCUMULATORS: list[type[Accumulator]] = [StepArrays, TopKey, Eq3Sinks, MeanOverHeads, ScoreDistribution,
-                                         MarginDistribution, EpsSweepAccumulator, Splits, SinkTokens, LearnedSink]
+                                         MarginDistribution, EpsSweepAccumulator, Splits, SinkTokens, LearnedSink,
+                                         KSigma, Absorption, *READOUT_ACCUMULATORS]
 
 
 @dataclass

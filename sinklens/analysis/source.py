@@ -36,6 +36,9 @@ class StepData:
     # query rows as `received` (received.sum(-1) + learned_sink = number of query rows); None: none
     learned_sink: np.ndarray | None = None
     edited: np.ndarray | None = None  # (S,) bool unmasked tokens rewritten at this step (LLaDA2.1), or None
+    # mechanism readouts recorded at this step: column -> array in its trace shape (Trace.readout;
+    # sinklens/trace/readouts.py); empty when the run recorded none
+    readouts: dict = field(default_factory=dict)
 
 
 @dataclass
@@ -118,13 +121,14 @@ class ArraySource(Source):
     (defaults all False / all True); query_positions: per-step list of 1-D int arrays (default:
     every real position, i.e. a bidirectional DLM step); received_groups: (T, G, L, H, S);
     maps: {(step index, layer, head): (S_q, S_k)}; vocab: {id: string}; learned_sink: (T, L, H)
-    attention taken by learned sink logits (gpt-oss), or None.
+    attention taken by learned sink logits (gpt-oss), or None; readouts: {column: per-step arrays
+    (T, ...) or a list of T arrays} in the trace's shapes (`Trace.readout`).
     """
 
     def __init__(self, received, tokens, *, is_masked=None, key_mask=None, query_positions=None,
                  received_groups=None, group_names=("masked", "unmasked"), maps=None, vocab=None,
                  causal=False, mask_id=None, special_ids=(), block_length=None, prompt_length=None,
-                 label="arrays", meta=None, learned_sink=None):
+                 label="arrays", meta=None, learned_sink=None, readouts=None):
         received = np.asarray(received, dtype=np.float32)
         if received.ndim != 4:
             raise AnalysisInputError(f"received must be (T, L, H, S), got shape {received.shape}")
@@ -161,6 +165,10 @@ class ArraySource(Source):
         self._qpos = query_positions
         self._groups = received_groups
         self._learned_sink = learned_sink
+        self._readouts = dict(readouts or {})
+        for name, per_step in self._readouts.items():
+            if len(per_step) != T:
+                raise AnalysisInputError(f"readout {name} must hold one array per step ({T}), got {len(per_step)}")
         self._maps = dict(maps or {})
         self._vocab = {int(k): v for k, v in (vocab or {}).items()}
 
@@ -171,7 +179,8 @@ class ArraySource(Source):
         return StepData(step=index, received=self._received[index], tokens=self._tokens[index],
                         is_masked=self._is_masked[index], key_mask=self._key_mask[index], query_positions=q,
                         received_groups=None if self._groups is None else self._groups[index],
-                        learned_sink=None if self._learned_sink is None else self._learned_sink[index])
+                        learned_sink=None if self._learned_sink is None else self._learned_sink[index],
+                        readouts={k: np.asarray(v[index]) for k, v in self._readouts.items()})
 
     def decode(self, ids) -> list[str]:
         return [self._vocab.get(int(i), f"<{int(i)}>") for i in np.atleast_1d(ids)]
@@ -236,7 +245,8 @@ class TraceSource(Source):
                         query_positions=(np.flatnonzero(mask) if q is None else np.asarray(q, np.int64)),
                         received_groups=t.received_groups(s, self.row),
                         learned_sink=t.learned_sink(s, self.row) if hasattr(t, "learned_sink") else None,
-                        edited=t.edited(s, self.row) if hasattr(t, "edited") else None)
+                        edited=t.edited(s, self.row) if hasattr(t, "edited") else None,
+                        readouts=t.readouts(s, self.row) if hasattr(t, "readouts") else {})
         if hasattr(t, "release_pages"):
             t.release_pages()  # one step resident at a time, not the whole memory-mapped file
         return data

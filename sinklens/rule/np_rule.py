@@ -14,7 +14,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from sinklens.rule.spec import DEFAULT_EPS, Visibility, check_units
+from sinklens.rule.spec import DEFAULT_EPS, DEFAULT_K_SIGMA, Visibility, check_units
 
 
 @dataclass
@@ -124,3 +124,21 @@ def sink_margin(scores, visible) -> np.ndarray:
 def is_sink(scores, visible, eps: float = DEFAULT_EPS) -> np.ndarray:
     """(..., S) bool: Eq. 3 at threshold `eps` (in the units of `scores`)."""
     return sink_margin(scores, visible) >= eps
+
+
+def k_sigma_mass(scores, visible) -> np.ndarray:
+    """(S,) the k·σ rule's per-key mass of one step: Σ over layers of the mean over heads of
+    `scores` (L, H, S); 0 on keys no layer's summed queries could see (visible (L, S))."""
+    s = np.where(np.asarray(visible, bool)[:, None, :], np.asarray(scores, np.float64), 0.0)
+    return s.mean(axis=1).sum(axis=0)
+
+
+def k_sigma_sinks(mass, visible, k: float = DEFAULT_K_SIGMA) -> tuple[np.ndarray, float]:
+    """((S,) bool, threshold): mass_j ≥ mean + k·σ over the visible keys (visible (S,) bool;
+    σ the population standard deviation, as the rule's source). No visible key: none, NaN."""
+    m = np.asarray(mass, np.float64)
+    vis = np.asarray(visible, bool)
+    if not vis.any():
+        return np.zeros(m.shape, bool), float("nan")
+    threshold = float(m[vis].mean() + k * m[vis].std())
+    return vis & (m >= threshold), threshold

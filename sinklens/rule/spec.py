@@ -78,6 +78,16 @@ PAPER_PROTOCOL_QUOTE = ("\"masking attention scores directed toward the top-K at
                         "10 sinks\" (paper §4.3)")
 
 
+# The mean + k·σ rule (Sink-Aware Pruning, arXiv 2602.17664), beside Eq. 3: per step, each key's
+# attention mass summed over layers (here: the mean over heads of its score in the analysis units,
+# summed over layers) is a sink when mass_j ≥ mean(mass) + k · σ(mass), mean and σ (population)
+# over the visible keys. k = 2 is the official code's default (`sink_std`); it thresholds a
+# sigmoid(α (mass − threshold)), whose 0.5 level is this hard rule.
+DEFAULT_K_SIGMA = 2.0
+K_SIGMA_RULE = ("mass_j = Σ_layers mean_heads score_j; sink when mass_j ≥ mean + k·σ over the visible keys "
+                "(σ: population; Sink-Aware Pruning, arXiv 2602.17664)")
+
+
 def check_units(units: str) -> str:
     if units not in UNITS:
         raise ValueError(f"units must be one of {sorted(UNITS)}, got {units!r}")
