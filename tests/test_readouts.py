@@ -1,0 +1,259 @@
+"""Mechanism readouts (sinklens/trace/readouts.py): captured in the same forward, stored in the
+trace, analysed on it.
+
+References nobody here wrote: the attention probabilities of transformers' eager attention
+(`output_attentions=True`), the model's own v_proj and `output_hidden_states`, its own logits (the
+logit lens at the last layer is the model's head), Python's `statistics` for the k·σ rule; and
+planted ground truth: a low-norm value sink, a massive activation, a k·σ outlier, a diagonal head.
+"""
+import statistics
+
+import numpy as np
+import pytest
+import torch
+from transformers import LlamaConfig, LlamaForCausalLM
+
+import _planted
+from sinklens.analysis import ArraySource, analyze
+from sinklens.attention import ATTENTION_NAME, AttentionRequest
+from sinklens.attention.function import sinklens_attention
+from sinklens.attention.readouts import readout_hooks
+from sinklens.rule import np_rule
+from sinklens.trace.readouts import COLUMN_NAMES, ReadoutOptions
+
+ALL = dict(value_norms=True, qk_norms=True, diagonal=True, distance=True)
+
+
+class Layer(torch.nn.Module):
+    def __init__(self, causal: bool):
+        super().__init__()
+        self.layer_idx, self.is_causal = 0, causal
+
+
+def brute_force(q, k, v, causal: bool, weight):
+    """Every readout of one layer from the full softmax matrix, written out: q (B, H, S, D), k / v
+    (B, H_kv, S, D), weight (B, S) real query rows."""
+    rep = q.shape[1] // k.shape[1]
+    k, v = k.repeat_interleave(rep, 1), v.repeat_interleave(rep, 1)
+    s = q @ k.transpose(-1, -2) * q.shape[-1] ** -0.5
+    S = q.shape[2]
+    if causal:
+        s = s.masked_fill(~torch.ones(S, S, dtype=torch.bool).tril(), -torch.inf)
+    A = s.softmax(-1) * weight[:, None, :, None]                       # (B, H, S, S) real rows only
+    i, j = torch.arange(S)[:, None], torch.arange(S)[None, :]
+    dist = torch.zeros(*A.shape[:2], S)
+    for d in range(S):
+        dist[..., d] = (A * ((i - j).abs() == d)).sum((-1, -2))
+    cos = torch.nn.functional.cosine_similarity(q[:, :, :, None], k[:, :, None], dim=-1)   # (B, H, S_q, S_k)
+    n = weight.sum(-1)[:, None]
+    return {"value_norm": v.norm(dim=-1), "key_norm": k.norm(dim=-1),
+            "qk_cos": (cos * weight[:, None, :, None]).sum(2) / n[..., None],
+            "query_norm": (q.norm(dim=-1) * weight[:, None]).sum(-1) / n,
+            "diagonal": torch.diagonal(A, dim1=-2, dim2=-1).sum(-1) / n, "distance": dist}
+
+
+@pytest.mark.parametrize("causal", [False, True])
+@pytest.mark.parametrize("h_kv", [4, 2])
+@pytest.mark.parametrize("chunk", [None, 3])
+def test_capture_readouts_equal_the_written_out_formulas(causal, h_kv, chunk):
+    torch.manual_seed(0)
+    B, H, S, D = 2, 4, 9, 8
+    q, k, v = torch.randn(B, H, S, D), torch.randn(B, h_kv, S, D), torch.randn(B, h_kv, S, D)
+    real = torch.ones(B, S, dtype=torch.bool)
+    real[1, :2] = False                                                # a padded query row is not summed
+    req = AttentionRequest(capture=True, query_mask=real, query_chunk=chunk, route="exact", **ALL)
+    sinklens_attention(Layer(causal), q, k, v, None, is_causal=causal, sinklens=req)
+    want = brute_force(q, k, v, causal, real.float())
+    for name, ref in want.items():
+        got = req.readout(name)[0]
+        assert got.shape == ref.shape, name
+        assert torch.allclose(got, ref, atol=1e-5), (name, (got - ref).abs().max())
+
+
+def test_planted_diagonal_head_and_low_norm_value_sink_are_read_back():
+    """Head 0: each query its own key (orthogonal keys, q_i = 6 k_i): a diagonal head. Head 1: every
+    query aligned with key 0, whose value is 20x shorter than the others: a low-norm value sink."""
+    S, D = 8, 8
+    k = torch.eye(S, D)[None, None].repeat(1, 2, 1, 1)                   # (1, 2, S, D) orthonormal keys
+    q = torch.stack([6.0 * k[0, 0], 6.0 * k[0, 1, :1].expand(S, D)])[None]
+    v = torch.ones(1, 2, S, D)
+    v[0, 1, 0] = 0.05
+    req = AttentionRequest(capture=True, route="exact", **ALL)
+    sinklens_attention(Layer(False), q, k, v, None, is_causal=False, sinklens=req)
+    diag = req.readout("diagonal")[0, 0]                                 # (H,)
+    e = np.exp(6 * D ** -0.5)
+    assert diag[0].item() == pytest.approx(e / (e + S - 1), rel=1e-5)   # planted: softmax of one raised logit
+    assert diag[0] > 0.5 > diag[1]
+    norms = req.readout("value_norm")[0, 0]
+    assert norms[1, 0].item() == pytest.approx(0.05 * D ** 0.5) and norms[1, 1].item() == pytest.approx(D ** 0.5)
+
+    # the same, analysed: received (1, 1, 2, S) with head 1's sink at 0, value norms and diagonal shares
+    rec = req.received.numpy().transpose(1, 0, 2, 3)                   # (T=1, L, H, S)
+    src = ArraySource(rec, np.zeros((1, S), int), readouts={"value_norm": norms.numpy()[None, None],
+                                                            "diagonal": diag.numpy()[None, None]})
+    a = analyze(src)
+    assert a.sink_count[0, 0].tolist() == [0, 1]
+    sv = a.extra["sink_vectors"]
+    assert sv.ratio("value_norm")[0, 0, 1] == pytest.approx(0.05, rel=1e-3)   # sinks carry low-norm values
+    assert np.isnan(sv.ratio("value_norm")[0, 0, 0])                           # head 0 has no sink
+    assert a.extra["diagonal_heads"].classes().tolist() == [["diagonal", "sink"]]
+
+
+def test_planted_k_sigma_outlier_is_found_where_eq3_is_silent():
+    """Key 7 gets a little more attention in every head of every layer: never ≥ ε = 3 above the rest
+    in one head (Eq. 3 silent), but its mass summed over layers stands out (k·σ fires)."""
+    T, L, H, S = 2, 6, 3, 40
+    rng = np.random.default_rng(0)
+    rec = rng.uniform(0.9, 1.1, (T, L, H, S)).astype(np.float32)
+    rec[..., 7] = 2.5
+    rec *= S / rec.sum(-1, keepdims=True)                                # column sums of S rows: Σ_j r_j = S
+    a = analyze(ArraySource(rec, np.zeros((T, S), int)))
+    assert a.sink_count.sum() == 0
+    ks = a.extra["k_sigma"]
+    assert [p.tolist() for p in ks.positions] == [[7], [7]]
+    # the threshold against Python's statistics (population σ)
+    mass = rec[0].mean(1).sum(0)
+    want = statistics.fmean(mass.tolist()) + 2.0 * statistics.pstdev(mass.tolist())
+    assert ks.threshold[0] == pytest.approx(want, rel=1e-5)
+    flagged, thr = np_rule.k_sigma_sinks(mass, np.ones(S, bool), 2.0)
+    assert thr == pytest.approx(want, rel=1e-6) and np.flatnonzero(flagged).tolist() == [7]
+
+
+def test_planted_massive_activation_is_read_back_from_a_model():
+    """A huge value in channel 5 of token 3's embedding rides the residual stream: every layer's
+    largest channel at that position is 5, and the analysis places it."""
+    torch.manual_seed(0)
+    cfg = LlamaConfig(vocab_size=50, hidden_size=32, intermediate_size=48, num_hidden_layers=3,
+                      num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=64)
+    model = LlamaForCausalLM(cfg).eval()
+    model.config._attn_implementation = ATTENTION_NAME
+    with torch.no_grad():
+        model.model.embed_tokens.weight[3, 5] = 400.0
+    ids = torch.tensor([[1, 2, 3, 4, 6, 7]])
+    req = AttentionRequest(capture=True, hidden_norms=True)
+    with torch.no_grad(), readout_hooks(model, req):
+        out = model(ids, sinklens=req, output_hidden_states=True)
+    top = req.readout("hidden_top_channels")[:, 0, 2, 0]                  # (L,) at position 2 (token 3)
+    assert top.tolist() == [5, 5, 5]
+    hs = out.hidden_states                                               # transformers' own: embeddings, layers 0..L-2, final norm
+    for l in range(cfg.num_hidden_layers - 1):
+        assert torch.allclose(req.readout("hidden_norm")[l, 0], hs[l + 1][0].norm(dim=-1), rtol=1e-5)
+    readouts = {n: req.readout(n).numpy().transpose(1, 0, *range(2, req.readout(n).dim()))[:1] for n in
+                ("hidden_norm", "hidden_top_channels", "hidden_top_values")}
+    a = analyze(ArraySource(req.received.numpy().transpose(1, 0, 2, 3), ids.numpy(),
+                            readouts={k: v for k, v in readouts.items()}))
+    ma = a.extra["massive_activations"]
+    assert ma.position[0].tolist() == [2, 2, 2] and ma.channel[0].tolist() == [5, 5, 5]
+    assert (ma.ratio[0] > 10).all()
+
+
+def _eager_maps(model, ids):
+    """transformers' eager attention maps (L tuples of (B, H, S, S)) of the wrapped model."""
+    before = model.model.config._attn_implementation
+    model.model.config._attn_implementation = "eager"
+    try:
+        with torch.no_grad():
+            return model.model(ids, output_attentions=True, use_cache=False).attentions
+    finally:
+        model.model.config._attn_implementation = before
+
+
+def _check_against_eager(m, ids):
+    """Value norms from the model's own v_proj, hidden norms from output_hidden_states, diagonal
+    share and distance profile from eager attention maps."""
+    req = AttentionRequest(capture=True, hidden_norms=True, **ALL)
+    m.forward_logits(ids, attention=req)
+    with torch.no_grad():
+        hs = m.model(ids, output_hidden_states=True, use_cache=False).hidden_states
+    maps = _eager_maps(m, ids)
+    S = ids.shape[1]
+    i, j = torch.arange(S)[:, None], torch.arange(S)[None, :]
+    layers = m.model.get_decoder().layers
+    for l, layer in enumerate(layers):
+        attn = layer.self_attn
+        with torch.no_grad():
+            vv = attn.v_proj(layer.input_layernorm(hs[l]))                # (1, S, H_kv * D)
+        vv = vv.view(1, S, -1, attn.head_dim).transpose(1, 2).float().norm(dim=-1)
+        vv = vv.repeat_interleave(m.num_heads // vv.shape[1], 1)
+        assert torch.allclose(req.readout("value_norm")[l], vv, rtol=2e-3, atol=2e-3), l
+        A = maps[l].float()
+        assert torch.allclose(req.readout("diagonal")[l], torch.diagonal(A, dim1=-2, dim2=-1).sum(-1) / S,
+                              atol=2e-3), l
+        dist = torch.stack([(A * ((i - j).abs() == d)).sum((-1, -2)) for d in range(S)], -1)
+        assert torch.allclose(req.readout("distance")[l], dist, atol=5e-3), l
+        if l < len(layers) - 1:                                            # the last entry of hidden_states is normed
+            assert torch.allclose(req.readout("hidden_norm")[l], hs[l + 1].float().norm(dim=-1), rtol=2e-3)
+
+
+def test_readouts_against_eager_on_smollm2(smollm2):
+    ids = smollm2.tokenizer("The sky is blue because", return_tensors="pt").input_ids
+    _check_against_eager(smollm2, ids)
+
+
+def test_readouts_against_eager_on_tiny_dlm():
+    import sinklens
+
+    m = sinklens.load("tiny-dlm")
+    _check_against_eager(m, torch.tensor([[1, 5, 9, 14, 20, 33, 40, 41, 2]]))
+
+
+def test_lens_at_the_last_layer_is_the_models_own_head(smollm2):
+    ids = smollm2.tokenizer("One, two, three, four", return_tensors="pt").input_ids
+    L = smollm2.num_layers
+    req = AttentionRequest(capture=True, lens_layers=(L - 1,), lens_positions=(0, 3, ids.shape[1] - 1))
+    logits = smollm2.forward_logits(ids, attention=req)                 # (1, S, V)
+    want = logits[0, [0, 3, ids.shape[1] - 1]].softmax(-1).topk(5)
+    assert req.lens["tokens"][0, 0].tolist() == want.indices.tolist()
+    assert torch.allclose(req.lens["probs"][0, 0], want.values, atol=1e-4)
+
+
+def test_traced_tokens_identical_and_trace_round_trip(tmp_path):
+    import sinklens
+    from sinklens.samplers.base import CaptureOptions
+
+    m = sinklens.load("tiny-dlm")
+    ids = m.apply_chat_template("Tom has 3 apples and buys 4 more. How many?")
+    torch.manual_seed(0)
+    plain = m.generate(ids, trace=str(tmp_path / "plain.arrow"))
+    capture = CaptureOptions(lens_layers=[1, 3], hidden_norms=True, **ALL)
+    torch.manual_seed(0)
+    traced = m.generate(ids, trace=str(tmp_path / "ro.arrow"), capture=capture)
+    assert torch.equal(plain.sequences, traced.sequences)                # observing changes no token
+    t, t0 = sinklens.open_trace(tmp_path / "ro.arrow"), sinklens.open_trace(tmp_path / "plain.arrow")
+    step = t.steps[2]
+    assert t0.readouts(step) == {}                                      # off by default: nothing stored
+    got = t.readouts(step)
+    assert set(got) == set(COLUMN_NAMES)
+    L, H, S = t.num_layers, t.num_heads, t.seq_len
+    assert got["value_norm"].shape == (L, H, S) and got["diagonal"].shape == (L, H)
+    assert got["hidden_top_channels"].shape == (L, S, 4) and got["lens_tokens"].shape[:2] == (2, 8)
+    assert t.meta["readouts"]["lens_layers"] == [1, 3]
+    # the default lens positions are the step's sink positions: flagged by Eq. 3 in some head
+    a = analyze(tmp_path / "ro.arrow")
+    flagged = {int(p) for p in a.sinks["pos"][a.sinks["step"] == 2]}
+    lens_pos = {int(p) for p in got["lens_positions"] if p >= 0}
+    assert lens_pos and lens_pos <= flagged
+    d = a.to_dict()
+    for key in ("k_sigma", "absorption", "sink_vectors", "massive_activations", "diagonal_heads",
+                "distance_profile", "logit_lens", "mask_query_ranking"):
+        assert d[key] is not None, key
+    assert np.isfinite(a.extra["distance_profile"].profile()[0]).all()
+
+
+def test_mask_query_ranking_reads_the_masked_group():
+    """_planted: head (1, 0) gets key 25 only from masked queries and key 3 only from unmasked ones."""
+    a = analyze(_planted.source())
+    steps = a.extra["mask_query_ranking"]
+    first = steps[0]
+    rank = lambda key, top: top.index(key) if key in top else len(top)   # noqa: E731
+    assert first["step"] == 0
+    assert rank(25, first["masked_top"]) < rank(25, first["all_top"])   # the masked queries' sink rises
+    assert rank(3, first["masked_top"]) > rank(3, first["all_top"])     # the unmasked queries' sink falls
+    assert len(steps) == sum(1 for c in _planted.MASKED_COUNT if c)     # steps with a masked query row
+
+
+def test_bad_readout_options_are_one_line_errors():
+    with pytest.raises(ValueError, match="lens_positions needs lens_layers"):
+        ReadoutOptions(lens_positions=[3])
+    with pytest.raises(ValueError, match="lens_layers must be"):
+        ReadoutOptions(lens_layers=[-1])
