@@ -93,10 +93,10 @@ def test_planted_diagonal_head_and_low_norm_value_sink_are_read_back():
                                                             "diagonal": diag.numpy()[None, None]})
     a = analyze(src)
     assert a.sink_count[0, 0].tolist() == [0, 1]
-    sv = a.extra["sink_vectors"]
+    sv = a.sink_vectors
     assert sv.ratio("value_norm")[0, 0, 1] == pytest.approx(0.05, rel=1e-3)   # sinks carry low-norm values
     assert np.isnan(sv.ratio("value_norm")[0, 0, 0])                           # head 0 has no sink
-    assert a.extra["diagonal_heads"].classes().tolist() == [["diagonal", "sink"]]
+    assert a.diagonal_heads.classes().tolist() == [["diagonal", "sink"]]
 
 
 def test_planted_k_sigma_outlier_is_found_where_eq3_is_silent():
@@ -109,7 +109,7 @@ def test_planted_k_sigma_outlier_is_found_where_eq3_is_silent():
     rec *= S / rec.sum(-1, keepdims=True)                                # column sums of S rows: Σ_j r_j = S
     a = analyze(ArraySource(rec, np.zeros((T, S), int)))
     assert a.sink_count.sum() == 0
-    ks = a.extra["k_sigma"]
+    ks = a.k_sigma
     assert [p.tolist() for p in ks.positions] == [[7], [7]]
     # the threshold against Python's statistics (population σ)
     mass = rec[0].mean(1).sum(0)
@@ -142,7 +142,7 @@ def test_planted_massive_activation_is_read_back_from_a_model():
                 ("hidden_norm", "hidden_top_channels", "hidden_top_values")}
     a = analyze(ArraySource(req.received.numpy().transpose(1, 0, 2, 3), ids.numpy(),
                             readouts={k: v for k, v in readouts.items()}))
-    ma = a.extra["massive_activations"]
+    ma = a.massive_activations
     assert ma.position[0].tolist() == [2, 2, 2] and ma.channel[0].tolist() == [5, 5, 5]
     assert (ma.ratio[0] > 10).all()
 
@@ -237,13 +237,13 @@ def test_traced_tokens_identical_and_trace_round_trip(tmp_path):
     for key in ("k_sigma", "absorption", "sink_vectors", "massive_activations", "diagonal_heads",
                 "distance_profile", "logit_lens", "mask_query_ranking"):
         assert d[key] is not None, key
-    assert np.isfinite(a.extra["distance_profile"].profile()[0]).all()
+    assert np.isfinite(a.distance_profile.profile()[0]).all()
 
 
 def test_mask_query_ranking_reads_the_masked_group():
     """_planted: head (1, 0) gets key 25 only from masked queries and key 3 only from unmasked ones."""
     a = analyze(_planted.source())
-    steps = a.extra["mask_query_ranking"]
+    steps = a.mask_query_ranking
     first = steps[0]
     rank = lambda key, top: top.index(key) if key in top else len(top)   # noqa: E731
     assert first["step"] == 0

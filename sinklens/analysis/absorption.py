@@ -8,6 +8,8 @@
 """
 from __future__ import annotations
 
+import warnings
+
 import numpy as np
 
 from sinklens.analysis.accumulate import Accumulator, Step, rounded
@@ -42,7 +44,8 @@ class Absorption(Accumulator):
         """(L, H) variance over steps of the largest sink's position; NaN with fewer than 2 such steps."""
         pos = np.where(self.largest >= 0, self.largest, np.nan).astype(float)
         n = np.isfinite(pos).sum(0)
-        with np.errstate(all="ignore"):
+        with warnings.catch_warnings():                                # heads with no sink: all-NaN columns
+            warnings.simplefilter("ignore", RuntimeWarning)
             var = np.nanvar(pos, axis=0)
         return np.where(n >= 2, var, np.nan)
 

@@ -86,6 +86,17 @@ class Analysis:
     # (T, L, H) share of the summed query rows' attention the learned sink logits took (gpt-oss;
     # sinklens/analysis/learned_sink.py), NaN at steps without it; None: the model has none
     learned_sink_share: np.ndarray | None = None
+    # mechanism analyses (docs/analysis.md, "Mechanism readouts"); those of a readout are None on a trace
+    # that did not record it: the k·σ rule, absorption / sink-position variance, the vectors at sinks,
+    # massive activations, diagonal heads, distance profile, logit-lens rows, mask-query ranking rows
+    k_sigma: object | None = None
+    absorption: object | None = None
+    sink_vectors: object | None = None
+    massive_activations: object | None = None
+    diagonal_heads: object | None = None
+    distance_profile: object | None = None
+    logit_lens: list | None = None
+    mask_query_ranking: list | None = None
     extra: dict = field(default_factory=dict)              # results of accumulators beyond the built-in ones
     accumulators: list = field(default_factory=list, repr=False)   # their to_dict() parts
     _dict: dict | None = field(default=None, repr=False)   # to_dict() cache (an Analysis is final once built)

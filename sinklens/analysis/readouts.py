@@ -15,6 +15,8 @@ part of `to_dict()` is then None). Sources and definitions: docs/analysis.md, "M
 """
 from __future__ import annotations
 
+import warnings
+
 import numpy as np
 
 from sinklens.analysis.absorption import absorption
@@ -29,7 +31,8 @@ SCORE_BINS = np.array([0.0, 0.25, 0.5, 1.0, 2.0, 4.0, 8.0, 16.0, 32.0, np.inf]) 
 
 
 def _nanmean(x, axis=None):
-    with np.errstate(all="ignore"):
+    with warnings.catch_warnings():                  # all-NaN slices (a head never a sink) stay NaN quietly
+        warnings.simplefilter("ignore", RuntimeWarning)
         return np.nanmean(np.asarray(x, float), axis=axis)
 
 
@@ -141,7 +144,7 @@ class MassiveActivations(Accumulator):
                      "position's largest |h_c|; sink_norm_ratio: ||h|| at the strongest sink / median ||h||",
             "value": rounded(self.value), "position": self.position.tolist(), "channel": self.channel.tolist(),
             "ratio": rounded(self.ratio), "sink_norm_ratio": rounded(self.sink_norm_ratio),
-            "layer_max_ratio": rounded(np.nanmax(np.where(np.isfinite(self.ratio), self.ratio, -np.inf), axis=0))}}
+            "layer_max_ratio": rounded(np.where(np.isfinite(self.ratio), self.ratio, -np.inf).max(axis=0))}}
 
 
 class DiagonalHeads(Accumulator):
