@@ -9,6 +9,14 @@ CPU time with one torch thread (wall time on a shared 2-core machine is mostly o
 - plain: the sinklens attention with no request (transformers' sdpa)
 - exact / lse: capture of every layer and head through that route (AttentionRequest.route)
 - chunkN: the exact route with a fixed query chunk of N (to compare with the automatic chunk)
+- readouts: the exact route plus the O(L·H·S) mechanism readouts (value and key norms, cos(q, k),
+  diagonal share, hidden-state norms and top channels; sinklens/trace/readouts.py)
+- distance: the exact route plus the distance profile; all: readouts and distance together
+
+Ratios are to `--base` (default plain; `--base exact` for readouts-on against capture alone):
+
+    PYTHONPATH=. python benchmarks/bench_capture.py --models smollm2 bidir6 --modes exact readouts distance \
+        --base exact --seqs 256 512 1024
 
     PYTHONPATH=. python benchmarks/bench_capture.py --models llama4 bidir6 --seqs 256 512 1024 2048
 """
@@ -41,6 +49,10 @@ def load(name: str, dtype: torch.dtype):
     return random_llama(*{"llama4": (4, True), "bidir6": (6, False)}[name]).to(dtype)
 
 
+READOUTS = dict(value_norms=True, qk_norms=True, diagonal=True, hidden_norms=True)
+READOUT_MODES = {"readouts": READOUTS, "distance": dict(distance=True), "all": dict(READOUTS, distance=True)}
+
+
 def forward(model, mode: str, ids: torch.Tensor):
     if mode == "plain":
         return model(ids, use_cache=False).logits
@@ -48,6 +60,13 @@ def forward(model, mode: str, ids: torch.Tensor):
     if mode.startswith("chunk"):
         kw["query_chunk"] = int(mode[5:])
         mode = "exact"
+    if mode in READOUT_MODES:
+        from sinklens.attention.readouts import readout_hooks
+
+        req = sa.AttentionRequest(capture=True, route="exact", **READOUT_MODES[mode])
+        with readout_hooks(model, req):
+            model(ids, sinklens=req, use_cache=False)
+        return req.received
     if "route" in {f.name for f in dataclasses.fields(sa.AttentionRequest)}:
         kw["route"] = mode
     req = sa.AttentionRequest(capture=True, **kw)
@@ -63,28 +82,33 @@ def main() -> None:
     p.add_argument("--repeats", type=int, default=3)
     p.add_argument("--dtype", default="float32", choices=["float32", "bfloat16"])
     p.add_argument("--threads", type=int, default=1)
+    p.add_argument("--base", default="plain", help="the mode the ratios divide by (one of --modes)")
     args = p.parse_args()
+    if args.base not in args.modes:
+        p.error(f"--base {args.base} must be one of --modes {args.modes}")
     torch.set_num_threads(args.threads)
     torch.set_grad_enabled(False)
     dtype = getattr(torch, args.dtype)
-    others = [m for m in args.modes if m != "plain"]
-    print(f"| model | S | plain s | " + " | ".join(f"{m} s" for m in others) + " | "
-          + " | ".join(f"{m}/plain" for m in others) + " |")
+    base = args.base
+    others = [m for m in args.modes if m != base]
+    print(f"| model | S | {base} s | " + " | ".join(f"{m} s" for m in others) + " | "
+          + " | ".join(f"{m}/{base}" for m in others) + " |")
     print("|---" * (3 + 2 * len(others)) + "|")
     for name in args.models:
         model = load(name, dtype)
         vocab = model.config.vocab_size
         for s in args.seqs:
             ids = torch.randint(0, vocab, (1, s), generator=torch.Generator().manual_seed(s))
-            forward(model, "plain", ids[:, :32])  # warm-up
+            for m in args.modes:
+                forward(model, m, ids[:, :32])  # warm-up
             best = {m: float("inf") for m in args.modes}
             for _ in range(args.repeats):
                 for m in args.modes:
                     t = time.process_time()
                     forward(model, m, ids)
                     best[m] = min(best[m], time.process_time() - t)
-            ratios = " | ".join(f"{best[m] / best['plain']:.2f}x" for m in others)
-            print(f"| {name} | {s} | {best['plain']:.3f} | " + " | ".join(f"{best[m]:.3f}" for m in others)
+            ratios = " | ".join(f"{best[m] / best[base]:.2f}x" for m in others)
+            print(f"| {name} | {s} | {best[base]:.3f} | " + " | ".join(f"{best[m]:.3f}" for m in others)
                   + f" | {ratios} |", flush=True)
         del model
 

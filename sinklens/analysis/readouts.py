@@ -30,7 +30,7 @@ RANK_TOP = 10   # MaskQueryRanking: the ranking's top keys compared
 SCORE_BINS = np.array([0.0, 0.25, 0.5, 1.0, 2.0, 4.0, 8.0, 16.0, 32.0, np.inf])  # value norm by score (analysis units)
 
 
-def _nanmean(x, axis=None):
+def nanmean(x, axis=None):
     with warnings.catch_warnings():                  # all-NaN slices (a head never a sink) stay NaN quietly
         warnings.simplefilter("ignore", RuntimeWarning)
         return np.nanmean(np.asarray(x, float), axis=axis)
@@ -82,11 +82,11 @@ class SinkVectors(Accumulator):
         out = {"units": "norms: L2 of the vectors the layer used (after RoPE for q, k); ratio = mean at the Eq. 3 "
                         "sinks / mean at the other visible keys; cos: mean over summed query rows of cos(q_i, k_j)"}
         for c in sorted(self.seen):
-            out[c] = {"sink_mean": _round(_nanmean(self.sink[c])), "other_mean": _round(_nanmean(self.other[c])),
-                      "layer_head_sink_mean": rounded(_nanmean(self.sink[c], axis=0)),
-                      "layer_head_other_mean": rounded(_nanmean(self.other[c], axis=0))}
+            out[c] = {"sink_mean": _round(nanmean(self.sink[c])), "other_mean": _round(nanmean(self.other[c])),
+                      "layer_head_sink_mean": rounded(nanmean(self.sink[c], axis=0)),
+                      "layer_head_other_mean": rounded(nanmean(self.other[c], axis=0))}
             if c != "qk_cos":
-                out[c]["ratio_mean"] = _round(_nanmean(self.ratio(c)))
+                out[c]["ratio_mean"] = _round(nanmean(self.ratio(c)))
         if "value_norm" in self.seen:
             with np.errstate(all="ignore"):
                 out["value_norm_by_score"] = {"score_bins": [float(x) for x in SCORE_BINS[:-1]], "units": self.units,
@@ -167,7 +167,7 @@ class DiagonalHeads(Accumulator):
 
     def classes(self) -> np.ndarray:
         """(L, H) str: 'diagonal', 'sink', 'both' or 'neither' by the mean shares over steps (HEAD_SHARE)."""
-        diag = _nanmean(self.diagonal, axis=0) >= HEAD_SHARE
+        diag = nanmean(self.diagonal, axis=0) >= HEAD_SHARE
         sink = self.absorption.mean(axis=0) >= HEAD_SHARE
         return np.where(diag & sink, "both", np.where(diag, "diagonal", np.where(sink, "sink", "neither")))
 
@@ -182,9 +182,9 @@ class DiagonalHeads(Accumulator):
         return {"diagonal_heads": {
             "units": "diagonal share Σ_i A[i, i] / Q (0..1); absorption Σ_{j ∈ sinks} r_j / Σ r_j (0..1); "
                      f"a head is 'diagonal' / 'sink' when its mean share over steps is ≥ {HEAD_SHARE}",
-            "diagonal_mean": rounded(_nanmean(self.diagonal, axis=0)),
+            "diagonal_mean": rounded(nanmean(self.diagonal, axis=0)),
             "absorption_mean": rounded(self.absorption.mean(axis=0)),
-            "per_step_diagonal_mean": rounded(_nanmean(self.diagonal.reshape(len(self.diagonal), -1), axis=1)),
+            "per_step_diagonal_mean": rounded(nanmean(self.diagonal.reshape(len(self.diagonal), -1), axis=1)),
             "classes": cls.tolist(), "class_counts": {str(k): int(v) for k, v in zip(kinds, counts)}}}
 
 

@@ -39,6 +39,8 @@ class ReportOptions:
     map_steps: list[int] | None = param(None, "indices", "Fig. 4 step indices (default: up to 3 stored ones)")
     row: int = param(0, int, "batch row to analyse in every trace", min=0)
     figures: bool = param(True, bool, "draw the figures (--no-figures: only summary.md/json and the page, faster)")
+    control: str | None = param(None, str, "trace of the random-init control of the same shape, drawn beside each "
+                                           "mechanism-readout figure")
     page: PageOptions = field(default_factory=PageOptions)
     progress: bool = True
 

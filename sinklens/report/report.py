@@ -8,6 +8,8 @@ comparison figures in DIR):
     <label>/fig01_received_*.png|svg, fig03_score_distribution, fig04_attention_maps (when maps are
     stored), fig05_layer_head, fig07_sink_positions, fig10_eps_sweep, table2_sink_tokens.csv|md
     compare_fig10_eps_sweep.png|svg (several traces)
+    <label>/readout_*.png|svg: the mechanism analyses (sinklens/report/readouts.py), those the trace
+    has data for, beside the random-init control's (--control TRACE)
 
 Causal traces (ARMs) get a second set of the sink figures in `uniform_ratio` units (suffix
 `_uniform_ratio`): raw column sums carry the causal baseline H_S − H_j, so the page
@@ -27,6 +29,7 @@ from sinklens.analysis.analyze import Analysis, AnalysisConfig, analyze
 from sinklens.analysis.learned_sink import learned_sink_line
 from sinklens.analysis.source import AnalysisInputError, as_source
 from sinklens.report import figures as F
+from sinklens.report import readouts as R
 from sinklens.report.html import render_page
 from sinklens.report.options import ReportOptions
 from sinklens.rule.spec import BASELINE_UNITS
@@ -69,7 +72,8 @@ def _label(path_or_obj, k: int, used: set[str]) -> str:
     return _safe_name(base, k, used)
 
 
-def _figures_for(a: Analysis, folder: Path, opts: ReportOptions, suffix: str, rep: TraceReport) -> dict[str, bytes]:
+def _figures_for(a: Analysis, folder: Path, opts: ReportOptions, suffix: str, rep: TraceReport,
+                 control: Analysis | None = None) -> dict[str, bytes]:
     """Write every figure that applies to this analysis; returns {name: png bytes} for the page."""
     pngs: dict[str, bytes] = {}
 
@@ -93,6 +97,9 @@ def _figures_for(a: Analysis, folder: Path, opts: ReportOptions, suffix: str, re
     put("fig05_layer_head", lambda: F.layer_head_scores(a))
     put("fig07_sink_positions", lambda: F.sink_positions(a, heads))
     put("fig10_eps_sweep", lambda: F.eps_sweep([a]))
+    if not suffix:                                 # mechanism readouts, beside the random-init control if given
+        for name, make in R.FIGURES.items():
+            put(name, lambda make=make: make(a, control))
     return pngs
 
 
@@ -122,6 +129,10 @@ def build_report(traces, out: str | os.PathLike, *, labels: list[str] | None = N
         raise AnalysisInputError(f"labels: {len(labels)} given for {len(traces)} traces; give one label per trace")
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
+    control = None
+    if opts.control:                           # the random-init control of the same shape, beside each readout figure
+        control = analyze(as_source(opts.control, row=opts.row, label=_label(opts.control, 0, set())),
+                          AnalysisConfig(units=opts.units, sink_eps=opts.sink_eps))
     used: set[str] = set()
     folders: set[str] = set()                  # one folder per trace, named safely from its label
     reps: list[TraceReport] = []
@@ -142,7 +153,7 @@ def build_report(traces, out: str | os.PathLike, *, labels: list[str] | None = N
         pngs = {}
         for a in analyses:
             if opts.figures:
-                pngs.update(_figures_for(a, folder, opts, "" if a is analyses[0] else f"_{a.units}", rep))
+                pngs.update(_figures_for(a, folder, opts, "" if a is analyses[0] else f"_{a.units}", rep, control))
             suffix = "" if a is analyses[0] else f"_{a.units}"
             F.sink_token_table(a, folder / f"table2_sink_tokens{suffix}")
             rep.figures[f"table2_sink_tokens{suffix}"] = [folder / f"table2_sink_tokens{suffix}.csv",

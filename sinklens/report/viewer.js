@@ -224,14 +224,20 @@
       }
     }
     figures(box) {
-      const figs = this.d.figures || {};
-      if (!Object.keys(figs).length) return;
-      const fd = el("details", { class: "sl-figs" }, box);
-      el("summary", {}, fd, "Figures (" + Object.keys(figs).length + ")");
-      for (const name in figs) {
-        const f = el("figure", {}, fd);
-        el("img", { src: figs[name], alt: name, loading: "lazy" }, f);
-        el("figcaption", {}, f, name);
+      const all = this.d.figures || {};
+      // the mechanism readouts (figures named readout_*: sinklens/report/readouts.py) get a panel of their own
+      const panels = [["Figures", (n) => !n.startsWith("readout_")],
+                      ["Mechanism readouts", (n) => n.startsWith("readout_")]];
+      for (const [title, keep] of panels) {
+        const names = Object.keys(all).filter(keep);
+        if (!names.length) continue;
+        const fd = el("details", { class: "sl-figs" }, box);
+        el("summary", {}, fd, title + " (" + names.length + ")");
+        for (const name of names) {
+          const f = el("figure", {}, fd);
+          el("img", { src: all[name], alt: name, loading: "lazy" }, f);
+          el("figcaption", {}, f, name);
+        }
       }
     }
     toggle() {

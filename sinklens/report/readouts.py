@@ -1,0 +1,168 @@
+"""Figures of the mechanism analyses (docs/analysis.md, "Mechanism readouts"), each with the
+random-init control of the same shape beside it when one is given (dashed / grey).
+
+| analysis                         | function            | needs the readout    |
+|----------------------------------|---------------------|----------------------|
+| k·σ rule beside Eq. 3            | `k_sigma`           | — (received only)    |
+| absorption, position variance    | `absorption`        | —                    |
+| mask-query ranking               | `mask_ranking`      | — (masked / unmasked groups) |
+| value norm vs received attention | `value_norms`       | value_norms          |
+| massive activations over steps   | `massive`           | hidden_norms         |
+| diagonal vs sink heads           | `diagonal_heads`    | diagonal             |
+| received attention vs distance   | `distance`          | distance             |
+| logit-lens table                 | `logit_lens`        | lens_layers          |
+
+Each function raises AnalysisInputError (the report skips the figure and says why) when its
+analysis is empty on this trace. `readout_figures(a, control)` gives all that apply, by file name.
+"""
+from __future__ import annotations
+
+import numpy as np
+from matplotlib.figure import Figure
+
+from sinklens.analysis.analyze import Analysis
+from sinklens.analysis.readouts import HEAD_SHARE, SCORE_BINS, nanmean
+from sinklens.analysis.source import AnalysisInputError
+from sinklens.report.figures import NotebookFigure
+from sinklens.rule.spec import UNITS
+
+TRAINED, CONTROL = "C0", "0.55"   # colours: the trace, its random-init control
+
+
+def _fig(n: int = 1, width: float = 9.0, height: float = 3.4) -> tuple[Figure, list]:
+    fig = NotebookFigure(figsize=(width, height), layout="constrained")
+    return fig, list(np.atleast_1d(fig.subplots(1, n)))
+
+
+def _need(a: Analysis, name: str, readout: str | None):
+    value = getattr(a, name)
+    if value is None:
+        why = f"trace '{a.source.label}' recorded no {readout} readout (trace it with --{readout.replace('_', '-')})" \
+            if readout else f"trace '{a.source.label}' has nothing for {name}"
+        raise AnalysisInputError(why)
+    return value
+
+
+def _pairs(a: Analysis, control: Analysis | None, name: str, readout: str | None):
+    """[(label, analysis result, colour, line style)] for the trace and, when it has it, the control."""
+    out = [(a.source.label, _need(a, name, readout), TRAINED, "-")]
+    if control is not None and getattr(control, name) is not None:
+        out.append((f"{control.source.label} (random init)", getattr(control, name), CONTROL, "--"))
+    return out
+
+
+def k_sigma(a: Analysis, control: Analysis | None = None) -> Figure:
+    fig, (ax0, ax1) = _fig(2)
+    for label, ks, c, ls in _pairs(a, control, "k_sigma", None):
+        ax0.plot([len(p) for p in ks.positions], color=c, ls=ls, label=f"{label}: k·σ (k = {ks.k:g})")
+        ax0.plot([len(p) for p in ks.eq3_positions], color=c, ls=":", label=f"{label}: Eq. 3 in some head")
+        ax1.plot(ks.jaccard, color=c, ls=ls, label=label)
+    ax0.set(xlabel="step index", ylabel="sink keys per step", title="mean + k·σ rule beside Eq. 3")
+    ax1.set(xlabel="step index", ylabel="Jaccard(k·σ, Eq. 3 any head)", ylim=(-0.02, 1.02), title="agreement")
+    ax0.legend(fontsize=7)
+    ax1.legend(fontsize=7)
+    return fig
+
+
+def absorption(a: Analysis, control: Analysis | None = None) -> Figure:
+    fig, (ax0, ax1) = _fig(2)
+    for label, ab, c, ls in _pairs(a, control, "absorption", None):
+        ax0.plot(ab.rate.mean(axis=(1, 2)), color=c, ls=ls, label=label)
+    ax0.set(xlabel="step index", ylabel="Σ_{j ∈ sinks} r_j / Σ r_j (mean over heads)", ylim=(-0.02, 1.02),
+            title="absorption rate")
+    ax0.legend(fontsize=7)
+    var = a.absorption.position_variance()
+    im = ax1.imshow(np.sqrt(var), aspect="auto", cmap="viridis")
+    fig.colorbar(im, ax=ax1, label="σ of the largest sink's position over steps (positions)")
+    ax1.set(xlabel="head", ylabel="layer", title=f"sink-position spread, {a.source.label} (white: < 2 steps with a sink)")
+    return fig
+
+
+def mask_ranking(a: Analysis, control: Analysis | None = None) -> Figure:
+    fig, (ax,) = _fig(1, 6.5)
+    for label, rows, c, ls in _pairs(a, control, "mask_query_ranking", None):
+        ax.plot([r["step"] for r in rows], [r["overlap"] for r in rows], color=c, ls=ls, marker=".", label=label)
+    ax.set(xlabel="step", ylabel="overlap of the top keys (0..1)", ylim=(-0.02, 1.02),
+           title="keys ranked by masked queries vs by all queries")
+    ax.legend(fontsize=7)
+    return fig
+
+
+def value_norms(a: Analysis, control: Analysis | None = None) -> Figure:
+    fig, (ax0, ax1) = _fig(2)
+    centres = np.arange(len(SCORE_BINS) - 1)
+    for label, sv, c, ls in _pairs(a, control, "sink_vectors", "value_norms"):
+        if "value_norm" not in sv.seen:
+            continue
+        with np.errstate(all="ignore"):
+            ax0.plot(centres, sv.bin_sum / np.where(sv.bin_count, sv.bin_count, np.nan), color=c, ls=ls, marker="o",
+                     label=label)
+        ax1.plot(nanmean(sv.ratio("value_norm"), axis=(0, 2)), color=c, ls=ls, marker="o", label=label)
+    ax0.set_xticks(centres, [f"≥{x:g}" for x in SCORE_BINS[:-1]], fontsize=7)
+    ax0.set(xlabel=f"received score [{UNITS[a.units].label}]", ylabel="mean ||v_j||", title="value norm by received")
+    ax1.axhline(1.0, color="k", lw=0.5)
+    ax1.set(xlabel="layer", ylabel="||v|| at sinks / at other keys", title="do sinks carry low-norm values?")
+    ax0.legend(fontsize=7)
+    return fig
+
+
+def massive(a: Analysis, control: Analysis | None = None) -> Figure:
+    fig, (ax0, ax1) = _fig(2)
+    for label, ma, c, ls in _pairs(a, control, "massive_activations", "hidden_norms"):
+        for l in range(ma.ratio.shape[1]):
+            ax0.plot(ma.ratio[:, l], color=c, ls=ls, alpha=0.3 + 0.7 * l / max(ma.ratio.shape[1] - 1, 1),
+                     label=label if l == 0 else None)
+        ax1.plot(nanmean(ma.sink_norm_ratio, axis=0), color=c, ls=ls, marker="o", label=label)
+    ax0.set(xlabel="step index", ylabel="largest |h_c| / median position's", yscale="log",
+            title="massive activations (one line per layer, darker = deeper)")
+    ax1.axhline(1.0, color="k", lw=0.5)
+    ax1.set(xlabel="layer", ylabel="||h|| at the strongest sink / median ||h||", title="residual norm at sinks")
+    ax0.legend(fontsize=7)
+    return fig
+
+
+def diagonal_heads(a: Analysis, control: Analysis | None = None) -> Figure:
+    fig, (ax,) = _fig(1, 6.0, 4.5)
+    for label, dh, c, _ in _pairs(a, control, "diagonal_heads", "diagonal"):
+        x, y = nanmean(dh.diagonal, axis=0).ravel(), dh.absorption.mean(axis=0).ravel()
+        ax.scatter(x, y, s=14, color=c, label=label, alpha=0.8)
+    ax.axvline(HEAD_SHARE, color="k", lw=0.5)
+    ax.axhline(HEAD_SHARE, color="k", lw=0.5)
+    ax.set(xlabel="diagonal share Σ_i A[i,i] / Q", ylabel="absorption Σ_{j ∈ sinks} r_j / Σ r_j", xlim=(-0.02, 1.02),
+           ylim=(-0.02, 1.02), title="diagonal (self) heads vs sink heads, one dot per head")
+    ax.legend(fontsize=7)
+    return fig
+
+
+def distance(a: Analysis, control: Analysis | None = None) -> Figure:
+    fig, (ax,) = _fig(1, 7.0, 4.0)
+    for label, dp, c, ls in _pairs(a, control, "distance_profile", "distance"):
+        prof, uni = dp.profile()
+        with np.errstate(all="ignore"):
+            ratio = prof / np.where(uni > 0, uni, np.nan)
+        ax.plot(nanmean(ratio, axis=0), color=c, ls=ls, label=f"{label} (mean over layers)")
+    ax.axhline(1.0, color="k", lw=0.5)
+    ax.set(xlabel="distance |i − j| (positions)", ylabel="attention / uniform attention at that distance",
+           yscale="log", title="received attention vs distance")
+    ax.legend(fontsize=7)
+    return fig
+
+
+def logit_lens(a: Analysis, control: Analysis | None = None, rows: int = 14) -> Figure:
+    lens = _need(a, "logit_lens", "lens_layers")
+    fig = NotebookFigure(figsize=(9.0, 0.6 + 0.28 * min(rows, len(lens))), layout="constrained")
+    ax = fig.subplots()
+    ax.axis("off")
+    cells = [[r["step"], r["position"], r["token"], r["layer"],
+              ", ".join(f"{t} {p:.2f}" for t, p in zip(r["top"][:3], r["probs"][:3]))] for r in lens[:rows]]
+    table = ax.table(cellText=cells, colLabels=["step", "position", "token there", "lens layer", "top tokens (p)"],
+                     loc="center", cellLoc="left")
+    table.auto_set_font_size(False)
+    table.set_fontsize(7)
+    ax.set_title(f"logit lens at the sink positions ({len(lens)} rows; all in summary.json)", fontsize=9)
+    return fig
+
+
+FIGURES = {"readout_k_sigma": k_sigma, "readout_absorption": absorption, "readout_mask_ranking": mask_ranking,
+           "readout_value_norms": value_norms, "readout_massive": massive, "readout_diagonal_heads": diagonal_heads,
+           "readout_distance": distance, "readout_logit_lens": logit_lens}
