@@ -257,3 +257,13 @@ def test_bad_readout_options_are_one_line_errors():
         ReadoutOptions(lens_positions=[3])
     with pytest.raises(ValueError, match="lens_layers must be"):
         ReadoutOptions(lens_layers=[-1])
+
+
+def test_every_readout_option_is_a_request_field():
+    """build_request copies each ReadoutOptions field onto the AttentionRequest by name: a field the
+    request lacks would be set as a stray attribute and never reach the attention function."""
+    from dataclasses import fields
+
+    options = [f.name for f in fields(ReadoutOptions)]
+    assert options == list(AttentionRequest.READOUT_FIELDS)
+    assert set(options) <= {f.name for f in fields(AttentionRequest)}
