@@ -238,6 +238,15 @@ def test_traced_tokens_identical_and_trace_round_trip(tmp_path):
                 "distance_profile", "logit_lens", "mask_query_ranking"):
         assert d[key] is not None, key
     assert np.isfinite(a.distance_profile.profile()[0]).all()
+    # the report draws a figure of each, the plain trace (no readouts) standing in as the control
+    from sinklens.report.options import ReportOptions
+    from sinklens.report.readouts import FIGURES
+    from sinklens.report.report import build_report
+
+    rep = build_report([tmp_path / "ro.arrow"], tmp_path / "rep",
+                       options=ReportOptions(control=str(tmp_path / "plain.arrow"), progress=False))
+    assert set(FIGURES) <= set(rep.traces[0].figures), rep.traces[0].skipped
+    assert "Mechanism readouts" in (tmp_path / "rep" / "index.html").read_text()
 
 
 def test_mask_query_ranking_reads_the_masked_group():

@@ -62,7 +62,12 @@ def test_cli_report_single_and_compare(tmp_path, capsys):
     assert "units" in (out / "summary.md").read_text()
     html = (out / "index.html").read_text()
     assert "http://" not in html and "https://" not in html        # no network: nothing fetched
-    assert html.count("data:image/png;base64,") == len(PRIMARY) + 1   # figures embedded (+ the head's Fig. 1)
+    # figures embedded (+ the head's Fig. 1), and the mechanism-readout figures a trace without readouts
+    # still has data for (from received attention alone: k·σ, absorption, mask-query ranking)
+    readout_figs = ["readout_k_sigma", "readout_absorption", "readout_mask_ranking"]
+    assert all((out / f"{n}.png").exists() for n in readout_figs)
+    assert not (out / "readout_value_norms.png").exists()             # no value_norm column: skipped
+    assert html.count("data:image/png;base64,") == len(PRIMARY) + 1 + len(readout_figs)
     # compare: two traces side by side, one without maps -> its map figure is skipped with the reason
     out2 = tmp_path / "cmp"
     assert main(["report", str(p1), str(p2), "--out", str(out2), "--quiet"]) == 0
