@@ -130,12 +130,19 @@ class LayerSums:
         self.diagonal += (d * self._row_weight(p, slice(first, first + d.shape[-1]))[..., 0]).sum(-1)
 
     def _add_distance(self, p: torch.Tensor, start: int, end: int, k0: int, k1: int) -> None:
-        """Add the chunk's A[i, j] into bins |i − j| (i: the row's key position)."""
+        """Add the chunk's A[i, j] into bins |i − j| (i: the row's key position).
+
+        Diagonal sums by skewing instead of a scatter over every (row, key): rows flipped, padded by c
+        and re-read with a stride one shorter, so that column m holds the entries with j − r = m − (c − 1);
+        a sum over rows then gives every diagonal at once, and only those c + K − 1 sums are binned."""
         b, h, c, k = p.shape
-        i = torch.arange(start, end, device=p.device)[:, None] + self.offset
-        dist = (i - torch.arange(k0, k1, device=p.device)[None, :]).abs()      # (c, K)
-        w = p * self._row_weight(p, slice(start, end))
-        self.distance.view(b * h, -1).scatter_add_(1, dist.reshape(1, -1).expand(b * h, -1), w.reshape(b * h, -1))
+        w = p if self.weight is None else p * self._row_weight(p, slice(start, end))
+        x = torch.nn.functional.pad(w.flip(2), (0, c)).reshape(b * h, c * (k + c))      # (BH, c (K + c))
+        diag = x[:, : c * (k + c - 1)].reshape(b * h, c, k + c - 1).sum(1)            # (BH, K + c − 1)
+        # column m: key j = m − (c − 1) + r against row r, whose own key sits at start + r + offset
+        m = torch.arange(k + c - 1, device=p.device)
+        dist = (m - (c - 1) + k0 - start - self.offset).abs()
+        self.distance.view(b * h, -1).index_add_(1, dist, diag)
 
     def add_sink(self, share: torch.Tensor, start: int, end: int) -> None:
         """Add the learned sink's share (B, H, c) of the chunk's query rows [start, end)."""
