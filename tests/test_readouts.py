@@ -276,3 +276,21 @@ def test_every_readout_option_is_a_request_field():
     options = [f.name for f in fields(ReadoutOptions)]
     assert options == list(AttentionRequest.READOUT_FIELDS)
     assert set(options) <= {f.name for f in fields(AttentionRequest)}
+
+
+def test_arm_decoding_steps_read_the_cache(smollm2, tmp_path):
+    """ARM decoding feeds one row against the cache: the cached keys' value norms are those of the
+    prefill, the hidden-state readouts cover the fed row only, the lens reads no position it did not compute."""
+    import sinklens
+    from sinklens.samplers.base import CaptureOptions
+
+    ids = smollm2.tokenizer("Count: one, two,", return_tensors="pt").input_ids
+    capture = CaptureOptions(value_norms=True, hidden_norms=True, lens_layers=[smollm2.num_layers - 1])
+    smollm2.generate(ids, max_new_tokens=3, trace=str(tmp_path / "arm.arrow"), capture=capture)
+    t = sinklens.open_trace(tmp_path / "arm.arrow")
+    first, later = t.readouts(t.steps[0]), t.readouts(t.steps[2])
+    P = ids.shape[1]
+    assert first["hidden_norm"].shape == (smollm2.num_layers, P) and later["hidden_norm"].shape == (smollm2.num_layers, 1)
+    np.testing.assert_allclose(later["value_norm"][..., :P], first["value_norm"], rtol=1e-3)
+    S = later["value_norm"].shape[-1]
+    assert all(p == -1 or p == S - 1 for p in later["lens_positions"])
