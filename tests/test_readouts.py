@@ -294,3 +294,36 @@ def test_arm_decoding_steps_read_the_cache(smollm2, tmp_path):
     np.testing.assert_allclose(later["value_norm"][..., :P], first["value_norm"], rtol=1e-3)
     S = later["value_norm"].shape[-1]
     assert all(p == -1 or p == S - 1 for p in later["lens_positions"])
+
+
+@pytest.mark.browser
+def test_page_shows_the_readouts_panel(tmp_path):
+    """headless Chromium (as tests/test_report_html.py): the readout figures get their own panel."""
+    import test_report_html as page
+    from sinklens.report.options import ReportOptions
+    from sinklens.report.report import build_report
+
+    why = page._have_browser()
+    if why:
+        pytest.skip(why)
+    from selenium import webdriver
+    from selenium.webdriver.chrome.service import Service
+    from selenium.webdriver.common.by import By
+
+    rep = build_report([_planted.source(label="planted")], tmp_path / "rep", options=ReportOptions(progress=False))
+    opts = webdriver.ChromeOptions()
+    opts.binary_location = page.CHROMIUM
+    for a in ("--headless", "--no-sandbox", "--disable-gpu", f"--user-data-dir={tmp_path / 'profile'}"):
+        opts.add_argument(a)
+    opts.set_capability("goog:loggingPrefs", {"browser": "ALL"})
+    drv = webdriver.Chrome(service=Service(page.DRIVER), options=opts)
+    try:
+        drv.get(rep.html.resolve().as_uri())
+        titles = [e.get_attribute("textContent") for e in drv.find_elements(By.CSS_SELECTOR, ".sl-figs > summary")]
+        readout_figs = [n for n in rep.traces[0].figures if n.startswith("readout_")]
+        assert f"Mechanism readouts ({len(readout_figs)})" in titles and len(readout_figs) == 3
+        captions = [e.get_attribute("textContent") for e in drv.find_elements(By.CSS_SELECTOR, ".sl-figs figcaption")]
+        assert sorted(c for c in captions if c.startswith("readout_")) == sorted(readout_figs)
+        assert page._errors(drv) == []
+    finally:
+        drv.quit()
