@@ -14,7 +14,7 @@ from dataclasses import dataclass, fields
 from sinklens.params import check_fields, param
 
 
-@dataclass
+@dataclass(kw_only=True)   # keyword-only: CaptureOptions inherits them and keeps its own positional order
 class ReadoutOptions:
     """Optional readouts of the capture pass (docs/analysis.md, "Mechanism readouts")."""
 
