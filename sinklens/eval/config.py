@@ -13,8 +13,8 @@ import os
 from dataclasses import MISSING, dataclass, field, fields
 
 from sinklens.masking.config import MaskingConfig
-from sinklens.samplers.configs import SAMPLERS
 from sinklens.params import check_value, flag_name, param, param_like
+from sinklens.samplers.configs import SAMPLERS
 
 
 def parse_k(k) -> int | str:
