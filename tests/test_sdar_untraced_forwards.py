@@ -11,8 +11,10 @@ canvas under the block-causal mask. A user who wants that attention runs that on
 equivalence, and that the trace holds exactly the denoising forwards."""
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
+import pytest
 import torch
 
 import sinklens
@@ -23,8 +25,12 @@ FIXTURE = Path(__file__).resolve().parent / "fixtures" / "sdar"
 torch.set_num_threads(1)
 
 
-def test_prefill_and_store_forwards_are_one_forward_of_the_final_canvas(monkeypatch, tmp_path):
-    m = sinklens.load(FIXTURE)
+@pytest.fixture(scope="module")
+def m():
+    return sinklens.load(FIXTURE)
+
+
+def test_prefill_and_store_forwards_are_one_forward_of_the_final_canvas(m, monkeypatch, tmp_path):
     assert m.attention_layout["attention_block"] == 4        # forward_logits' blocks = the sampler's below
     ops = m.family.ops
     real = ops.forward_block
@@ -55,3 +61,19 @@ def test_prefill_and_store_forwards_are_one_forward_of_the_final_canvas(monkeypa
     for step, (s, n) in enumerate(denoise):
         assert t.query_positions(step).tolist() == list(range(s, s + n))
     assert t.meta["layout"]["query_rows"] == "block" and t.meta["layout"]["attention_block"] == 4
+
+
+CASES = [c for c in json.loads((FIXTURE / "cases.json").read_text())["cases"] if c["kind"] == "generate"]
+
+
+@pytest.mark.parametrize("case", CASES, ids=[c["name"] for c in CASES])
+def test_every_official_case_is_token_exact_while_traced(m, case, tmp_path):
+    """With the trace writer on (capture of every denoising step, the masked / unmasked split), every
+    official generate case still gives the official tokens, and the trace has one step per forward."""
+    args = dict(case["arguments"])
+    if args["stopping_criteria_idx"] is None:
+        args["stopping_criteria_idx"] = []                              # the official function's default: never stop
+    torch.manual_seed(case["seed"])
+    out = m.generate(torch.tensor(case["input_ids"]), trace=tmp_path / "t.arrow", **args)
+    assert out.sequences.tolist() == case["expected_output_ids"]
+    assert out.trace.num_steps == out.num_steps
