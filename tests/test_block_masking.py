@@ -78,7 +78,7 @@ def test_blocked_keys_receive_nothing_and_sinks_stay_masked_across_blocks(models
             visible = (k_pos[None] // bl) <= (q_pos[:, None] // bl)    # block-causal from position 0
             free = (visible & ~b).any(-1)                               # (S_q,) some visible key unblocked
             assert not bool(a[free][:, b].any())
-            assert not bool(a[~visible].any())                 # a later block: never seen
+            assert not bool(a[~visible].any())                          # a later block: never seen
             assert torch.allclose(a.sum(-1), torch.ones(s_q), atol=1e-5)
             fallback += int((~free).sum())
         if bool(req.received.cpu()[blocked].eq(0).all()):
@@ -91,9 +91,11 @@ def test_blocked_keys_receive_nothing_and_sinks_stay_masked_across_blocks(models
         assert not bool(blocked[..., s_prev:].any())
         if ev.block != prev.block:                                      # the first step of a new block
             crossing += 1
+            # the boundary is crossed by real sinks: some key ranked on the old block's last step is
+            # ranked again on the new block's first, so (by the equality above, at this step and the
+            # next) it is blocked on both sides of the boundary
             still = expected & ranker.rank_event(ev).blocked[..., :s_prev]
-            assert bool(still.any())                                    # some sink is a sink on both sides...
-            assert bool(blocked[..., :s_prev][still].all())             # ...and masked across the boundary
+            assert bool(still.any())
     assert crossing >= 1 and cached > 0                                # keys of earlier blocks were blocked
     if fallback == 0:
         assert exact_zero == len(events) - 1                           # the column sums say it too
