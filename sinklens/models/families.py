@@ -58,6 +58,10 @@ class Family:
     # (DiffusionGemma: encode_prefix / decoder_masks / denoise / new_cache). Samplers reach them
     # through `model.family.ops`, never by importing models/ (a higher layer).
     ops: Any = None
+    # Further samplers the family's checkpoints run, beside `sampler` (its default): LLaDA2's
+    # `llada21` (LLaDA2.1's editing sampler; a 2.1 checkpoint's config does not tell it from 2.0).
+    # `sinklens eval --sampler` accepts these and no others.
+    other_samplers: tuple[str, ...] = ()
     # A generic adapter (any causal LM, any encoder) specialised to one checkpoint's config: its
     # name (the model_type) and transformers class. None = this family as registered.
     for_config: Callable[[dict], "Family"] | None = None
