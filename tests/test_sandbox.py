@@ -14,9 +14,9 @@ import time
 import pytest
 
 from sinklens.eval import humaneval
-from sinklens.sandbox import MARK, SandboxConfig, probe, run_check, run_checks
-from sinklens.sandbox.isolation import _interpreter
-from sandbox_attacks import DISK
+from sinklens.sandbox import SandboxConfig, probe, run_check, run_checks
+from sinklens.sandbox.isolation import _interpreter, owner_mark
+from sandbox_attacks import DISK, nap
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 UNPRIV_UID = 2_345_678
@@ -31,18 +31,20 @@ def _bwrap_works() -> bool:
         return False
 
 
-def _leftovers(token: str) -> list[str]:
-    """Live processes started by a sandbox: the harness's mark, or the attacks' `sleep 31337`."""
+def _leftovers(judge_pid: int, token: str) -> list[str]:
+    """Live processes of the sandboxes one judge process started (its mark on the harness's
+    command line, inherited by whatever the program forks), or the sleepers of one attack run
+    (`sandbox_attacks.nap`, what the program execs): never a parallel run's."""
     found = []
     for p in os.listdir("/proc"):
-        if p.isdigit() and int(p) != os.getpid():
+        if p.isdigit():
             try:
                 with open(f"/proc/{p}/cmdline", "rb") as f:
-                    cmd = f.read().decode(errors="replace").replace("\0", " ")
+                    argv = f.read().decode(errors="replace").rstrip("\0").split("\0")
             except OSError:
                 continue
-            if ((MARK in cmd and "pytest" not in cmd) or "31337" in cmd) and "sandbox_attacks.py" not in cmd:
-                found.append(cmd[:200])
+            if owner_mark(judge_pid) in argv or nap(token) in argv:
+                found.append(" ".join(argv)[:200])
     return found
 
 
@@ -132,12 +134,13 @@ def test_hostile_programs_judged_failed_and_contained(mode, user):
                 cmd = [sys.executable, os.path.join(REPO, "tests", "sandbox_attacks.py"), REPO]
             before = sorted(os.listdir(d))
             t0 = time.monotonic()
-            proc = subprocess.run(cmd + [mode, d, str(listeners.port), listeners.unix_path,
-                                         listeners.abstract, token],
-                                  capture_output=True, text=True, timeout=600, cwd="/")
+            proc = subprocess.Popen(cmd + [mode, d, str(listeners.port), listeners.unix_path,
+                                           listeners.abstract, token],
+                                    stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd="/")
+            stdout, stderr = proc.communicate(timeout=600)     # the judge runs in proc.pid
             took = time.monotonic() - t0
-            assert proc.returncode == 0, proc.stderr[-3000:]
-            results = json.loads(proc.stdout)
+            assert proc.returncode == 0, stderr[-3000:]
+            results = json.loads(stdout)
             time.sleep(2.5)                     # the late daemon would have written by now
         finally:
             listeners.close()
@@ -168,7 +171,7 @@ def test_hostile_programs_judged_failed_and_contained(mode, user):
             assert not os.path.exists(p), f"{p} was written"
         # no listener reached, no process left
         assert listeners.hits == [], f"a sandboxed program reached a host listener: {listeners.hits}"
-        assert _leftovers(token) == [], "sandboxed processes outlived their run"
+        assert _leftovers(proc.pid, token) == [], "sandboxed processes outlived their run"
         # the host's /proc is not visible where a PID namespace is in force
         with open("/proc/1/cmdline", "rb") as f:
             host_pid1 = f.read().replace(b"\0", b" ").decode(errors="replace").strip()
@@ -181,6 +184,28 @@ def test_hostile_programs_judged_failed_and_contained(mode, user):
         for p in (f"/tmp/sinklens-pwned-{token}", f"/dev/shm/sinklens-pwned-{token}"):
             if os.path.exists(p):
                 os.remove(p)
+
+
+def test_leftover_check_counts_this_runs_processes_only():
+    """Sandboxes of another process (a parallel eval, a second test run) are not this run's
+    leftovers (counting them once made `make test` fail); this run's own sleeper is."""
+    other = subprocess.Popen([sys.executable, "-c", "import sys; sys.path.insert(0, sys.argv[1]); "
+                              "from sinklens.sandbox import run_check; run_check('import time; time.sleep(4)')",
+                              REPO], stderr=subprocess.DEVNULL)
+    theirs = subprocess.Popen(["sleep", nap("another run")])
+    mine = subprocess.Popen(["sleep", nap("this run")])
+    try:
+        deadline = time.monotonic() + 30
+        while not _leftovers(other.pid, "another run")[1:] and time.monotonic() < deadline:
+            time.sleep(0.05)                # until the other judge's sandbox has started
+        assert len(_leftovers(other.pid, "another run")) >= 2, "the other run's sandbox was not seen"
+        assert _leftovers(os.getpid(), "this run") == [f"sleep {nap('this run')}"]
+    finally:
+        for p in (theirs, mine):
+            p.kill()
+            p.wait()
+        other.wait(timeout=60)
+    assert other.returncode == 0
 
 
 @pytest.mark.parametrize("mode", ["bwrap", "fallback"])
