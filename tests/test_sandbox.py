@@ -277,13 +277,33 @@ def test_values_cross_as_plain_data():
     sets survive), and anything else is refused rather than compared."""
     prog = "def f(x):\n    return x\n"
     test = ("import math\ndef check(c):\n"
-            "    for v in [1, -2**80, 1.5, 'é', None, True, (1, [2, (3,)]), {1: 'a', (2,): {3}},"
+            "    for v in [1, -2**80, -7**6000, 1.5, -0.0, 'é', '\\ud800', None, True, (1, [2, (3,)]), {1: 'a', (2,): {3}},"
             " frozenset({4}), b'\\x00', 1j, [], {}]:\n"
             "        out = c(v)\n        assert out == v and type(out) is type(v), (v, out)\n"
             "    assert math.isnan(c(float('nan'))) and c(float('-inf')) == float('-inf')\n")
     assert run_check(prog, test, "f").passed
     r = run_check("def f(x):\n    return object()\n", "def check(c):\n    c(1)\n", "f")
     assert not r.passed and "cannot pass" in r.stderr
+
+
+def test_wire_refuses_what_it_did_not_write():
+    """What the program sends is decoded by the trusted harness: a cut message, bytes after the
+    value, an unknown tag or nesting past the limit raise ValueError, never yield some value."""
+    from sinklens.sandbox.wire import MAX_DEPTH, decode, encode
+    value = {"ok": [1, -7**6000, 2.5, "é", b"\x00", (None, True), {3}, frozenset({4}), 1j]}
+    data = encode(value)
+    assert decode(data) == value
+    assert [type(v) for v in decode(data)["ok"]] == [type(v) for v in value["ok"]]
+    for cut in range(len(data)):
+        with pytest.raises(ValueError):
+            decode(data[:cut])
+    for bad in (data + b"N", b"x", b"l" + (2).to_bytes(8, "big") + b"N"):
+        with pytest.raises(ValueError):
+            decode(bad)
+    deep = b"l" + (1).to_bytes(8, "big")
+    with pytest.raises(ValueError, match="deeper"):
+        decode(deep * (MAX_DEPTH + 1) + b"N")
+    assert decode(deep * MAX_DEPTH + b"N") is not None
 
 
 def test_bad_config():
