@@ -1,6 +1,6 @@
 """Fallback mode only: an audit hook in the program's process (bubblewrap mode needs none).
 
-Part of the harness text (`harness.py` runs with this file in front of it): standard library
+Part of the harness's code (`harness.py` runs with this file in front of it): standard library
 only, no sinklens import. What it refuses, and why each rule is shaped as it is:
 
 - Writes, deletes, renames, chmod outside the working directory `root`. Paths are resolved by

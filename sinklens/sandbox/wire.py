@@ -1,6 +1,6 @@
 """Plain data between the judge, its harness and the program (exact builtin types only).
 
-Part of the harness text (`harness.py` runs with this file in front of it): standard library
+Part of the harness's code (`harness.py` runs with this file in front of it): standard library
 only, no sinklens import. Values cross as tagged bytes of our own, never pickle or marshal (not
 safe to read from the program) and never the program's own objects, so an object whose `__eq__`
 always answers True, or an `int` subclass, cannot reach the test: `encode` refuses anything but
