@@ -39,7 +39,7 @@ import os
 import sys
 
 # send / recv / encode / decode / frame / write_all / read_exact come from wire.py and
-# install_guard from guard.py, which stand in front of this file in the harness text.
+# install_guard from guard.py, which stand in front of this file in the harness's code.
 
 PR_SET_PDEATHSIG, PR_SET_DUMPABLE, PR_CAPBSET_DROP, PR_SET_SECUREBITS = 1, 4, 24, 28
 PR_SET_NO_NEW_PRIVS, PR_CAP_AMBIENT, PR_CAP_AMBIENT_CLEAR_ALL = 38, 47, 4
