@@ -8,10 +8,13 @@ comparison figures in DIR):
     <label>/fig01_received_*.png|svg, fig03_score_distribution, fig04_attention_maps (when maps are
     stored), fig05_layer_head, fig07_sink_positions, fig10_eps_sweep, table2_sink_tokens.csv|md
     compare_fig10_eps_sweep.png|svg (several traces)
+    fig11_block_sinks (block diffusion: sinks across blocks), fig12_sinks_on_edited (an editing
+    sampler, LLaDA2.1: sinks on rewritten tokens)
 
-Causal traces (ARMs) get a second set of the sink figures in `uniform_ratio` units (suffix
-`_uniform_ratio`): raw column sums carry the causal baseline H_S − H_j, so the page
-and summary report both.
+Causal and block-causal traces (ARMs; SDAR, LLaDA2) get a second set of the sink figures in
+`uniform_ratio` units (suffix `_uniform_ratio`): raw column sums carry the baseline uniform
+attention already gives early keys (H_S − H_j causally; earlier blocks are seen by more queries),
+the rule's `coverage(...).expected` removes it, and the page and summary report both.
 """
 from __future__ import annotations
 
@@ -24,6 +27,7 @@ from pathlib import Path
 import numpy as np
 
 from sinklens.analysis.analyze import Analysis, AnalysisConfig, analyze
+from sinklens.analysis.blocks import blocks
 from sinklens.analysis.learned_sink import learned_sink_line
 from sinklens.analysis.source import AnalysisInputError, as_source
 from sinklens.report import figures as F
@@ -93,13 +97,17 @@ def _figures_for(a: Analysis, folder: Path, opts: ReportOptions, suffix: str, re
     put("fig05_layer_head", lambda: F.layer_head_scores(a))
     put("fig07_sink_positions", lambda: F.sink_positions(a, heads))
     put("fig10_eps_sweep", lambda: F.eps_sweep([a]))
+    if blocks(a.source.layout) is not None:     # block diffusion: what carries over from block to block
+        put("fig11_block_sinks", lambda: F.block_sinks(a))
+    if a.edited is not None:                    # an editing sampler: sinks on rewritten tokens
+        put("fig12_sinks_on_edited", lambda: F.sinks_on_edited(a))
     return pngs
 
 
 def _maps_figure(a: Analysis, opts: ReportOptions):
     slices = a.source.map_slices()
     if not slices:
-        raise AnalysisInputError(F.no_maps_message(a.source.label))
+        raise AnalysisInputError(a.source.no_maps_message())
     by_head: dict[tuple[int, int], list[int]] = {}
     for t, l, h in slices:
         by_head.setdefault((l, h), []).append(t)
@@ -135,7 +143,9 @@ def build_report(traces, out: str | os.PathLike, *, labels: list[str] | None = N
                 src.check_layer_head(l, h)
         cfg = AnalysisConfig(units=opts.units, sink_eps=opts.sink_eps, progress=opts.progress)
         analyses = [analyze(src, cfg)]
-        if src.causal and opts.units != BASELINE_UNITS:
+        # causal and block-causal attention both give early keys more column sum under uniform
+        # attention: report the rule's uniform baseline removed too (units uniform_ratio)
+        if (src.causal or src.layout.attention_block) and opts.units != BASELINE_UNITS:
             analyses.append(analyze(src, AnalysisConfig(units=BASELINE_UNITS, sink_eps=opts.sink_eps, progress=opts.progress)))
         folder = out if len(traces) == 1 else out / _safe_name(label, k, folders)
         rep = TraceReport(label, folder, analyses)
