@@ -86,8 +86,8 @@ class Source:
     # ---- helpers ---------------------------------------------------------------------------
     def no_maps_message(self) -> str:
         # the command-line flag first: a reader of the report ran `sinklens trace`, not Python
-        return (f"trace '{self.label}' holds no full attention maps; re-run `sinklens trace` with "
-                f"`--map-slices LAYER:HEAD,...` (e.g. `--map-slices 0:0,3:1`; Python: generate(..., "
+        return (f"trace '{self.label}' holds no full attention maps; re-run with `sinklens trace --map-slices "
+                f"LAYER:HEAD,...` (e.g. `--map-slices 0:0,3:1`; Python: generate(..., "
                 f"capture=CaptureOptions(map_slices=[(layer, head)]))) to draw attention-map figures")
 
     def missing_map_message(self, index: int, layer: int, head: int) -> str:

@@ -27,7 +27,7 @@ from pathlib import Path
 import numpy as np
 
 from sinklens.analysis.analyze import Analysis, AnalysisConfig, analyze
-from sinklens.analysis.blocks import blocks
+from sinklens.analysis.blocks import block_dynamics, blocks, edited_sinks
 from sinklens.analysis.learned_sink import learned_sink_line
 from sinklens.analysis.source import AnalysisInputError, as_source
 from sinklens.report import figures as F
@@ -183,6 +183,9 @@ def _write_summary(report: Report, opts: ReportOptions) -> None:
         d = dict(rep.analyses[0].to_dict())     # a copy: to_dict() is cached
         d["figures"] = {k: _rel(v, report.out) for k, v in rep.figures.items()}
         d["figures_skipped"] = rep.skipped
+        dyn, ed = block_dynamics(rep.analyses[0]), edited_sinks(rep.analyses[0])
+        d["block_dynamics"] = None if dyn is None else dyn.to_dict()     # block diffusion only
+        d["edited_sinks"] = None if ed is None else ed.to_dict()         # editing samplers only
         d["source_meta"] = {k: v for k, v in rep.analyses[0].source.meta.items() if k != "tokens_vocab"}
         if len(rep.analyses) > 1:
             d["also"] = [a.to_dict() for a in rep.analyses[1:]]
@@ -229,6 +232,14 @@ def _markdown(report: Report) -> str:
                       f"- ε sweep at ε = {a.config.sink_eps:g}: "
                       f"{100 * float(np.interp(a.config.sink_eps, a.eps_sweep.eps, a.eps_sweep.fraction)):.2f} % of tokens flagged",
                       ""]
+            dyn, ed = block_dynamics(a), edited_sinks(a)
+            if dyn is not None:
+                lines += [f"- sinks across blocks (at each block's last step): " + ", ".join(
+                    f"block {b} {n}" for b, n in zip(dyn.blocks, dyn.sinks)) + "; persist to the next block: "
+                    + (", ".join(map(str, dyn.persist)) or "–"), ""]
+            if ed is not None:
+                lines += [f"- edited tokens: {int(ed.edited_at.sum())} rewrites at {len(ed.positions)} positions; "
+                          f"{int(ed.on_edited.sum())} (step, layer, head) sinks sit on an edited token", ""]
             lines += [a.token_table.to_markdown(10), ""]
         lines += ["Figures:", ""] + [f"- `{name}`: " + ", ".join(f"[{Path(p).suffix[1:]}]({os.path.relpath(p, report.out)})"
                                                                    for p in paths)

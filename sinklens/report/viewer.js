@@ -419,7 +419,7 @@
       this.mapNote.textContent = "A[i, j]: rows = queries i, columns = keys j; log colour (magma, as Fig. 4); max " +
         fmt(m.max) + ".";
       // geometry: map, axes (left, bottom), colour bar (right)
-      const left = 44, top = 8, bottom = 36, right = 78;
+      const left = 104, top = 8, bottom = 96, right = 92;   // room for "position token" tick labels
       const avail = Math.max(160, Math.min((this.box.clientWidth || 520) - 30, 560) - left - right);
       const cwid = avail / m.sk, chei = m.sq === 1 ? 22 : Math.min(cwid, 380 / m.sq);
       const mw = Math.round(cwid * m.sk), mh = Math.max(Math.round(chei * m.sq), 22);
@@ -437,26 +437,36 @@
       ctx.drawImage(off, left, top, mw, mh);
       ctx.strokeStyle = "#888"; ctx.strokeRect(left, top, mw, mh);
       ctx.fillStyle = "#333"; ctx.font = "11px sans-serif";
-      // x: key positions j
-      ctx.textAlign = "center"; ctx.textBaseline = "top";
-      const xs = niceStride(m.sk, Math.max(2, Math.floor(mw / 45)));
+      // tick labels "position token" as the step fed them ([M]: masked), as the figures' Fig. 4
+      const tokLabel = (p) => {
+        const tok = d.isMasked(m.t, p) ? "[M]" : showToken(d.tokenAt(m.t, p) ?? "");
+        return p + " " + (tok.length > 9 ? tok.slice(0, 8) + "…" : tok);
+      };
+      this.mapTicks = { x: [], y: [] };               // tick labels drawn (read by the browser test)
+      ctx.font = "10px ui-monospace, Menlo, Consolas, monospace";
+      // x: key positions j, labels turned to run downwards
+      const xs = niceStride(m.sk, Math.max(2, Math.floor(mw / 14)));
       for (let j = 0; j < m.sk; j += xs) {
         const x = left + (j + 0.5) * mw / m.sk;
         ctx.beginPath(); ctx.moveTo(x, top + mh); ctx.lineTo(x, top + mh + 4); ctx.stroke();
-        ctx.fillText(String(j), x, top + mh + 5);
+        ctx.save(); ctx.translate(x, top + mh + 6); ctx.rotate(-Math.PI / 2);
+        ctx.textAlign = "right"; ctx.textBaseline = "middle"; ctx.fillText(tokLabel(j), 0, 0); ctx.restore();
+        this.mapTicks.x.push(tokLabel(j));
       }
-      ctx.fillText("key position j", left + mw / 2, top + mh + 20);
-      // y: query rows i (an ARM decoding step stores the newest token's row only)
+      ctx.font = "11px sans-serif"; ctx.textAlign = "center"; ctx.textBaseline = "bottom";
+      ctx.fillText("key position j and its token", left + mw / 2, top + Math.max(mh, 110) + bottom - 2);
+      // y: query rows = the step's last sq positions (all of a DLM step; an ARM decoding step's newest)
+      ctx.font = "10px ui-monospace, Menlo, Consolas, monospace";
       ctx.textAlign = "right"; ctx.textBaseline = "middle";
-      if (m.sq === 1) ctx.fillText(String(d.seq_len[m.t] - 1), left - 5, top + mh / 2);
-      else {
-        const ys = niceStride(m.sq, Math.max(2, Math.floor(mh / 30)));
-        for (let i = 0; i < m.sq; i += ys) {
-          const y = top + (i + 0.5) * mh / m.sq;
-          ctx.beginPath(); ctx.moveTo(left - 4, y); ctx.lineTo(left, y); ctx.stroke();
-          ctx.fillText(String(i), left - 6, y);
-        }
+      const first = m.sk - m.sq;
+      const ys = niceStride(m.sq, Math.max(1, Math.floor(mh / 13)));
+      for (let i = 0; i < m.sq; i += ys) {
+        const y = top + (i + 0.5) * mh / m.sq;
+        ctx.beginPath(); ctx.moveTo(left - 4, y); ctx.lineTo(left, y); ctx.stroke();
+        ctx.fillText(tokLabel(first + i), left - 6, y);
+        this.mapTicks.y.push(tokLabel(first + i));
       }
+      ctx.font = "11px sans-serif";
       ctx.save(); ctx.translate(10, top + mh / 2); ctx.rotate(-Math.PI / 2); ctx.textAlign = "center";
       ctx.fillText(m.sq === 1 ? "query (newest)" : "query position i", 0, 0); ctx.restore();
       // colour bar with numbers: the map's own log scale (html.py quantises each map to its max)
