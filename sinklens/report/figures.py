@@ -271,7 +271,8 @@ def score_distribution(a: Analysis) -> Figure:
     used = np.flatnonzero(h.sum(axis=0))
     lo = edges[used[0]] if used.size else edges[0]
     hi = edges[used[-1] + 1] if used.size else edges[-1]
-    ax.set_ylim(lo, max(hi, a.config.sink_eps * 2))
+    top = float(np.nanmax(a.margin_quantiles)) if np.isfinite(a.margin_quantiles).any() else hi
+    ax.set_ylim(lo, max(hi, a.config.sink_eps * 2, top * 1.5))    # the max line stays inside the axes
     ax.set_xlabel(_step_label(a))
     ax.set_ylabel(f"Eq. 3 margin: score_j − mean of the others\n[units={a.units}]")
     ax.text(0.01, np.sqrt(edges[0] * edges[1]), "≤ 1e-3 or negative", transform=ax.get_yaxis_transform(),
@@ -424,7 +425,7 @@ def block_sinks(a: Analysis) -> Figure:
     x = np.arange(len(d.blocks))
     bottom = np.zeros(len(d.blocks))
     for vals, name, colour in ((d.in_prompt, "on prompt positions", "0.6"), (d.in_earlier, "on earlier blocks", "tab:blue"),
-                               (d.in_own, "on its own block", "tab:orange")):
+                               (d.in_own, "on its own block", "tab:purple")):
         ax1.bar(x, vals, bottom=bottom, color=colour, label=name)
         bottom += np.asarray(vals)
     ax1.set_xticks(x, [f"{b}\n{a.step_numbers[f]}–{a.step_numbers[l]}" for b, f, l in
