@@ -204,7 +204,9 @@
       const d = this.d = this.alts[i];
       this.box.setAttribute("data-units", d.units);
       this.unitsNote.textContent = "units: " + d.units + " — " + d.units_label + "; sinks: Eq. 3 with ε = " + d.sink_eps +
-        (d.causal ? " (causal model: raw sums carry the H_S − H_j baseline; see the uniform_ratio view)" : "");
+        (d.causal ? " (causal model: raw sums carry the H_S − H_j baseline; see the uniform_ratio view)" : "") +
+        (d.blocks && d.blocks.attention && d.units !== "uniform_ratio"
+          ? " (block-causal: keys of earlier blocks are seen by more queries; see the uniform_ratio view)" : "");
       const notes = (d.summary && d.summary.notes) || [];
       this.warn.textContent = notes.length ? "⚠ " + notes.join(" · ") : "";
       this.warn.style.display = notes.length ? "" : "none";
