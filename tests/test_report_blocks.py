@@ -174,4 +174,5 @@ def test_compare_report_llada2_sdar_llada(traces, tmp_path, capsys):
     assert [a["units"] for a in by["SDAR"]["also"]] == ["uniform_ratio"]
     assert "also" not in by["LLaDA"]
     md = (out / "summary.md").read_text()
-    assert "sinks across blocks" in md and "edited tokens:" in md
+    sd = by["SDAR"]["block_dynamics"]
+    assert ", ".join(f"block {b} {n}" for b, n in zip(sd["blocks"], sd["sinks"])) in md and "edited tokens:" in md

@@ -27,7 +27,7 @@ from pathlib import Path
 import numpy as np
 
 from sinklens.analysis.analyze import Analysis, AnalysisConfig, analyze
-from sinklens.analysis.blocks import block_dynamics, blocks, edited_sinks
+from sinklens.analysis.blocks import block_dynamics, edited_sinks
 from sinklens.analysis.learned_sink import learned_sink_line
 from sinklens.analysis.source import AnalysisInputError, as_source
 from sinklens.report import figures as F
@@ -97,7 +97,8 @@ def _figures_for(a: Analysis, folder: Path, opts: ReportOptions, suffix: str, re
     put("fig05_layer_head", lambda: F.layer_head_scores(a))
     put("fig07_sink_positions", lambda: F.sink_positions(a, heads))
     put("fig10_eps_sweep", lambda: F.eps_sweep([a]))
-    if blocks(a.source.layout) is not None:     # block diffusion: what carries over from block to block
+    dyn = block_dynamics(a)
+    if dyn is not None and len(dyn.blocks) > 1:   # block diffusion: what carries over from block to block
         put("fig11_block_sinks", lambda: F.block_sinks(a))
     if a.edited is not None:                    # an editing sampler: sinks on rewritten tokens
         put("fig12_sinks_on_edited", lambda: F.sinks_on_edited(a))
@@ -235,7 +236,7 @@ def _markdown(report: Report) -> str:
             dyn, ed = block_dynamics(a), edited_sinks(a)
             if dyn is not None:
                 lines += [f"- sinks across blocks (at each block's last step): " + ", ".join(
-                    f"block {b} {n}" for b, n in zip(dyn.blocks, dyn.sinks)) + "; persist to the next block: "
+                    f"block {b} {len(n)}" for b, n in zip(dyn.blocks, dyn.sinks)) + "; persist to the next block: "
                     + (", ".join(map(str, dyn.persist)) or "–"), ""]
             if ed is not None:
                 lines += [f"- edited tokens: {int(ed.edited_at.sum())} rewrites at {len(ed.positions)} positions; "
