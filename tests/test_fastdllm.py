@@ -1,7 +1,8 @@
 """Fast-dLLM's cached decoding as options of the llada sampler (cache=prefix|dual, threshold).
 
-Reference: tests/fixtures/fastdllm, written by NVlabs/Fast-dLLM's own llada/generate.py and
-modeling_llada.py on the official tiny LLaDA checkpoint (../shared/fixtures/reference/llada).
+Reference: tests/fixtures/fastdllm, written by NVlabs/Fast-dLLM's own llada/generate.py +
+modeling_llada.py and dream/model/generation_utils_block.py + modeling_dream.py on the official
+tiny LLaDA and Dream checkpoints (../shared/fixtures/reference/{llada,dream}).
 """
 from __future__ import annotations
 
@@ -16,24 +17,39 @@ import sinklens
 from sinklens.attention import AttentionRequest
 from sinklens.rule import np_rule
 from sinklens.samplers import CaptureOptions
+from sinklens.samplers.dream.config import DreamConfig
 from sinklens.samplers.llada.config import LLaDAConfig
 from sinklens.trace.layout import TraceLayout
 
 FIXTURE = Path(__file__).resolve().parent / "fixtures" / "fastdllm"
 META = json.loads((FIXTURE / "cases.json").read_text())
-LLADA = [c for c in META["cases"] if c["family"] == "llada"]
+CASES = META["cases"]
+LLADA = [c for c in CASES if c["family"] == "llada"]
+DREAM = [c for c in CASES if c["family"] == "dream"]
 CACHE_OF = {"generate": "none", "generate_with_prefix_cache": "prefix", "generate_with_dual_cache": "dual"}
 
 torch.set_num_threads(1)
 
 
 @pytest.fixture(scope="module")
-def m(fixtures_dir):
-    return sinklens.load(fixtures_dir / "llada")
+def models(fixtures_dir):
+    return {name: sinklens.load(fixtures_dir / name) for name in ("llada", "dream")}
+
+
+@pytest.fixture(scope="module")
+def m(models):
+    return models["llada"]
 
 
 def _kwargs(case) -> dict:
-    return dict(case["arguments"], cache=CACHE_OF[case["function"].split(":")[1]], mask_id=case["mask_id"])
+    """sinklens' arguments for an official call."""
+    args = dict(case["arguments"], mask_id=case["mask_id"])
+    if case["family"] == "llada":
+        return dict(args, cache=CACHE_OF[case["function"].split(":")[1]])
+    args["cache"] = "dual" if args.pop("dual_cache") else "prefix"
+    if args["alg"] == "confidence_threshold":  # Fast-dLLM's alg name for its threshold decoding
+        del args["alg"]
+    return args
 
 
 def _run(m, case, capture=None, **extra):
@@ -42,15 +58,25 @@ def _run(m, case, capture=None, **extra):
 
 
 def _case(name):
-    return next(c for c in LLADA if c["name"] == name)
+    return next(c for c in CASES if c["name"] == name)
 
 
 @pytest.mark.parametrize("capture", [False, True], ids=["plain", "capture"])
-@pytest.mark.parametrize("case", LLADA, ids=[c["name"] for c in LLADA])
-def test_generate_token_exact(m, case, capture):
-    out = _run(m, case, CaptureOptions() if capture else None)
+@pytest.mark.parametrize("case", CASES, ids=[c["name"] for c in CASES])
+def test_generate_token_exact(models, case, capture):
+    out = _run(models[case["family"]], case, CaptureOptions() if capture else None)
     assert out.sequences.tolist() == case["expected_output_ids"]
     assert out.num_steps == len(out.history) == case["nfe"]  # one step per official forward
+
+
+def test_dream_one_step_per_block_keeps_its_masks(models):
+    """As the official loop: with one step per block, the step after the refresh commits nothing
+    and the block keeps its [MASK] ids (all but the block's first position)."""
+    case = _case("dream_one_step_per_block")
+    out = _run(models["dream"], case).sequences[0].tolist()
+    P, bl = len(case["input_ids"][0]), case["arguments"]["block_length"]
+    for start in range(P, len(out), bl):
+        assert out[start] != 300 and out[start + 1:start + bl] == [300] * (bl - 1)
 
 
 def test_the_cache_is_read_not_recomputed(m):
@@ -73,9 +99,11 @@ def test_the_cache_is_read_not_recomputed(m):
     assert differ > 0
 
 
-@pytest.mark.parametrize("name,mode", [("llada_prefix_b8_threshold", "prefix"), ("llada_dual_b8_threshold", "dual")])
-def test_trace_records_computed_rows_and_visible_cached_keys(m, tmp_path, name, mode):
+@pytest.mark.parametrize("name,mode", [("llada_prefix_b8_threshold", "prefix"), ("llada_dual_b8_threshold", "dual"),
+                                       ("dream_prefix_entropy_b4", "prefix"), ("dream_dual_threshold_b4", "dual")])
+def test_trace_records_computed_rows_and_visible_cached_keys(models, tmp_path, name, mode):
     case = _case(name)
+    m = models[case["family"]]
     plain = _run(m, case)
     traced = _run(m, case, trace=tmp_path / "fast.arrow")
     assert traced.sequences.tolist() == plain.sequences.tolist() == case["expected_output_ids"]
@@ -101,7 +129,7 @@ def test_trace_records_computed_rows_and_visible_cached_keys(m, tmp_path, name, 
             assert (received[..., end:] > 0).all()             # so is the cached suffix
         cov = np_rule.coverage(q, np.ones(S, bool), layout.visibilities(t.num_layers))
         assert cov.visible.all() and (cov.n_queries == len(q)).all()  # the rule counts cached keys as visible
-    assert refreshes == case["arguments"]["gen_length"] // bl  # one per block
+    assert refreshes == (S - P) // bl  # one per block
 
 
 class BlockOne:
@@ -126,12 +154,15 @@ class BlockOne:
         self.rows.append(event.query_positions[0])
 
 
+@pytest.mark.parametrize("family", ["llada", "dream"])
 @pytest.mark.parametrize("cache", ["prefix", "dual"])
-def test_a_blocked_cached_key_stays_blocked_for_the_computed_rows(m, cache):
+def test_a_blocked_cached_key_stays_blocked_for_the_computed_rows(models, family, cache):
     """A prompt key (cached at every step after a block's first) receives exactly 0 from the
     computed rows when blocked, and the logits change; unblocked it is seen."""
+    m = models[family]
     ids = torch.randint(0, 298, (1, 9), generator=torch.Generator().manual_seed(5))
-    kw = dict(gen_length=8, block_length=4, steps=4, mask_id=300, cache=cache)
+    length = dict(gen_length=8) if family == "llada" else dict(max_new_tokens=8, alg="entropy")
+    kw = dict(block_length=4, steps=4, mask_id=300, cache=cache, **length)
     on, off = BlockOne(m, 3), BlockOne(m, None)
     m.generate(ids, hook=on, **kw)
     m.generate(ids, hook=off, **kw)
@@ -143,17 +174,21 @@ def test_a_blocked_cached_key_stays_blocked_for_the_computed_rows(m, cache):
     assert (on.logits[1] - off.logits[1]).abs().max().item() > 1e-4
 
 
-def test_keep_self_with_the_dual_cache_is_refused(m):
+@pytest.mark.parametrize("family", ["llada", "dream"])
+def test_keep_self_with_the_dual_cache_is_refused(models, family):
+    m = models[family]
     ids = torch.tensor([[5, 6, 7]])
+    kw = dict(gen_length=4) if family == "llada" else dict(max_new_tokens=4, alg="entropy")
+    kw |= dict(block_length=4, steps=4, mask_id=300)
     with pytest.raises(ValueError, match="keep_self masking cannot be combined with cache='dual'"):
-        m.generate(ids, gen_length=4, block_length=4, steps=4, mask_id=300, cache="dual", hook=BlockOne(m, 1, True))
+        m.generate(ids, cache="dual", hook=BlockOne(m, 1, True), **kw)
     # the prefix cache keeps the queries last, so keep_self is exact there
-    m.generate(ids, gen_length=4, block_length=4, steps=4, mask_id=300, cache="prefix", hook=BlockOne(m, 1, True))
+    m.generate(ids, cache="prefix", hook=BlockOne(m, 1, True), **kw)
 
 
 def test_defaults_keep_llada_generate(m, fixtures_dir):
     """No cache, no threshold: LLaDA's own generate(), still token-exact with its official cases."""
-    assert not LLaDAConfig().fast_dllm
+    assert not LLaDAConfig().fast_dllm and DreamConfig().cache == "none"
     cases = json.loads((fixtures_dir / "llada" / "cases.json").read_text())["cases"]
     case = next(c for c in cases if c["name"] == "generate_semi_ar")
     args = {k: v for k, v in case["arguments"].items() if k != "prompt"}  # "prompt" there is a placeholder
@@ -172,6 +207,33 @@ def test_bad_settings_are_one_clear_error(m, kwargs, message):
     args = dict(gen_length=8, block_length=4, steps=8, mask_id=300) | kwargs
     with pytest.raises(ValueError, match=message):
         m.generate(torch.tensor([[1, 2, 3]]), **args)
+
+
+@pytest.mark.parametrize("kwargs,message", [
+    (dict(block_length=4), "block_length=4 needs cache='prefix' or 'dual'"),
+    (dict(threshold=0.5), "threshold=0.5 needs cache='prefix' or 'dual'"),
+    (dict(cache="prefix", alg="maskgit_plus", block_length=4), "ranks by entropy whatever alg says"),
+    (dict(cache="dual", block_length=3), "multiple of block_length"),
+    (dict(cache="prefix", block_length=4, steps=3, alg="entropy"), "divisible by the number of blocks"),
+])
+def test_dream_bad_settings_are_one_clear_error(models, kwargs, message):
+    args = dict(max_new_tokens=8, steps=8, mask_id=300) | kwargs
+    with pytest.raises(ValueError, match=message):
+        models["dream"].generate(torch.tensor([[1, 2, 3]]), **args)
+
+
+def test_dream_batch_rules(models):
+    """A batch runs with the prefix cache and no threshold (the official _sample handles it: see the
+    dream_prefix_batch2 cases); the dual cache and the threshold take one prompt; padding is refused."""
+    d = models["dream"]
+    two = torch.tensor([[1, 2, 3], [4, 5, 6]])
+    kw = dict(max_new_tokens=4, steps=4, block_length=4, mask_id=300)
+    with pytest.raises(ValueError, match="one prompt at a time"):
+        d.generate(two, cache="dual", alg="entropy", **kw)
+    with pytest.raises(ValueError, match="one prompt at a time"):
+        d.generate(two, cache="prefix", threshold=0.5, **kw)
+    with pytest.raises(ValueError, match="no padding"):
+        d.generate(two, attention_mask=torch.tensor([[0, 1, 1], [1, 1, 1]]), cache="prefix", alg="entropy", **kw)
 
 
 def test_batch_and_padding_are_refused(m):
