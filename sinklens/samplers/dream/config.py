@@ -4,9 +4,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import ClassVar
 
-from sinklens.params import param_like
-from sinklens.samplers.configs import SamplerConfig, param, register
-from sinklens.samplers.llada.config import LLaDAConfig
+from sinklens.samplers.configs import SamplerConfig, cache_param, param, register
 
 
 @register("dream")
@@ -34,7 +32,7 @@ class DreamConfig(SamplerConfig):
     top_k: int | None = param(None, int, "sample among the top-k tokens", min=1)
     mask_id: int | None = param(None, int, "mask token id (default: the model's)", min=0)
     # Fast-dLLM (NVlabs/Fast-dLLM dream/model/generation_utils_block.py): cached block decoding
-    cache: str = param_like(LLaDAConfig, "cache")
+    cache: str = cache_param()
     block_length: int | None = param(None, int, "Fast-dLLM cached decoding: block length (default with a cache: "
                                      "32, Fast-dLLM's)", min=1)
     threshold: float | None = param(None, float, "Fast-dLLM parallel decoding (its alg='confidence_threshold'): "

@@ -4,9 +4,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import ClassVar
 
-from sinklens.samplers.configs import SamplerConfig, param, register
-
-CACHES = ("none", "prefix", "dual")
+from sinklens.samplers.configs import SamplerConfig, cache_param, param, register
 
 
 @register("llada")
@@ -33,8 +31,7 @@ class LLaDAConfig(SamplerConfig):
     logits_eos_inf: bool = param(False, bool, "never sample EOS")
     confidence_eos_eot_inf: bool = param(False, bool, "EOS / EoT get no confidence")
     # Fast-dLLM (NVlabs/Fast-dLLM llada/generate.py): cached decoding and parallel commits
-    cache: str = param("none", str, "Fast-dLLM KV cache: none, prefix (the prompt and finished blocks), dual "
-                       "(also the masked suffix; only the block is recomputed)", choices=CACHES)
+    cache: str = cache_param()
     threshold: float | None = param(None, float, "Fast-dLLM parallel decoding: commit every masked position of the "
                                     "block whose confidence reaches this (the most confident always); "
                                     "default: the fixed schedule", gt=0, max=1)
