@@ -46,7 +46,8 @@ def _kwargs(case) -> dict:
     args = dict(case["arguments"], mask_id=case["mask_id"])
     if case["family"] == "llada":
         return dict(args, cache=CACHE_OF[case["function"].split(":")[1]])
-    args["cache"] = "dual" if args.pop("dual_cache") else "prefix"
+    if "dual_cache" in args:  # generation_utils_block.py; else generation_utils.py: no cache
+        args["cache"] = "dual" if args.pop("dual_cache") else "prefix"
     if args["alg"] == "confidence_threshold":  # Fast-dLLM's alg name for its threshold decoding
         del args["alg"]
     return args
@@ -211,7 +212,7 @@ def test_bad_settings_are_one_clear_error(m, kwargs, message):
 
 @pytest.mark.parametrize("kwargs,message", [
     (dict(block_length=4), "block_length=4 needs cache='prefix' or 'dual'"),
-    (dict(threshold=0.5), "threshold=0.5 needs cache='prefix' or 'dual'"),
+    (dict(threshold=0.5, steps=3, max_new_tokens=8), "multiple of steps"),
     (dict(cache="prefix", alg="maskgit_plus", block_length=4), "ranks by entropy whatever alg says"),
     (dict(cache="dual", block_length=3), "multiple of block_length"),
     (dict(cache="prefix", block_length=4, steps=3, alg="entropy"), "divisible by the number of blocks"),
@@ -232,6 +233,8 @@ def test_dream_batch_rules(models):
         d.generate(two, cache="dual", alg="entropy", **kw)
     with pytest.raises(ValueError, match="one prompt at a time"):
         d.generate(two, cache="prefix", threshold=0.5, **kw)
+    with pytest.raises(ValueError, match="one prompt at a time"):
+        d.generate(two, max_new_tokens=4, steps=4, mask_id=300, threshold=0.5)
     with pytest.raises(ValueError, match="no padding"):
         d.generate(two, attention_mask=torch.tensor([[0, 1, 1], [1, 1, 1]]), cache="prefix", alg="entropy", **kw)
 

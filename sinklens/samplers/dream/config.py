@@ -36,15 +36,14 @@ class DreamConfig(SamplerConfig):
     block_length: int | None = param(None, int, "Fast-dLLM cached decoding: block length (default with a cache: "
                                      "32, Fast-dLLM's)", min=1)
     threshold: float | None = param(None, float, "Fast-dLLM parallel decoding (its alg='confidence_threshold'): "
-                                    "commit every masked position of the block whose confidence reaches this "
-                                    "(the most confident always)", gt=0, max=1)
+                                    "commit every masked position of the block (no cache: of the step's quota) "
+                                    "whose confidence reaches this (the most confident always)", gt=0, max=1)
 
     def check(self) -> None:
         if self.cache == "none":
-            for name in ("block_length", "threshold"):
-                if getattr(self, name) is not None:
-                    raise ValueError(f"{name}={getattr(self, name)!r} needs cache='prefix' or 'dual' (Fast-dLLM's "
-                                     "block decoding; its threshold decoding without a cache is not implemented)")
+            if self.block_length is not None:
+                raise ValueError(f"block_length={self.block_length!r} needs cache='prefix' or 'dual' (Fast-dLLM's "
+                                 "cached block decoding; without a cache the answer is one block)")
             return
         if self.max_new_tokens % self.cached_block_length:
             raise ValueError(f"max_new_tokens ({self.max_new_tokens}) must be a multiple of block_length "

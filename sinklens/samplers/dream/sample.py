@@ -26,6 +26,7 @@ from sinklens.samplers import base
 from sinklens.samplers.dream.config import DreamConfig
 from sinklens.samplers.dream.draw import CONFIDENCE, sample_tokens
 from sinklens.samplers.dream.fast import sample_fast
+from sinklens.samplers.dream.parallel import sample_parallel
 from sinklens.trace.layout import TraceLayout
 
 
@@ -34,9 +35,9 @@ def sample(model, input_ids, config: DreamConfig, attention_mask=None, *, trace=
            capture: base.CaptureOptions | None = None, progress: bool = False) -> base.GenerateOutput:
     """Dream's diffusion_generate(). `model` is a SinkModel (forward_logits returns raw, unshifted logits)."""
     c = config
-    if c.cache != "none":  # Fast-dLLM's cached block decoding (fast.py)
-        return sample_fast(model, input_ids, c, attention_mask, trace=trace, hook=hook, capture=capture,
-                           progress=progress)
+    if c.cache != "none" or c.threshold is not None:  # Fast-dLLM: cached blocks (fast.py), else parallel.py
+        run = sample_fast if c.cache != "none" else sample_parallel
+        return run(model, input_ids, c, attention_mask, trace=trace, hook=hook, capture=capture, progress=progress)
     steps, max_new_tokens, time_eps, alg, alg_temp = c.steps, c.max_new_tokens, c.time_eps, c.alg, c.alg_temp
     temperature, top_p, top_k = c.temperature, c.top_p, c.top_k
     mask_id = model.mask_id if c.mask_id is None else c.mask_id
