@@ -6,6 +6,7 @@ tiny LLaDA and Dream checkpoints (../shared/fixtures/reference/{llada,dream}).
 """
 from __future__ import annotations
 
+import dataclasses
 import json
 from pathlib import Path
 
@@ -254,3 +255,12 @@ def test_cli_help_lists_the_options():
     out = subprocess.run([sys.executable, "-m", "sinklens.cli", "generate", "--help"], capture_output=True, text=True,
                          cwd=Path(__file__).resolve().parents[1], check=True).stdout
     assert "--cache {none,prefix,dual}" in out and "--threshold X" in out
+
+
+def test_a_cache_needs_bidirectional_attention(m, monkeypatch):
+    """The cached forwards pass no mask: right only for a bidirectional model. A family with any
+    other attention layout is refused in one line rather than decoded with the wrong keys."""
+    monkeypatch.setattr(m, "family", dataclasses.replace(m.family, attention="causal"))
+    with pytest.raises(ValueError, match="needs bidirectional attention"):
+        m.generate(torch.tensor([[1, 2, 3]]), gen_length=4, block_length=4, steps=4, mask_id=300, cache="prefix")
+

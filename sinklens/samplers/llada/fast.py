@@ -90,6 +90,10 @@ def sample_fast(model, input_ids, config: LLaDAConfig, attention_mask=None, *, t
     if attention_mask is not None and not bool(attention_mask.bool().all()):
         raise ValueError(f"cache={c.cache!r} / threshold={c.threshold!r} takes no padding (Fast-dLLM's LLaDA ignores "
                          "the attention mask): pass the prompt without pad tokens")
+    layout_kind = getattr(getattr(model, "family", None), "attention", "bidirectional")
+    if c.cache != "none" and layout_kind != "bidirectional":
+        raise ValueError(f"cache={c.cache!r} needs bidirectional attention (Fast-dLLM's LLaDA / Dream), this model's "
+                         f"is {layout_kind}")
     device = model.device  # the canvas lives with the model: cached forwards take their rows as they are
     input_ids = input_ids.to(device)
     bl, steps_per_block = c.block_length, c.steps // c.num_blocks
