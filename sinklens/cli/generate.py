@@ -65,12 +65,15 @@ RUN_SAMPLER_TITLE = ("sampler arguments (official names; only those of the model
                      "GSM8K setting, capped by the context)")
 
 
-def add_run_flags(p: argparse.ArgumentParser) -> None:
-    """Model, prompt and sampler flags (generate and trace)."""
+def add_run_flags(p: argparse.ArgumentParser, prompts_file: bool = False) -> None:
+    """Model, prompt and sampler flags (generate and trace; prompts_file: trace's --prompts too)."""
     p.add_argument("--model", required=True, help="alias, local folder, .gguf file or hub id")
     src = p.add_mutually_exclusive_group(required=True)
     src.add_argument("--prompt", help="prompt text (wrapped in the chat template when the tokenizer has one)")
     src.add_argument("--input-ids", type=parse_ids, help="comma-separated token ids instead of a prompt, e.g. 1,2,3")
+    if prompts_file:
+        src.add_argument("--prompts", help="corpus run: a JSON Lines file, one {\"prompt\": text} (\"id\" optional) "
+                         "per line; keeps per-(layer, head) totals instead of full traces (--out is a folder)")
     p.add_argument("--raw", action="store_true", help="do not apply the chat template to --prompt")
     p.add_argument("--seed", type=nonneg_int, default=0, help="torch seed set right before sampling")
     p.add_argument("--dtype", default=None, help="float32 | bfloat16 | float16 (default: as stored)")
