@@ -59,6 +59,7 @@ class CorpusConfig:
     sink_eps: float = DEFAULT_EPS   # Eq. 3 threshold ε in `units`
     dtype: str | None = None
     device: str | None = None
+    load_args: dict = field(default_factory=dict)      # load()'s device_map / max_memory / offload_folder
     capture: CaptureOptions = field(default_factory=CaptureOptions)
     progress: bool = False
 
@@ -80,7 +81,8 @@ def run_corpus(cfg: CorpusConfig, model=None) -> str | None:
     dist = dist_state(cfg.device)
     if model is None:
         from sinklens.models.loader import load
-        model = load(cfg.model, dtype=cfg.dtype, device=cfg.device or dist.device)
+        model = load(cfg.model, dtype=cfg.dtype, device=None if cfg.load_args.get("device_map") else
+                     cfg.device or dist.device, **cfg.load_args)
     m = model
     if m.tokenizer is None:
         raise ValueError(f"{cfg.model!r} ships no tokenizer; --prompts needs one to read text prompts")
