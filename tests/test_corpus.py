@@ -203,4 +203,17 @@ def test_50_smollm2_prompts_report(smollm2, tmp_path):
     assert d["num_prompts"] == 50 and d["causal"] is True
     assert set(d["views"]) == {"scaled_sum", "uniform_ratio"}        # causal: the baseline view beside the raw one
     v = d["views"]["scaled_sum"]
-    assert v["steps"] == 50 * 2 and len(v["layer_head"]["sink_rate"]) == 30
+    assert v["steps"] == 50 and len(v["layer_head"]["sink_rate"]) == 30    # one step each: the prefill
+
+
+@pytest.mark.parametrize("command, argv, splits", [
+    ("trace", ["--model", "m", "--prompts", "p.jsonl", "--out", "o"], True),
+    ("trace", ["--model", "m", "--prompts=p.jsonl", "--out", "o"], True),
+    ("trace", ["--model", "m", "--prompt", "hi", "--out", "o.arrow"], False),
+    ("eval", ["--model", "m"], True),
+    ("report", ["c.jsonl", "--out", "o"], False),
+])
+def test_only_a_corpus_trace_splits_over_launcher_processes(command, argv, splits):
+    from sinklens.cli.launch import splits_work
+
+    assert splits_work(command, argv) is splits
