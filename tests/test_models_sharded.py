@@ -17,13 +17,13 @@ from sinklens.trace.reader import open_trace
 SETTINGS = dict(steps=4, gen_length=8, block_length=8)
 
 
-def test_offloaded_trace_equals_the_whole_model(tiny_dlm, tmp_path):
+@pytest.mark.parametrize("share, placed", [(0.5, {"cpu", "disk"}), (0.0, {"disk"})])   # split; all on disk
+def test_offloaded_trace_equals_the_whole_model(share, placed, tiny_dlm, tmp_path):
     weights = os.path.getsize(os.path.join(tiny_dlm, "model.safetensors"))
     whole = load(tiny_dlm)
-    sharded = load(tiny_dlm, device_map="auto", max_memory={"cpu": weights // 2},
+    sharded = load(tiny_dlm, device_map="auto", max_memory={"cpu": int(weights * share)},
                    offload_folder=tmp_path / "offload")
-    placed = set(sharded.model.hf_device_map.values())
-    assert "disk" in placed and "cpu" in placed, sharded.model.hf_device_map   # really split, really offloaded
+    assert set(sharded.model.hf_device_map.values()) == placed, sharded.model.hf_device_map
     ids = torch.tensor([whole.tokenizer.encode("Natalia sold clips to 48 of her friends")])
     capture = CaptureOptions(received_dtype="float32")
     runs = []
