@@ -54,6 +54,12 @@ def run_corpus(args: argparse.Namespace, corpora: list[str]) -> int:
     if len(args.traces) > 1:
         raise CliError(f"a corpus file is reported on its own: got {len(args.traces)} files, of which "
                        f"{len(corpora)} corpus file(s) ({corpora[0]}); run one report per corpus")
+    from sinklens.analysis.corpus import open_corpus
+
+    views = open_corpus(corpora[0]).totals
+    if args.units not in views:
+        raise CliError(f"--units {args.units}: {corpora[0]} was traced in units {', '.join(views)} (a corpus keeps "
+                       "totals, which cannot be re-scored); report one of its kept traces in other units")
     rep = build_corpus_report(corpora[0], args.out, figures=args.figures)
     if args.json:
         from sinklens.cli.logs import print_json

@@ -58,6 +58,8 @@ def layer_head(view: dict, label: str) -> Figure:
     for ax in (ax1, ax2):
         ax.set_xlabel("head")
         ax.set_ylabel("layer")
+        ax.xaxis.get_major_locator().set_params(integer=True)
+        ax.yaxis.get_major_locator().set_params(integer=True)
     fig.suptitle(f"{label}: {view['prompts']} prompts, {view['steps']} steps")
     return fig
 
