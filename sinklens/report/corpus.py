@@ -69,12 +69,14 @@ def score_distribution(view: dict, label: str) -> Figure:
     edges, counts = np.asarray(d["bin_edges"], float), np.asarray(d["counts"], float)
     fig = NotebookFigure(figsize=(6, 4), layout="constrained")
     ax = fig.add_subplot()
+    left = edges.copy()
+    left[0] = edges[1] / 10                      # bin 0 (below the first edge, zeros too) drawn one decade wide
     right = np.append(edges[1:], edges[-1] * 10)
-    ax.bar(np.maximum(edges, 1e-3), counts, width=right - np.maximum(edges, 1e-3), align="edge")
+    ax.bar(left, counts, width=right - left, align="edge")
     ax.set_xscale("log")
     ax.set_yscale("log")
     u = view["units"]
-    ax.set_xlabel(f"score in {UNITS[u].label if u in UNITS else u} [units={u}] (values < 1e-3 in the first bin)")
+    ax.set_xlabel(f"score in {UNITS[u].label if u in UNITS else u}\n[units={u}] (the first bar: all values < 1e-3)")
     ax.set_ylabel("(prompt, step, layer, head, key) count")
     ax.set_title(f"{label}: score distribution over the corpus")
     return fig
@@ -89,7 +91,7 @@ def eps_sweep(view: dict, label: str, eps0: float) -> Figure:
     ax.axvline(eps0, color="red", ls=":", lw=1)
     ax.set_ylim(bottom=0)
     u = view["units"]
-    ax.set_xlabel(f"ε (Eq. 3 threshold) in {UNITS[u].label if u in UNITS else u} [units={u}]")
+    ax.set_xlabel(f"ε (Eq. 3 threshold) in {UNITS[u].label if u in UNITS else u}\n[units={u}]")
     ax.set_ylabel("% of keys flagged as sinks")
     ax.set_title("ε sweep over the corpus")
     ax.legend(fontsize=7)
