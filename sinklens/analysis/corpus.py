@@ -210,26 +210,28 @@ def is_corpus_file(path) -> bool:
 
 def open_corpus(path) -> Corpus:
     """Read a corpus file; the totals are summed in prompt order."""
-    with open(path, encoding="utf-8") as f:
-        lines = [ln for ln in f if ln.strip()]
-    try:
-        meta = json.loads(lines[0]) if lines else None
-    except ValueError:
-        meta = None
-    if not isinstance(meta, dict) or "sinklens_corpus" not in meta:
-        raise CorpusFormatError(f"{path} is not a sinklens corpus file (its first line is no corpus header; "
-                                "write one with `sinklens trace --prompts FILE.jsonl --out DIR`)")
-    if meta["sinklens_corpus"] != FORMAT:
-        raise CorpusFormatError(f"{path}: corpus format {meta['sinklens_corpus']}, this sinklens reads {FORMAT}")
     records, totals = [], {}
-    for n, line in enumerate(lines[1:], start=2):
+    with open(path, encoding="utf-8") as f:             # line by line: the parts are summed, never all kept
         try:
-            rec = json.loads(line)
-        except ValueError as e:
-            raise CorpusFormatError(f"{path}:{n}: not valid JSON ({e})") from None
-        for units, part in rec.pop("parts").items():
-            totals[units] = add(totals.get(units), part)
-        records.append(rec)
+            meta = json.loads(f.readline() or "null")
+        except ValueError:
+            meta = None
+        if not isinstance(meta, dict) or "sinklens_corpus" not in meta:
+            raise CorpusFormatError(f"{path} is not a sinklens corpus file (its first line is no corpus header; "
+                                    "write one with `sinklens trace --prompts FILE.jsonl --out DIR`)")
+        if meta["sinklens_corpus"] != FORMAT:
+            raise CorpusFormatError(f"{path}: corpus format {meta['sinklens_corpus']}, this sinklens reads {FORMAT}")
+        for n, line in enumerate(f, start=2):
+            if not line.strip():
+                continue
+            try:
+                rec = json.loads(line)
+                parts = rec.pop("parts")
+            except (ValueError, KeyError, AttributeError) as e:
+                raise CorpusFormatError(f"{path}:{n}: not a corpus prompt line ({e})") from None
+            for units, part in parts.items():
+                totals[units] = add(totals.get(units), part)
+            records.append(rec)
     if not records:
         raise CorpusFormatError(f"{path} holds no prompt: nothing to report")
     return Corpus(path=str(path), meta=meta, records=records, totals=totals)

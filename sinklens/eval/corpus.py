@@ -112,7 +112,7 @@ def run_corpus(cfg: CorpusConfig, model=None) -> str | None:
         _check_same_run(cfg.out, meta)                    # again, under the lock
         if dist.is_main:
             rundir.write_json(os.path.join(cfg.out, "config.json"), meta)
-        done = {r["id"] for r in records.collect(cfg.out)}
+        done = set(finished(cfg.out))
         mine = [i for i in range(len(items)) if i % world == rank]
         todo = [i for i in mine if items[i]["id"] not in done]
         bar = tqdm(total=len(mine), initial=len(mine) - len(todo), unit="prompt", desc="corpus" + (
@@ -127,7 +127,7 @@ def run_corpus(cfg: CorpusConfig, model=None) -> str | None:
                     out.write(_run_prompt(m, items[i], i, prompts[i], path, settings, cfg, keep=i in keep))
                     bar.update(1)
         except records.WriteError as e:
-            e.note = f"{len(records.collect(cfg.out))} prompts kept, re-running the same command resumes"
+            e.note = f"{len(finished(cfg.out))} prompts kept, re-running the same command resumes"
             raise
         finally:
             bar.close()
@@ -198,7 +198,7 @@ def _print_skipped(errors: list[str], show: int = 20) -> None:
 
 def _check_same_run(out: str, meta: dict) -> None:
     path = os.path.join(out, "config.json")
-    if not os.path.exists(path) or not records.collect(out):   # no finished prompt: nothing to protect
+    if not os.path.exists(path) or not finished(out):   # no finished prompt: nothing to protect
         return
     try:
         with open(path) as f:
@@ -212,10 +212,45 @@ def _check_same_run(out: str, meta: dict) -> None:
                          "keep both, or delete that folder")
 
 
+def finished(out: str) -> dict[str, tuple[int, str, int, int]]:
+    """id -> (index, shard file, start, end byte) of every complete prompt line of every rank's
+    file (the first of a repeated id), read line by line: memory O(N), never the parts."""
+    found: dict[str, tuple[int, str, int, int]] = {}
+    for path in records.shard_files(out):
+        with open(path, "rb") as f:
+            start = 0
+            for line in f:
+                stop = start + len(line)
+                if not line.endswith(b"\n"):
+                    break                                 # a torn last line: not finished
+                try:
+                    rec = json.loads(line)
+                    found.setdefault(rec["id"], (rec["index"], path, start, stop))
+                except (ValueError, KeyError, TypeError):
+                    pass                                  # a corrupt line (records.py skips it too)
+                start = stop
+    return found
+
+
 def merge(out: str, meta: dict) -> str:
-    """Write OUT/corpus.jsonl: the header, then every rank's prompts in prompt order (atomic)."""
-    recs = records.collect(out)
-    header = {**meta, "n_prompts": len(recs), "complete": len(recs) == meta["n_expected"]}
+    """Write OUT/corpus.jsonl: the header, then every rank's prompt lines in prompt order, copied
+    one at a time (memory O(N), not O(N·L·H)); temporary file + rename, so never torn."""
+    lines = sorted(finished(out).values())
+    header = {**meta, "n_prompts": len(lines), "complete": len(lines) == meta["n_expected"]}
     path = os.path.join(out, CORPUS_FILE)
-    rundir.write_text(path, "".join(json.dumps(r, ensure_ascii=False) + "\n" for r in [header, *recs]))
+    tmp = f"{path}.tmp{os.getpid()}"
+    try:
+        with open(tmp, "wb") as dst:
+            dst.write((json.dumps(header, ensure_ascii=False) + "\n").encode("utf-8"))
+            for _, shard, start, stop in lines:
+                with open(shard, "rb") as src:
+                    src.seek(start)
+                    dst.write(src.read(stop - start))
+            dst.flush()
+            os.fsync(dst.fileno())
+        os.replace(tmp, path)
+    except OSError as e:
+        if os.path.exists(tmp):
+            os.remove(tmp)
+        raise records.WriteError(path, e) from e
     return path
