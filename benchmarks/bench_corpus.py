@@ -78,7 +78,8 @@ def offload(root: Path, rounds: int = 5, steps: int = 8) -> dict:
         print(f"{name:9s}: {1e3 * ts[len(ts) // 2]:7.1f} ms per step (median of {len(ts)}; "
               f"min {1e3 * ts[0]:.1f}, max {1e3 * ts[-1]:.1f})")
     ratio = sorted(o / w for o, w in zip(times["offloaded"], times["whole"]))
-    print(f"offloaded / whole, per round: median {ratio[len(ratio) // 2]:.2f}x (min {ratio[0]:.2f}, max {ratio[-1]:.2f})")
+    print(f"offloaded / whole, per round: median {ratio[len(ratio) // 2]:.2f}x "
+          f"(min {ratio[0]:.2f}, max {ratio[-1]:.2f})")
     return times
 
 

@@ -165,7 +165,7 @@ class Corpus:
                                     "counts": t["margin_distribution"]["counts"].tolist()},
             "sink_tokens": {"units": "fraction of all Eq. 3 sink occurrences (prompt, step, layer, head, position)",
                             "total_sink_occurrences": total_sinks,
-                            "categories": {c: {"count": int(n), "fraction": int(n) / total_sinks if total_sinks else 0.0}
+                            "categories": {c: {"count": int(n), "fraction": int(n) / max(total_sinks, 1)}
                                            for c, n in toks["category_counts"].items()},
                             "tokens": [{"token": toks["token_strings"][k], "token_id": int(k),
                                         "category": toks["token_categories"][k], "count": int(toks["token_counts"][k]),

@@ -67,7 +67,8 @@ def run_corpus(args: argparse.Namespace, corpora: list[str]) -> int:
         views = rep.corpus.to_dict()["views"]
         print_json({"out": str(rep.out), "html": str(rep.html), "summary_md": str(rep.summary_md),
                     "summary_json": str(rep.summary_json), "corpus": corpora[0],
-                    "prompts": rep.corpus.num_prompts, "figures": {k: [str(p) for p in v] for k, v in rep.figures.items()},
+                    "prompts": rep.corpus.num_prompts,
+                    "figures": {k: [str(p) for p in v] for k, v in rep.figures.items()},
                     "views": {u: {k: v[k] for k in ("units", "prompts", "steps", "sinks_total",
                                                     "fraction_heads_steps_with_sink")} for u, v in views.items()}})
         return 0

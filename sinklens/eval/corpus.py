@@ -95,9 +95,10 @@ def run_corpus(cfg: CorpusConfig, model=None) -> str | None:
         _print_skipped(errors)
     if not items:
         raise ValueError(f"no usable prompt in {cfg.prompts!r}")
-    keep = set(np.linspace(0, len(items) - 1, cfg.keep_traces).round().astype(int).tolist()) if cfg.keep_traces else set()
+    keep = set(np.linspace(0, len(items) - 1, cfg.keep_traces).round().astype(int).tolist() if cfg.keep_traces else [])
     meta = {"sinklens_corpus": FORMAT, "sinklens_version": __version__, "model": cfg.model,
-            "source": {k: str(v) for k, v in m.source.items()}, "family": m.family.name, "causal": bool(m.family.causal),
+            "source": {k: str(v) for k, v in m.source.items()}, "family": m.family.name,
+            "causal": bool(m.family.causal),
             "num_layers": m.num_layers, "num_heads": m.num_heads, "sampler": m.family.sampler, "settings": settings,
             "prompts_file": os.path.abspath(cfg.prompts), "n_expected": len(items), "seed": cfg.seed, "raw": cfg.raw,
             "units": cfg.units, "sink_eps": cfg.sink_eps, "eps_values": [float(e) for e in DEFAULT_EPS_VALUES],

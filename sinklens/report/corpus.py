@@ -102,7 +102,8 @@ def token_markdown(view: dict, top: int = 20) -> str:
     t = view["sink_tokens"]
     show = lambda s: "`" + s.replace("\n", "\\n").replace("|", "\\|").replace("`", "'") + "`"   # noqa: E731
     lines = [f"Sink tokens (fraction of all {t['total_sink_occurrences']} Eq. 3 sink occurrences over prompts × steps "
-             "× layers × heads)", "", "| token | id | category | occurrences | fraction |", "|---|---:|---|---:|---:|"]
+             "× layers × heads)", "", "| token | id | category | occurrences | fraction |",
+             "|---|---:|---|---:|---:|"]
     lines += [f"| {show(r['token'])} | {r['token_id']} | {r['category']} | {r['count']} | {r['fraction']:.3f} |"
               for r in t["tokens"][:top]]
     lines += ["", "| category | occurrences | fraction |", "|---|---:|---:|"]
@@ -176,4 +177,5 @@ def _page(title: str, md: list[str], pngs: list[tuple[str, bytes]]) -> str:
     return (f"<!doctype html><html><head><meta charset='utf-8'><title>{html.escape(title)}</title>"
             "<style>body{font-family:sans-serif;max-width:1200px;margin:auto}img{max-width:100%}"
             "pre{white-space:pre-wrap}</style></head><body>"
-            f"<h1>Corpus report: {html.escape(title)}</h1><pre>{html.escape(chr(10).join(md))}</pre>{imgs}</body></html>\n")
+            f"<h1>Corpus report: {html.escape(title)}</h1><pre>{html.escape(chr(10).join(md))}</pre>{imgs}"
+            "</body></html>\n")
