@@ -75,6 +75,8 @@ def add_run_flags(p: argparse.ArgumentParser, prompts_file: bool = False) -> Non
         src.add_argument("--prompts", help="corpus run: a JSON Lines file, one {\"prompt\": text} (\"id\" optional) "
                          "per line; keeps per-(layer, head) totals instead of full traces (--out is a folder)")
     p.add_argument("--raw", action="store_true", help="do not apply the chat template to --prompt")
+    p.add_argument("--sampler", default=None, help="the sampler to run (default: the model family's own); another "
+                   "one its checkpoints run, e.g. llada21 = LLaDA2.1's editing sampler on an llada2_moe checkpoint")
     p.add_argument("--seed", type=nonneg_int, default=0, help="torch seed set right before sampling")
     p.add_argument("--dtype", default=None, help="float32 | bfloat16 | float16 (default: as stored)")
     p.add_argument("--device", default=None, help="e.g. cpu, cuda:0")
@@ -126,6 +128,7 @@ def check_run_flags(args) -> None:
 
     precheck.model_name(args.model)
     precheck.dtype(args.dtype)
+    precheck.sampler_name(args.sampler)
     precheck.sampler_flags(sampler_args(args, args.sampler_fields))
 
 
@@ -206,7 +209,11 @@ def run(args, trace=None, capture=None, check=None):
         check(model)
     ids = torch.tensor([prompt_ids(model, args)])
     try:
-        plan = lengths.settings(get_config(model.family.sampler), lengths.ModelFacts.of(model),
+        sampler = model.family.pick_sampler(args.sampler)
+    except ValueError as e:
+        raise CliError(str(e)) from None
+    try:
+        plan = lengths.settings(get_config(sampler), lengths.ModelFacts.of(model),
                                 prompt_length=ids.shape[1], overrides=sampler_args(args, args.sampler_fields))
         config = plan.config()
     except TypeError as e:  # a flag of another family's sampler

@@ -92,7 +92,8 @@ def cmd_corpus(args, capture) -> int:
     from sinklens.eval.corpus import CorpusConfig, run_corpus
 
     cfg = CorpusConfig(model=args.model, prompts=args.prompts, out=args.out, keep_traces=args.keep_traces,
-                       raw=args.raw, seed=args.seed, sampler_args=sampler_args(args, args.sampler_fields),
+                       raw=args.raw, seed=args.seed, sampler=args.sampler,
+                       sampler_args=sampler_args(args, args.sampler_fields),
                        dtype=args.dtype, device=args.device, load_args=big_model_args(args), capture=capture,
                        progress=args.progress)
     path = run_corpus(cfg)

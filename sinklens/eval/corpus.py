@@ -54,6 +54,7 @@ class CorpusConfig:
     keep_traces: int = 0            # prompts whose full trace is kept (chosen evenly over the file)
     raw: bool = False               # do not apply the chat template
     seed: int = 0                   # prompt i uses seed + i (the same on any rank)
+    sampler: str | None = None                          # default: the model family's own (Family.pick_sampler)
     sampler_args: dict = field(default_factory=dict)   # sampler fields over the model's defaults
     units: str = DEFAULT_UNITS      # analysis units (sinklens/rule/spec.py)
     sink_eps: float = DEFAULT_EPS   # Eq. 3 threshold ε in `units`
@@ -86,8 +87,9 @@ def run_corpus(cfg: CorpusConfig, model=None) -> str | None:
     m = model
     if m.tokenizer is None:
         raise ValueError(f"{cfg.model!r} ships no tokenizer; --prompts needs one to read text prompts")
-    settings, notes = sampler_settings(m, None, **cfg.sampler_args)
-    gen = get_config(m.family.sampler).from_kwargs(**settings).length or 0
+    sampler = m.family.pick_sampler(cfg.sampler)
+    settings, notes = sampler_settings(m, None, sampler=sampler, **cfg.sampler_args)
+    gen = get_config(sampler).from_kwargs(**settings).length or 0
     items, prompts = _prepare(m, items, errors, cfg, gen)
     if dist.is_main:
         for line in notes:
@@ -99,7 +101,7 @@ def run_corpus(cfg: CorpusConfig, model=None) -> str | None:
     meta = {"sinklens_corpus": FORMAT, "sinklens_version": __version__, "model": cfg.model,
             "source": {k: str(v) for k, v in m.source.items()}, "family": m.family.name,
             "causal": bool(m.family.causal),
-            "num_layers": m.num_layers, "num_heads": m.num_heads, "sampler": m.family.sampler, "settings": settings,
+            "num_layers": m.num_layers, "num_heads": m.num_heads, "sampler": sampler, "settings": settings,
             "prompts_file": os.path.abspath(cfg.prompts), "n_expected": len(items), "seed": cfg.seed, "raw": cfg.raw,
             "units": cfg.units, "sink_eps": cfg.sink_eps, "eps_values": [float(e) for e in DEFAULT_EPS_VALUES],
             "hist_edges": [float(e) for e in HIST_EDGES],
@@ -149,7 +151,8 @@ def _run_prompt(m, item: dict, index: int, ids: list[int], path: str, settings: 
                 keep: bool) -> dict:
     """Generate, trace to `path`, analyse, reduce: one prompt's record."""
     torch.manual_seed(cfg.seed + index)                   # same seed on any rank
-    out = m.generate(torch.tensor([ids], dtype=torch.long), trace=path, capture=cfg.capture, **settings)
+    out = m.generate(torch.tensor([ids], dtype=torch.long), trace=path, capture=cfg.capture,
+                     sampler=m.family.pick_sampler(cfg.sampler), **settings)
     a = analyze(path, AnalysisConfig(units=cfg.units, sink_eps=cfg.sink_eps))
     parts = {cfg.units: to_json(prompt_part(a))}
     if a.source.causal and cfg.units != BASELINE_UNITS:   # causal baseline: report both views, as reports do
