@@ -238,6 +238,15 @@ def test_traced_tokens_identical_and_trace_round_trip(tmp_path):
                 "distance_profile", "logit_lens", "mask_query_ranking"):
         assert d[key] is not None, key
     assert np.isfinite(a.distance_profile.profile()[0]).all()
+    # a corpus run streams the readouts as sums over steps: their mean is the trace's own mean
+    from sinklens.analysis.corpus import prompt_part
+
+    part = prompt_part(a)
+    diag = part["diagonal_heads"]["diagonal"]
+    np.testing.assert_allclose(diag["sum"] / diag["n"], np.nanmean(a.diagonal_heads.diagonal, axis=0), rtol=1e-9)
+    ratio = part["massive_activations"]["ratio"]
+    np.testing.assert_allclose(ratio["sum"] / ratio["n"], np.nanmean(a.massive_activations.ratio, axis=0), rtol=1e-9)
+    assert part["k_sigma"]["sinks_per_step"]["sum"] == sum(len(p) for p in a.k_sigma.positions)
     # the report draws a figure of each, the plain trace (no readouts) standing in as the control
     from sinklens.report.options import ReportOptions
     from sinklens.report.readouts import FIGURES

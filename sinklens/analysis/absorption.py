@@ -12,7 +12,7 @@ import warnings
 
 import numpy as np
 
-from sinklens.analysis.accumulate import Accumulator, Step, rounded
+from sinklens.analysis.accumulate import Accumulator, Step, rounded, step_sum
 
 
 def absorption(step: Step) -> np.ndarray:
@@ -51,6 +51,10 @@ class Absorption(Accumulator):
 
     def result(self) -> dict:
         return {"absorption": self}
+
+    def corpus(self, num_steps: int) -> dict:
+        """(L, H) absorption summed over steps; the position variance is per trace (it does not add)."""
+        return {"absorption": {"rate": step_sum(self.rate)}}
 
     def to_dict(self) -> dict:
         var = self.position_variance()

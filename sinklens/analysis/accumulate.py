@@ -66,10 +66,16 @@ class Accumulator:
         for key, value in self.result().items():
             if (isinstance(value, np.ndarray) and value.ndim >= 1 and value.shape[0] == num_steps
                     and value.dtype.kind in "biuf"):
-                x = value.astype(np.float64)                                    # (T, ...)
-                finite = np.isfinite(x)
-                out[key] = {"sum": np.where(finite, x, 0.0).sum(axis=0), "n": finite.sum(axis=0)}
+                out[key] = step_sum(value)                                      # (T, ...) -> (...)
         return out
+
+
+def step_sum(x) -> dict:
+    """{"sum", "n"}: an array (T, ...) summed over its steps, NaN skipped, beside the count of its
+    finite values (the default corpus part of one result; a corpus mean is sum / n)."""
+    x = np.asarray(x, np.float64)
+    finite = np.isfinite(x)
+    return {"sum": np.where(finite, x, 0.0).sum(axis=0), "n": finite.sum(axis=0)}
 
 
 def rounded(x, nd: int = 4):

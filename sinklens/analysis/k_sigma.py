@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from sinklens.analysis.accumulate import Accumulator, Step, rounded
+from sinklens.analysis.accumulate import Accumulator, Step, rounded, step_sum
 from sinklens.rule import np_rule
 from sinklens.rule.spec import DEFAULT_K_SIGMA, K_SIGMA_RULE
 
@@ -39,6 +39,12 @@ class KSigma(Accumulator):
 
     def result(self) -> dict:
         return {"k_sigma": self}
+
+    def corpus(self, num_steps: int) -> dict:
+        """Per step: k·σ sinks, Eq. 3 keys (any head), their Jaccard; summed over steps (corpus runs)."""
+        return {"k_sigma": {"sinks_per_step": step_sum([len(p) for p in self.positions]),
+                            "eq3_any_head_per_step": step_sum([len(p) for p in self.eq3_positions]),
+                            "jaccard": step_sum(self.jaccard)}}
 
     def to_dict(self) -> dict:
         return {"k_sigma": {"rule": K_SIGMA_RULE, "k": self.k, "units": self.units,

@@ -20,7 +20,7 @@ import warnings
 import numpy as np
 
 from sinklens.analysis.absorption import absorption
-from sinklens.analysis.accumulate import Accumulator, Step, rounded
+from sinklens.analysis.accumulate import Accumulator, Step, rounded, step_sum
 
 # A head is called diagonal (self) when at least this share of its summed rows' attention stays on
 # the query's own key, and a sink head when its Eq. 3 sinks absorb at least this share: "more than
@@ -75,6 +75,13 @@ class SinkVectors(Accumulator):
 
     def result(self) -> dict:
         return {"sink_vectors": self if self.seen else None}
+
+    def corpus(self, num_steps: int) -> dict:
+        """(L, H) means at sinks and at other keys, summed over steps (NaN skipped: heads without a sink)."""
+        if not self.seen:
+            return {}
+        return {"sink_vectors": {f"{c}_{where}": step_sum(d[c]) for c in sorted(self.seen)
+                                 for where, d in (("sink", self.sink), ("other", self.other))}}
 
     def to_dict(self) -> dict:
         if not self.seen:
@@ -136,6 +143,13 @@ class MassiveActivations(Accumulator):
     def result(self) -> dict:
         return {"massive_activations": self if self.seen else None}
 
+    def corpus(self, num_steps: int) -> dict:
+        """(L,) ratios summed over steps; |largest channel| too (positions and channels do not add)."""
+        if not self.seen:
+            return {}
+        return {"massive_activations": {"ratio": step_sum(self.ratio), "sink_norm_ratio": step_sum(self.sink_norm_ratio),
+                                        "abs_value": step_sum(np.abs(self.value))}}
+
     def to_dict(self) -> dict:
         if not self.seen:
             return {"massive_activations": None}
@@ -173,6 +187,12 @@ class DiagonalHeads(Accumulator):
 
     def result(self) -> dict:
         return {"diagonal_heads": self if self.seen else None}
+
+    def corpus(self, num_steps: int) -> dict:
+        """(L, H) diagonal share and absorption summed over steps (head classes: from the corpus means)."""
+        if not self.seen:
+            return {}
+        return {"diagonal_heads": {"diagonal": step_sum(self.diagonal), "absorption": step_sum(self.absorption)}}
 
     def to_dict(self) -> dict:
         if not self.seen:
@@ -229,6 +249,10 @@ class DistanceProfile(Accumulator):
     def result(self) -> dict:
         return {"distance_profile": self if self.steps else None}
 
+    def corpus(self, num_steps: int) -> dict:
+        """Not streamed: the profile's length is the prompt's, so prompts do not add position by position."""
+        return {}
+
     def profile(self) -> tuple[np.ndarray, np.ndarray]:
         """((L, D) attention per query row at each distance, (D,) the uniform expectation), means over steps."""
         return self.total / self.steps, self.uniform / self.steps
@@ -271,6 +295,10 @@ class LogitLens(Accumulator):
     def result(self) -> dict:
         return {"logit_lens": self.rows or None}
 
+    def corpus(self, num_steps: int) -> dict:
+        """Not streamed: rows of tokens do not add (keep full traces of chosen prompts to read them)."""
+        return {}
+
     def to_dict(self) -> dict:
         if not self.rows:
             return {"logit_lens": None}
@@ -306,6 +334,12 @@ class MaskQueryRanking(Accumulator):
 
     def result(self) -> dict:
         return {"mask_query_ranking": self.steps or None}
+
+    def corpus(self, num_steps: int) -> dict:
+        """The top-key overlap summed over the steps that had a masked query row."""
+        if not self.steps:
+            return {}
+        return {"mask_query_ranking": {"overlap": step_sum([s["overlap"] for s in self.steps])}}
 
     def to_dict(self) -> dict:
         if not self.steps:
