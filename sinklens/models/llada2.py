@@ -22,9 +22,11 @@ from __future__ import annotations
 
 
 import torch
+from torch import nn
 from transformers import Glm4MoeConfig, Glm4MoeForCausalLM
 from transformers.conversion_mapping import get_checkpoint_conversion_mapping, register_checkpoint_conversion_mapping
 from transformers.core_model_loading import Split, WeightConverter
+from transformers.integrations.moe import ALL_EXPERTS_FUNCTIONS
 
 from .families import Family, architectures, config_value, register_family, special_tokens_from
 
@@ -48,7 +50,35 @@ MASK_TOKEN = "<|mask|>"
 
 class LLaDA2MoeForCausalLM(Glm4MoeForCausalLM):
     """Glm4MoeForCausalLM under its own class name, so that the fused-q/k/v split below applies to
-    LLaDA2 checkpoints and to no GLM checkpoint (transformers looks conversions up by class name)."""
+    LLaDA2 checkpoints and to no GLM checkpoint (transformers looks conversions up by class name).
+
+    The expert bias is loaded in the model's dtype, as the official buffer is (Glm4Moe keeps its own
+    in float32): in bfloat16 the official router adds a bias rounded to bfloat16 to float32 scores,
+    and near-ties between experts are decided by that rounding."""
+
+    _keep_in_fp32_modules_strict = []
+
+
+EXPERTS = "llada2_official"
+
+
+def official_experts(self, hidden_states: torch.Tensor, top_k_index: torch.Tensor,
+                     top_k_weights: torch.Tensor) -> torch.Tensor:
+    """Glm4Moe's experts with the official mixing: each token's expert outputs times their float32
+    weights, summed over its top-k in float32, then cast once to the model's dtype (the official
+    `moe_infer`). Glm4Moe casts every weighted output before adding, which rounds differently in
+    bfloat16; in float32 the two agree. hidden_states (T, D), top_k_index / top_k_weights (T, k)."""
+    picked = torch.zeros(*top_k_index.shape, hidden_states.shape[-1], dtype=torch.float32,
+                         device=hidden_states.device)  # (T, k, D)
+    for e in top_k_index.unique().tolist():
+        token, slot = torch.where(top_k_index == e)
+        gate, up = nn.functional.linear(hidden_states[token], self.gate_up_proj[e]).chunk(2, dim=-1)
+        out = nn.functional.linear(self.act_fn(gate) * up, self.down_proj[e])  # (n, D) model dtype
+        picked[token, slot] = out.float() * top_k_weights[token, slot, None].float()
+    return picked.sum(dim=1).to(hidden_states.dtype)
+
+
+ALL_EXPERTS_FUNCTIONS.register(EXPERTS, official_experts)
 
 
 # [q | k | v] rows -> the three projections, each as large as Glm4Moe's parameter (GQA: k, v smaller).
@@ -123,6 +153,7 @@ def to_glm4_moe_config(config: dict) -> Glm4MoeConfig:
         use_cache=False,
     )
     glm.is_causal = False  # the official forward masks nothing unless given a mask (generate(): block-causal)
+    glm._experts_implementation = EXPERTS
     return glm
 
 
