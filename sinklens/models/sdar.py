@@ -125,6 +125,6 @@ SDAR = register_family(
         attention="block-causal",
         tokenizer_fallback="Qwen2TokenizerFast",
         ops=SimpleNamespace(forward_mask=forward_mask, block_size=block_size, new_cache=new_cache,
-                            forward_block=forward_block),
+                            forward_block=forward_block, official_kernel=official_kernel),
     )
 )
