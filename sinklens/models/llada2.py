@@ -16,7 +16,12 @@ Glm4Moe computes each of these the same way (its router: the same -inf group mas
 renormalisation), so only names change: the fused q/k/v rows are split by size (transformers'
 `Split`, registered for this adapter's class only), the per-expert weights are fused as
 transformers 5 stores them (its own glm4_moe conversion), and `key_mapping` renames the rest.
-Checked against the official code on a tiny random checkpoint: tests/test_llada2.py.
+One computation differs in bfloat16: the official code mixes the chosen experts' outputs in
+float32 and rounds once, Glm4Moe rounds each weighted output; `official_experts` (registered in
+transformers' ExpertsInterface) mixes as the official code. Left as Glm4Moe has it: the expert bias
+stays float32 (the official buffer is rounded to bfloat16), which can only decide a tie between two
+experts closer than that rounding (docs/models.md).
+Checked against the official code on a tiny random checkpoint, float32 and bfloat16: tests/test_llada2.py.
 """
 from __future__ import annotations
 
@@ -50,13 +55,7 @@ MASK_TOKEN = "<|mask|>"
 
 class LLaDA2MoeForCausalLM(Glm4MoeForCausalLM):
     """Glm4MoeForCausalLM under its own class name, so that the fused-q/k/v split below applies to
-    LLaDA2 checkpoints and to no GLM checkpoint (transformers looks conversions up by class name).
-
-    The expert bias is loaded in the model's dtype, as the official buffer is (Glm4Moe keeps its own
-    in float32): in bfloat16 the official router adds a bias rounded to bfloat16 to float32 scores,
-    and near-ties between experts are decided by that rounding."""
-
-    _keep_in_fp32_modules_strict = []
+    LLaDA2 checkpoints and to no GLM checkpoint (transformers looks conversions up by class name)."""
 
 
 EXPERTS = "llada2_official"
