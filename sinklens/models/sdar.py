@@ -81,10 +81,10 @@ def new_cache(m):
 
 def official_kernel(mask: torch.Tensor):
     """The sdpa backend the official attention ends up on. It hands sdpa its block mask as
-    (1, S_q, S_k), a shape the fused kernels refuse, so a masked forward runs sdpa's math backend;
-    a mask with nothing masked goes to flash-attn instead (the fused kernel). In float32 the
-    backends agree to ~1e-7, in bfloat16 they round differently (docs/models.md), so a masked
-    forward takes the math backend here too."""
+    (1, S_q, S_k), a shape the fused CPU kernel refuses (checked; CUDA not run here), so a masked
+    forward runs sdpa's math backend; a mask with nothing masked goes to flash-attn instead (a
+    fused kernel). In float32 the backends agree to ~1e-7, in bfloat16 they round differently
+    (docs/models.md), so a masked forward takes the math backend here too."""
     return nullcontext() if bool(mask.all()) else sdpa_kernel([SDPBackend.MATH])
 
 
