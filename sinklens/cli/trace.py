@@ -80,5 +80,5 @@ def register(sub) -> None:
     t.add_argument("--route", choices=("auto", "exact", "lse", "triton"), default="auto",  # AttentionRequest ROUTES
                    help="capture route: exact softmax, lse (output from sdpa's fused kernel, bit-identical to "
                         "an untraced run), triton (fused kernel, extra gpu; falls back to lse where it does not "
-                        "apply); auto = lse on CUDA, exact on CPU (measured faster there)")
+                        "apply); auto = lse on CUDA and in bfloat16/float16, exact for float32 on CPU (measured faster there)")
     t.set_defaults(func=cmd_trace)
