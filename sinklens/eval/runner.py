@@ -59,13 +59,7 @@ def sampler_settings(model, task_name: str | None, gen_length: int | None = None
 
 def run_sampler(m, cfg: EvalConfig) -> str:
     """The sampler an eval runs: --sampler, which must be one the model's family runs, else the family's own."""
-    own = (m.family.sampler, *m.family.other_samplers)
-    if cfg.sampler is None:
-        return m.family.sampler
-    if cfg.sampler not in own:
-        raise ValueError(f"--sampler {cfg.sampler!r} does not run {cfg.model!r} (family {m.family.name!r}); "
-                         f"its samplers: {', '.join(own)}")
-    return cfg.sampler
+    return m.family.pick_sampler(cfg.sampler)
 
 
 def model_slug(name: str) -> str:

@@ -60,7 +60,7 @@ class Family:
     ops: Any = None
     # Further samplers the family's checkpoints run, beside `sampler` (its default): LLaDA2's
     # `llada21` (LLaDA2.1's editing sampler; a 2.1 checkpoint's config does not tell it from 2.0).
-    # `sinklens eval --sampler` accepts these and no others.
+    # `--sampler` (generate, trace, eval) accepts these and no others (`pick_sampler`).
     other_samplers: tuple[str, ...] = ()
     # A generic adapter (any causal LM, any encoder) specialised to one checkpoint's config: its
     # name (the model_type) and transformers class. None = this family as registered.
@@ -69,6 +69,16 @@ class Family:
     @property
     def causal(self) -> bool:
         return self.attention == "causal"
+
+    def pick_sampler(self, name: str | None) -> str:
+        """The sampler to run: `name` when this family runs it (its own or one of `other_samplers`),
+        its own when None; else one line naming the ones it runs (--sampler of generate, trace, eval)."""
+        own = (self.sampler, *self.other_samplers)
+        if name is None:
+            return self.sampler
+        if name not in own:
+            raise ValueError(f"--sampler {name!r} does not run family {self.name!r}; its samplers: {', '.join(own)}")
+        return name
 
     def position_ids(self, attention_mask):
         """(B, S) position ids under left padding by the family's official rule, or None (0..S-1).
