@@ -92,6 +92,9 @@ class EvalConfig:
     loglik_l2r: bool = param(False, bool, "also score it left to right, the same way for DLMs and ARMs "
                                           "(R forwards per sample, 2R masked; docs/evaluation.md)")
     sandbox_timeout: float = param(10.0, float, "seconds per HumanEval check", gt=0)
+    attention_stats: bool = param(False, bool, "also trace every generation and keep per-(layer, head) sink totals "
+                                               "per row in <row>/corpus/corpus.jsonl (docs/corpus.md)")
+    keep_traces: int = param(0, int, "with --attention-stats: samples per row whose full trace is kept", min=0)
     progress: bool = True               # progress bars (the command line: off with --quiet)
 
     def __post_init__(self):
@@ -109,6 +112,8 @@ class EvalConfig:
         if self.sampler is not None and self.sampler not in SAMPLERS:
             raise ValueError(f"--sampler must be one of {', '.join(sorted(SAMPLERS))}, got {self.sampler!r}")
         check_sampler_args(self.sampler_args)
+        if self.keep_traces and not self.attention_stats:
+            raise ValueError("--keep-traces keeps traces of --attention-stats runs: add --attention-stats")
         if self.loglik_l2r and not self.loglik:
             raise ValueError("--loglik-l2r scores the reference answer too: it cannot go with --no-loglik")
         if os.path.exists(self.out) and not os.path.isdir(self.out):

@@ -37,7 +37,7 @@ from sinklens.analysis.step_stats import HIST_EDGES
 from sinklens.eval import records, rundir
 from sinklens.eval.dist import dist_state
 from sinklens.eval.jsonl import read_jsonl
-from sinklens.eval.runner import sampler_settings
+from sinklens.eval.settings import sampler_settings
 from sinklens.rule.spec import BASELINE_UNITS, DEFAULT_EPS, DEFAULT_UNITS
 from sinklens.samplers.base import CaptureOptions
 from sinklens.samplers.configs import get_config
@@ -97,16 +97,10 @@ def run_corpus(cfg: CorpusConfig, model=None) -> str | None:
         _print_skipped(errors)
     if not items:
         raise ValueError(f"no usable prompt in {cfg.prompts!r}")
-    keep = set(np.linspace(0, len(items) - 1, cfg.keep_traces).round().astype(int).tolist() if cfg.keep_traces else [])
-    meta = {"sinklens_corpus": FORMAT, "sinklens_version": __version__, "model": cfg.model,
-            "source": {k: str(v) for k, v in m.source.items()}, "family": m.family.name,
-            "causal": bool(m.family.causal),
-            "num_layers": m.num_layers, "num_heads": m.num_heads, "sampler": sampler, "settings": settings,
+    keep = kept_indices(len(items), cfg.keep_traces)
+    meta = {**header(m, cfg.model, sampler, settings, cfg.units, cfg.sink_eps, cfg.capture),
             "prompts_file": os.path.abspath(cfg.prompts), "n_expected": len(items), "seed": cfg.seed, "raw": cfg.raw,
-            "units": cfg.units, "sink_eps": cfg.sink_eps, "eps_values": [float(e) for e in DEFAULT_EPS_VALUES],
-            "hist_edges": [float(e) for e in HIST_EDGES],
-            "kept_traces": [_trace_name(i) for i in sorted(keep)], "skipped": errors,
-            "capture": asdict(cfg.capture)}
+            "kept_traces": [trace_name(i) for i in sorted(keep)], "skipped": errors}
     _check_same_run(cfg.out, meta)
 
     # 2. Compute and write, one fsynced line per prompt; this rank's share only.
@@ -126,7 +120,7 @@ def run_corpus(cfg: CorpusConfig, model=None) -> str | None:
         try:
             with records.RecordWriter(os.path.join(cfg.out, f"samples.rank{rank}.jsonl")) as out:
                 for i in todo:
-                    path = os.path.join(cfg.out, "traces", _trace_name(i)) if i in keep else scratch
+                    path = os.path.join(cfg.out, "traces", trace_name(i)) if i in keep else scratch
                     out.write(_run_prompt(m, items[i], i, prompts[i], path, settings, cfg, keep=i in keep))
                     bar.update(1)
         except records.WriteError as e:
@@ -143,8 +137,35 @@ def run_corpus(cfg: CorpusConfig, model=None) -> str | None:
     return None
 
 
-def _trace_name(index: int) -> str:
+def kept_indices(n: int, keep_traces: int) -> set[int]:
+    """The `keep_traces` of n prompts whose full traces stay, chosen evenly over the file."""
+    return set(np.linspace(0, n - 1, keep_traces).round().astype(int).tolist() if keep_traces else [])
+
+
+def trace_name(index: int) -> str:
     return f"{index:06d}.arrow"
+
+
+def header(m, model: str, sampler: str, settings: dict, units: str, sink_eps: float, capture: CaptureOptions) -> dict:
+    """The header fields every corpus file has (the model, the sampler, the rule, the bins);
+    the caller adds where the prompts came from, n_expected, kept_traces and skipped."""
+    return {"sinklens_corpus": FORMAT, "sinklens_version": __version__, "model": model,
+            "source": {k: str(v) for k, v in m.source.items()}, "family": m.family.name,
+            "causal": bool(m.family.causal), "num_layers": m.num_layers, "num_heads": m.num_heads,
+            "sampler": sampler, "settings": settings, "units": units, "sink_eps": sink_eps,
+            "eps_values": [float(e) for e in DEFAULT_EPS_VALUES], "hist_edges": [float(e) for e in HIST_EDGES],
+            "capture": asdict(capture)}
+
+
+def reduce_trace(path: str, units: str, sink_eps: float) -> dict:
+    """A trace's corpus parts, by units: `analyze` then `prompt_part`; a causal model's trace is
+    also reduced in the baseline units (reports show both views)."""
+    a = analyze(path, AnalysisConfig(units=units, sink_eps=sink_eps))
+    parts = {units: to_json(prompt_part(a))}
+    if a.source.causal and units != BASELINE_UNITS:
+        parts[BASELINE_UNITS] = to_json(prompt_part(analyze(path, AnalysisConfig(units=BASELINE_UNITS,
+                                                                                 sink_eps=sink_eps))))
+    return parts
 
 
 def _run_prompt(m, item: dict, index: int, ids: list[int], path: str, settings: dict, cfg: CorpusConfig,
@@ -153,14 +174,10 @@ def _run_prompt(m, item: dict, index: int, ids: list[int], path: str, settings: 
     torch.manual_seed(cfg.seed + index)                   # same seed on any rank
     out = m.generate(torch.tensor([ids], dtype=torch.long), trace=path, capture=cfg.capture,
                      sampler=m.family.pick_sampler(cfg.sampler), **settings)
-    a = analyze(path, AnalysisConfig(units=cfg.units, sink_eps=cfg.sink_eps))
-    parts = {cfg.units: to_json(prompt_part(a))}
-    if a.source.causal and cfg.units != BASELINE_UNITS:   # causal baseline: report both views, as reports do
-        parts[BASELINE_UNITS] = to_json(prompt_part(analyze(path, AnalysisConfig(units=BASELINE_UNITS,
-                                                                                 sink_eps=cfg.sink_eps))))
+    parts = reduce_trace(path, cfg.units, cfg.sink_eps)
     rec = {"id": item["id"], "index": index, "line": item["_line"], "prompt_tokens": len(ids),
            "steps": out.num_steps, "text": out.text[0] if out.text else None,
-           "trace": os.path.join("traces", _trace_name(index)) if keep else None, "parts": parts}
+           "trace": os.path.join("traces", trace_name(index)) if keep else None, "parts": parts}
     if not keep:
         os.remove(path)
     return rec

@@ -20,41 +20,21 @@ import os
 import re
 import sys
 import time
-from contextlib import ExitStack
+from contextlib import ExitStack, nullcontext
 from dataclasses import asdict
 
 import torch
 
-from sinklens.eval import outcomes, records, rundir
+from sinklens.eval import outcomes, records, row_corpus, rundir
 from sinklens.eval.config import EvalConfig, run_name  # EvalConfig: re-exported (it lives in config.py)
 from sinklens.eval.dist import dist_state
 from sinklens.eval.loglik import reference_loglik, reference_loglik_l2r
+from sinklens.eval.settings import sampler_settings  # re-exported (corpus.py imports it from its home)
 from sinklens.sandbox import SandboxConfig
 from sinklens.eval.tasks import get_task
 from sinklens.masking.policy import SinkMaskingPolicy
 from sinklens.samplers.base import CaptureOptions, cut_at_end
 from sinklens.samplers.configs import get_config
-
-
-def sampler_settings(model, task_name: str | None, gen_length: int | None = None, task_length: int | None = None,
-                     sampler: str | None = None, **overrides) -> tuple[dict, list[str]]:
-    """(settings, notes) of the model's sampler for a task, from the length policy
-    (`sinklens.samplers.lengths`): a sinklens twin's training settings, else the task's answer
-    length (`task_length`, default: the task table's) or the paper's length for it, with the
-    paper's settings; `gen_length` and `overrides` (by field name) on top. `sampler`: one of the
-    family's other samplers (default: its own). Checked by the sampler config now, so a bad
-    setting fails before anything is written."""
-    from sinklens.samplers import lengths
-
-    if task_length is None and task_name is not None:
-        task_length = get_task(task_name).gen_length
-    plan = lengths.settings(get_config(sampler or model.family.sampler), lengths.ModelFacts.of(model), task=task_name,
-                            task_length=task_length, length=gen_length, overrides=overrides)
-    try:
-        plan.config()
-    except TypeError as e:  # a flag of another sampler: a bad setting like any other
-        raise ValueError(str(e)) from None
-    return plan.values, plan.deprecated + plan.notes
 
 
 def run_sampler(m, cfg: EvalConfig) -> str:
@@ -76,20 +56,21 @@ def _prompt(m, task, item, cfg: EvalConfig) -> tuple[list[int], bool]:
 
 
 def generate_sample(m, ids: list[int], policy: SinkMaskingPolicy, settings: dict, seed: int = 0,
-                    commits=None, sampler: str | None = None) -> tuple[str, list[int]]:
+                    commits=None, sampler: str | None = None, trace: str | None = None) -> tuple[str, list[int]]:
     """One generation with the family's own sampler (or `sampler`, one of its others), the masking
     policy as its hook; (the new text, the new token ids cut at the first end token). `commits`:
-    an `outcomes.CommitLogits` hook, if any."""
+    an `outcomes.CommitLogits` hook, if any; `trace`: a file to write the generation's trace to
+    (--attention-stats), with the capture the masking hook uses."""
     torch.manual_seed(seed)
     policy.reset(seed)                     # the random control draws from its own seeded generator
     hook = capture = None
-    if policy.config.active:   # received attention only; ARM prefix rule: every prefix row at every step
+    if policy.config.active or trace is not None:   # received attention only; ARM prefix rule: every prefix row
+        capture = row_corpus.eval_capture(m, policy.config.arm_rule)
+    if policy.config.active:
         hook = policy
-        capture = CaptureOptions(query_groups=False,
-                                 capture_prefix=not m.is_diffusion and policy.config.arm_rule == "prefix")
     hooks = [h for h in (hook, commits) if h is not None]
     out = m.generate(torch.tensor([ids], dtype=torch.long), hook=hooks or None, capture=capture, sampler=sampler,
-                     **settings)
+                     trace=trace, **settings)
     return out.text[0], cut_at_end(m, out.sequences[0, len(ids):].tolist())
 
 
@@ -152,16 +133,20 @@ def run_eval(cfg: EvalConfig, model=None) -> list[str]:
                     label += f" [rank 0 of {world}: 1 sample in {world}]"
                 bar = tqdm(total=len(mine), initial=len(mine) - len(todo), unit="sample", desc=label,
                            disable=not cfg.progress or not dist.is_main, dynamic_ncols=True)
-                with records.RecordWriter(os.path.join(run_dir, f"samples.rank{rank}.jsonl")) as out:
+                stats = row_corpus.for_row(cfg, m, run_dir, rank, meta, len(items))   # --attention-stats, else None
+                with records.RecordWriter(os.path.join(run_dir, f"samples.rank{rank}.jsonl")) as out, \
+                        stats or nullcontext():
                     for i in todo:
                         out.write(_run_sample(m, task, items[i], i, prompts[i], k, mcfg, policy, settings, cfg,
-                                              sandbox, base))
+                                              sandbox, base, stats))
                         bar.update(1)
                 bar.close()
                 if world == 1 or "MASTER_ADDR" in os.environ:  # hand-set shards have no group: a later run merges
                     dist.barrier()
                     if dist.is_main:
                         records.merge(run_dir)
+                        if stats is not None:
+                            stats.merge()
                 run_dirs.append(run_dir)
             if rank == 0:
                 from sinklens.eval.summary import write_summary
@@ -256,7 +241,7 @@ def _run_dir(cfg: EvalConfig, k, control: str = "none") -> str:
 
 # What must not change when a run is resumed (--limit may grow; progress, device, dtype may change).
 _SAME_RUN_KEYS = ("model", "task", "mask_topk", "masking", "sampler", "settings")
-_SAME_RUN_CONFIG = ("data", "shots", "chat", "seed", "loglik")
+_SAME_RUN_CONFIG = ("data", "shots", "chat", "seed", "loglik", "attention_stats", "keep_traces")
 
 
 def _check_same_run(run_dir: str, meta: dict) -> None:
@@ -298,7 +283,8 @@ def _baseline(cfg: EvalConfig, k, control: str):
     return _run_dir(cfg, 0), {r["id"]: r for r in records.collect(_run_dir(cfg, 0))}
 
 
-def _run_sample(m, task, item, index, prompt, k, mcfg, policy, settings, cfg, sandbox, base=None) -> dict:
+def _run_sample(m, task, item, index, prompt, k, mcfg, policy, settings, cfg, sandbox, base=None,
+                stats=None) -> dict:
     ids, chat = prompt
     ref = base[1].get(item["id"]) if isinstance(base, tuple) else None        # the unmasked record, if done
     ref_top = outcomes.load_top(base[0], ref["index"]) if ref is not None else None
@@ -306,8 +292,10 @@ def _run_sample(m, task, item, index, prompt, k, mcfg, policy, settings, cfg, sa
                if base == "keep" or ref_top is not None else None)
     t0 = time.monotonic()
     raw, new_ids = generate_sample(m, ids, policy, settings, seed=cfg.seed + index, commits=commits,
-                                   sampler=run_sampler(m, cfg))  # same seed on any rank
+                                   sampler=run_sampler(m, cfg), trace=stats and stats.path(index))  # same seed on any rank
     t_gen = time.monotonic() - t0
+    if stats is not None:
+        stats.add(item, index, ids, raw)             # its corpus line before the record line: resumable
     t0 = time.monotonic()
     verdict = task.judge(raw, item, sandbox)
     t_check = time.monotonic() - t0
