@@ -78,3 +78,22 @@ def test_uniform_attention_reads_ratio_one_under_windows_and_blocks():
     assert uni.shape == (L, S)
     assert np.allclose(prof, uni, atol=1e-6)
     assert uni[0, 3:].sum() == 0 and uni[1, 3:].sum() > 0    # the window's baseline stops at its width
+
+
+def test_diffusion_gemma_sliding_layers_attend_only_where_the_baseline_reaches(tmp_path):
+    """A real model with sliding layers (DiffusionGemma's tiny checkpoint: window 6 on layers 0-1):
+    the captured distance readout of each layer sums to 1 per query row, and lands only at distances
+    the rule's visibility gives uniform attention (a sliding layer's baseline stops short of a
+    global layer's)."""
+    import sinklens
+    from sinklens.samplers.base import CaptureOptions
+    from test_diffusion_gemma import CASES, build, our_kwargs, prompt
+
+    m = sinklens.load(build(tmp_path / "dg"))
+    m.generate(prompt(), trace=tmp_path / "dg.arrow", capture=CaptureOptions(distance=True),
+               **our_kwargs(CASES["defaults"]))
+    prof, uni = analyze(tmp_path / "dg.arrow").distance_profile.profile()      # (L, D) each
+    assert np.allclose(prof.sum(-1), 1.0, atol=1e-4) and np.allclose(uni.sum(-1), 1.0)
+    assert (prof[uni == 0] < 1e-6).all()
+    reach = [int(np.flatnonzero(u > 0).max()) for u in uni]
+    assert reach[0] == reach[1] < reach[2]

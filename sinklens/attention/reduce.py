@@ -165,4 +165,7 @@ class LayerSums:
             rows = self.s_q if self.weight is None else self.weight.sum(-1).clamp(min=1.0)[:, None]  # Q per row
             req.record_readout("diagonal", layer, self.diagonal / rows, aligned=False)
         if self.distance is not None:
-            req.record_readout("distance", layer, self.distance, aligned=False)
+            d = self.distance                                          # (B, H, S_k): distances 0 .. S_k − 1
+            if req.num_keys is not None:  # a layer that saw only the last keys: its longer distances got nothing
+                d = torch.nn.functional.pad(d, (0, req.num_keys - d.shape[-1]))
+            req.record_readout("distance", layer, d, aligned=False)
