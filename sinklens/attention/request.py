@@ -42,6 +42,8 @@ class AttentionRequest:
     maps: dict[tuple[int, int], torch.Tensor] = field(default_factory=dict, repr=False)
     # Models with learned sink logits (gpt-oss): the share of the softmax each head's sink took.
     _learned_sink: dict[int, torch.Tensor] = field(default_factory=dict, repr=False)
+    # the query rows' weights, made once per forward for all layers (attention/reduce.py: row_weights)
+    _row_weights: tuple | None = field(default=None, repr=False)
 
     def __post_init__(self) -> None:
         if self.query_chunk is not None and self.query_chunk < 1:
