@@ -1,8 +1,13 @@
-"""Capture cost per forward, per route, against a plain sdpa forward: causal and bidirectional.
+"""Capture cost per forward, per route, against a plain sdpa forward: causal, bidirectional and
+block-causal.
 
 Models: SmolLM2-135M (real weights, causal, GQA 9/3; `--models smollm2`), a random 4-layer
-causal Llama (d 512, 8 heads; `llama4`) and a random 6-layer bidirectional Llama (d 512,
-8 heads; `bidir6`, the model of bench_attention.py). Batch 1, float32 unless --dtype.
+causal Llama (d 512, 8 heads; `llama4`), a random 6-layer bidirectional Llama (d 512,
+8 heads; `bidir6`, the model of bench_attention.py) and a random 4-layer SDAR-shaped Qwen3
+(d 512, 8 heads, GQA 8/4, QK-norm) run three ways on the same weights: `qwen4` causal,
+`qwen4-block32` / `qwen4-block64` under the block-causal mask SDAR and LLaDA2 hand the model
+(a query sees its own and earlier blocks of 32 / 64 from position 0; a 4-D bool mask, as
+sinklens/models/sdar.py passes it). Batch 1, float32 unless --dtype.
 Modes, interleaved in one process (so load hits each alike), best of --repeats, in process
 CPU time with one torch thread (wall time on a shared 2-core machine is mostly other jobs):
 
@@ -11,15 +16,17 @@ CPU time with one torch thread (wall time on a shared 2-core machine is mostly o
 - chunkN: the exact route with a fixed query chunk of N (to compare with the automatic chunk)
 
     PYTHONPATH=. python benchmarks/bench_capture.py --models llama4 bidir6 --seqs 256 512 1024 2048
+    PYTHONPATH=. python benchmarks/bench_capture.py --models qwen4 qwen4-block32 qwen4-block64 --modes plain exact lse
 """
 from __future__ import annotations
 
 import argparse
 import dataclasses
+import os
 import time
 
 import torch
-from transformers import LlamaConfig, LlamaForCausalLM
+from transformers import LlamaConfig, LlamaForCausalLM, Qwen3Config, Qwen3ForCausalLM
 
 import sinklens.attention as sa
 
@@ -34,16 +41,45 @@ def random_llama(layers: int, causal: bool) -> LlamaForCausalLM:
     return model
 
 
+def random_qwen3(causal: bool) -> Qwen3ForCausalLM:
+    """SDAR's architecture (Qwen3: GQA, QK-RMSNorm) at benchmark size; causal=False for the
+    block-causal runs, which always hand the model their mask (as SDAR's config does)."""
+    cfg = Qwen3Config(vocab_size=8192, hidden_size=512, intermediate_size=1376, num_hidden_layers=4,
+                      num_attention_heads=8, num_key_value_heads=4, head_dim=64, max_position_embeddings=4096)
+    cfg.is_causal = causal
+    torch.manual_seed(0)
+    model = Qwen3ForCausalLM(cfg).eval()
+    model.config._attn_implementation = sa.ATTENTION_NAME
+    return model
+
+
+def block_of(name: str) -> int | None:
+    """`qwen4-block32` -> 32; None for models without attention blocks."""
+    return int(name.split("-block")[1]) if "-block" in name else None
+
+
 def load(name: str, dtype: torch.dtype):
     if name == "smollm2":
         import sinklens
         return sinklens.load("smollm2-135m-instruct", dtype="float32").model.to(dtype)
+    if name.startswith("qwen4"):
+        return random_qwen3(causal=block_of(name) is None).to(dtype)
     return random_llama(*{"llama4": (4, True), "bidir6": (6, False)}[name]).to(dtype)
 
 
-def forward(model, mode: str, ids: torch.Tensor):
+def block_causal(s: int, block: int) -> torch.Tensor:
+    """(1, 1, S, S) bool: query i sees key j iff j // block <= i // block."""
+    b = torch.arange(s) // block
+    return (b[None, :] <= b[:, None])[None, None]
+
+
+def forward(model, mode: str, ids: torch.Tensor, mask: torch.Tensor | None = None):
+    if mask is not None:
+        model_kw = dict(attention_mask=mask, position_ids=torch.arange(ids.shape[1])[None])
+    else:
+        model_kw = {}
     if mode == "plain":
-        return model(ids, use_cache=False).logits
+        return model(ids, use_cache=False, **model_kw).logits
     kw = {}
     if mode.startswith("chunk"):
         kw["query_chunk"] = int(mode[5:])
@@ -51,7 +87,7 @@ def forward(model, mode: str, ids: torch.Tensor):
     if "route" in {f.name for f in dataclasses.fields(sa.AttentionRequest)}:
         kw["route"] = mode
     req = sa.AttentionRequest(capture=True, **kw)
-    model(ids, sinklens=req, use_cache=False)
+    model(ids, sinklens=req, use_cache=False, **model_kw)
     return req.received
 
 
@@ -64,6 +100,7 @@ def main() -> None:
     p.add_argument("--dtype", default="float32", choices=["float32", "bfloat16"])
     p.add_argument("--threads", type=int, default=1)
     args = p.parse_args()
+    print("load average (1, 5, 15 min) at start: %.2f %.2f %.2f" % os.getloadavg())  # the machine may be shared
     torch.set_num_threads(args.threads)
     torch.set_grad_enabled(False)
     dtype = getattr(torch, args.dtype)
@@ -76,17 +113,20 @@ def main() -> None:
         vocab = model.config.vocab_size
         for s in args.seqs:
             ids = torch.randint(0, vocab, (1, s), generator=torch.Generator().manual_seed(s))
-            forward(model, "plain", ids[:, :32])  # warm-up
+            block = block_of(name)
+            mask = None if block is None else block_causal(s, block)
+            forward(model, "plain", ids[:, :32], None if mask is None else mask[..., :32, :32])  # warm-up
             best = {m: float("inf") for m in args.modes}
             for _ in range(args.repeats):
                 for m in args.modes:
                     t = time.process_time()
-                    forward(model, m, ids)
+                    forward(model, m, ids, mask)
                     best[m] = min(best[m], time.process_time() - t)
             ratios = " | ".join(f"{best[m] / best['plain']:.2f}x" for m in others)
             print(f"| {name} | {s} | {best['plain']:.3f} | " + " | ".join(f"{best[m]:.3f}" for m in others)
                   + f" | {ratios} |", flush=True)
         del model
+    print("load average (1, 5, 15 min) at end: %.2f %.2f %.2f" % os.getloadavg())
 
 
 if __name__ == "__main__":

@@ -11,6 +11,7 @@ only come from fooling the judge; the side effects are checked by the caller.
 import importlib.util
 import json
 import sys
+import zlib
 
 TEST = "def check(c):\n    assert c(1) == 2\n    assert c(41) == 42\n"
 WRONG = "\ndef f(x):\n    return 0\n"
@@ -43,6 +44,12 @@ def strlen(string):
 """
 
 
+def nap(token: str) -> str:
+    """How long the attacks' daemons sleep: 31337 s and a fraction naming the test run, so that a
+    check for leftover processes counts this run's only, not a parallel run's."""
+    return f"31337.{zlib.crc32(token.encode())}"
+
+
 def cases(d: str, port: int, unix_path: str, abstract: str, token: str) -> dict[str, dict]:
     """name -> run_check job. `d` holds keep.txt (0o666) and sub/inner.txt, in a 0o777 directory,
     so that file permissions alone would not stop these attacks: only the sandbox does."""
@@ -57,7 +64,7 @@ def cases(d: str, port: int, unix_path: str, abstract: str, token: str) -> dict[
     keep, sub = f"{d}/keep.txt", f"{d}/sub"
     spawn_fork_exec = (
         "import _posixsubprocess\n"
-        f"args = [b'/bin/sh', b'-c', b'echo pwned > {keep}; sleep 31337']\n"
+        f"args = [b'/bin/sh', b'-c', b'echo pwned > {keep}; sleep {nap(token)}']\n"
         "r, w = os.pipe()\n"
         "common = (args, [b'/bin/sh'], True, (), None, None, -1, -1, -1, -1, -1, -1, r, w, True, True)\n"
         "try:\n"
@@ -130,9 +137,9 @@ def cases(d: str, port: int, unix_path: str, abstract: str, token: str) -> dict[
         "_posixsubprocess.fork_exec": attack(spawn_fork_exec),
         "multiprocessing spawn": attack(
             "import multiprocessing as mp\n"
-            f"p = mp.get_context('spawn').Process(target=os.system, args=('echo pwned > {keep}; sleep 31337',))\n"
+            f"p = mp.get_context('spawn').Process(target=os.system, args=('echo pwned > {keep}; sleep {nap(token)}',))\n"
             "p.start()\np.join(5)"),
-        "posix_spawn daemon": attack("os.posix_spawn('/bin/sleep', ['sleep', '31337'], {})"),
+        "posix_spawn daemon": attack(f"os.posix_spawn('/bin/sleep', ['sleep', '{nap(token)}'], {{}})"),
         "fork + setsid daemon": attack(
             "import time\nif os.fork() == 0:\n    os.setsid()\n    time.sleep(2)\n"
             f"    open({keep!r}, 'w').write('pwned late')\n    os._exit(0)"),

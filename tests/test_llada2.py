@@ -187,3 +187,24 @@ def test_unsupported_configs_are_refused_in_one_line(tmp_path, change, message):
 def test_batches_and_padding_are_refused(model):
     with pytest.raises(ValueError, match="one prompt at a time"):
         model.generate(torch.zeros(2, 4, dtype=torch.long), sampler="llada2", gen_length=4, block_length=4)
+
+
+def test_sampler_flag_runs_llada21_from_the_command_line(capsys):
+    """`--sampler llada21` on generate reaches LLaDA2.1's editing sampler: the official Q-mode case
+    token for token; a sampler the family does not run, or no sampler at all, is one line, exit 2."""
+    from sinklens.cli import main
+
+    case = next(c for c in GENERATE if c["model"] == "llada21")
+    a = case["arguments"]
+    flags = ["--gen-length", str(a["gen_length"]), "--block-length", str(a["block_length"]), "--steps",
+             str(a["steps"]), "--threshold", str(a["threshold"]), "--editing-threshold", str(a["editing_threshold"]),
+             "--max-post-steps", str(a["max_post_steps"]), "--temperature", str(a["temperature"])]
+    ids = ",".join(map(str, case["input_ids"][0]))
+    assert main(["generate", "--model", str(FIXTURES), "--input-ids", ids, "--sampler", "llada21", *flags,
+                 "--json", "-q"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert out["generated_ids"] == case["expected_output_ids"][0]
+    for bad, said in (("sdar", "does not run family"), ("nope", "expected one of")):
+        assert main(["generate", "--model", str(FIXTURES), "--input-ids", ids, "--sampler", bad, "-q"]) == 2
+        err = capsys.readouterr().err.strip().splitlines()
+        assert len(err) == 1 and f"--sampler {bad!r}" in err[0] and said in err[0], err

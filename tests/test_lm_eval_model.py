@@ -145,7 +145,7 @@ def test_masking_model_args_are_the_masking_config_fields(tiny_dlm):
     lm = SinklensLM(pretrained=tiny_dlm, device="cpu")
     assert lm.config == MaskingConfig(seed=0)                  # the config's own defaults
     lm = SinklensLM(pretrained=tiny_dlm, device="cpu", seed=3, mask_sinks="topk", mask_units="sum",
-                    keep_self="true", threshold="None", **{K_ARG: "2"})
+                    keep_self="true", mask_threshold="None", **{K_ARG: "2"})
     assert lm.config == MaskingConfig(sinks="topk", units="sum", keep_self=True, seed=3, **{K_ARG: 2})
     with pytest.raises(ModelArgsError, match="sinks must be one of"):
         SinklensLM(pretrained=tiny_dlm, device="cpu", mask_sinks="all")

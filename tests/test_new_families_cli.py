@@ -1,15 +1,15 @@
 """Smoke test: `sinklens trace`, `sinklens report` and `sinklens eval --task arith` with the
 random-key masking control run on the tiny SDAR and LLaDA-MoE checkpoints (tests/fixtures), each
-given a small byte-level tokenizer so text goes in and out."""
+given a small tokenizer (tests/_tokenizers.py) so text goes in and out."""
 from __future__ import annotations
 
 import json
-import shutil
 from pathlib import Path
 
 import pytest
 import torch
 
+from _tokenizers import with_tokenizer
 from sinklens.cli import main
 
 FIXTURES = Path(__file__).resolve().parent / "fixtures"
@@ -18,34 +18,12 @@ MASK_TOKEN = {"sdar": "<|MASK|>", "lladamoe": "<|mask|>"}
 torch.set_num_threads(1)
 
 
-def with_tokenizer(name: str, out: Path) -> Path:
-    """The fixture's config and weights plus a byte-level BPE of 299 ids, EOS 299 and the family's
-    mask token at 300 (the fixtures' ids)."""
-    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
-    from transformers import PreTrainedTokenizerFast
-
-    out.mkdir()
-    for f in ("config.json", "model.safetensors"):
-        shutil.copy(FIXTURES / name / f, out / f)
-    tok = Tokenizer(models.BPE())
-    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
-    tok.decoder = decoders.ByteLevel()
-    text = [f"What is {a} plus {b}? The answer is {a + b}." for a in range(30) for b in range(30)]
-    tok.train_from_iterator(text, trainers.BpeTrainer(vocab_size=299, initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
-                                                      show_progress=False))
-    fast = PreTrainedTokenizerFast(tokenizer_object=tok, eos_token="<|endoftext|>",
-                                   additional_special_tokens=[MASK_TOKEN[name]])
-    assert fast.convert_tokens_to_ids(["<|endoftext|>", MASK_TOKEN[name]]) == [299, 300]
-    fast.save_pretrained(out)
-    return out
-
-
 @pytest.mark.parametrize("name,flags", [
     ("sdar", ["--gen-length", "8", "--block-length", "4", "--denoising-steps", "2", "--top-k", "1"]),
     ("lladamoe", ["--gen-length", "8", "--block-length", "4", "--steps", "4"]),
 ])
 def test_trace_report_and_masked_eval(tmp_path, name, flags):
-    model = str(with_tokenizer(name, tmp_path / name))
+    model = str(with_tokenizer(FIXTURES / name, tmp_path / name, eos_id=299, mask_token=MASK_TOKEN[name]))
     trace = tmp_path / "run.arrow"
     assert main(["trace", "--model", model, "--prompt", "What is 3 plus 4?", "--raw", *flags, "--out", str(trace), "-q"]) == 0
     assert main(["report", str(trace), "--out", str(tmp_path / "report"), "-q"]) == 0

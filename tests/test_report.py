@@ -14,7 +14,7 @@ from sinklens.report import figures as F
 from sinklens.trace import TraceWriter
 
 PRIMARY = ["fig01_received_layer1_mean", "fig03_score_distribution", "fig04_attention_maps", "fig05_layer_head",
-           "fig07_sink_positions", "fig10_eps_sweep"]
+           "fig07_sink_positions", "fig10_eps_sweep", "fig11_block_sinks"]   # the planted run has blocks
 
 
 def write_planted(path, with_maps=True, dtype="float16", seed=0):
@@ -176,3 +176,19 @@ def test_labels_are_display_names_never_paths(tmp_path):
     assert not [p for p in out.rglob("*") if p.is_dir() and p.parent != out]      # no nested folders
     s = json.loads((out / "summary.json").read_text())
     assert [t["trace"] for t in s["traces"]] == ["../../X", "a/b", ".."]
+
+
+def test_no_maps_message_names_the_cli_flag_everywhere(tmp_path):
+    """A trace without maps: the report, the analysis' own error and `map()` all tell a user of
+    the command line which flag to set (`--map-slices`), not a Python field name alone."""
+    from sinklens.analysis import as_source
+    from sinklens.report.report import build_report
+
+    p = write_planted(tmp_path / "nomaps.arrow", with_maps=False)
+    src = as_source(p)
+    with pytest.raises(KeyError) as e:
+        src.map(0, 0, 0)
+    skipped = build_report([p], tmp_path / "r").traces[0].skipped
+    for said in (src.no_maps_message(), str(e.value), skipped["fig04_attention_maps"],
+                 (tmp_path / "r" / "summary.md").read_text()):
+        assert "sinklens trace --map-slices LAYER:HEAD" in said and "CaptureOptions map_slices" not in said

@@ -1,6 +1,7 @@
 """The interactive page in headless Chromium (Debian chromium + chromium-driver, Selenium)."""
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import tempfile
@@ -221,3 +222,91 @@ def test_two_inline_pages_in_one_document_work_independently(browser, tmp_path):
     steps = browser.execute_script("return Object.values(window.sinklensPages).map(p => p.map(v => v.t))")
     assert steps[0] == [0] and steps[1][0] == 4            # the other page did not move
     assert _errors(browser) == []
+
+
+def _at_width(drv, width: int, height: int) -> None:
+    """The viewport a laptop (1366 × 768) or a wide screen (1600 px) gives the page."""
+    drv.execute_cdp_cmd("Emulation.setDeviceMetricsOverride",
+                        {"width": width, "height": height, "deviceScaleFactor": 1, "mobile": False})
+
+
+def _overflow(drv) -> dict:
+    """What runs off the screen: page scroll width vs viewport, each viewer's box and inner width."""
+    return drv.execute_script("""const W = document.documentElement.clientWidth;
+        return {W: W, scroll: document.documentElement.scrollWidth,
+                viewers: Array.from(document.querySelectorAll('.sl-viewer')).map(v => {
+                    const r = v.getBoundingClientRect();
+                    return {left: r.left, right: r.right, inner: v.scrollWidth, box: v.clientWidth}; })};""")
+
+
+@pytest.mark.parametrize("width,height", [(1600, 1000), (1366, 768)])
+def test_compare_page_shows_four_traces_whole(browser, tmp_path, width, height):
+    """Four traces: every column lies inside the screen (a 5th would wrap to a new row), nothing
+    inside a column is wider than it, and there is no sideways scrolling."""
+    srcs = [P.source(label="a"), P.arm_source("arm"), P.source(seed=1, with_maps=False, label="b"),
+            P.source(seed=2, label="c")]
+    rep = build_report(srcs, tmp_path / "cmp4", options=QUICK)
+    _at_width(browser, width, height)
+    try:
+        browser.get(rep.html.resolve().as_uri())
+        o = _overflow(browser)
+        assert len(o["viewers"]) == 4
+        assert o["scroll"] <= o["W"], o
+        for v in o["viewers"]:
+            assert 0 <= v["left"] and v["right"] <= o["W"] + 0.5, o
+            assert v["inner"] <= v["box"], o                      # no element cut inside a column
+        _screenshot(browser, tmp_path / f"compare4-{width}.png")
+        assert _errors(browser) == []
+    finally:
+        browser.execute_cdp_cmd("Emulation.clearDeviceMetricsOverride", {})
+
+
+def test_page_blocks_and_edits_on_real_traces(browser, tmp_path):
+    """LLaDA2.1 (block-causal, editing), SDAR (block-causal, KV cache) and LLaDA (generation blocks)
+    on one page: block boundaries in the chart and the token strip where the samplers put them,
+    edited tokens marked as the trace flags them, the per-block table, a baseline units toggle for
+    the block-causal traces only."""
+    import numpy as np
+    from selenium.webdriver.common.by import By
+
+    import _block_traces as B
+    import sinklens
+
+    traces = B.make(tmp_path)
+    rep = build_report([traces["llada21"], traces["sdar"], traces["llada"]], tmp_path / "blocks",
+                       labels=["LLaDA2.1", "SDAR", "LLaDA"], options=QUICK)
+    _at_width(browser, 1366, 768)
+    try:
+        browser.get(rep.html.resolve().as_uri())
+        S = [browser.execute_script(f"return window.sinklensViewers[{k}].d.S") for k in range(3)]
+        prompt = sinklens.open_trace(traces["llada"]).meta["layout"]["prompt_length"]
+        want = [list(range(B.LLADA2_BLOCK, S[0], B.LLADA2_BLOCK)), list(range(B.SDAR_BLOCK, S[1], B.SDAR_BLOCK)),
+                list(range(prompt + B.LLADA_BLOCK, S[2], B.LLADA_BLOCK))]
+        assert browser.execute_script("return window.sinklensViewers.map(v => v.chartBlocks)") == \
+               [want[0], want[1], [prompt] + want[2]]
+        starts = browser.execute_script("""return window.sinklensViewers.map(v => { v.setStep(v.d.T - 1, false);
+            return v.cells.map((c, j) => c.classList.contains('block-start') ? j : -1).filter(j => j >= 0); })""")
+        assert starts == [want[0], want[1], [prompt] + want[2]]
+        # edited tokens: every position the trace flags as rewritten at or before the last step
+        t = sinklens.open_trace(traces["llada21"])
+        ever = set()
+        for s in t.steps:
+            ever |= set(np.flatnonzero(t.edited(s)).tolist())
+        marked = browser.execute_script("""const v = window.sinklensViewers[0];
+            return v.cells.map((c, j) => c.classList.contains('edited') ? j : -1).filter(j => j >= 0)""")
+        assert marked == sorted(ever) and marked
+        assert browser.execute_script("return window.sinklensViewers[1].cells.some(c => c.classList.contains('edited'))") is False
+        rows = browser.execute_script("""return window.sinklensViewers.map(v =>
+            v.blocksBox.querySelectorAll('table tr').length)""")
+        dyn = [json.loads(p.read_text()) for p in [rep.summary_json]][0]["traces"]
+        assert rows == [len(tr["block_dynamics"]["blocks"]) + 1 for tr in dyn]     # header + one row per block
+        assert [len(v.find_elements(By.CSS_SELECTOR, "select.sl-units"))
+                for v in browser.find_elements(By.CSS_SELECTOR, ".sl-viewer")] == [1, 1, 0]
+        o = _overflow(browser)
+        assert o["scroll"] <= o["W"] and all(v["inner"] <= v["box"] for v in o["viewers"]), o
+        _screenshot(browser, tmp_path / "blocks-1366.png")
+        browser.execute_script("window.sinklensViewers[0].blocksBox.scrollIntoView()")
+        _screenshot(browser, tmp_path / "blocks-table-1366.png")
+        assert _errors(browser) == []
+    finally:
+        browser.execute_cdp_cmd("Emulation.clearDeviceMetricsOverride", {})

@@ -14,9 +14,9 @@ import time
 import pytest
 
 from sinklens.eval import humaneval
-from sinklens.sandbox import MARK, SandboxConfig, probe, run_check, run_checks
-from sinklens.sandbox.isolation import _interpreter
-from sandbox_attacks import DISK
+from sinklens.sandbox import SandboxConfig, probe, run_check, run_checks
+from sinklens.sandbox.isolation import _interpreter, owner_mark
+from sandbox_attacks import DISK, nap
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 UNPRIV_UID = 2_345_678
@@ -31,18 +31,21 @@ def _bwrap_works() -> bool:
         return False
 
 
-def _leftovers(token: str) -> list[str]:
-    """Live processes started by a sandbox: the harness's mark, or the attacks' `sleep 31337`."""
+def _leftovers(judge_pid: int, token: str) -> list[str]:
+    """Live processes of the sandboxes one judge process started (its mark on the harness's
+    command line, inherited by whatever the program forks), or the sleepers of one attack run
+    (`sandbox_attacks.nap`, what the program execs): never a parallel run's."""
     found = []
     for p in os.listdir("/proc"):
-        if p.isdigit() and int(p) != os.getpid():
+        if p.isdigit():
             try:
                 with open(f"/proc/{p}/cmdline", "rb") as f:
-                    cmd = f.read().decode(errors="replace").replace("\0", " ")
+                    argv = f.read().decode(errors="replace").rstrip("\0").split("\0")
             except OSError:
                 continue
-            if ((MARK in cmd and "pytest" not in cmd) or "31337" in cmd) and "sandbox_attacks.py" not in cmd:
-                found.append(cmd[:200])
+            words = {w for a in argv for w in a.replace(";", " ").split()}   # `sh -c '...; sleep N'` too
+            if owner_mark(judge_pid) in argv or nap(token) in words:
+                found.append(" ".join(argv)[:200])
     return found
 
 
@@ -132,12 +135,13 @@ def test_hostile_programs_judged_failed_and_contained(mode, user):
                 cmd = [sys.executable, os.path.join(REPO, "tests", "sandbox_attacks.py"), REPO]
             before = sorted(os.listdir(d))
             t0 = time.monotonic()
-            proc = subprocess.run(cmd + [mode, d, str(listeners.port), listeners.unix_path,
-                                         listeners.abstract, token],
-                                  capture_output=True, text=True, timeout=600, cwd="/")
+            proc = subprocess.Popen(cmd + [mode, d, str(listeners.port), listeners.unix_path,
+                                           listeners.abstract, token],
+                                    stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd="/")
+            stdout, stderr = proc.communicate(timeout=600)     # the judge runs in proc.pid
             took = time.monotonic() - t0
-            assert proc.returncode == 0, proc.stderr[-3000:]
-            results = json.loads(proc.stdout)
+            assert proc.returncode == 0, stderr[-3000:]
+            results = json.loads(stdout)
             time.sleep(2.5)                     # the late daemon would have written by now
         finally:
             listeners.close()
@@ -168,7 +172,7 @@ def test_hostile_programs_judged_failed_and_contained(mode, user):
             assert not os.path.exists(p), f"{p} was written"
         # no listener reached, no process left
         assert listeners.hits == [], f"a sandboxed program reached a host listener: {listeners.hits}"
-        assert _leftovers(token) == [], "sandboxed processes outlived their run"
+        assert _leftovers(proc.pid, token) == [], "sandboxed processes outlived their run"
         # the host's /proc is not visible where a PID namespace is in force
         with open("/proc/1/cmdline", "rb") as f:
             host_pid1 = f.read().replace(b"\0", b" ").decode(errors="replace").strip()
@@ -181,6 +185,28 @@ def test_hostile_programs_judged_failed_and_contained(mode, user):
         for p in (f"/tmp/sinklens-pwned-{token}", f"/dev/shm/sinklens-pwned-{token}"):
             if os.path.exists(p):
                 os.remove(p)
+
+
+def test_leftover_check_counts_this_runs_processes_only():
+    """Sandboxes of another process (a parallel eval, a second test run) are not this run's
+    leftovers (counting them once made `make test` fail); this run's own sleeper is."""
+    other = subprocess.Popen([sys.executable, "-c", "import sys; sys.path.insert(0, sys.argv[1]); "
+                              "from sinklens.sandbox import run_check; run_check('import time; time.sleep(4)')",
+                              REPO], stderr=subprocess.DEVNULL)
+    theirs = subprocess.Popen(["sleep", nap("another run")])
+    mine = subprocess.Popen(["sleep", nap("this run")])
+    try:
+        deadline = time.monotonic() + 30
+        while not _leftovers(other.pid, "another run")[1:] and time.monotonic() < deadline:
+            time.sleep(0.05)                # until the other judge's sandbox has started
+        assert len(_leftovers(other.pid, "another run")) >= 2, "the other run's sandbox was not seen"
+        assert _leftovers(os.getpid(), "this run") == [f"sleep {nap('this run')}"]
+    finally:
+        for p in (theirs, mine):
+            p.kill()
+            p.wait()
+        other.wait(timeout=60)
+    assert other.returncode == 0
 
 
 @pytest.mark.parametrize("mode", ["bwrap", "fallback"])
@@ -252,13 +278,33 @@ def test_values_cross_as_plain_data():
     sets survive), and anything else is refused rather than compared."""
     prog = "def f(x):\n    return x\n"
     test = ("import math\ndef check(c):\n"
-            "    for v in [1, -2**80, 1.5, 'é', None, True, (1, [2, (3,)]), {1: 'a', (2,): {3}},"
+            "    for v in [1, -2**80, -7**6000, 1.5, -0.0, 'é', '\\ud800', None, True, (1, [2, (3,)]), {1: 'a', (2,): {3}},"
             " frozenset({4}), b'\\x00', 1j, [], {}]:\n"
             "        out = c(v)\n        assert out == v and type(out) is type(v), (v, out)\n"
             "    assert math.isnan(c(float('nan'))) and c(float('-inf')) == float('-inf')\n")
     assert run_check(prog, test, "f").passed
     r = run_check("def f(x):\n    return object()\n", "def check(c):\n    c(1)\n", "f")
     assert not r.passed and "cannot pass" in r.stderr
+
+
+def test_wire_refuses_what_it_did_not_write():
+    """What the program sends is decoded by the trusted harness: a cut message, bytes after the
+    value, an unknown tag or nesting past the limit raise ValueError, never yield some value."""
+    from sinklens.sandbox.wire import MAX_DEPTH, decode, encode
+    value = {"ok": [1, -7**6000, 2.5, "é", b"\x00", (None, True), {3}, frozenset({4}), 1j]}
+    data = encode(value)
+    assert decode(data) == value
+    assert [type(v) for v in decode(data)["ok"]] == [type(v) for v in value["ok"]]
+    for cut in range(len(data)):
+        with pytest.raises(ValueError):
+            decode(data[:cut])
+    for bad in (data + b"N", b"x", b"l" + (2).to_bytes(8, "big") + b"N"):
+        with pytest.raises(ValueError):
+            decode(bad)
+    deep = b"l" + (1).to_bytes(8, "big")
+    with pytest.raises(ValueError, match="deeper"):
+        decode(deep * (MAX_DEPTH + 1) + b"N")
+    assert decode(deep * MAX_DEPTH + b"N") is not None
 
 
 def test_bad_config():

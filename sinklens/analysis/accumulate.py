@@ -9,9 +9,16 @@
         def add(self, step: Step) -> None: ...  # one step; keep (T, L, H)-sized summaries, never (T, L, H, S)
         def result(self) -> dict: ...           # {"my_analysis": value}: attributes of the Analysis
         def to_dict(self) -> dict: ...          # {"my_analysis": JSON}: its part of Analysis.to_dict()
+        def corpus(self, num_steps) -> dict: ...  # optional: this trace's part of a corpus run's totals
 
 A new analysis is one file with such a class and one entry in `ACCUMULATORS`; its result is
 `a.extra["my_analysis"]` (built-in accumulators fill the named Analysis attributes instead).
+
+Corpus runs (`sinklens trace --prompts`, sinklens/analysis/corpus.py) keep, per prompt, only
+`corpus()` of every accumulator: numbers that add over prompts. The default sums every per-step
+numeric result (an array whose first axis is the step) over the steps, beside the count of its
+finite values, so a corpus mean is `sum / n`; a new accumulator is streamed without any edit.
+Override it where a sum over steps means nothing (positions) or where more can be kept.
 """
 from __future__ import annotations
 
@@ -51,6 +58,18 @@ class Accumulator:
 
     def to_dict(self) -> dict:
         return {}
+
+    def corpus(self, num_steps: int) -> dict:
+        """This trace's part of a corpus total (module docstring): {result name: {"sum", "n"}} for
+        every numeric result with one entry per step, summed over the steps (NaN skipped)."""
+        out = {}
+        for key, value in self.result().items():
+            if (isinstance(value, np.ndarray) and value.ndim >= 1 and value.shape[0] == num_steps
+                    and value.dtype.kind in "biuf"):
+                x = value.astype(np.float64)                                    # (T, ...)
+                finite = np.isfinite(x)
+                out[key] = {"sum": np.where(finite, x, 0.0).sum(axis=0), "n": finite.sum(axis=0)}
+        return out
 
 
 def rounded(x, nd: int = 4):

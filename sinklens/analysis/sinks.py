@@ -126,6 +126,9 @@ class EpsSweepAccumulator(Accumulator):
     def to_dict(self) -> dict:
         return {"eps_sweep": self.sweep().to_dict()}
 
+    def corpus(self, num_steps: int) -> dict:
+        return {"eps_sweep": {"flagged": self.counts.copy(), "keys": self.n}}         # (E,) over the ε grid
+
 
 def eps_sweep(scores, eps_values=None, key_mask=None, units: str = DEFAULT_UNITS) -> EpsSweep:
     """Fraction of real keys flagged by Eq. 3 for each ε, over every leading axis of `scores`."""

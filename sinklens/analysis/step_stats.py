@@ -63,6 +63,10 @@ class StepArrays(Accumulator):
         return {"step_numbers": list(map(int, self.step_numbers)), "n_real_keys_per_step": self.n_real.tolist(),
                 "n_queries_per_step": self.n_q.tolist(), "edited_per_step": edited}
 
+    def corpus(self, num_steps: int) -> dict:
+        return {"steps": {"prompts": 1, "steps": len(self.toks), "real_keys": int(self.n_real.sum()),
+                          "query_rows": int(self.n_q.sum())}}
+
 
 class TopKey(Accumulator):
     """Per (step, layer, head): the highest-scoring visible key, sink or not."""
@@ -79,6 +83,9 @@ class TopKey(Accumulator):
 
     def result(self) -> dict:
         return {"top_pos": self.pos, "top_score": self.score}
+
+    def corpus(self, num_steps: int) -> dict:           # a sum of positions means nothing: scores only
+        return {"top_key": {"score_sum": self.score.astype(np.float64).sum(axis=0)}}       # (L, H)
 
 
 class Eq3Sinks(Accumulator):
@@ -116,6 +123,11 @@ class Eq3Sinks(Accumulator):
                                           "per_step_layer_head": self.largest_pos.tolist()},
                 "largest_sink_score": {"units": self.units, "per_step_layer_head": rounded(self.largest_score)}}
 
+    def corpus(self, num_steps: int) -> dict:
+        has = self.largest_pos >= 0                                                 # (T, L, H)
+        return {"sinks": {"steps_with_sink": has.sum(axis=0), "sink_count": self.count.sum(axis=0),
+                          "largest_score_sum": np.where(has, self.largest_score, 0.0).astype(np.float64).sum(axis=0)}}
+
 
 class MeanOverHeads(Accumulator):
     """Eq. 3 on the head-averaged scores of each layer: its largest sink and sink count, (T, L)."""
@@ -135,6 +147,9 @@ class MeanOverHeads(Accumulator):
 
     def result(self) -> dict:
         return {"mean_head": {"largest_pos": self.pos, "sink_count": self.count}}
+
+    def corpus(self, num_steps: int) -> dict:
+        return {"mean_head": {"steps_with_sink": (self.pos >= 0).sum(axis=0), "sink_count": self.count.sum(axis=0)}}
 
 
 class ScoreDistribution(Accumulator):
@@ -166,6 +181,9 @@ class ScoreDistribution(Accumulator):
                             "counts_per_step": self.hist.tolist(), "quantiles": list(QUANTILES),
                             "quantiles_per_step": rounded(self.quant)}}
 
+    def corpus(self, num_steps: int) -> dict:           # quantiles do not add over prompts; the counts do
+        return {self.name: {"counts": self.hist.sum(axis=0)}}                       # (B,) over HIST_EDGES
+
 
 class MarginDistribution(ScoreDistribution):
     """Fig. 3 on the Eq. 3 margins: values below the first edge (negative ones too) count in bin 0."""
@@ -186,6 +204,7 @@ class Splits(Accumulator):
 
     def __init__(self, source, config):
         self.group_names, self.eps = source.group_names, config.sink_eps
+        self.num_layers, self.num_heads = source.num_layers, source.num_heads
         self.events = []
 
     def add(self, step: Step) -> None:
@@ -194,6 +213,12 @@ class Splits(Accumulator):
 
     def result(self) -> dict:
         return {"splits": self.events}
+
+    def corpus(self, num_steps: int) -> dict:
+        steps = np.zeros((self.num_layers, self.num_heads), np.int64)              # (L, H)
+        for e in self.events:
+            steps[e.layer, e.head] += 1
+        return {"splits": {"steps": steps}}
 
     def to_dict(self) -> dict:
         return {"masked_unmasked_splits": {"count": len(self.events), "groups": list(self.group_names),
@@ -219,3 +244,12 @@ class SinkTokens(Accumulator):
 
     def to_dict(self) -> dict:
         return {"sink_tokens": self.table.to_dict()}
+
+    def corpus(self, num_steps: int) -> dict:
+        """Occurrences per token id (with its string) and per category: they add over prompts."""
+        self.result()
+        t = self.table
+        return {"sink_tokens": {"token_counts": {str(r.token_id): r.count for r in t.rows},
+                                "token_strings": {str(r.token_id): r.token for r in t.rows},
+                                "token_categories": {str(r.token_id): r.category for r in t.rows},
+                                "category_counts": {c: v["count"] for c, v in t.categories.items()}}}

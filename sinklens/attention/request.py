@@ -117,7 +117,7 @@ class AttentionRequest:
         """(L, B, H, S_k) float32 received attention, in column-sum units (see docs/analysis.md)."""
         if not self._received:
             raise RuntimeError("nothing captured: set capture=True and run a forward pass with this request")
-        return torch.stack([self._received[l] for l in sorted(self._received)])
+        return gather([self._received[l] for l in sorted(self._received)])
 
     @property
     def received_unblocked(self) -> torch.Tensor:
@@ -129,14 +129,14 @@ class AttentionRequest:
         received = self.received
         if not self._received_unblocked:
             return received
-        return torch.stack([self._received_unblocked.get(l, received[i]) for i, l in enumerate(sorted(self._received))])
+        return gather([self._received_unblocked.get(l, received[i]) for i, l in enumerate(sorted(self._received))])
 
     @property
     def received_groups(self) -> torch.Tensor | None:
         """(L, B, G, H, S_k) float32 received attention per query group, or None."""
         if not self._received_groups:
             return None
-        return torch.stack([self._received_groups[l] for l in sorted(self._received_groups)])
+        return gather([self._received_groups[l] for l in sorted(self._received_groups)])
 
     @property
     def learned_sink(self) -> torch.Tensor | None:
@@ -146,4 +146,11 @@ class AttentionRequest:
         without learned sinks."""
         if not self._learned_sink:
             return None
-        return torch.stack([self._learned_sink[l] for l in sorted(self._learned_sink)])
+        return gather([self._learned_sink[l] for l in sorted(self._learned_sink)])
+
+
+def gather(per_layer: list[torch.Tensor]) -> torch.Tensor:
+    """Stack per-layer captures on the first layer's device: a model spread over devices
+    (device_map) records each layer on its own device."""
+    device = per_layer[0].device
+    return torch.stack([t.to(device) for t in per_layer])

@@ -65,17 +65,39 @@ RUN_SAMPLER_TITLE = ("sampler arguments (official names; only those of the model
                      "GSM8K setting, capped by the context)")
 
 
-def add_run_flags(p: argparse.ArgumentParser) -> None:
-    """Model, prompt and sampler flags (generate and trace)."""
+def add_run_flags(p: argparse.ArgumentParser, prompts_file: bool = False) -> None:
+    """Model, prompt and sampler flags (generate and trace; prompts_file: trace's --prompts too)."""
     p.add_argument("--model", required=True, help="alias, local folder, .gguf file or hub id")
     src = p.add_mutually_exclusive_group(required=True)
     src.add_argument("--prompt", help="prompt text (wrapped in the chat template when the tokenizer has one)")
     src.add_argument("--input-ids", type=parse_ids, help="comma-separated token ids instead of a prompt, e.g. 1,2,3")
+    if prompts_file:
+        src.add_argument("--prompts", help="corpus run: a JSON Lines file, one {\"prompt\": text} (\"id\" optional) "
+                         "per line; keeps per-(layer, head) totals instead of full traces (--out is a folder)")
     p.add_argument("--raw", action="store_true", help="do not apply the chat template to --prompt")
+    p.add_argument("--sampler", default=None, help="the sampler to run (default: the model family's own); another "
+                   "one its checkpoints run, e.g. llada21 = LLaDA2.1's editing sampler on an llada2_moe checkpoint")
     p.add_argument("--seed", type=nonneg_int, default=0, help="torch seed set right before sampling")
     p.add_argument("--dtype", default=None, help="float32 | bfloat16 | float16 (default: as stored)")
     p.add_argument("--device", default=None, help="e.g. cpu, cuda:0")
+    big = p.add_argument_group("models bigger than one device (accelerate's big-model inference; docs/models.md)")
+    big.add_argument("--device-map", default=None, choices=("auto", "balanced", "balanced_low_0", "sequential"),
+                     help="spread the layers over the GPUs, then CPU memory, then --offload-folder")
+    big.add_argument("--max-memory", type=parse_max_memory, default=None,
+                     help="per-device cap with --device-map, e.g. 0=70GiB,1=70GiB,cpu=200GiB")
+    big.add_argument("--offload-folder", default=None, help="with --device-map: folder for the layers that fit nowhere")
     p.set_defaults(sampler_fields=add_sampler_flags(p, title=RUN_SAMPLER_TITLE))
+
+
+def parse_max_memory(text: str) -> dict:
+    """'0=70GiB,cpu=200GiB' -> {0: '70GiB', 'cpu': '200GiB'} (accelerate's max_memory)."""
+    out = {}
+    for part in filter(None, text.split(",")):
+        dev, sep, size = part.partition("=")
+        if not sep or not dev or not size:
+            raise argparse.ArgumentTypeError(f"expected DEVICE=SIZE pairs like 0=70GiB,cpu=200GiB, got {text!r}")
+        out[int(dev) if dev.isdigit() else dev] = size
+    return out
 
 
 def parse_ids(text: str) -> list[int]:
@@ -106,6 +128,7 @@ def check_run_flags(args) -> None:
 
     precheck.model_name(args.model)
     precheck.dtype(args.dtype)
+    precheck.sampler_name(args.sampler)
     precheck.sampler_flags(sampler_args(args, args.sampler_fields))
 
 
@@ -180,13 +203,17 @@ def run(args, trace=None, capture=None, check=None):
     from sinklens.samplers.configs import get_config
 
     t0 = time.perf_counter()
-    model = load(args.model, dtype=args.dtype, device=args.device)
+    model = load(args.model, dtype=args.dtype, device=args.device, **big_model_args(args))
     verbose(f"loaded {args.model} in {time.perf_counter() - t0:.1f} s: {model!r}")
     if check is not None:
         check(model)
     ids = torch.tensor([prompt_ids(model, args)])
     try:
-        plan = lengths.settings(get_config(model.family.sampler), lengths.ModelFacts.of(model),
+        sampler = model.family.pick_sampler(args.sampler)
+    except ValueError as e:
+        raise CliError(str(e)) from None
+    try:
+        plan = lengths.settings(get_config(sampler), lengths.ModelFacts.of(model),
                                 prompt_length=ids.shape[1], overrides=sampler_args(args, args.sampler_fields))
         config = plan.config()
     except TypeError as e:  # a flag of another family's sampler
@@ -206,6 +233,12 @@ def run(args, trace=None, capture=None, check=None):
         raise Interrupted(model, ids, config, progress) from None
     verbose(f"generated in {time.perf_counter() - progress.t0:.1f} s ({out.num_steps} steps)")
     return model, ids, config, out
+
+
+def big_model_args(args) -> dict:
+    """load()'s device_map / max_memory / offload_folder from the flags, only those given."""
+    given = {k: getattr(args, k, None) for k in ("device_map", "max_memory", "offload_folder")}
+    return {k: v for k, v in given.items() if v is not None}
 
 
 def new_text(ids, out) -> str:

@@ -85,3 +85,11 @@ def sampler_flags(given: dict) -> None:
     said = "; ".join(f"--{n.replace('_', '-')}: {', '.join(o)}" for n, o in owners.items())
     raise CliError(f"these sampler flags belong to different samplers ({said}); give only the flags of the "
                    "model's sampler")
+
+
+def sampler_name(name: str | None, flag: str = "--sampler") -> None:
+    """A registered sampler's name (whether the model's family runs it is checked once it is loaded)."""
+    from sinklens.samplers.configs import SAMPLERS
+
+    if name is not None and name not in SAMPLERS:
+        raise CliError(f"{flag} {name!r}: expected one of {', '.join(sorted(SAMPLERS))}")

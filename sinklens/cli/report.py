@@ -1,5 +1,7 @@
 """`sinklens report TRACE [TRACE ...] --out DIR`: figures, summary and the interactive page from traces.
 
+`sinklens report CORPUS.jsonl --out DIR`: the same for a corpus run's totals (sinklens/report/corpus.py).
+
 The option flags are the `param` fields of `ReportOptions` and `PageOptions` (`--html-*`;
 sinklens/report/options.py), built by `sinklens/cli/fields.py`: a new option is a new field there.
 """
@@ -21,6 +23,11 @@ def options(args: argparse.Namespace):
 
 
 def run(args: argparse.Namespace) -> int:
+    from sinklens.analysis.corpus import is_corpus_file
+
+    corpora = [p for p in args.traces if is_corpus_file(p)]
+    if corpora:
+        return run_corpus(args, corpora)
     from sinklens.report.report import build_report
 
     rep = build_report(args.traces, args.out, labels=args.labels, options=options(args))
@@ -39,6 +46,37 @@ def run(args: argparse.Namespace) -> int:
     return 0
 
 
+def run_corpus(args: argparse.Namespace, corpora: list[str]) -> int:
+    """A corpus file (`sinklens trace --prompts`): its totals' report (sinklens/report/corpus.py)."""
+    from sinklens.cli.types import CliError
+    from sinklens.report.corpus import build_corpus_report
+
+    if len(args.traces) > 1:
+        raise CliError(f"a corpus file is reported on its own: got {len(args.traces)} files, of which "
+                       f"{len(corpora)} corpus file(s) ({corpora[0]}); run one report per corpus")
+    from sinklens.analysis.corpus import open_corpus
+
+    views = open_corpus(corpora[0]).totals
+    if args.units not in views:
+        raise CliError(f"--units {args.units}: {corpora[0]} was traced in units {', '.join(views)} (a corpus keeps "
+                       "totals, which cannot be re-scored); report one of its kept traces in other units")
+    rep = build_corpus_report(corpora[0], args.out, figures=args.figures)
+    if args.json:
+        from sinklens.cli.logs import print_json
+
+        views = rep.corpus.to_dict()["views"]
+        print_json({"out": str(rep.out), "html": str(rep.html), "summary_md": str(rep.summary_md),
+                    "summary_json": str(rep.summary_json), "corpus": corpora[0],
+                    "prompts": rep.corpus.num_prompts,
+                    "figures": {k: [str(p) for p in v] for k, v in rep.figures.items()},
+                    "views": {u: {k: v[k] for k in ("units", "prompts", "steps", "sinks_total",
+                                                    "fraction_heads_steps_with_sink")} for u, v in views.items()}})
+        return 0
+    print(f"wrote {len(rep.figures)} figures/tables, {rep.summary_md}, {rep.summary_json} and {rep.html} "
+          f"({rep.corpus.num_prompts} prompts)")
+    return 0
+
+
 def _headline(r) -> dict:
     """A trace's headline numbers (every number: summary.json)."""
     d = r.analyses[0].to_dict()
@@ -54,7 +92,8 @@ def register(sub) -> None:
                        description="Analyse saved traces (no model needed): sinks (paper Eq. 3), dynamics, the "
                                    "paper's figures, summary.md/json and one self-contained HTML page. Several "
                                    "traces are compared side by side.")
-    p.add_argument("traces", nargs="+", help="trace files (.arrow) written by the samplers")
+    p.add_argument("traces", nargs="+", help="trace files (.arrow) written by the samplers, or one corpus file "
+                   "(corpus.jsonl of `sinklens trace --prompts`)")
     p.add_argument("--out", required=True, help="output folder")
     p.add_argument("--labels", type=lambda s: s.split(","), default=None,
                    help="comma-separated names for the traces (default: file names)")

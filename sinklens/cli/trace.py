@@ -3,8 +3,13 @@
     sinklens trace --model tiny-dlm --prompt "Tom has 3 apples ..." --out run.arrow
     sinklens trace --model ./my-llada --prompt "2+2=" --steps 32 --gen-length 32 --out run.arrow
     sinklens trace --model ./my-llada --input-ids 1,2,3 --map-slices 3:0,5:7 --out run.arrow
+    sinklens trace --model tiny-dlm --prompts prompts.jsonl --keep-traces 5 --out runs/corpus
 
 Model, prompt and sampler flags as `sinklens generate`; then `sinklens report run.arrow --out DIR`.
+With --prompts (a corpus run, docs/corpus.md) --out is a folder that ends up holding corpus.jsonl:
+per (layer, head) totals over every prompt, the full traces of --keep-traces prompts only;
+re-running resumes; under torchrun / accelerate launch the prompts are split over the processes;
+`sinklens report runs/corpus/corpus.jsonl --out DIR` reports on it.
 """
 from __future__ import annotations
 
@@ -13,7 +18,7 @@ import os
 import sys
 
 from sinklens.cli.generate import Interrupted, add_run_flags, check_run_flags, new_text, run
-from sinklens.cli.types import CliError, positive_int
+from sinklens.cli.types import CliError, nonneg_int, positive_int
 
 
 def map_slices(text: str) -> tuple[tuple[int, int], ...]:
@@ -36,13 +41,19 @@ def cmd_trace(args) -> int:
     from sinklens.cli.logs import note
 
     check_run_flags(args)               # before CaptureOptions imports torch
+    if args.prompts is None and args.keep_traces:
+        raise CliError("--keep-traces goes with --prompts FILE.jsonl (a corpus run)")
+    if args.prompts is not None:
+        _check_corpus_flags(args)
     from sinklens.samplers.base import CaptureOptions
 
-    if os.path.isdir(args.out):
+    if os.path.isdir(args.out) and args.prompts is None:
         raise CliError(f"--out {args.out!r} is a folder; expected a trace file path such as run.arrow")
     capture = CaptureOptions(query_groups=False if args.no_groups else None, map_slices=args.map_slices,
                              capture_prefix=args.capture_prefix, query_chunk=args.query_chunk, route=args.route,
                              received_dtype="float32" if args.float32 else "float16")
+    if args.prompts is not None:
+        return cmd_corpus(args, capture)
 
     def check(model):
         bad = [f"{l}:{h}" for l, h in args.map_slices if l >= model.num_layers or h >= model.num_heads]
@@ -64,11 +75,46 @@ def cmd_trace(args) -> int:
     return 0
 
 
+def _check_corpus_flags(args) -> None:
+    """What a corpus run cannot take, answered before torch is imported."""
+    if not os.path.isfile(args.prompts):
+        raise CliError(f"--prompts {args.prompts!r}: no such file (expected a JSON Lines file, one "
+                       "{\"prompt\": text} per line)")
+    if os.path.isfile(args.out):
+        raise CliError(f"--out {args.out!r} is a file; with --prompts it is the run folder")
+    if args.map_slices:
+        raise CliError("--map-slices keeps full maps, which a corpus run does not store; trace single prompts for maps")
+
+
+def cmd_corpus(args, capture) -> int:
+    from sinklens.cli.generate import big_model_args, sampler_args
+    from sinklens.cli.logs import note
+    from sinklens.eval.corpus import CorpusConfig, run_corpus
+
+    cfg = CorpusConfig(model=args.model, prompts=args.prompts, out=args.out, keep_traces=args.keep_traces,
+                       raw=args.raw, seed=args.seed, sampler=args.sampler,
+                       sampler_args=sampler_args(args, args.sampler_fields),
+                       dtype=args.dtype, device=args.device, load_args=big_model_args(args), capture=capture,
+                       progress=args.progress)
+    path = run_corpus(cfg)
+    if path is not None:
+        from sinklens.analysis.corpus import open_corpus
+
+        c = open_corpus(path)
+        note(f"wrote {path}: {c.num_prompts} prompts, {c.meta['num_layers']} layers x {c.meta['num_heads']} heads, "
+             f"{os.path.getsize(path) / 1e6:.2f} MB; skipped {len(c.meta['skipped'])}")
+        print(path)
+    return 0
+
+
 def register(sub) -> None:
     t = sub.add_parser("trace", help="run a model's own sampler and record every step's attention to a trace file",
                        description=__doc__)
-    add_run_flags(t)
-    t.add_argument("--out", required=True, help="trace file to write (Arrow IPC stream, .arrow)")
+    add_run_flags(t, prompts_file=True)
+    t.add_argument("--out", required=True, help="trace file to write (Arrow IPC stream, .arrow); with --prompts "
+                   "the run folder")
+    t.add_argument("--keep-traces", type=nonneg_int, default=0, help="with --prompts: keep the full traces of this "
+                   "many prompts, chosen evenly over the file (the others keep only their totals)")
     t.add_argument("--float32", action="store_true", help="store received attention as float32 (default float16)")
     t.add_argument("--map-slices", type=map_slices, default=(), help="full attention maps to keep, as LAYER:HEAD "
                    "pairs, e.g. 3:0,5:7")

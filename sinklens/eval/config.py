@@ -14,6 +14,7 @@ from dataclasses import MISSING, dataclass, field, fields
 
 from sinklens.masking.config import MaskingConfig
 from sinklens.params import check_value, flag_name, param, param_like
+from sinklens.samplers.configs import SAMPLERS
 
 
 def parse_k(k) -> int | str:
@@ -68,6 +69,8 @@ class EvalConfig:
     gen_length: int | None = param(None, int, "tokens to generate, any sampler (default: a sinklens twin's training "
                                               "length, else the task's, else the paper's for the task and family)",
                                    min=1)
+    sampler: str | None = param(None, str, "the sampler to run (default: the model family's own; llada21: LLaDA2.1's "
+                                           "editing sampler on an llada2_moe checkpoint)")
     sampler_args: dict = field(default_factory=dict)  # sampler fields over the task preset, e.g. {"steps": 64}
     seed: int = param(0, int, "sample i uses seed + i (the same on any rank)", min=0)
     dtype: str | None = param(None, str, "float32 | bfloat16 | float16 (default: as stored)")
@@ -103,6 +106,8 @@ class EvalConfig:
         for f in fields(self):
             if "type" in f.metadata:
                 check_value(flag_name(f.name, f.metadata), getattr(self, f.name), f.metadata)
+        if self.sampler is not None and self.sampler not in SAMPLERS:
+            raise ValueError(f"--sampler must be one of {', '.join(sorted(SAMPLERS))}, got {self.sampler!r}")
         check_sampler_args(self.sampler_args)
         if self.loglik_l2r and not self.loglik:
             raise ValueError("--loglik-l2r scores the reference answer too: it cannot go with --no-loglik")

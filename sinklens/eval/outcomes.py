@@ -40,7 +40,9 @@ class CommitLogits:
     small as it comes (the full rows of a 256-token LLaDA generation would be ~130 MB):
     unmasked run (`ref` None): its top TOP tokens; masked run: its log-probs of the unmasked
     run's top tokens at that position (`ref`: the unmasked `top()`). `rows[pos]`: (k,) float32
-    log-probs (with `ids[pos]` (k,) when unmasked); an ARM commits each position once, a DLM too."""
+    log-probs (with `ids[pos]` (k,) when unmasked); an ARM commits each position once, a DLM too, except
+    where a sampler rewrites a committed token (LLaDA2.1's editing, `event.edited`; SDAR's quota
+    reaching unmasked positions): the row kept is that of its last commit, the one its final token came from."""
 
     def __init__(self, prompt_len: int, arm: bool, ref: dict | None = None):
         self.prompt_len, self.arm = prompt_len, arm
@@ -55,7 +57,8 @@ class CommitLogits:
             self._keep(event.tokens.shape[1], logits[-1])
             return
         qpos = None if event.query_positions is None else event.query_positions[0].tolist()
-        for pos in torch.nonzero(event.revealed[0]).squeeze(1).tolist():   # a DLM: positions revealed now
+        committed = event.revealed[0] if event.edited is None else event.revealed[0] | event.edited[0]
+        for pos in torch.nonzero(committed).squeeze(1).tolist():   # a DLM: positions revealed (or rewritten) now
             self._keep(pos, logits[pos if qpos is None else qpos.index(pos)])  # full canvas, or the block's rows
 
     def _keep(self, pos: int, row: "torch.Tensor") -> None:

@@ -37,17 +37,18 @@ from sinklens.samplers.configs import get_config
 
 
 def sampler_settings(model, task_name: str | None, gen_length: int | None = None, task_length: int | None = None,
-                     **overrides) -> tuple[dict, list[str]]:
+                     sampler: str | None = None, **overrides) -> tuple[dict, list[str]]:
     """(settings, notes) of the model's sampler for a task, from the length policy
     (`sinklens.samplers.lengths`): a sinklens twin's training settings, else the task's answer
     length (`task_length`, default: the task table's) or the paper's length for it, with the
-    paper's settings; `gen_length` and `overrides` (by field name) on top. Checked by the sampler
-    config now, so a bad setting fails before anything is written."""
+    paper's settings; `gen_length` and `overrides` (by field name) on top. `sampler`: one of the
+    family's other samplers (default: its own). Checked by the sampler config now, so a bad
+    setting fails before anything is written."""
     from sinklens.samplers import lengths
 
     if task_length is None and task_name is not None:
         task_length = get_task(task_name).gen_length
-    plan = lengths.settings(get_config(model.family.sampler), lengths.ModelFacts.of(model), task=task_name,
+    plan = lengths.settings(get_config(sampler or model.family.sampler), lengths.ModelFacts.of(model), task=task_name,
                             task_length=task_length, length=gen_length, overrides=overrides)
     try:
         plan.config()
@@ -73,6 +74,11 @@ def one_thread_for_a_small_model(m, note: bool = True) -> None:
                   "small; set OMP_NUM_THREADS to choose)", file=sys.stderr)
 
 
+def run_sampler(m, cfg: EvalConfig) -> str:
+    """The sampler an eval runs: --sampler, which must be one the model's family runs, else the family's own."""
+    return m.family.pick_sampler(cfg.sampler)
+
+
 def model_slug(name: str) -> str:
     return re.sub(r"[^A-Za-z0-9_.-]+", "__", os.path.basename(str(name).rstrip("/")) or str(name))
 
@@ -87,9 +93,10 @@ def _prompt(m, task, item, cfg: EvalConfig) -> tuple[list[int], bool]:
 
 
 def generate_sample(m, ids: list[int], policy: SinkMaskingPolicy, settings: dict, seed: int = 0,
-                    commits=None) -> tuple[str, list[int]]:
-    """One generation with the family's own sampler, the masking policy as its hook; (the new text,
-    the new token ids cut at the first end token). `commits`: an `outcomes.CommitLogits` hook, if any."""
+                    commits=None, sampler: str | None = None) -> tuple[str, list[int]]:
+    """One generation with the family's own sampler (or `sampler`, one of its others), the masking
+    policy as its hook; (the new text, the new token ids cut at the first end token). `commits`:
+    an `outcomes.CommitLogits` hook, if any."""
     torch.manual_seed(seed)
     policy.reset(seed)                     # the random control draws from its own seeded generator
     hook = capture = None
@@ -98,7 +105,8 @@ def generate_sample(m, ids: list[int], policy: SinkMaskingPolicy, settings: dict
         capture = CaptureOptions(query_groups=False,
                                  capture_prefix=not m.is_diffusion and policy.config.arm_rule == "prefix")
     hooks = [h for h in (hook, commits) if h is not None]
-    out = m.generate(torch.tensor([ids], dtype=torch.long), hook=hooks or None, capture=capture, **settings)
+    out = m.generate(torch.tensor([ids], dtype=torch.long), hook=hooks or None, capture=capture, sampler=sampler,
+                     **settings)
     return out.text[0], cut_at_end(m, out.sequences[0, len(ids):].tolist())
 
 
@@ -124,14 +132,15 @@ def run_eval(cfg: EvalConfig, model=None) -> list[str]:
         raise ValueError(f"{cfg.model!r} ships no tokenizer; the eval needs text prompts")
     rank, world = dist.rank, dist.world
     one_thread_for_a_small_model(m, note=rank == 0)
-    if not get_config(m.family.sampler).generates:
+    sampler = run_sampler(m, cfg)
+    if not get_config(sampler).generates:
         raise ValueError(f"{cfg.model!r} is a {m.family.name!r} encoder: it generates no text, so there is nothing to "
                          "evaluate; trace it with `sinklens trace` instead")
-    settings, notes = sampler_settings(m, cfg.task, cfg.gen_length, **cfg.sampler_args)
+    settings, notes = sampler_settings(m, cfg.task, cfg.gen_length, sampler=sampler, **cfg.sampler_args)
     if rank == 0:
         for line in notes:
             print(line, file=sys.stderr)
-    gen = get_config(m.family.sampler).from_kwargs(**settings).length
+    gen = get_config(sampler).from_kwargs(**settings).length
     sandbox = SandboxConfig(timeout=cfg.sandbox_timeout, cpu_seconds=int(cfg.sandbox_timeout) + 1)
     items, prompts, errors = _prepare(m, task, items, errors, cfg, gen)   # (ids, chat) per item
     if rank == 0:
@@ -253,7 +262,7 @@ def _plan(cfg: EvalConfig, m, k, control: str, settings: dict, n_items: int, err
     run_dir = _run_dir(cfg, k, control)
     meta = {"model": cfg.model, "source": {k2: str(v) for k2, v in m.source.items()}, "family": m.family.name,
             "task": cfg.task, "mask_topk": k, "masking": mcfg.describe(m.is_diffusion),
-            "sampler": m.family.sampler, "settings": settings, "n_expected": n_items,
+            "sampler": run_sampler(m, cfg), "settings": settings, "n_expected": n_items,
             "config": asdict(cfg), "data_errors": errors}
     _check_same_run(run_dir, meta)                                       # resume only the same experiment
     return k, control, mcfg, policy, run_dir, meta
@@ -314,7 +323,8 @@ def _run_sample(m, task, item, index, prompt, k, mcfg, policy, settings, cfg, sa
     commits = (outcomes.CommitLogits(len(ids), arm=not m.is_diffusion, ref=ref_top)
                if base == "keep" or ref_top is not None else None)
     t0 = time.monotonic()
-    raw, new_ids = generate_sample(m, ids, policy, settings, seed=cfg.seed + index, commits=commits)  # same seed on any rank
+    raw, new_ids = generate_sample(m, ids, policy, settings, seed=cfg.seed + index, commits=commits,
+                                   sampler=run_sampler(m, cfg))  # same seed on any rank
     t_gen = time.monotonic() - t0
     t0 = time.monotonic()
     verdict = task.judge(raw, item, sandbox)

@@ -58,6 +58,10 @@ class Family:
     # (DiffusionGemma: encode_prefix / decoder_masks / denoise / new_cache). Samplers reach them
     # through `model.family.ops`, never by importing models/ (a higher layer).
     ops: Any = None
+    # Further samplers the family's checkpoints run, beside `sampler` (its default): LLaDA2's
+    # `llada21` (LLaDA2.1's editing sampler; a 2.1 checkpoint's config does not tell it from 2.0).
+    # `--sampler` (generate, trace, eval) accepts these and no others (`pick_sampler`).
+    other_samplers: tuple[str, ...] = ()
     # A generic adapter (any causal LM, any encoder) specialised to one checkpoint's config: its
     # name (the model_type) and transformers class. None = this family as registered.
     for_config: Callable[[dict], "Family"] | None = None
@@ -65,6 +69,16 @@ class Family:
     @property
     def causal(self) -> bool:
         return self.attention == "causal"
+
+    def pick_sampler(self, name: str | None) -> str:
+        """The sampler to run: `name` when this family runs it (its own or one of `other_samplers`),
+        its own when None; else one line naming the ones it runs (--sampler of generate, trace, eval)."""
+        own = (self.sampler, *self.other_samplers)
+        if name is None:
+            return self.sampler
+        if name not in own:
+            raise ValueError(f"--sampler {name!r} does not run family {self.name!r}; its samplers: {', '.join(own)}")
+        return name
 
     def position_ids(self, attention_mask):
         """(B, S) position ids under left padding by the family's official rule, or None (0..S-1).

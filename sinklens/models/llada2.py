@@ -172,6 +172,7 @@ LLADA2 = register_family(
         # `ops.window_logits` and state `attention_block` in the trace layout
         attention="bidirectional",
         ops=BlockCausalOps(),
+        other_samplers=("llada21",),  # LLaDA2.1 checkpoints: the same architecture and config keys
     )
 )
 

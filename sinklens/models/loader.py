@@ -279,19 +279,31 @@ def load(
     revision: str | None = None,
     dtype: str | torch.dtype | None = None,
     device: str | torch.device | None = None,
+    device_map: str | dict | None = None,
+    max_memory: dict | None = None,
+    offload_folder: str | Path | None = None,
 ) -> SinkModel:
     """Load a checkpoint (alias, local folder, .gguf file or hub id) as a `SinkModel`.
 
     dtype: None/"auto" = as stored (GGUF: float32, dequantised), or "float32"/"bfloat16"/...
     device: None = CPU.
+    device_map / max_memory / offload_folder: a model bigger than one device, spread by
+    accelerate's big-model inference (transformers' `from_pretrained` arguments of the same
+    names): e.g. device_map="auto", max_memory={0: "70GiB", 1: "70GiB", "cpu": "200GiB"}, layers
+    that fit nowhere go to offload_folder on disk. Each layer's captures stay on its device and
+    are gathered per step (docs/models.md, "Models bigger than one device").
     """
     device = check_args(dtype, device)
+    sharded = _check_sharding(device, device_map, max_memory, offload_folder)
     register()  # idempotent: the "sinklens" attention + mask functions exist before loading
     where = resolve(name_or_path, revision)
     if where.gguf_file is not None:
+        if sharded:
+            raise ValueError(f"{where.folder / where.gguf_file}: device_map / max_memory / offload_folder are for "
+                             "safetensors checkpoints; a GGUF file is loaded whole")
         model, config_dict, family = _load_gguf(where, dtype)
     else:
-        model, config_dict, family = _load_safetensors(where.folder, dtype)
+        model, config_dict, family = _load_safetensors(where.folder, dtype, sharded)
     _set_attention(model)
     if device is not None:
         model.to(device)
@@ -308,7 +320,28 @@ def load(
     return SinkModel(model=model, family=family, tokenizer=tokenizer, config_dict=config_dict, source=source)
 
 
-def _load_safetensors(folder: Path, dtype) -> tuple[torch.nn.Module, dict, Family]:
+def _check_sharding(device, device_map, max_memory, offload_folder) -> dict:
+    """from_pretrained's big-model arguments that were given, checked; {} when none were."""
+    if device_map is None and (max_memory is not None or offload_folder is not None):
+        raise ValueError("max_memory and offload_folder go with device_map (e.g. device_map='auto')")
+    if device_map is None:
+        return {}
+    if device is not None:
+        raise ValueError("give device or device_map, not both (device_map places every layer itself)")
+    if isinstance(device_map, str) and device_map not in ("auto", "balanced", "balanced_low_0", "sequential"):
+        raise ValueError(f"device_map must be 'auto', 'balanced', 'balanced_low_0', 'sequential' or a dict of module "
+                         f"name -> device, got {device_map!r}")
+    if importlib.util.find_spec("accelerate") is None:
+        raise ImportError("device_map needs accelerate (a dependency of sinklens): pip install accelerate")
+    out = {"device_map": device_map}
+    if max_memory is not None:
+        out["max_memory"] = max_memory
+    if offload_folder is not None:
+        out["offload_folder"] = str(offload_folder)
+    return out
+
+
+def _load_safetensors(folder: Path, dtype, sharded: dict | None = None) -> tuple[torch.nn.Module, dict, Family]:
     config_dict = read_config(folder)
     family = detect_family(config_dict)
     weight_files = check_weights(folder)
@@ -326,6 +359,7 @@ def _load_safetensors(folder: Path, dtype) -> tuple[torch.nn.Module, dict, Famil
         # Mismatches are collected and raised below with names and shapes (not re-initialised).
         ignore_mismatched_sizes=True,
         output_loading_info=True,
+        **(sharded or {}),
     )
     _check_loading_info(folder, family, info)
     return model, config_dict, family

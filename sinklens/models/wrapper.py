@@ -67,7 +67,14 @@ class SinkModel:
 
     @property
     def device(self) -> torch.device:
-        return self.model.device
+        """Where inputs are made. A model whose every weight is offloaded to disk (device_map) has
+        them on the meta device: accelerate streams them to its execution device and moves the
+        inputs there itself, so inputs start on the first device that holds a layer, else the CPU."""
+        device = self.model.device
+        if device.type != "meta":
+            return device
+        placed = [d for d in (getattr(self.model, "hf_device_map", None) or {}).values() if d != "disk"]
+        return torch.device(placed[0] if placed else "cpu")
 
     @property
     def dtype(self) -> torch.dtype:

@@ -35,6 +35,7 @@ from pathlib import Path
 import numpy as np
 
 from sinklens.analysis.analyze import Analysis
+from sinklens.analysis.blocks import block_dynamics, blocks, edited_sinks
 from sinklens.report.options import PageOptions
 
 HERE = Path(__file__).parent
@@ -97,6 +98,7 @@ def _header(a: Analysis, steps_with_heads: list[int], stride: int, layers, xmax:
         maps.append({"t": t, "l": l, "h": h, "sq": int(m.shape[0]), "sk": int(m.shape[1]),
                      "max": float(m.max()), "data": _b64(quantise(m, float(m.max()) or 1.0))})
     mean_pos = a.mean_head["largest_pos"]
+    b, dyn, ed = blocks(a.source.layout), block_dynamics(a), edited_sinks(a)
     return {
         "label": a.source.label, "units": a.units, "units_label": a.units_short, "sink_eps": a.config.sink_eps,
         "causal": a.source.causal, "mask_id": a.source.mask_id, "T": T, "L": L, "H": H, "S": S,
@@ -110,6 +112,11 @@ def _header(a: Analysis, steps_with_heads: list[int], stride: int, layers, xmax:
         "sinks": _sink_index(a), "maps": maps, "figures": figures,
         "strongest": list(a.strongest_sink_head()), "has_sinks": bool((a.largest_pos >= 0).any()),
         "prompt_length": a.source.prompt_length,
+        # block diffusion: where blocks start and what carries over; editing: which tokens were rewritten
+        "blocks": None if b is None else {"starts": b.starts(S), "size": b.size, "attention": b.causal_attention,
+                                          "dynamics": dyn.to_dict()},
+        "edited": None if ed is None else {"at": _b64(ed.edited_at.astype(np.uint8)), "positions": ed.positions,
+                                           "on_edited": ed.on_edited.tolist()},
         "summary": {k: summary[k] for k in ("units", "units_meaning", "notes", "sink_eps", "sink_rule", "causal", "shape",
                                             "sinks_total", "fraction_heads_steps_with_sink", "track_kinds",
                                             "head_classes", "drift")}

@@ -8,10 +8,13 @@ comparison figures in DIR):
     <label>/fig01_received_*.png|svg, fig03_score_distribution, fig04_attention_maps (when maps are
     stored), fig05_layer_head, fig07_sink_positions, fig10_eps_sweep, table2_sink_tokens.csv|md
     compare_fig10_eps_sweep.png|svg (several traces)
+    fig11_block_sinks (block diffusion: sinks across blocks), fig12_sinks_on_edited (an editing
+    sampler, LLaDA2.1: sinks on rewritten tokens)
 
-Causal traces (ARMs) get a second set of the sink figures in `uniform_ratio` units (suffix
-`_uniform_ratio`): raw column sums carry the causal baseline H_S − H_j, so the page
-and summary report both.
+Causal and block-causal traces (ARMs; SDAR, LLaDA2) get a second set of the sink figures in
+`uniform_ratio` units (suffix `_uniform_ratio`): raw column sums carry the baseline uniform
+attention already gives early keys (H_S − H_j causally; earlier blocks are seen by more queries),
+the rule's `coverage(...).expected` removes it, and the page and summary report both.
 """
 from __future__ import annotations
 
@@ -24,6 +27,7 @@ from pathlib import Path
 import numpy as np
 
 from sinklens.analysis.analyze import Analysis, AnalysisConfig, analyze
+from sinklens.analysis.blocks import block_dynamics, edited_sinks
 from sinklens.analysis.learned_sink import learned_sink_line
 from sinklens.analysis.source import AnalysisInputError, as_source
 from sinklens.report import figures as F
@@ -93,13 +97,18 @@ def _figures_for(a: Analysis, folder: Path, opts: ReportOptions, suffix: str, re
     put("fig05_layer_head", lambda: F.layer_head_scores(a))
     put("fig07_sink_positions", lambda: F.sink_positions(a, heads))
     put("fig10_eps_sweep", lambda: F.eps_sweep([a]))
+    dyn = block_dynamics(a)
+    if dyn is not None and len(dyn.blocks) > 1:   # block diffusion: what carries over from block to block
+        put("fig11_block_sinks", lambda: F.block_sinks(a))
+    if a.edited is not None:                    # an editing sampler: sinks on rewritten tokens
+        put("fig12_sinks_on_edited", lambda: F.sinks_on_edited(a))
     return pngs
 
 
 def _maps_figure(a: Analysis, opts: ReportOptions):
     slices = a.source.map_slices()
     if not slices:
-        raise AnalysisInputError(F.no_maps_message(a.source.label))
+        raise AnalysisInputError(a.source.no_maps_message())
     by_head: dict[tuple[int, int], list[int]] = {}
     for t, l, h in slices:
         by_head.setdefault((l, h), []).append(t)
@@ -135,7 +144,9 @@ def build_report(traces, out: str | os.PathLike, *, labels: list[str] | None = N
                 src.check_layer_head(l, h)
         cfg = AnalysisConfig(units=opts.units, sink_eps=opts.sink_eps, progress=opts.progress)
         analyses = [analyze(src, cfg)]
-        if src.causal and opts.units != BASELINE_UNITS:
+        # causal and block-causal attention both give early keys more column sum under uniform
+        # attention: report the rule's uniform baseline removed too (units uniform_ratio)
+        if (src.causal or src.layout.attention_block) and opts.units != BASELINE_UNITS:
             analyses.append(analyze(src, AnalysisConfig(units=BASELINE_UNITS, sink_eps=opts.sink_eps, progress=opts.progress)))
         folder = out if len(traces) == 1 else out / _safe_name(label, k, folders)
         rep = TraceReport(label, folder, analyses)
@@ -173,6 +184,9 @@ def _write_summary(report: Report, opts: ReportOptions) -> None:
         d = dict(rep.analyses[0].to_dict())     # a copy: to_dict() is cached
         d["figures"] = {k: _rel(v, report.out) for k, v in rep.figures.items()}
         d["figures_skipped"] = rep.skipped
+        dyn, ed = block_dynamics(rep.analyses[0]), edited_sinks(rep.analyses[0])
+        d["block_dynamics"] = None if dyn is None else dyn.to_dict()     # block diffusion only
+        d["edited_sinks"] = None if ed is None else ed.to_dict()         # editing samplers only
         d["source_meta"] = {k: v for k, v in rep.analyses[0].source.meta.items() if k != "tokens_vocab"}
         if len(rep.analyses) > 1:
             d["also"] = [a.to_dict() for a in rep.analyses[1:]]
@@ -219,6 +233,14 @@ def _markdown(report: Report) -> str:
                       f"- ε sweep at ε = {a.config.sink_eps:g}: "
                       f"{100 * float(np.interp(a.config.sink_eps, a.eps_sweep.eps, a.eps_sweep.fraction)):.2f} % of tokens flagged",
                       ""]
+            dyn, ed = block_dynamics(a), edited_sinks(a)
+            if dyn is not None:
+                lines += [f"- sinks across blocks (at each block's last step): " + ", ".join(
+                    f"block {b} {len(n)}" for b, n in zip(dyn.blocks, dyn.sinks)) + "; persist to the next block: "
+                    + (", ".join(map(str, dyn.persist)) or "–"), ""]
+            if ed is not None:
+                lines += [f"- edited tokens: {int(ed.edited_at.sum())} rewrites at {len(ed.positions)} positions; "
+                          f"{int(ed.on_edited.sum())} (step, layer, head) sinks sit on an edited token", ""]
             lines += [a.token_table.to_markdown(10), ""]
         lines += ["Figures:", ""] + [f"- `{name}`: " + ", ".join(f"[{Path(p).suffix[1:]}]({os.path.relpath(p, report.out)})"
                                                                    for p in paths)

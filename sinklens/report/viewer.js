@@ -64,14 +64,27 @@
       let i = 0;
       for (let t = 0; t < h.T; t++) if (!this.headSet.has(t)) this.meanIndex.set(t, i++);
       this.lut = new Float32Array(256).map((_, q) => dequant(q, h.xmax, h.log_range));
-      this.maskLo = new Int32Array(h.T).fill(-1);   // masked span per step (chart shading)
-      this.maskHi = new Int32Array(h.T).fill(-1);
-      for (let t = 0; t < h.T; t++) for (let j = 0; j < h.S; j++) if (this.mask[t * h.S + j]) {
-        if (this.maskLo[t] < 0) this.maskLo[t] = j;
-        this.maskHi[t] = j;
+      // masked positions per step as runs [lo, hi] (chart shading): exactly the masked cells, as Fig. 7
+      // (Dream unmasks anywhere: a leftmost..rightmost span would shade unmasked tokens too)
+      this.maskRuns = [];
+      for (let t = 0; t < h.T; t++) {
+        const runs = [];
+        for (let j = 0; j < h.S; j++) if (this.mask[t * h.S + j]) {
+          if (runs.length && runs[runs.length - 1][1] === j - 1) runs[runs.length - 1][1] = j; else runs.push([j, j]);
+        }
+        this.maskRuns.push(runs);
       }
       this.cache = new Map();
       this.S3 = h.S + ((3 - h.S % 3) % 3);
+      // editing samplers: editedBefore[t * S + j] = 1 when position j was rewritten at step t or earlier
+      this.editedBefore = null;
+      if (h.edited) {
+        const at = bytes(h.edited.at);
+        this.editedBefore = new Uint8Array(h.T * h.S);
+        for (let t = 0; t < h.T; t++) for (let j = 0; j < h.S; j++)
+          this.editedBefore[t * h.S + j] = at[t * h.S + j] || (t > 0 && this.editedBefore[(t - 1) * h.S + j]) ? 1 : 0;
+      }
+      this.blockStarts = new Set(h.blocks ? h.blocks.starts : []);
     }
     _cached(key, make) {
       if (this.cache.has(key)) { const v = this.cache.get(key); this.cache.delete(key); this.cache.set(key, v); return v; }
@@ -119,6 +132,7 @@
     }
     tokenAt(t, j) { const id = this.tok[t * this.S + j]; return id < 0 ? null : (this.vocab[id] ?? "<" + id + ">"); }
     isMasked(t, j) { return this.mask[t * this.S + j] === 1; }
+    isEdited(t, j) { return this.editedBefore !== null && this.editedBefore[t * this.S + j] === 1; }
     mapAt(t, l, head) { return this.maps.find(m => m.t === t && m.l === l && m.h === head) || null; }
     stepAxis() { return this.causal ? "decoding step index (0 = prefill)" : "denoising step index"; }
   }
@@ -166,11 +180,13 @@
       el("h3", {}, box, "Largest sink position over steps");
       this.chart = el("canvas", { class: "sl-chart", width: 800, height: 230 }, box);
       el("p", { class: "note" }, box, "red: position of the largest Eq. 3 sink at each step (gaps: no sink); grey: " +
-         "masked span; dashed: prompt | answer; click to jump to a step.");
+         "masked positions; dashed: prompt | answer" + (data.blocks ? "; dotted: block boundaries" : "") +
+         "; click to jump to a step.");
       el("h3", {}, box, "Attention map of the selected slice");
       this.mapNote = el("p", { class: "note sl-mapnote" }, box);
       this.mapCanvas = el("canvas", { class: "sl-map", width: 1, height: 1 }, box);
       this.summaryBox = el("details", { class: "sl-summary", open: "" }, box);
+      this.blocksBox = el("details", { class: "sl-blocks", open: "" }, box);
       this.figures(box);
       this.slider.addEventListener("input", () => this.setStep(+this.slider.value, true));
       this.layerSel.addEventListener("change", () => { this.l = +this.layerSel.value; this.update(); });
@@ -188,7 +204,9 @@
       const d = this.d = this.alts[i];
       this.box.setAttribute("data-units", d.units);
       this.unitsNote.textContent = "units: " + d.units + " — " + d.units_label + "; sinks: Eq. 3 with ε = " + d.sink_eps +
-        (d.causal ? " (causal model: raw sums carry the H_S − H_j baseline; see the uniform_ratio view)" : "");
+        (d.causal ? " (causal model: raw sums carry the H_S − H_j baseline; see the uniform_ratio view)" : "") +
+        (d.blocks && d.blocks.attention && d.units !== "uniform_ratio"
+          ? " (block-causal: keys of earlier blocks are seen by more queries; see the uniform_ratio view)" : "");
       const notes = (d.summary && d.summary.notes) || [];
       this.warn.textContent = notes.length ? "⚠ " + notes.join(" · ") : "";
       this.warn.style.display = notes.length ? "" : "none";
@@ -199,7 +217,39 @@
         : "No Eq. 3 sink in any head at ε = " + d.sink_eps + (i === 0 ? ": showing the mean over heads of the last layer." : ".");
       this.drawLegend();
       this.summary();
+      this.blocksPanel();
       this.update();
+    }
+    blocksPanel() {                // block diffusion: sinks across blocks; editing: sinks on rewritten tokens
+      const d = this.d, det = this.blocksBox;
+      det.textContent = "";
+      det.style.display = d.blocks || d.edited ? "" : "none";
+      if (!d.blocks && !d.edited) return;
+      el("summary", {}, det, (d.blocks ? "Sinks across blocks" : "") + (d.blocks && d.edited ? " · " : "") +
+         (d.edited ? "sinks on edited tokens" : "") + " [units=" + d.units + "]");
+      if (d.blocks) {
+        const k = d.blocks.dynamics;
+        el("p", { class: "note" }, det, (d.blocks.attention ? "block-causal attention, " : "generation ") + "blocks of " +
+           d.blocks.size + " (dotted lines in the chart and the token strip). Sinks = (layer, head, position) Eq. 3 sinks " +
+           "at each block's last step, by where they sit (prompt, earlier blocks, the block's own positions); persist / " +
+           "new / gone: compared with the next block's.");
+        const tb = el("table", { class: "sl-block-table" }, det);
+        const hr = el("tr", {}, tb);
+        for (const c of ["block", "steps", "sinks", "prompt", "earlier", "own", "persist", "new", "gone"]) el("th", {}, hr, c);
+        k.blocks.forEach((b, i) => {
+          const tr = el("tr", {}, tb);
+          const last = i === k.blocks.length - 1;
+          for (const v of [b, d.step_numbers[k.first_step[i]] + "–" + d.step_numbers[k.last_step[i]], k.sinks[i],
+                           k.in_prompt[i], k.in_earlier_blocks[i], k.in_own_block[i],
+                           last ? "" : k.persist[i], last ? "" : k.new[i], last ? "" : k.gone[i]]) el("td", {}, tr, String(v));
+        });
+      }
+      if (d.edited) {
+        const total = d.edited.on_edited.reduce((x, y) => x + y, 0);
+        this.editedNote = el("p", { class: "note sl-edited" }, det, "Edited tokens (double red underline in the strip): " +
+          d.edited.positions.length + " positions rewritten (" + (d.edited.positions.join(", ") || "none") + "); " +
+          total + " (step, layer, head) sinks sit on an edited token.");
+      }
     }
     drawLegend() {
       const d = this.d, lg = this.legend;
@@ -266,7 +316,8 @@
       else if (v.from !== t) note = "per-head data stored every " + d.head_stride + " steps (size cap): showing step " + d.step_numbers[v.from];
       this.info.textContent = (h < 0 ? "mean over heads" : "head " + h) + ", layer " + l + ": " +
         (sinks.size ? sinks.size + " sink(s), largest at position " + big : "no sink") +
-        (h < 0 ? " (largest Eq. 3 sink of the head-averaged scores)" : "") + (note ? " — " + note : "");
+        (h < 0 ? " (largest Eq. 3 sink of the head-averaged scores)" : "") + (note ? " — " + note : "") +
+        (d.edited ? "; on edited tokens: " + [...sinks].filter(j => d.isEdited(t, j)).length : "");
       for (let j = 0; j < d.S; j++) {
         const cell = this.cells[j];
         if (j >= n || d.tokenAt(t, j) === null) { cell.style.display = "none"; continue; }
@@ -281,10 +332,11 @@
           cell.textContent = id === d.mask_id ? "[M]" : showToken(tokText.length > 14 ? tokText.slice(0, 13) + "…" : tokText);
           cell._tok = tokText;
         }
-        cell.className = "sl-tok" + (sinks.has(j) ? " sink" : "") + (j === big ? " largest" : "") + (d.isMasked(t, j) ? " masked" : "");
+        cell.className = "sl-tok" + (sinks.has(j) ? " sink" : "") + (j === big ? " largest" : "") + (d.isMasked(t, j) ? " masked" : "") +
+          (d.blockStarts.has(j) ? " block-start" : "") + (d.isEdited(t, j) ? " edited" : "");
         cell.title = "position " + j + " · " + JSON.stringify(tokText) + " · score " +
           (v.q ? fmt(d.lut[q]) : "n/a") + " (" + d.units + ")" + (d.isMasked(t, j) ? " · masked" : "") +
-          (sinks.has(j) ? " · SINK" : "");
+          (d.isEdited(t, j) ? " · edited" : "") + (sinks.has(j) ? " · SINK" : "");
       }
       this.drawChart();
       this.drawMap();
@@ -298,12 +350,10 @@
       ctx.clearRect(0, 0, W, H);
       ctx.fillStyle = "#fff"; ctx.fillRect(0, 0, W, H);
       const X = t => x0 + (d.T > 1 ? t / (d.T - 1) : 0.5) * w, Y = p => y0 + (p + 0.5) / Math.max(d.S, 1) * hh;
-      ctx.fillStyle = "#e4e4e4";                      // masked span per step
+      ctx.fillStyle = "#e4e4e4";                      // masked positions per step
       for (let t = 0; t < d.T; t++) {
-        const lo = d.maskLo[t], hi = d.maskHi[t];
-        if (lo < 0) continue;
         const a = Math.max(x0, X(t) - w / d.T / 2), b = Math.min(x0 + w, X(t) + w / d.T / 2);
-        ctx.fillRect(a, Y(lo - 0.5), Math.max(b - a, 1), Y(hi + 0.5) - Y(lo - 0.5));
+        for (const [lo, hi] of d.maskRuns[t]) ctx.fillRect(a, Y(lo - 0.5), Math.max(b - a, 1), Y(hi + 0.5) - Y(lo - 0.5));
       }
       ctx.strokeStyle = "#888"; ctx.lineWidth = 1; ctx.strokeRect(x0, y0, w, hh);
       ctx.fillStyle = "#333"; ctx.font = "11px sans-serif"; ctx.strokeStyle = "#888";
@@ -335,6 +385,15 @@
         ctx.textAlign = "left"; ctx.textBaseline = "bottom"; ctx.fillStyle = "#555";
         ctx.fillText("prompt | answer", x0 + 4, Y(pl - 0.5) - 1);
       }
+      this.chartBlocks = [];                          // block boundaries drawn (read by the browser test)
+      if (d.blocks) {
+        ctx.setLineDash([1, 3]); ctx.strokeStyle = "#777";
+        for (const p of d.blocks.starts) {
+          ctx.beginPath(); ctx.moveTo(x0, Y(p - 0.5)); ctx.lineTo(x0 + w, Y(p - 0.5)); ctx.stroke();
+          this.chartBlocks.push(p);
+        }
+        ctx.setLineDash([]);
+      }
       ctx.fillStyle = "#c0392b"; ctx.strokeStyle = "#c0392b";
       let prev = null;
       ctx.beginPath();
@@ -362,7 +421,7 @@
       this.mapNote.textContent = "A[i, j]: rows = queries i, columns = keys j; log colour (magma, as Fig. 4); max " +
         fmt(m.max) + ".";
       // geometry: map, axes (left, bottom), colour bar (right)
-      const left = 44, top = 8, bottom = 36, right = 78;
+      const left = 104, top = 8, bottom = 96, right = 92;   // room for "position token" tick labels
       const avail = Math.max(160, Math.min((this.box.clientWidth || 520) - 30, 560) - left - right);
       const cwid = avail / m.sk, chei = m.sq === 1 ? 22 : Math.min(cwid, 380 / m.sq);
       const mw = Math.round(cwid * m.sk), mh = Math.max(Math.round(chei * m.sq), 22);
@@ -380,26 +439,36 @@
       ctx.drawImage(off, left, top, mw, mh);
       ctx.strokeStyle = "#888"; ctx.strokeRect(left, top, mw, mh);
       ctx.fillStyle = "#333"; ctx.font = "11px sans-serif";
-      // x: key positions j
-      ctx.textAlign = "center"; ctx.textBaseline = "top";
-      const xs = niceStride(m.sk, Math.max(2, Math.floor(mw / 45)));
+      // tick labels "position token" as the step fed them ([M]: masked), as the figures' Fig. 4
+      const tokLabel = (p) => {
+        const tok = d.isMasked(m.t, p) ? "[M]" : showToken(d.tokenAt(m.t, p) ?? "");
+        return p + " " + (tok.length > 9 ? tok.slice(0, 8) + "…" : tok);
+      };
+      this.mapTicks = { x: [], y: [] };               // tick labels drawn (read by the browser test)
+      ctx.font = "10px ui-monospace, Menlo, Consolas, monospace";
+      // x: key positions j, labels turned to run downwards
+      const xs = niceStride(m.sk, Math.max(2, Math.floor(mw / 14)));
       for (let j = 0; j < m.sk; j += xs) {
         const x = left + (j + 0.5) * mw / m.sk;
         ctx.beginPath(); ctx.moveTo(x, top + mh); ctx.lineTo(x, top + mh + 4); ctx.stroke();
-        ctx.fillText(String(j), x, top + mh + 5);
+        ctx.save(); ctx.translate(x, top + mh + 6); ctx.rotate(-Math.PI / 2);
+        ctx.textAlign = "right"; ctx.textBaseline = "middle"; ctx.fillText(tokLabel(j), 0, 0); ctx.restore();
+        this.mapTicks.x.push(tokLabel(j));
       }
-      ctx.fillText("key position j", left + mw / 2, top + mh + 20);
-      // y: query rows i (an ARM decoding step stores the newest token's row only)
+      ctx.font = "11px sans-serif"; ctx.textAlign = "center"; ctx.textBaseline = "bottom";
+      ctx.fillText("key position j and its token", left + mw / 2, top + Math.max(mh, 110) + bottom - 2);
+      // y: query rows = the step's last sq positions (all of a DLM step; an ARM decoding step's newest)
+      ctx.font = "10px ui-monospace, Menlo, Consolas, monospace";
       ctx.textAlign = "right"; ctx.textBaseline = "middle";
-      if (m.sq === 1) ctx.fillText(String(d.seq_len[m.t] - 1), left - 5, top + mh / 2);
-      else {
-        const ys = niceStride(m.sq, Math.max(2, Math.floor(mh / 30)));
-        for (let i = 0; i < m.sq; i += ys) {
-          const y = top + (i + 0.5) * mh / m.sq;
-          ctx.beginPath(); ctx.moveTo(left - 4, y); ctx.lineTo(left, y); ctx.stroke();
-          ctx.fillText(String(i), left - 6, y);
-        }
+      const first = m.sk - m.sq;
+      const ys = niceStride(m.sq, Math.max(1, Math.floor(mh / 13)));
+      for (let i = 0; i < m.sq; i += ys) {
+        const y = top + (i + 0.5) * mh / m.sq;
+        ctx.beginPath(); ctx.moveTo(left - 4, y); ctx.lineTo(left, y); ctx.stroke();
+        ctx.fillText(tokLabel(first + i), left - 6, y);
+        this.mapTicks.y.push(tokLabel(first + i));
       }
+      ctx.font = "11px sans-serif";
       ctx.save(); ctx.translate(10, top + mh / 2); ctx.rotate(-Math.PI / 2); ctx.textAlign = "center";
       ctx.fillText(m.sq === 1 ? "query (newest)" : "query position i", 0, 0); ctx.restore();
       // colour bar with numbers: the map's own log scale (html.py quantises each map to its max)

@@ -33,6 +33,15 @@ from typing import Any, Callable, ClassVar
 from sinklens._lazy import PackageRegistry
 from sinklens.params import check_fields, check_value, expected, param, parse_text  # noqa: F401 (re-exported)
 
+# Fast-dLLM's KV cache modes, an option of the llada and dream samplers (sinklens/samplers/kvcache.py)
+CACHES = ("none", "prefix", "dual")
+
+
+def cache_param():
+    """The `cache` field of a sampler that offers Fast-dLLM's cached decoding (one declaration)."""
+    return param("none", str, "Fast-dLLM KV cache: none, prefix (the prompt and finished blocks), dual (also the "
+                 "masked suffix; only the block is recomputed)", choices=CACHES)
+
 
 @dataclass
 class SamplerConfig:

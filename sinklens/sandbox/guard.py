@@ -1,6 +1,6 @@
 """Fallback mode only: an audit hook in the program's process (bubblewrap mode needs none).
 
-Part of the harness text (`harness.py` runs with this file in front of it): standard library
+Part of the harness's code (`harness.py` runs with this file in front of it): standard library
 only, no sinklens import. What it refuses, and why each rule is shaped as it is:
 
 - Writes, deletes, renames, chmod outside the working directory `root`. Paths are resolved by
@@ -31,7 +31,7 @@ JUDGE_FILE = "<sinklens-judge>"     # the file name the judge's text is compiled
 
 def install_guard(root, block_net, max_entries=None):
     import posix
-    import socket as _socket_mod     # noqa: F401  (imported now so the program need not)
+    import _socket                   # AF_UNIX only: `socket` itself would import `enum` and `selectors`
 
     def resolve(p, dir_fd, _readlink=posix.readlink, _lstat=posix.lstat, _getcwd=posix.getcwd,
                 _str=str, _bytes=bytes, _int=int, _type=type, _islnk=0o120000, _fmt=0o170000,
@@ -137,7 +137,7 @@ def install_guard(root, block_net, max_entries=None):
     def guard(event, args, _inside=inside, _resolve=resolve, _climbs=climbs, _paths=path_events,
               _denied=denied, _mods=denied_modules, _wf=write_flags, _df=dir_flags,
               _creat=os.O_CREAT, _fi=func_internals, _judge=JUDGE_FILE, _block_net=block_net,
-              _unix=_socket_mod.AF_UNIX, _str=str, _bytes=bytes, _type=type, _int=int,
+              _unix=_socket.AF_UNIX, _str=str, _bytes=bytes, _type=type, _int=int,
               _isdir=posix.stat, _err=PermissionError, _len=len, _fmt=0o170000, _dir=0o040000,
               _fn=type(resolve), _entries=entries, _limit=max_entries, _own=own_proc):
         if event in _denied or event.startswith("ctypes."):

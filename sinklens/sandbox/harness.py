@@ -1,8 +1,10 @@
 """The judge's harness: the trusted program that runs *inside* the sandbox (stdlib only).
 
-`isolation.harness_command` starts it as `python -I -S -B -c <text> <config json>`, the text being
-`wire.py` + `guard.py` + this file, compiled under the file name `guard.JUDGE_FILE`; sinklens
-never imports it. Two processes, so that a pass can be proven:
+`isolation.harness_command` starts it as `python -I -S -B -c <bootstrap> <config> <mark>`; the
+bootstrap reads the harness's code object from stdin: `wire.py` + `guard.py` + this file, compiled
+once per judge process under the file name `guard.JUDGE_FILE` by the interpreter that runs it
+(`isolation.harness_code`). sinklens never imports it. Two processes, so that a pass can be
+proven:
 
     harness (trusted)                          program (untrusted, forked before any secret exists)
     ---------------------------------------    ------------------------------------------------
@@ -33,17 +35,17 @@ Why each piece:
 - The test's helpers (HumanEval 32's `poly`, 38's `encode_cyclic`) come from the trusted prompt
   executed here, not from the completion, which could redefine them.
 """
-import json
 import os
 import sys
 
-# send / recv / encode / decode / read_exact come from wire.py and install_guard from guard.py,
-# which stand in front of this file in the harness text.
+# send / recv / encode / decode / frame / write_all / read_exact come from wire.py and
+# install_guard from guard.py, which stand in front of this file in the harness's code.
 
 PR_SET_PDEATHSIG, PR_SET_DUMPABLE, PR_CAPBSET_DROP, PR_SET_SECUREBITS = 1, 4, 24, 28
 PR_SET_NO_NEW_PRIVS, PR_CAP_AMBIENT, PR_CAP_AMBIENT_CLEAR_ALL = 38, 47, 4
 SECURE_ALL = 0xEF                   # NOROOT, NO_SETUID_FIXUP, KEEP_CAPS off, NO_CAP_AMBIENT_RAISE; locked
 MS_NOSUID, MS_NODEV = 2, 4
+SIGKILL = 9                         # a constant: the `signal` module would import `enum`
 
 
 def libc():
@@ -105,8 +107,19 @@ def set_dumpable(flag):
 
 
 def set_parent_death_signal():
-    import signal
-    libc().prctl(PR_SET_PDEATHSIG, int(signal.SIGKILL), 0, 0, 0)
+    libc().prctl(PR_SET_PDEATHSIG, SIGKILL, 0, 0, 0)
+
+
+def print_exc():
+    """The traceback being handled, to stderr. `traceback` (with `re`, `collections`, ...) is
+    imported only when something failed: a passing run does not pay for its import."""
+    import traceback
+    traceback.print_exc()
+
+
+def format_exc():
+    import traceback
+    return traceback.format_exc()
 
 
 def program_process(source, cmd_r, reply_w, cfg, parent):
@@ -121,18 +134,16 @@ def program_process(source, cmd_r, reply_w, cfg, parent):
         if lo + 1 < hi:                     # closerange(n, n) closes everything on some Pythons
             os.closerange(lo + 1, hi)
     sys.stdin = open(0, closefd=False)
-    import traceback                        # before the guard: the program's errors are reported
     if cfg["guard"]:
         install_guard(cfg["root"], cfg["block_net"], cfg["max_entries"])  # noqa: F821 (guard.py)
-    import types
-    mod = types.ModuleType("program")       # not __main__: a `__main__` block does not run
+    mod = type(sys)("program")              # not __main__: a `__main__` block does not run
     mod.__file__ = "program.py"
     sys.modules["program"] = mod
     try:
         exec(compile(source, "program.py", "exec"), mod.__dict__)
         names = [k for k, v in mod.__dict__.items() if callable(v) and not k.startswith("__")]
     except BaseException:                   # SystemExit too: the program did not finish
-        traceback.print_exc()
+        print_exc()
         sys.stderr.flush()
         os._exit(1)
     sys.stdout.flush()
@@ -145,13 +156,13 @@ def program_process(source, cmd_r, reply_w, cfg, parent):
             os._exit(0)
         try:
             fn = mod.__dict__[msg["call"]]
-            out = {"ok": encode(fn(*decode(msg["args"]), **decode(msg["kwargs"])))}  # noqa: F821
+            reply = encode({"ok": fn(*msg["args"], **msg["kwargs"])})    # noqa: F821 (wire.py)
         except BaseException as e:          # noqa: BLE001 - reported to the judge, who fails
             if isinstance(e, SystemExit):
                 os._exit(1)
-            out = {"err": traceback.format_exc()[-2000:]}
+            reply = encode({"err": format_exc()[-2000:]})                # noqa: F821 (wire.py)
         sys.stdout.flush()
-        send(reply_w, out)                  # noqa: F821 (wire.py)
+        write_all(reply_w, frame(reply))    # noqa: F821 (wire.py)
 
 
 class Remote:
@@ -162,19 +173,18 @@ class Remote:
         self._cmd_w, self._reply_r = cmd_w, reply_r
 
     def __call__(self, *args, **kwargs):
-        send(self._cmd_w, {"call": self.__name__, "args": encode(list(args)),  # noqa: F821
-                           "kwargs": encode(kwargs)})                           # noqa: F821
+        send(self._cmd_w, {"call": self.__name__, "args": list(args), "kwargs": kwargs})  # noqa: F821
         try:
             msg = recv(self._reply_r)       # noqa: F821 (wire.py)
         except EOFError:
             raise RuntimeError(f"the program exited during {self.__name__}()") from None
         if "err" in msg:                    # the program's own traceback, then the test's
             raise RuntimeError(f"{self.__name__}() raised, in the program:\n{msg['err']}")
-        return decode(msg["ok"])            # noqa: F821 (wire.py)
+        return msg["ok"]
 
 
 def main():
-    cfg = json.loads(sys.argv[1])
+    cfg = decode(bytes.fromhex(sys.argv[1]))                                 # noqa: F821 (wire.py)
     set_limits(cfg["limits"])
     if cfg["tmpfs"]:
         mount_tmpfs(cfg["root"], cfg["tmpfs"], cfg["uid"])
@@ -210,8 +220,7 @@ def main():
             ns["check"](candidate)
     except BaseException as e:              # noqa: BLE001 - any failure is a failed run
         if not isinstance(e, EOFError):
-            import traceback
-            traceback.print_exc()
+            print_exc()
         else:
             print("judge: the program ended before it was checked", file=sys.stderr)
         sys.stderr.flush()

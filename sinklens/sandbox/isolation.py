@@ -17,7 +17,6 @@ Standard library only, like the whole package: it runs as any user with any inte
 from __future__ import annotations
 
 import functools
-import json
 import os
 import shutil
 import stat
@@ -28,8 +27,9 @@ import warnings
 from dataclasses import dataclass
 
 from sinklens.sandbox.guard import JUDGE_FILE
+from sinklens.sandbox.wire import encode, frame
 
-MARK = "sinklens-sandbox"          # in every sandboxed command line (tests look for leftovers)
+MARK = "sinklens-sandbox"          # in every sandboxed command line, see `owner_mark`
 _HERE = os.path.dirname(os.path.abspath(__file__))
 _PROBE_UID = 3_999_999
 _PID_NAMESPACE = ("--pid", "--fork", "--kill-child", "--mount-proc")
@@ -58,22 +58,52 @@ class Isolation:
                 "rlimits": True, "proof": "nonce after check()"}
 
 
+# Run inside the sandbox by `python -I -S -B -c`: the harness's code object comes first on stdin
+# (8-byte size, then marshal data), so the harness is compiled once per judge process, not once
+# per program. marshal reads only what the judge wrote there, never anything from the program.
+_BOOTSTRAP = """import marshal, os
+def read(n):
+    b = b""
+    while len(b) < n:
+        c = os.read(0, n - len(b))
+        if not c:
+            raise SystemExit(1)
+        b += c
+    return b
+exec(marshal.loads(read(int.from_bytes(read(8), "big"))))
+"""
+_COMPILE = ("import marshal, sys; sys.stdout.buffer.write(marshal.dumps(compile("
+            "sys.stdin.buffer.read().decode(), sys.argv[1], 'exec')))")
+
+
+def owner_mark(pid: int | None = None) -> str:
+    """The last argument of every harness command line: MARK and the judge's process id, so that
+    a check for leftover sandboxes can tell its own from another process's."""
+    return f"{MARK}:{os.getpid() if pid is None else pid}"
+
+
 @functools.lru_cache(maxsize=None)
-def _harness_text() -> str:
-    """wire.py + guard.py + harness.py, compiled under JUDGE_FILE when run."""
-    body = "".join(open(os.path.join(_HERE, name), encoding="utf-8").read() + "\n"
-                   for name in ("wire.py", "guard.py", "harness.py"))
-    return f"exec(compile({body!r}, {JUDGE_FILE!r}, 'exec'))"
+def harness_code(python: str) -> bytes:
+    """wire.py + guard.py + harness.py compiled under JUDGE_FILE by `python` itself (code objects
+    differ between Python versions), framed for the start of the harness's stdin."""
+    source = "".join(open(os.path.join(_HERE, name), encoding="utf-8").read() + "\n"
+                     for name in ("wire.py", "guard.py", "harness.py"))
+    try:
+        out = subprocess.run([python, "-I", "-S", "-B", "-c", _COMPILE, JUDGE_FILE], input=source.encode(),
+                             capture_output=True, timeout=60, check=True).stdout
+    except (OSError, subprocess.SubprocessError) as e:
+        raise RuntimeError(f"sandbox: {python} could not compile the judge's harness ({e})") from None
+    return frame(out)
 
 
 def harness_command(python: str, cfg: dict) -> list[str]:
-    return [python, "-I", "-S", "-B", "-c", _harness_text(), json.dumps(cfg), MARK]
+    return [python, "-I", "-S", "-B", "-c", _BOOTSTRAP, encode(cfg).hex(), owner_mark()]
 
 
-def _works(cmd: list[str], cwd: str | None = None) -> bool:
+def _works(cmd: list[str], cwd: str | None = None, stdin: bytes = b"") -> bool:
     try:
         return subprocess.run(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, cwd=cwd,
-                              stdin=subprocess.DEVNULL, timeout=20).returncode == 0
+                              input=stdin, timeout=20).returncode == 0
     except (OSError, subprocess.TimeoutExpired):
         return False
 
@@ -132,7 +162,7 @@ def _harness_starts(launcher: list[str], python: str, uid: int | None, tmpfs: bo
     try:
         cfg = {"probe": True, "root": work, "uid": uid, "tmpfs": (1 << 20) if tmpfs else None,
                "limits": [10, 1 << 30, 1 << 20, 1 << 16, 256]}
-        return _works(launcher + harness_command(python, cfg), cwd=work)
+        return _works(launcher + harness_command(python, cfg), cwd=work, stdin=harness_code(python))
     finally:
         shutil.rmtree(work, ignore_errors=True)
 

@@ -9,9 +9,9 @@ files, no core) and a wall-clock timeout that kills everything.
 """
 from __future__ import annotations
 
-import json
 import os
 import secrets
+import select
 import shutil
 import signal
 import subprocess
@@ -20,7 +20,8 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 
 from sinklens.sandbox.config import SandboxConfig, SandboxResult
-from sinklens.sandbox.isolation import MARK, drop_to, harness_command, probe, warn_fallback
+from sinklens.sandbox.isolation import MARK, drop_to, harness_code, harness_command, probe, warn_fallback
+from sinklens.sandbox.wire import encode, frame
 
 _KILL_ALL = "import os, sys; u = int(sys.argv[1]); os.setgroups([]); os.setresgid(u, u, u); " \
             "os.setresuid(u, u, u); os.kill(-1, 9)"
@@ -51,8 +52,27 @@ def _tail(path: str, limit: int) -> str:
         return ""
 
 
-def _frame(obj: bytes) -> bytes:
-    return len(obj).to_bytes(8, "big") + obj
+def _exited_within(pid: int, deadline: float) -> bool:
+    """Wait until child `pid` exits or the monotonic `deadline` passes, without reaping it, so
+    that its group id cannot be reused before the caller kills the group."""
+    try:
+        pidfd = os.pidfd_open(pid)          # readable once the child exits: no polling delay
+    except (AttributeError, OSError):       # Python < 3.9 or Linux < 5.3
+        pidfd = None
+    if pidfd is not None:
+        try:
+            with select.epoll() as ep:
+                ep.register(pidfd, select.EPOLLIN)
+                return bool(ep.poll(max(0.0, deadline - time.monotonic())))
+        finally:
+            os.close(pidfd)
+    delay = 0.001
+    while os.waitid(os.P_PID, pid, os.WEXITED | os.WNOHANG | os.WNOWAIT) is None:
+        if time.monotonic() >= deadline:
+            return False
+        time.sleep(delay)
+        delay = min(delay * 2, 0.02)
+    return True
 
 
 def _status(returncode: int, proven: bool) -> str:
@@ -108,11 +128,10 @@ def run_check(program: str, test: str | None = None, entry_point: str | None = N
     cmd = launcher + harness_command(iso.python, harness_cfg)
     env = {"PATH": "/usr/bin:/bin", "HOME": work, "TMPDIR": work, "LANG": "C.UTF-8",
            "PYTHONIOENCODING": "utf-8"}
-    job = json.dumps({"nonce": nonce, "test": test, "entry_point": entry_point, "prompt": prompt})
-    payload = _frame(program.encode("utf-8", "surrogatepass")) + _frame(job.encode())
+    job = encode({"nonce": nonce, "test": test, "entry_point": entry_point, "prompt": prompt})
+    payload = harness_code(iso.python) + frame(program.encode("utf-8", "surrogatepass")) + frame(job)
     out_path, err_path = os.path.join(outer, "stdout"), os.path.join(outer, "stderr")
     t0 = time.monotonic()
-    timed_out = False
     proof = b""
     try:
         with open(out_path, "wb") as out, open(err_path, "wb") as err:
@@ -125,14 +144,7 @@ def run_check(program: str, test: str | None = None, entry_point: str | None = N
             proc.stdin.close()
         except OSError:                     # it died before reading: judged below
             pass
-        # Wait without reaping (WNOWAIT) so the group id cannot be reused before we kill the group.
-        delay = 0.001
-        while os.waitid(os.P_PID, proc.pid, os.WEXITED | os.WNOHANG | os.WNOWAIT) is None:
-            if time.monotonic() - t0 > config.timeout:
-                timed_out = True
-                break
-            time.sleep(delay)
-            delay = min(delay * 2, 0.02)
+        timed_out = not _exited_within(proc.pid, t0 + config.timeout)
         try:
             os.killpg(proc.pid, signal.SIGKILL)
         except (ProcessLookupError, PermissionError):

@@ -21,7 +21,7 @@ from transformers import DynamicCache
 from sinklens.attention.request import AttentionRequest
 from sinklens.samplers import base
 from sinklens.samplers.arm.config import ARMConfig
-from sinklens.samplers.dream.sample import top_k_filter, top_p_filter
+from sinklens.samplers.dream.draw import top_k_filter, top_p_filter
 from sinklens.trace.layout import TraceLayout
 
 

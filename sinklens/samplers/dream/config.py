@@ -4,7 +4,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import ClassVar
 
-from sinklens.samplers.configs import SamplerConfig, param, register
+from sinklens.samplers.configs import SamplerConfig, cache_param, param, register
 
 
 @register("dream")
@@ -31,3 +31,35 @@ class DreamConfig(SamplerConfig):
     top_p: float | None = param(None, float, "nucleus sampling mass", gt=0, max=1)
     top_k: int | None = param(None, int, "sample among the top-k tokens", min=1)
     mask_id: int | None = param(None, int, "mask token id (default: the model's)", min=0)
+    # Fast-dLLM (NVlabs/Fast-dLLM dream/model/generation_utils_block.py): cached block decoding
+    cache: str = cache_param()
+    block_length: int | None = param(None, int, "Fast-dLLM cached decoding: block length (default with a cache: "
+                                     "32, Fast-dLLM's)", min=1)
+    threshold: float | None = param(None, float, "Fast-dLLM parallel decoding (its alg='confidence_threshold'): "
+                                    "commit every masked position of the block (no cache: of the step's quota) "
+                                    "whose confidence reaches this (the most confident always)", gt=0, max=1)
+
+    def check(self) -> None:
+        if self.cache == "none":
+            if self.block_length is not None:
+                raise ValueError(f"block_length={self.block_length!r} needs cache='prefix' or 'dual' (Fast-dLLM's "
+                                 "cached block decoding; without a cache the answer is one block)")
+            return
+        if self.max_new_tokens % self.cached_block_length:
+            raise ValueError(f"max_new_tokens ({self.max_new_tokens}) must be a multiple of block_length "
+                             f"({self.cached_block_length})")
+        if self.steps % self.num_blocks:
+            raise ValueError(f"steps ({self.steps}) must be divisible by the number of blocks "
+                             f"(max_new_tokens / block_length = {self.num_blocks})")
+        if self.threshold is None and self.alg != "entropy":
+            raise ValueError(f"alg={self.alg!r} with cache={self.cache!r}: Fast-dLLM's cached decoding ranks by "
+                             "entropy whatever alg says; pass alg='entropy' (or a threshold)")
+
+    @property
+    def cached_block_length(self) -> int:
+        """The block length of the cached decoding (Fast-dLLM's default 32)."""
+        return 32 if self.block_length is None else self.block_length
+
+    @property
+    def num_blocks(self) -> int:
+        return self.max_new_tokens // self.cached_block_length

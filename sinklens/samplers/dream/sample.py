@@ -24,55 +24,10 @@ import torch.nn.functional as F
 
 from sinklens.samplers import base
 from sinklens.samplers.dream.config import DreamConfig
+from sinklens.samplers.dream.draw import CONFIDENCE, sample_tokens
+from sinklens.samplers.dream.fast import sample_fast
+from sinklens.samplers.dream.parallel import sample_parallel
 from sinklens.trace.layout import TraceLayout
-
-
-def top_p_filter(logits: torch.Tensor, top_p: float) -> torch.Tensor:
-    """Keep the smallest set of tokens whose probability mass reaches top_p (the token that
-    crosses the threshold stays); the rest get finfo.min."""
-    sorted_logits, order = torch.sort(logits, descending=True)
-    cum = torch.cumsum(F.softmax(sorted_logits, dim=-1), dim=-1)
-    drop_sorted = cum > top_p
-    drop_sorted[..., 1:] = drop_sorted[..., :-1].clone()  # shift right: keep the crossing token
-    drop_sorted[..., 0] = False
-    drop = torch.zeros_like(logits, dtype=torch.bool).scatter_(-1, order, drop_sorted)
-    return logits.masked_fill(drop, torch.finfo(logits.dtype).min)
-
-
-def top_k_filter(logits: torch.Tensor, top_k: int) -> torch.Tensor:
-    """Keep the top_k largest logits (ties with the k-th kept); the rest get finfo.min."""
-    k = min(top_k, logits.shape[-1])
-    kth = torch.topk(logits, k)[0][..., -1, None]
-    return logits.masked_fill(logits < kth, torch.finfo(logits.dtype).min)
-
-
-def sample_tokens(logits: torch.Tensor, temperature: float = 0.0, top_p: float | None = None,
-                  top_k: int | None = None, confidence: str = "prob") -> tuple[torch.Tensor, torch.Tensor]:
-    """(N, V) logits -> (confidence (N,), token (N,)). confidence in {prob, margin, neg_entropy}."""
-    if temperature > 0:
-        logits = logits / temperature
-    if top_p is not None and top_p < 1:
-        logits = top_p_filter(logits, top_p)
-    if top_k is not None:
-        logits = top_k_filter(logits, top_k)
-    probs = torch.softmax(logits, dim=-1)  # (N, V)
-    if temperature > 0:
-        try:
-            x0 = torch.distributions.Categorical(probs=probs).sample()
-            conf = torch.gather(probs, -1, x0[:, None]).squeeze(-1)
-        except (ValueError, RuntimeError):  # invalid probabilities: the official code falls back to argmax
-            conf, x0 = probs.max(dim=-1)
-    else:
-        conf, x0 = probs.max(dim=-1)
-    if confidence == "margin":
-        top2 = torch.sort(probs, dim=-1, descending=True)[0]
-        conf = top2[:, 0] - top2[:, 1]
-    elif confidence == "neg_entropy":
-        conf = torch.sum(probs * torch.log(probs + 1e-10), dim=-1)
-    return conf, x0
-
-
-CONFIDENCE = {"maskgit_plus": "prob", "topk_margin": "margin", "entropy": "neg_entropy"}
 
 
 @torch.no_grad()
@@ -80,6 +35,9 @@ def sample(model, input_ids, config: DreamConfig, attention_mask=None, *, trace=
            capture: base.CaptureOptions | None = None, progress: bool = False) -> base.GenerateOutput:
     """Dream's diffusion_generate(). `model` is a SinkModel (forward_logits returns raw, unshifted logits)."""
     c = config
+    if c.cache != "none" or c.threshold is not None:  # Fast-dLLM: cached blocks (fast.py), else parallel.py
+        run = sample_fast if c.cache != "none" else sample_parallel
+        return run(model, input_ids, c, attention_mask, trace=trace, hook=hook, capture=capture, progress=progress)
     steps, max_new_tokens, time_eps, alg, alg_temp = c.steps, c.max_new_tokens, c.time_eps, c.alg, c.alg_temp
     temperature, top_p, top_k = c.temperature, c.top_p, c.top_k
     mask_id = model.mask_id if c.mask_id is None else c.mask_id

@@ -4,7 +4,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import ClassVar
 
-from sinklens.samplers.configs import SamplerConfig, param, register
+from sinklens.samplers.configs import SamplerConfig, cache_param, param, register
 
 
 @register("llada")
@@ -30,6 +30,11 @@ class LLaDAConfig(SamplerConfig):
     mask_id: int | None = param(None, int, "mask token id (default: the model's)", min=0)
     logits_eos_inf: bool = param(False, bool, "never sample EOS")
     confidence_eos_eot_inf: bool = param(False, bool, "EOS / EoT get no confidence")
+    # Fast-dLLM (NVlabs/Fast-dLLM llada/generate.py): cached decoding and parallel commits
+    cache: str = cache_param()
+    threshold: float | None = param(None, float, "Fast-dLLM parallel decoding: commit every masked position of the "
+                                    "block whose confidence reaches this (the most confident always); "
+                                    "default: the fixed schedule", gt=0, max=1)
 
     def check(self) -> None:
         if self.gen_length % self.block_length:
@@ -37,6 +42,20 @@ class LLaDAConfig(SamplerConfig):
         if self.steps % self.num_blocks:
             raise ValueError(f"steps ({self.steps}) must be divisible by the number of blocks "
                              f"(gen_length / block_length = {self.num_blocks})")
+        if self.fast_dllm:
+            # Fast-dLLM's generate functions have none of these options: refuse rather than guess
+            for name, off in (("cfg_scale", 0.0), ("logits_eos_inf", False), ("confidence_eos_eot_inf", False)):
+                if getattr(self, name) != off:
+                    raise ValueError(f"{name}={getattr(self, name)!r} cannot be combined with cache={self.cache!r} / "
+                                     f"threshold={self.threshold!r} (Fast-dLLM's decoding has no {name})")
+        if self.cache != "none" and self.threshold is None and self.steps // self.num_blocks < 2:
+            raise ValueError(f"cache={self.cache!r} without a threshold needs at least 2 steps per block, got "
+                             f"{self.steps // self.num_blocks} (Fast-dLLM's schedule runs past its end: IndexError)")
+
+    @property
+    def fast_dllm(self) -> bool:
+        """True when Fast-dLLM's decoding runs (a cache or a threshold); else LLaDA's generate()."""
+        return self.cache != "none" or self.threshold is not None
 
     @property
     def num_blocks(self) -> int:

@@ -25,30 +25,9 @@ import torch.nn.functional as F
 
 from sinklens.samplers import base
 from sinklens.samplers.llada.config import LLaDAConfig
+from sinklens.samplers.llada.fast import sample_fast
+from sinklens.samplers.llada.schedule import add_gumbel_noise, num_transfer_tokens
 from sinklens.trace.layout import TraceLayout
-
-
-def add_gumbel_noise(logits: torch.Tensor, temperature: float) -> torch.Tensor:
-    """Gumbel-max in float64: argmax(exp(l) / (-log U)^T) samples softmax(l / T).
-
-    float64 because low-precision Gumbel noise hurts generation quality (LLaDA, after
-    arXiv:2409.02908). Returns `logits` itself when temperature is 0.
-    """
-    if temperature == 0:
-        return logits
-    logits = logits.to(torch.float64)
-    u = torch.rand_like(logits, dtype=torch.float64)  # the one RNG draw of this function
-    return logits.exp() / (-torch.log(u)) ** temperature
-
-
-def num_transfer_tokens(block_is_masked: torch.Tensor, steps: int) -> torch.Tensor:
-    """(B, steps) long tokens to reveal per step: the block's mask count spread evenly, the
-    remainder (+1 each) to the earliest steps."""
-    count = block_is_masked.sum(dim=1, keepdim=True)  # (B, 1)
-    per_step, remainder = count // steps, count % steps
-    schedule = per_step.expand(-1, steps).clone()  # (B, steps)
-    schedule += (torch.arange(steps, device=count.device)[None, :] < remainder).long()
-    return schedule
 
 
 @torch.no_grad()
@@ -61,6 +40,9 @@ def sample(model, input_ids, config: LLaDAConfig, attention_mask=None, *, trace=
     capture: what to record (default when tracing: received + masked/unmasked split).
     """
     c = config
+    if c.fast_dllm:  # Fast-dLLM's cached / parallel decoding (fast.py)
+        return sample_fast(model, input_ids, c, attention_mask, trace=trace, hook=hook, capture=capture,
+                           progress=progress)
     steps, gen_length, block_length, temperature = c.steps, c.gen_length, c.block_length, c.temperature
     cfg_scale, remasking, logits_eos_inf, confidence_eos_eot_inf = (c.cfg_scale, c.remasking, c.logits_eos_inf,
                                                                     c.confidence_eos_eot_inf)

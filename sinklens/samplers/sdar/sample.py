@@ -28,10 +28,17 @@ Official behaviour kept on purpose (tests/fixtures/sdar):
   block in one step); temperature 0 is refused (the official code divides by it);
 - one prompt at a time, without padding, as the official function (batch 1).
 
-Trace: one record per denoising forward (prefill and store forwards are not steps). The
-step's tokens are the canvas up to the end of the block (the keys); its query rows are the
-block's (`query_positions`); the layout says block-causal attention in blocks of `block_length`
-from position 0, so the sink rule sees exactly the keys these queries could see.
+Trace: one record per denoising forward. The step's tokens are the canvas up to the end of the
+block (the keys); its query rows are the block's (`query_positions`); the layout says
+block-causal attention in blocks of `block_length` from position 0, so the sink rule sees exactly
+the keys these queries could see. The prefill and store forwards are not steps, on purpose: they
+predict and commit nothing, and a step is what a hook acts on (masking blocks at step t the sinks
+ranked at t - 1; a store forward between them would shift that protocol). What they computed is
+not lost: their query rows together are the rows of one block-causal forward of the final canvas
+(cached keys are the blocks' final tokens), so `model.forward_logits(out.sequences,
+attention=AttentionRequest(capture=True))` with `block_length` = the checkpoint's `block_size` gives
+their attention (tests/test_sdar_untraced_forwards.py); the keys they stored are in every later
+step's record, as the cache's columns.
 Masking: the policy's blocked keys cover the cache and the block; the store forward of a
 finished block keeps the last step's blocked keys, so the cached K/V come from the masked model.
 """

@@ -1,0 +1,181 @@
+"""`sinklens report CORPUS.jsonl --out DIR`: a corpus run's totals as figures, tables and a page.
+
+A corpus file (sinklens/analysis/corpus.py) holds per-(layer, head) totals over many prompts,
+not per-step arrays, so its report has the figures that totals can draw, one set per units view
+(a causal model's `uniform_ratio` view gets the suffix `_uniform_ratio`, as trace reports do):
+
+    fig05_layer_head       sink rate (share of (prompt, step) pairs with an Eq. 3 sink) and sinks per step
+    fig03_score_distribution   counts of every (prompt, step, layer, head, key) score per bin
+    fig10_eps_sweep        share of keys flagged as ε grows
+    table2_sink_tokens     .md / .csv: sink occurrences per token and category
+    dynamics               .md: track kinds, head classes, largest-sink moves
+    summary.json / summary.md, index.html (self-contained: the figures inlined)
+
+Figures of one step or one prompt (Fig. 1, 4, 7) need a trace: report a kept trace
+(`traces/` of the run folder) for those.
+"""
+from __future__ import annotations
+
+import base64
+import csv
+import html
+import io
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+from matplotlib.figure import Figure
+
+from sinklens.analysis.corpus import Corpus, open_corpus
+from sinklens.report.figures import NotebookFigure, save
+from sinklens.rule.spec import UNITS
+
+
+@dataclass
+class CorpusReport:
+    out: Path
+    corpus: Corpus
+    html: Path
+    summary_json: Path
+    summary_md: Path
+    figures: dict[str, list[Path]] = field(default_factory=dict)
+
+
+def layer_head(view: dict, label: str) -> Figure:
+    """Sink rate and sinks per step per layer × head over the whole corpus."""
+    lh = view["layer_head"]
+    rate, count = np.asarray(lh["sink_rate"], float), np.asarray(lh["sinks_per_step"], float)
+    L, H = rate.shape
+    fig = NotebookFigure(figsize=(min(8 + H * 0.35, 20), min(3.5 + L * 0.22, 12)), layout="constrained")
+    ax1, ax2 = fig.subplots(1, 2)
+    im = ax1.imshow(rate, aspect="auto", cmap="viridis", vmin=0, vmax=1, interpolation="nearest")
+    fig.colorbar(im, ax=ax1, label="share of (prompt, step) pairs with an Eq. 3 sink")
+    ax1.set_title("sink rate")
+    im2 = ax2.imshow(count, aspect="auto", cmap="Blues", interpolation="nearest")
+    fig.colorbar(im2, ax=ax2, label="sinks per step (count, mean over prompts × steps)")
+    ax2.set_title(f"number of sinks [units={view['units']}]")
+    for ax in (ax1, ax2):
+        ax.set_xlabel("head")
+        ax.set_ylabel("layer")
+        ax.xaxis.get_major_locator().set_params(integer=True)
+        ax.yaxis.get_major_locator().set_params(integer=True)
+    fig.suptitle(f"{label}: {view['prompts']} prompts, {view['steps']} steps")
+    return fig
+
+
+def score_distribution(view: dict, label: str) -> Figure:
+    d = view["score_distribution"]
+    edges, counts = np.asarray(d["bin_edges"], float), np.asarray(d["counts"], float)
+    fig = NotebookFigure(figsize=(6, 4), layout="constrained")
+    ax = fig.add_subplot()
+    left = edges.copy()
+    left[0] = edges[1] / 10                      # bin 0 (below the first edge, zeros too) drawn one decade wide
+    right = np.append(edges[1:], edges[-1] * 10)
+    ax.bar(left, counts, width=right - left, align="edge")
+    ax.set_xscale("log")
+    ax.set_yscale("log")
+    u = view["units"]
+    ax.set_xlabel(f"score in {UNITS[u].label if u in UNITS else u}\n[units={u}] (the first bar: all values < 1e-3)")
+    ax.set_ylabel("(prompt, step, layer, head, key) count")
+    ax.set_title(f"{label}: score distribution over the corpus")
+    return fig
+
+
+def eps_sweep(view: dict, label: str, eps0: float) -> Figure:
+    sw = view["eps_sweep"]
+    eps, frac = np.asarray(sw["eps"], float), 100 * np.asarray(sw["fraction_flagged"], float)
+    fig = NotebookFigure(figsize=(6, 4), layout="constrained")
+    ax = fig.add_subplot()
+    ax.plot(eps, frac, marker=".", label=f"{label} ({np.interp(eps0, eps, frac):.2g} % at ε = {eps0:g})")
+    ax.axvline(eps0, color="red", ls=":", lw=1)
+    ax.set_ylim(bottom=0)
+    u = view["units"]
+    ax.set_xlabel(f"ε (Eq. 3 threshold) in {UNITS[u].label if u in UNITS else u}\n[units={u}]")
+    ax.set_ylabel("% of keys flagged as sinks")
+    ax.set_title("ε sweep over the corpus")
+    ax.legend(fontsize=7)
+    return fig
+
+
+def token_markdown(view: dict, top: int = 20) -> str:
+    t = view["sink_tokens"]
+    show = lambda s: "`" + s.replace("\n", "\\n").replace("|", "\\|").replace("`", "'") + "`"   # noqa: E731
+    lines = [f"Sink tokens (fraction of all {t['total_sink_occurrences']} Eq. 3 sink occurrences over prompts × steps "
+             "× layers × heads)", "", "| token | id | category | occurrences | fraction |",
+             "|---|---:|---|---:|---:|"]
+    lines += [f"| {show(r['token'])} | {r['token_id']} | {r['category']} | {r['count']} | {r['fraction']:.3f} |"
+              for r in t["tokens"][:top]]
+    lines += ["", "| category | occurrences | fraction |", "|---|---:|---:|"]
+    lines += [f"| {c} | {v['count']} | {v['fraction']:.3f} |" for c, v in t["categories"].items()]
+    return "\n".join(lines) + "\n"
+
+
+def token_csv(view: dict) -> str:
+    buf = io.StringIO()
+    w = csv.writer(buf, lineterminator="\n")
+    w.writerow(["token", "token_id", "category", "sink_occurrences", "fraction_of_sink_occurrences"])
+    for r in view["sink_tokens"]["tokens"]:
+        w.writerow([r["token"], r["token_id"], r["category"], r["count"], f"{r['fraction']:.4f}"])
+    return buf.getvalue()
+
+
+def dynamics_markdown(view: dict) -> str:
+    d = view["dynamics"]
+    kv = lambda o: ", ".join(f"{k} {v}" for k, v in o.items())   # noqa: E731
+    return "\n".join([
+        "| dynamics (summed over prompts) | |", "|---|---|",
+        f"| sink tracks | {kv(d['track_kinds'])} |",
+        f"| head classes (heads × prompts) | {kv(d['head_classes'])} |",
+        f"| largest sink: moves / rank swaps / vanish / appear | {d['largest_moves']} / {d['largest_rank_swaps']} / "
+        f"{d['largest_vanish']} / {d['largest_appear']} |",
+        f"| track births / deaths | {d['births']} / {d['deaths']} |",
+        f"| masked / unmasked split (step, layer, head) | {view['masked_unmasked_split_steps']} |", ""])
+
+
+def build_corpus_report(path, out, *, figures: bool = True) -> CorpusReport:
+    """Read a corpus file and write its report into `out`."""
+    c = open_corpus(path)
+    out = Path(out)
+    out.mkdir(parents=True, exist_ok=True)
+    d = c.to_dict()
+    rep = CorpusReport(out=out, corpus=c, html=out / "index.html", summary_json=out / "summary.json",
+                       summary_md=out / "summary.md")
+    label = str(d["model"])
+    pngs: list[tuple[str, bytes]] = []
+    md = [f"# Corpus report: {label}", "", f"{c.num_prompts} prompts from `{Path(str(d['prompts_file'])).name}`, "
+          f"{d['num_layers']} layers × {d['num_heads']} heads; sink rule Eq. 3, ε = {d['sink_eps']:g}; "
+          f"skipped {len(d['skipped'])} lines (summary.json lists each as file:line).", ""]
+    for k, (units, view) in enumerate(d["views"].items()):
+        suffix = "" if k == 0 else f"_{units}"
+        md += [f"## units {units}", "", f"{view['units_meaning']}", "",
+               f"- (prompt, step, layer, head) with a sink: {100 * view['fraction_heads_steps_with_sink']:.3g} %",
+               f"- sink occurrences: {view['sinks_total']}", ""]
+        tok_md = token_markdown(view)
+        (out / f"table2_sink_tokens{suffix}.md").write_text(tok_md, encoding="utf-8")
+        (out / f"table2_sink_tokens{suffix}.csv").write_text(token_csv(view), encoding="utf-8")
+        rep.figures[f"table2_sink_tokens{suffix}"] = [out / f"table2_sink_tokens{suffix}.md",
+                                                      out / f"table2_sink_tokens{suffix}.csv"]
+        md += [tok_md, dynamics_markdown(view)]
+        if figures:
+            for name, fig in ((f"fig05_layer_head{suffix}", layer_head(view, label)),
+                              (f"fig03_score_distribution{suffix}", score_distribution(view, label)),
+                              (f"fig10_eps_sweep{suffix}", eps_sweep(view, label, d["sink_eps"]))):
+                rep.figures[name] = save(fig, out / name)
+                pngs.append((name, rep.figures[name][0].read_bytes()))
+    rep.summary_json.write_text(json.dumps(d, indent=1) + "\n", encoding="utf-8")
+    rep.summary_md.write_text("\n".join(md), encoding="utf-8")
+    rep.html.write_text(_page(label, md, pngs), encoding="utf-8")
+    return rep
+
+
+def _page(title: str, md: list[str], pngs: list[tuple[str, bytes]]) -> str:
+    """One self-contained page: the summary (as preformatted text) and the figures inlined."""
+    imgs = "".join(f"<figure><img alt='{html.escape(n)}' src='data:image/png;base64,"
+                   f"{base64.b64encode(b).decode()}'><figcaption>{html.escape(n)}</figcaption></figure>"
+                   for n, b in pngs)
+    return (f"<!doctype html><html><head><meta charset='utf-8'><title>{html.escape(title)}</title>"
+            "<style>body{font-family:sans-serif;max-width:1200px;margin:auto}img{max-width:100%}"
+            "pre{white-space:pre-wrap}</style></head><body>"
+            f"<h1>Corpus report: {html.escape(title)}</h1><pre>{html.escape(chr(10).join(md))}</pre>{imgs}"
+            "</body></html>\n")

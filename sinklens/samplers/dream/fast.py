@@ -1,0 +1,194 @@
+"""Fast-dLLM's cached block decoding for Dream (NVlabs/Fast-dLLM
+`dream/model/generation_utils_block.py`, `_sample`), step for step.
+
+The answer is decoded in blocks of `block_length` (default 32), `steps / num_blocks` steps each.
+Per block:
+  step 0  a forward of the whole canvas that stores every position's K/V (the cache refresh);
+          its logits (shifted right by one, as Dream's) commit exactly one token: the block's
+          first position, drawn with the plain token draw (temperature / top-p / top-k, over
+          every position of the canvas, so the RNG stream is the official one);
+  then    forwards of the fed rows over the cache: prefix = the rows [start, S) (the block and
+          every later position) over the cached prefix; dual = the block's rows only, over the
+          cached prefix and suffix (sinklens/samplers/kvcache.py). Their logits are shifted
+          right by one *within the fed rows* (the first fed row keeps its own, as the official).
+          Commits:
+            threshold   (Fast-dLLM's alg='confidence_threshold') confidence = the drawn token's
+                        probability over every masked fed row; the most confident masked position
+                        of the block commits, and every other one whose confidence reaches the
+                        threshold; the block runs until it has no [MASK] left;
+            no threshold  Dream's schedule over the block with time grid
+                        linspace(1, time_eps, steps_per_block + 1), i counting from 1, ranked by
+                        negative entropy (whatever `alg` says; sinklens asks for alg='entropy'),
+                        top-k or, with alg_temp, sampled positions.
+
+Kept from the official code on purpose (they decide which tokens come out, or how many steps):
+- without a threshold a block gets steps_per_block - 1 scheduled steps after step 0, and the
+  loop stops only after a forward finds i == steps_per_block: with one step per block, that
+  forward commits nothing and the block keeps its [MASK] ids (the returned canvas holds them);
+- the scheduled count is the masked count *averaged over the batch* (as Dream's sampler);
+- with a threshold the suffix's masked rows (prefix cache) are drawn too (RNG), then dropped.
+Batches: the dual cache and the threshold take one prompt (the official code indexes row 0 /
+breaks on a batch); the prefix cache without a threshold takes a batch. No padding (the
+official cached forward slices its padding mask to the wrong shape).
+
+Trace: one record per forward. `tokens` is the whole canvas, which is also the keys every step
+sees (cached or fresh, in position order); `query_positions` are the rows that were computed.
+Every key is visible to every query, so the sink rule counts cached keys as visible keys, and
+blocked keys stay blocked for the computed rows whether they come from the cache or not.
+`keep_self` masking with the dual cache is refused (see sinklens/samplers/llada/fast.py).
+"""
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+
+from sinklens.samplers import base
+from sinklens.samplers.dream.config import DreamConfig
+from sinklens.samplers.dream.draw import sample_tokens
+from sinklens.samplers.kvcache import StepCache
+from sinklens.trace.layout import TraceLayout
+
+
+def shift(logits: torch.Tensor) -> torch.Tensor:
+    """(B, L, V) -> position j predicted from j - 1 (the first row keeps its own), as Dream's."""
+    return torch.cat([logits[:, :1], logits[:, :-1]], dim=1)
+
+
+def threshold_commit(c: DreamConfig, logits, rows, mask_index, bl: int, block_masked: int, mask_id: int):
+    """Fast-dLLM's confidence_threshold step over the fed rows (batch 1): (B, L) bool commits, and
+    writes them into `rows`."""
+    confidence, x0 = sample_tokens(logits[mask_index], c.temperature, c.top_p, c.top_k)
+    candidates = torch.full_like(rows, mask_id)
+    candidates[mask_index] = x0
+    full = torch.full(rows.shape, -torch.inf, dtype=logits.dtype, device=rows.device)  # (1, L)
+    full[mask_index] = confidence
+    full[:, bl:] = -torch.inf  # later blocks wait
+    values, idx = torch.topk(full, block_masked)
+    transfer = torch.zeros_like(rows, dtype=torch.bool)
+    transfer[0, idx[0]] = True
+    transfer[0, idx[0, 1:][values[0, 1:] < c.threshold]] = False  # the most confident always commits
+    rows[transfer] = candidates[transfer]
+    return transfer
+
+
+def scheduled_commit(c: DreamConfig, logits, rows, mask_index, bl: int, t, s, last: bool, mask_id: int):
+    """Dream's scheduled step over the block (entropy ranking): (B, L) bool commits, written into `rows`."""
+    mask_index = mask_index.clone()
+    mask_index[:, bl:] = False
+    confidence, x0 = sample_tokens(logits[mask_index], c.temperature, c.top_p, c.top_k, confidence="neg_entropy")
+    n_masked = mask_index.sum() / mask_index.shape[0]  # float32 batch average (official)
+    n = int(n_masked) if last else int(n_masked * (1 - s / t))
+    full = torch.full(rows.shape, -torch.inf, dtype=logits.dtype, device=rows.device)  # (B, L)
+    full[mask_index] = confidence
+    full[:, bl:] = -torch.inf
+    transfer = torch.zeros_like(rows, dtype=torch.bool)
+    if n > 0:
+        if c.alg_temp is None or c.alg_temp == 0:
+            _, idx = torch.topk(full, n)  # (B, n)
+        else:
+            idx = torch.multinomial(F.softmax(full / c.alg_temp, dim=-1), num_samples=n)
+        candidates = torch.full_like(rows, mask_id)
+        candidates[mask_index] = x0
+        r = torch.arange(rows.shape[0], device=rows.device)[:, None].expand_as(idx)
+        rows[r, idx] = candidates[r, idx]
+        transfer[r, idx] = True
+    return transfer
+
+
+@torch.no_grad()
+def sample_fast(model, input_ids, config: DreamConfig, attention_mask=None, *, trace=None, hook=None,
+                capture: base.CaptureOptions | None = None, progress: bool = False) -> base.GenerateOutput:
+    """Fast-dLLM's Dream block decoding (see the module docstring). input_ids (B, P), no padding."""
+    c = config
+    mask_id = model.mask_id if c.mask_id is None else c.mask_id
+    if mask_id is None:
+        raise ValueError("mask_id is None: the model has no mask token; pass mask_id=...")
+    args = {**c.to_dict(), "mask_id": mask_id}
+    P = torch.as_tensor(input_ids).shape[-1]
+    S = P + c.max_new_tokens
+    input_ids, attention_mask = base.check_inputs(input_ids, attention_mask, S, getattr(model, "max_length", None))
+    B = input_ids.shape[0]
+    if B != 1 and (c.cache == "dual" or c.threshold is not None):
+        raise ValueError(f"cache={c.cache!r} with threshold={c.threshold!r} takes one prompt at a time (batch 1, as "
+                         f"Fast-dLLM's code), got a batch of {B}; a batch runs with cache='prefix' and no threshold")
+    if attention_mask is not None and not bool(attention_mask.bool().all()):
+        raise ValueError(f"cache={c.cache!r} takes no padding (Fast-dLLM's cached Dream forward cannot mask pads): "
+                         "pass prompts of one length without pad tokens")
+    layout_kind = getattr(getattr(model, "family", None), "attention", "bidirectional")
+    if layout_kind != "bidirectional":
+        raise ValueError(f"cache={c.cache!r} needs bidirectional attention (Fast-dLLM's LLaDA / Dream), this model's "
+                         f"is {layout_kind}")
+    device = model.device  # the canvas lives with the model: cached forwards take their rows as they are
+    input_ids = input_ids.to(device)
+    bl, steps_per_block = c.cached_block_length, c.steps // c.num_blocks
+    timesteps = torch.linspace(1, c.time_eps, steps_per_block + 1, device=device)  # float32, as the official grid
+
+    hooks, capture = base.setup_hooks(hook, trace, capture, diffusion=True)
+    layout = TraceLayout(causal=base.attention_is_causal(model), prompt_length=P,
+                         block_length=bl if bl < c.max_new_tokens else None, query_rows="block")
+    writer = base.open_trace_writer(trace, model, "dream", args, input_ids, capture, S, layout=layout)
+    all_hooks = base.Hooks(hooks.hooks + ([writer] if writer is not None else []))
+
+    x = F.pad(input_ids, (0, c.max_new_tokens), value=mask_id)  # (B, S) the canvas
+    real = torch.ones_like(x, dtype=torch.bool)
+    history, step = [], 0
+    with base.run_context(writer, trace, c.steps, progress, "dream") as bar:
+        for b in range(c.num_blocks):
+            start, end = P + b * bl, P + (b + 1) * bl
+            cache = StepCache()
+            i = 0  # the official counter: 0 = the refresh, then it counts scheduled steps from 1
+            first = True
+            while True:
+                r0 = 0 if first else start  # fed rows [r0, r1)
+                r1 = end if not first and c.cache == "dual" else S
+                rows = x[:, r0:r1]  # (B, L) a view: commits land in x
+                is_masked = x == mask_id  # (B, S)
+                hook_req = all_hooks.before_step(step, x, is_masked, real)
+                if not first and c.cache == "dual" and hook_req is not None and hook_req.keep_self:
+                    raise ValueError("keep_self masking cannot be combined with cache='dual' (the block's queries sit "
+                                     "mid-sequence); use cache='prefix' or keep_self=False")
+                query_rows = torch.ones_like(rows, dtype=torch.bool)
+                split = capture is not None and capture.query_groups
+                groups = base.masked_unmasked_groups(rows == mask_id, query_rows) if split else None
+                req = base.build_request(hook_req, capture, step, query_rows, groups)
+                tokens_in = x.clone()
+                if not first:
+                    cache.read_at(start)
+                raw = model.forward_cached(rows, None, torch.arange(r0, r1, device=device)[None].expand(B, -1), cache,
+                                           attention=req).float()  # (B, L, V)
+                logits = shift(raw)
+                mask_index = rows == mask_id  # (B, L)
+                transfer = torch.zeros_like(rows, dtype=torch.bool)
+                stop = False
+                if first:
+                    if c.cache == "prefix":
+                        cache.keep(start)
+                    _, x0 = sample_tokens(logits.reshape(-1, logits.shape[-1]), c.temperature, c.top_p, c.top_k)
+                    x0 = x0.view(B, S)  # every position drawn (one draw over B * S rows, as the official)
+                    x[:, start] = x0[:, start]
+                    transfer[:, start] = True
+                elif c.threshold is not None:
+                    block_masked = int((x[:, start:end] == mask_id).sum())
+                    transfer = threshold_commit(c, logits, rows, mask_index, bl, block_masked, mask_id)
+                elif i == steps_per_block:
+                    stop = True  # the official loop breaks here, after this step's forward
+                else:
+                    transfer = scheduled_commit(c, logits, rows, mask_index, bl, timesteps[i], timesteps[i + 1],
+                                                i == steps_per_block - 1, mask_id)
+                    i += 1
+                history.append(x.clone())
+                if all_hooks:
+                    all_hooks.after_step(base.StepEvent(
+                        step=step, tokens=tokens_in, is_masked=is_masked, revealed=F.pad(transfer, (r0, S - r1)),
+                        logits=logits, attention=req, block=(start, end), attention_mask=real,
+                        query_positions=[torch.arange(r0, r1)] * B, layout=layout))
+                step += 1
+                if bar is not None:
+                    bar.update(1)
+                if first:
+                    first, i = False, 1
+                    continue  # the official loop always runs after the refresh
+                if stop or not bool((x[:, start:end] == mask_id).any()):
+                    break
+    return base.GenerateOutput(sequences=x, history=history, num_steps=step,
+                               trace_path=None if writer is None else writer.path)

@@ -1,0 +1,69 @@
+"""The KV cache of Fast-dLLM's cached decoding (NVlabs/Fast-dLLM, `llada/generate.py`,
+`dream/model/generation_utils_block.py`): keys and values stored by one full forward, then read
+by later forwards of a few rows, which see their own fresh keys in place of the stored ones.
+
+    refresh   a forward of the whole canvas into an empty cache stores every position's K/V
+    prefix    `keep(start)`: only positions [0, start) stay; a step feeds the rows [start, S)
+              (the block and everything after it) and attends to cache + its own rows
+    dual      everything stays; a step feeds the block [start, end) and attends to the cached
+              keys with the block's positions replaced by its fresh keys (Fast-dLLM's
+              `replace_position`)
+
+A step stores nothing: `read_at(start)` makes every layer's `update` return the stored keys with
+the fed rows written over positions [start, start + n) (appended past the stored length), so the
+keys a step sees are always the S canvas positions in order, and the captured attention of a
+cached key lands at its own position. Rows that were fed are recomputed each step; the stored
+ones keep the values of the refresh forward (the canvas as it was then).
+
+The stored keys are transformers' post-RoPE keys; Fast-dLLM stores them before RoPE and rotates
+every key at each forward by its position: the same numbers (tests/test_fastdllm.py).
+"""
+from __future__ import annotations
+
+import torch
+from transformers.cache_utils import Cache, DynamicLayer
+
+
+class ReadOnlyLayer(DynamicLayer):
+    """One layer of `StepCache`: stores on its first forward, read-only after `read_at`."""
+
+    start: int | None = None  # first position of the fed rows; None: the refresh forward (store)
+
+    def update(self, key_states: torch.Tensor, value_states: torch.Tensor, *args, **kwargs):
+        if self.start is None:
+            return super().update(key_states, value_states, *args, **kwargs)
+        s, n = self.start, key_states.shape[-2]  # (B, H_kv, n, D) fresh rows at positions s..s+n-1
+        keys = torch.cat([self.keys[..., :s, :], key_states, self.keys[..., s + n:, :]], dim=-2)
+        values = torch.cat([self.values[..., :s, :], value_states, self.values[..., s + n:, :]], dim=-2)
+        return keys, values
+
+    def get_mask_sizes(self, query_length: int) -> tuple[int, int]:
+        if self.start is None:
+            return super().get_mask_sizes(query_length)
+        return max(self.get_seq_length(), self.start + query_length), 0
+
+
+class StepCache(Cache):
+    """Fast-dLLM's cache for one block (see the module docstring)."""
+
+    def __init__(self):
+        super().__init__(layer_class_to_replicate=ReadOnlyLayer)
+
+    def keep(self, upto: int) -> None:
+        """Prefix cache: drop the stored positions from `upto` on."""
+        for layer in self.layers:
+            layer.crop(upto - layer.get_seq_length())
+
+    def read_at(self, start: int) -> None:
+        """Later forwards feed the rows from `start` and store nothing."""
+        if not self.layers:
+            raise ValueError("the cache is empty: run the refresh forward first")
+        for layer in self.layers:
+            layer.start = start
+
+    def get_seq_length(self, layer_idx: int = 0) -> int:
+        # the position the fed rows start at, so transformers counts their cache positions from it
+        layer = self.layers[layer_idx] if layer_idx < len(self.layers) else None
+        if layer is None or layer.start is None:
+            return super().get_seq_length(layer_idx)
+        return layer.start

@@ -1,0 +1,168 @@
+"""Fast-dLLM's decoding for LLaDA (NVlabs/Fast-dLLM `llada/generate.py`): `generate` with a
+confidence threshold, `generate_with_prefix_cache` and `generate_with_dual_cache`, step for step.
+
+Per block of `block_length` positions:
+  cache="none"    every step is a forward of the whole canvas (as LLaDA's generate());
+  cache="prefix"  step 0 is a forward of the whole canvas that also stores every position's
+                  K/V; only the prefix [0, start) is kept. Later steps feed the rows [start, S)
+                  (the block and all later, still masked, positions) and attend to the cached
+                  prefix plus themselves;
+  cache="dual"    step 0 as for prefix, but every position is kept; later steps feed only the
+                  block [start, end) and attend to the cached prefix, their own fresh keys and
+                  the cached suffix (sinklens/samplers/kvcache.py).
+The cache is refreshed at the first step of each block, so the cached keys of a finished block
+come from the forward that saw it finished; the cached suffix (dual) holds masks throughout.
+
+Commits per step (`get_transfer_index`): candidates are the argmax of Gumbel-perturbed logits
+(float64, as LLaDA); confidence is the candidate's float64 softmax probability (`low_confidence`)
+or uniform noise (`random`), over the block's masked positions (step 0: every masked position up
+to the block's end, as LLaDA). Without a threshold the block's fixed schedule is followed; with
+one, the most confident position always commits and every other one whose confidence reaches
+the threshold too, and a block runs until it has no [MASK] left.
+
+Kept from the official code on purpose (they decide which tokens come out, or how many steps):
+- after the refreshing step 0 at least one cached step runs, even when step 0 finished the
+  block (with a threshold that step commits nothing; it is still a step in the trace);
+- the prefix-cache steps draw the Gumbel noise twice when temperature > 0 (the official code
+  computes an unused `x0` first), so the RNG stream matches;
+- a batch of one prompt without padding (the official functions build a (1, S) canvas and
+  their model ignores padding).
+The official schedule overruns its end (IndexError) when a block still holds [MASK] after its
+steps (a sampled token was the mask id itself); here that is a one-line ValueError.
+
+Trace: one record per forward. `tokens` is the whole canvas, which is also the keys every step
+sees (cached or fresh, in position order); `query_positions` are the rows that were computed
+(step 0: all; then the suffix or the block). Every key is visible to every query (bidirectional),
+so the sink rule counts the cached keys as visible keys, and blocked keys stay blocked for the
+computed rows whether they come from the cache or not (masking). `keep_self` masking with the
+dual cache is refused: the attention function aligns a query with its own key from the end of
+the keys, which the dual cache's block (mid-sequence) breaks.
+"""
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+
+from sinklens.samplers import base
+from sinklens.samplers.kvcache import StepCache
+from sinklens.samplers.llada.config import LLaDAConfig
+from sinklens.samplers.llada.schedule import add_gumbel_noise, num_transfer_tokens
+from sinklens.trace.layout import TraceLayout
+
+
+def transfer_index(logits: torch.Tensor, temperature: float, remasking: str, mask_index: torch.Tensor,
+                   x: torch.Tensor, quota: torch.Tensor | None, threshold: float | None):
+    """Fast-dLLM's get_transfer_index over the fed rows: logits (B, L, V), mask_index / x (B, L);
+    quota (B,) tokens to commit (None with a threshold). Returns (x0 (B, L), transfer (B, L) bool)."""
+    x0 = add_gumbel_noise(logits, temperature).argmax(dim=-1)  # (B, L)
+    if remasking == "low_confidence":
+        p = F.softmax(logits.to(torch.float64), dim=-1)
+        x0_p = torch.gather(p, -1, x0[..., None]).squeeze(-1)  # (B, L) float64
+    else:  # random
+        x0_p = torch.rand((x0.shape[0], x0.shape[1]), device=x0.device)
+    x0 = torch.where(mask_index, x0, x)
+    confidence = torch.where(mask_index, x0_p, torch.full_like(x0_p, -torch.inf))
+    transfer = torch.zeros_like(x0, dtype=torch.bool)
+    k = mask_index.sum(dim=1) if threshold is not None else quota  # (B,)
+    for j in range(confidence.shape[0]):
+        values, idx = torch.topk(confidence[j], k=int(k[j]))
+        transfer[j, idx] = True
+        if threshold is not None:
+            transfer[j, idx[1:][values[1:] < threshold]] = False  # the most confident always commits
+    return x0, transfer
+
+
+@torch.no_grad()
+def sample_fast(model, input_ids, config: LLaDAConfig, attention_mask=None, *, trace=None, hook=None,
+                capture: base.CaptureOptions | None = None, progress: bool = False) -> base.GenerateOutput:
+    """Fast-dLLM's LLaDA decoding (see the module docstring). input_ids (1, P), no padding."""
+    c = config
+    mask_id = model.mask_id if c.mask_id is None else c.mask_id
+    if mask_id is None:
+        raise ValueError("mask_id is None: the model has no mask token; pass mask_id=...")
+    args = {**c.to_dict(), "mask_id": mask_id}
+    P = torch.as_tensor(input_ids).shape[-1]
+    S = P + c.gen_length
+    input_ids, attention_mask = base.check_inputs(input_ids, attention_mask, S, getattr(model, "max_length", None))
+    if input_ids.shape[0] != 1:
+        raise ValueError(f"cache={c.cache!r} / threshold={c.threshold!r} takes one prompt at a time (batch 1, as "
+                         f"Fast-dLLM's generate functions), got a batch of {input_ids.shape[0]}")
+    if attention_mask is not None and not bool(attention_mask.bool().all()):
+        raise ValueError(f"cache={c.cache!r} / threshold={c.threshold!r} takes no padding (Fast-dLLM's LLaDA ignores "
+                         "the attention mask): pass the prompt without pad tokens")
+    layout_kind = getattr(getattr(model, "family", None), "attention", "bidirectional")
+    if c.cache != "none" and layout_kind != "bidirectional":
+        raise ValueError(f"cache={c.cache!r} needs bidirectional attention (Fast-dLLM's LLaDA / Dream), this model's "
+                         f"is {layout_kind}")
+    device = model.device  # the canvas lives with the model: cached forwards take their rows as they are
+    input_ids = input_ids.to(device)
+    bl, steps_per_block = c.block_length, c.steps // c.num_blocks
+
+    hooks, capture = base.setup_hooks(hook, trace, capture, diffusion=True)
+    layout = TraceLayout(causal=base.attention_is_causal(model), prompt_length=P,
+                         block_length=bl if bl < c.gen_length else None,
+                         query_rows="all" if c.cache == "none" else "block")
+    writer = base.open_trace_writer(trace, model, "llada", args, input_ids, capture, S, layout=layout)
+    all_hooks = base.Hooks(hooks.hooks + ([writer] if writer is not None else []))
+
+    x = torch.full((1, S), mask_id, dtype=torch.long, device=device)  # (1, S) the canvas
+    x[:, :P] = input_ids
+    real = torch.ones_like(x, dtype=torch.bool)
+    history, step = [], 0
+    with base.run_context(writer, trace, c.steps, progress, "llada") as bar:
+        for b in range(c.num_blocks):
+            start, end = P + b * bl, P + (b + 1) * bl
+            schedule = num_transfer_tokens(x[:, start:end] == mask_id, steps_per_block)  # (1, steps_per_block)
+            cache = None if c.cache == "none" else StepCache()
+            i = 0
+            while True:
+                if c.threshold is None and i == steps_per_block:
+                    raise ValueError(f"block {b} still holds [MASK] after {steps_per_block} steps (a sampled token "
+                                     "was the mask id itself); Fast-dLLM's schedule fails here too (IndexError)")
+                cached = cache is not None and i > 0
+                r0 = start if cached else 0  # fed rows [r0, r1)
+                r1 = end if cached and c.cache == "dual" else S
+                rows = x[:, r0:r1]  # (1, L) a view: commits land in x
+                mask_index = rows == mask_id
+                mask_index[:, end - r0:] = False  # later blocks wait
+                is_masked = x == mask_id  # (1, S) the canvas' mask state fed to the model
+                hook_req = all_hooks.before_step(step, x, is_masked, real)
+                if cached and c.cache == "dual" and hook_req is not None and hook_req.keep_self:
+                    raise ValueError("keep_self masking cannot be combined with cache='dual' (the block's queries sit "
+                                     "mid-sequence); use cache='prefix' or keep_self=False")
+                query_rows = torch.ones_like(rows, dtype=torch.bool)  # (1, L)
+                split = capture is not None and capture.query_groups
+                groups = base.masked_unmasked_groups(rows == mask_id, query_rows) if split else None
+                req = base.build_request(hook_req, capture, step, query_rows, groups)
+                tokens_in = x.clone()
+                if cached:
+                    cache.read_at(start)
+                    logits = model.forward_cached(rows, None, torch.arange(r0, r1, device=device)[None], cache,
+                                                  attention=req).float()  # (1, L, V)
+                    if c.cache == "prefix":
+                        add_gumbel_noise(logits, c.temperature)  # the official unused x0: one more RNG draw
+                elif cache is not None:  # the refreshing step 0: the whole canvas, every K/V stored
+                    logits = model.forward_cached(x, None, torch.arange(S, device=device)[None], cache,
+                                                  attention=req).float()  # (1, S, V)
+                    if c.cache == "prefix":
+                        cache.keep(start)
+                else:
+                    logits = model.forward_logits(x, attention=req)  # (1, S, V)
+                quota = None if c.threshold is not None else schedule[:, i]
+                x0, transfer = transfer_index(logits, c.temperature, c.remasking, mask_index, rows, quota, c.threshold)
+                rows[transfer] = x0[transfer]
+                history.append(x.clone())
+                if all_hooks:
+                    all_hooks.after_step(base.StepEvent(
+                        step=step, tokens=tokens_in, is_masked=is_masked, revealed=F.pad(transfer, (r0, S - r1)),
+                        logits=logits, attention=req, block=(start, end), attention_mask=real,
+                        query_positions=[torch.arange(r0, r1)], layout=layout))
+                step += 1
+                i += 1
+                if bar is not None:
+                    bar.update(1)
+                # the official loops test for a finished block after every step but the refreshing one
+                if not (cache is not None and i == 1) and not bool((x[:, start:end] == mask_id).any()):
+                    break
+    return base.GenerateOutput(sequences=x, history=history, num_steps=step,
+                               trace_path=None if writer is None else writer.path)
