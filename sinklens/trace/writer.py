@@ -233,6 +233,7 @@ class TraceWriter:
                       query_positions=qpos, received=stored, received_groups=received_groups, blocked=blocked_rows,
                       received_unblocked=received_unblocked, learned_sink=learned_sink, edited=edited)
         self._pending_bytes += sum(a.nbytes for a in (stored, received_groups, received_unblocked) if a is not None)
+        self._pending_bytes += sum(_np(m).nbytes for m in (maps or {}).values())
         self.num_steps += 1
         due = (len(self._pending) + 1 >= self.flush_steps or time.monotonic() - self._flushed_at >= self.flush_seconds
                or self._pending_bytes >= FLUSH_BYTES)
