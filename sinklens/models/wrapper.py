@@ -1,6 +1,7 @@
 """`SinkModel`: a loaded transformers model plus its family adapter, ids and tokenizer."""
 from __future__ import annotations
 
+from contextlib import nullcontext
 from typing import Any
 
 import torch
@@ -137,11 +138,14 @@ class SinkModel:
         if self.family.attention == "causal" or self.is_diffusion:
             kwargs["use_cache"] = False  # decoders only; encoders take no cache argument
         device = self.device
+        kernel = nullcontext()
         if self.family.attention == "block-causal":  # SDAR: the block-causal mask its training used
             attention_mask = self.family.ops.forward_mask(self, input_ids.to(device), attention_mask)
-        return self.run_model(attention, input_ids=input_ids.to(device),
-                              attention_mask=None if attention_mask is None else attention_mask.to(device),
-                              position_ids=None if position_ids is None else position_ids.to(device), **kwargs)
+            kernel = self.family.ops.official_kernel(attention_mask)  # the sdpa backend its own code lands on
+        with kernel:
+            return self.run_model(attention, input_ids=input_ids.to(device),
+                                  attention_mask=None if attention_mask is None else attention_mask.to(device),
+                                  position_ids=None if position_ids is None else position_ids.to(device), **kwargs)
 
     @torch.no_grad()
     def run_model(self, attention: Any = None, *, layout: dict | None = None, first_row: int | None = None,
