@@ -13,12 +13,16 @@ has the corpus mode's layout (`samples.rank<r>.jsonl`, `traces/`, `corpus.jsonl`
 Resume: the line is written before the sample's eval record, so a sample whose record is on
 disk has its corpus line too; a sample redone after a kill writes its line again, and the merge
 keeps the first line of an id (`corpus.finished`): nothing counts twice.
+
+The runner imports this module for every eval; the corpus module (and with it the analysis,
+numpy, pyarrow) is imported inside the functions, so an eval without the option does not load
+them (tests/test_eval_startup.py).
 """
 from __future__ import annotations
 
 import os
 
-from sinklens.eval import corpus, records
+from sinklens.eval import records
 from sinklens.samplers.base import CaptureOptions
 
 FOLDER = "corpus"   # <run dir>/corpus/: the row's corpus folder
@@ -36,6 +40,8 @@ def for_row(cfg, m, run_dir: str, rank: int, meta: dict, n_items: int) -> "RowCo
     the masking rule's units and ε; None without --attention-stats."""
     if not cfg.attention_stats:
         return None
+    from sinklens.eval import corpus
+
     head = corpus.header(m, cfg.model, meta["sampler"], meta["settings"], cfg.mask_units, cfg.sink_eps,
                          eval_capture(m, cfg.arm_rule))
     return RowCorpus(run_dir, rank, {**head, "seed": cfg.seed, "skipped": meta["data_errors"],
@@ -48,6 +54,9 @@ class RowCorpus:
     `add(...)` reduces it and writes its line, `merge()` writes corpus.jsonl (main process)."""
 
     def __init__(self, run_dir: str, rank: int, meta: dict, n_items: int, keep_traces: int):
+        from sinklens.eval import corpus
+
+        self.corpus = corpus
         self.dir = os.path.join(run_dir, FOLDER)
         self.keep = corpus.kept_indices(n_items, keep_traces)
         self.meta = {**meta, "n_expected": n_items, "kept_traces": [corpus.trace_name(i) for i in sorted(self.keep)]}
@@ -66,19 +75,18 @@ class RowCorpus:
             os.remove(self.scratch)
 
     def path(self, index: int) -> str:
-        return os.path.join(self.dir, "traces", corpus.trace_name(index)) if index in self.keep else self.scratch
+        return os.path.join(self.dir, "traces", self.corpus.trace_name(index)) if index in self.keep else self.scratch
 
     def add(self, item: dict, index: int, ids: list[int], text: str) -> None:
         """Reduce sample `index`'s trace (at `path(index)`) and write its line (fsynced)."""
         path = self.path(index)
-        parts = corpus.reduce_trace(path, self.meta["units"], self.meta["sink_eps"])
+        parts = self.corpus.reduce_trace(path, self.meta["units"], self.meta["sink_eps"])
         keep = index in self.keep
-        steps = int(parts[self.meta["units"]]["steps"]["steps"])
         self.out.write({"id": item["id"], "index": index, "line": item.get("_line"), "prompt_tokens": len(ids),
-                        "steps": steps, "text": text,
-                        "trace": os.path.join("traces", corpus.trace_name(index)) if keep else None, "parts": parts})
+                        "steps": int(parts[self.meta["units"]]["steps"]["steps"]), "text": text,
+                        "trace": os.path.relpath(path, self.dir) if keep else None, "parts": parts})
         if not keep:
             os.remove(path)
 
     def merge(self) -> str:
-        return corpus.merge(self.dir, self.meta)
+        return self.corpus.merge(self.dir, self.meta)

@@ -33,8 +33,25 @@ from sinklens.eval.settings import sampler_settings  # re-exported (corpus.py im
 from sinklens.sandbox import SandboxConfig
 from sinklens.eval.tasks import get_task
 from sinklens.masking.policy import SinkMaskingPolicy
-from sinklens.samplers.base import CaptureOptions, cut_at_end
+from sinklens.samplers.base import cut_at_end
 from sinklens.samplers.configs import get_config
+
+
+SMALL_MODEL = 10_000_000  # parameters: below this a CPU eval runs on one torch thread
+
+
+def one_thread_for_a_small_model(m, note: bool = True) -> None:
+    """A model of a few million parameters runs faster on one CPU thread: its ops are too small to
+    split, and a second thread waiting for a busy core stalls every op (measured: tiny-dlm's arith
+    eval 3.4x slower on 2 threads than on 1 on a loaded 2-core CPU, docs/benchmarks.md).
+    OMP_NUM_THREADS, when set, decides instead (torchrun sets it to 1 per process)."""
+    if "OMP_NUM_THREADS" in os.environ or torch.get_num_threads() == 1 or m.device.type != "cpu":
+        return
+    if sum(p.numel() for p in m.model.parameters()) < SMALL_MODEL:
+        torch.set_num_threads(1)
+        if note:
+            print(f"note: {SMALL_MODEL // 10**6}M parameters or fewer on CPU: 1 torch thread (faster for a model this "
+                  "small; set OMP_NUM_THREADS to choose)", file=sys.stderr)
 
 
 def run_sampler(m, cfg: EvalConfig) -> str:
@@ -95,6 +112,7 @@ def run_eval(cfg: EvalConfig, model=None) -> list[str]:
     if m.tokenizer is None:
         raise ValueError(f"{cfg.model!r} ships no tokenizer; the eval needs text prompts")
     rank, world = dist.rank, dist.world
+    one_thread_for_a_small_model(m, note=rank == 0)
     sampler = run_sampler(m, cfg)
     if not get_config(sampler).generates:
         raise ValueError(f"{cfg.model!r} is a {m.family.name!r} encoder: it generates no text, so there is nothing to "

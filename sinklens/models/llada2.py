@@ -180,9 +180,10 @@ class BlockCausalOps:
         S = window.shape[1]
         block = torch.arange(S, device=m.device) // block_length
         allowed = (block[:, None] >= block[None, :])[None, None]  # (1, 1, S, S) bool, True = may attend
-        kwargs = {} if attention is None else {"sinklens": attention}
-        out = m.model(input_ids=window.to(m.device), attention_mask=allowed,
-                      position_ids=torch.arange(S, device=m.device)[None], use_cache=False, **kwargs)
+        # the lens' default positions are the sinks under these blocks, not the bidirectional forward's
+        layout = {**m.attention_layout, "attention_block": block_length}
+        out = m.run_model(attention, layout=layout, input_ids=window.to(m.device), attention_mask=allowed,
+                          position_ids=torch.arange(S, device=m.device)[None], use_cache=False)
         return out.logits.float()
 
 

@@ -102,10 +102,9 @@ def forward_block(m, tokens: torch.Tensor, start: int, cache, *, store: bool, bl
         raise ValueError(f"the cache holds {cached} positions but the block starts at {start}")
     pos = torch.arange(start, start + s_q, device=device)
     mask = block_causal_mask(pos, torch.arange(start + s_q, device=device), block)
-    kwargs = {} if attention is None else {"sinklens": attention}
-    with official_kernel(mask):
-        out = m.model(input_ids=tokens.to(device), attention_mask=mask, position_ids=pos[None],
-                      past_key_values=cache, use_cache=True, **kwargs)
+    with official_kernel(mask):  # readouts and the lens ride the same forward
+        out = m.run_model(attention, input_ids=tokens.to(device), attention_mask=mask, position_ids=pos[None],
+                          past_key_values=cache, use_cache=True)
     if not store:
         cache.crop(-s_q)  # drop this forward's keys and values again
     return out.logits
