@@ -1,21 +1,31 @@
-"""What tracing costs: a 64-step LLaDA generation with and without trace capture, side by side.
+"""What tracing and masking cost: whole generations plain, traced and sink-masked, side by side.
 
-The model: a ~30M-parameter random Llama-shaped DLM (6 layers, d 512, 8 heads, vocab 8192),
-written as a LLaDA-format folder (official config keys and parameter names) and loaded with
-`sinklens.load`, so it travels the real path. Generation: 64-token prompt, gen_length 64,
-block_length 32, steps 64 (S = 128), low_confidence remasking, batch 1.
+Models:
+- `tiny-dlm` and `tiny-arm`, the shipped twins (1.9M parameters, S <= 34), each with its own
+  sampler settings (`sinklens.experiments.twins`), one generation on each of held-out problems
+  0-7 per run: here a step's forward is ~1-3 ms, so what tracing or masking adds per step
+  (Python, the file) shows;
+- `llada-27m`: a ~27M-parameter random Llama-shaped DLM (6 layers, d 512, 8 heads, vocab 8192),
+  written as a LLaDA-format folder (official config keys and parameter names) and loaded with
+  `sinklens.load`, so it travels the real path. Generation: 64-token prompt, gen_length 64,
+  block_length 32, steps 64 (S = 128), low_confidence remasking, batch 1.
 
-- time: the two modes alternate `--repeats` times in this process (machine load hits both
-  alike); the table gives the median and the best run, the ratio is of the medians.
-- trace bytes per step: size of the written trace / steps (float16 received + the
-  masked/unmasked split, i.e. the defaults of `sinklens trace`).
+Modes: *plain* = `m.generate(...)`; *trace* = the same with `trace=` (the defaults of
+`sinklens trace`: float16 received attention plus the masked/unmasked split); *mask* = with a
+`SinkMaskingPolicy(MaskingConfig(mask_k=1))` hook (the top-1 sink per head blocked, as
+`sinklens eval --mask-topk 1`), no trace.
+
+- time: process CPU seconds (one torch thread: the work of this process, less sensitive to
+  other jobs than wall time); every mode of a model runs once per round, `--repeats` rounds;
+  the table gives the median and the best, the ratios are of the medians.
+- trace bytes per step: size of the written trace / steps.
 - peak memory: each mode once more in a fresh subprocess, after one warm-up generation in
   the same mode: peak RSS (VmHWM) during the generation minus the RSS right before it (CPU has
   no allocator counters; the model's weights are not included). Measured twice: with glibc's
   default malloc (whose dynamic mmap threshold lets RSS grow with allocation patterns) and with
   a fixed mmap threshold, which shows the memory actually alive.
 
-    python benchmarks/bench_trace.py [--repeats 3] [--threads 1]
+    python benchmarks/bench_trace.py [--repeats 5] [--threads 1] [--no-peaks]
 """
 from __future__ import annotations
 
@@ -31,12 +41,17 @@ import time
 import torch
 
 import sinklens
+from sinklens.experiments.twins import LOAD, arm_sampler, dlm_sampler, heldout_prompt
+from sinklens.masking.config import MaskingConfig
+from sinklens.masking.policy import SinkMaskingPolicy
 from sinklens.train.model import ModelConfig, build_model, param_count, save_llada_folder
 
 CFG = ModelConfig(n_layers=6, d_model=512, n_heads=8, mlp_hidden=1376, vocab_size=8192, max_len=512)
 MASK_ID, EOS_ID, PAD_ID = 8191, 8190, 8189
 PROMPT, GEN, BLOCK, STEPS = 64, 64, 32, 64
-MODES = ("plain", "trace")
+MODES = ("plain", "trace", "mask")
+LARGE = "llada-27m"
+TWIN_PROMPTS = 8
 # glibc raises its mmap threshold after large frees, then keeps freed buffers in its heap: RSS
 # then grows with allocation *patterns*, not with live memory. A fixed threshold shows live memory.
 MALLOC = {"default": {}, "fixed": {"MALLOC_MMAP_THRESHOLD_": "131072"}}
@@ -47,15 +62,43 @@ def make_folder(folder: str) -> None:
     save_llada_folder(model, CFG, folder, mask_id=MASK_ID, eos_id=EOS_ID, pad_id=PAD_ID, dtype=torch.float32)
 
 
-def run(model, mode: str, out_dir: str) -> tuple[float, int]:
-    """One generation; returns (seconds, trace bytes)."""
+class Case:
+    """One model with its prompt and sampler settings."""
+
+    def __init__(self, name: str, model, prompts: list[torch.Tensor], settings: dict):
+        self.name, self.model, self.prompts, self.settings = name, model, prompts, settings
+        self.steps = 0  # of one run (all its prompts)
+
+
+def twin_case(name: str) -> Case:
+    """A twin on held-out problems 0-7, one generation each: one run is ~100 steps."""
+    model = sinklens.load(name, **LOAD)
+    prompts = [torch.tensor([model.apply_chat_template(heldout_prompt(i))]) for i in range(TWIN_PROMPTS)]
+    return Case(name, model, prompts, dlm_sampler() if model.is_diffusion else arm_sampler())
+
+
+def large_case(folder: str) -> Case:
     ids = torch.randint(0, MASK_ID - 3, (1, PROMPT), generator=torch.Generator().manual_seed(0))
-    path = os.path.join(out_dir, f"{mode}.arrow") if mode == "trace" else None
-    t0 = time.perf_counter()
-    out = model.generate(ids, steps=STEPS, gen_length=GEN, block_length=BLOCK, trace=path)
-    seconds = time.perf_counter() - t0
-    assert out.sequences.shape == (1, PROMPT + GEN)
-    return seconds, (os.path.getsize(path) if path else 0)
+    return Case(LARGE, sinklens.load(folder), [ids], dict(steps=STEPS, gen_length=GEN, block_length=BLOCK))
+
+
+def run(case: Case, mode: str, out_dir: str) -> tuple[float, int]:
+    """One generation per prompt of the case; returns (process CPU seconds, trace bytes)."""
+    m = case.model
+    seconds, nbytes, case.steps = 0.0, 0, 0
+    for i, ids in enumerate(case.prompts):
+        path = os.path.join(out_dir, f"{case.name}-{mode}-{i}.arrow") if mode == "trace" else None
+        hook = SinkMaskingPolicy(MaskingConfig(mask_k=1), num_layers=m.num_layers, is_diffusion=m.is_diffusion,
+                                 model=m) if mode == "mask" else None
+        t0 = time.process_time()
+        out = m.generate(ids, trace=path, hook=hook, **case.settings)
+        seconds += time.process_time() - t0
+        case.steps += out.num_steps
+        if path:
+            nbytes += os.path.getsize(path)
+            # a user writes a new file: overwriting one costs this file system 2-4 ms for the truncate
+            os.remove(path)
+    return seconds, nbytes
 
 
 def vm_kb(field: str) -> int:
@@ -70,13 +113,13 @@ def peak_child(folder: str, mode: str, threads: int) -> None:
     """Subprocess entry: peak RSS growth (MB) of one generation in `mode`, printed as JSON."""
     torch.set_num_threads(threads)
     torch.set_grad_enabled(False)
-    model = sinklens.load(folder)
+    case = large_case(folder)
     with tempfile.TemporaryDirectory() as tmp:
         # one whole generation in the same mode first (thread pools, first-call caches, the C
         # allocator's retained arenas), so the figure is what one more generation needs
-        run(model, mode, tmp)
+        run(case, mode, tmp)
         before = vm_kb("VmRSS")
-        run(model, mode, tmp)
+        run(case, mode, tmp)
         print(json.dumps({"peak_mb": (vm_kb("VmHWM") - before) / 1024}))
 
 
@@ -84,6 +127,7 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--repeats", type=int, default=3)
     ap.add_argument("--threads", type=int, default=1)
+    ap.add_argument("--no-peaks", dest="peaks", action="store_false", help="skip the peak-memory subprocesses")
     ap.add_argument("--_peak", nargs=2, metavar=("FOLDER", "MODE"), help=argparse.SUPPRESS)
     args = ap.parse_args()
     if args._peak:
@@ -91,38 +135,48 @@ def main() -> None:
 
     torch.set_num_threads(args.threads)
     torch.set_grad_enabled(False)
+    load = os.getloadavg()
     with tempfile.TemporaryDirectory() as tmp:
         folder = os.path.join(tmp, "bench-llada")
         make_folder(folder)
-        model = sinklens.load(folder)
-        run(model, "plain", tmp)  # warm-up
-        times = {m: [] for m in MODES}
-        size = 0
-        for _ in range(args.repeats):
+        cases = [twin_case("tiny-dlm"), twin_case("tiny-arm"), large_case(folder)]
+        for case in cases:
             for mode in MODES:
-                seconds, nbytes = run(model, mode, tmp)
-                times[mode].append(seconds)
-                size = nbytes or size
-        peaks = {}  # (mode, malloc setting) -> MB
-        for mode in MODES:
+                run(case, mode, tmp)  # warm-up
+        times = {(c.name, m): [] for c in cases for m in MODES}
+        size = {}
+        for _ in range(args.repeats):
+            for case in cases:
+                for mode in MODES:
+                    seconds, nbytes = run(case, mode, tmp)
+                    times[case.name, mode].append(seconds)
+                    size[case.name] = nbytes or size.get(case.name, 0)
+        peaks = {}  # (mode, malloc setting) -> MB, the large model
+        for mode in MODES[:2] if args.peaks else ():
             for label, env in MALLOC.items():
                 res = subprocess.run([sys.executable, __file__, "--threads", str(args.threads), "--_peak", folder, mode],
                                      capture_output=True, text=True, check=True, env={**os.environ, **env})
                 peaks[mode, label] = json.loads(res.stdout.strip().splitlines()[-1])["peak_mb"]
 
-    med = {m: statistics.median(times[m]) for m in MODES}
-    print(f"model: LLaDA-format random DLM, {param_count(CFG) / 1e6:.1f}M parameters "
+    med = {k: statistics.median(v) for k, v in times.items()}
+    print(f"{LARGE}: LLaDA-format random DLM, {param_count(CFG) / 1e6:.1f}M parameters "
           f"({CFG.n_layers} layers x {CFG.n_heads} heads, d {CFG.d_model}, vocab {CFG.vocab_size}); "
-          f"prompt {PROMPT} + gen {GEN} (S = {PROMPT + GEN}), block {BLOCK}, {STEPS} steps, batch 1, "
-          f"{args.threads} thread(s), {args.repeats} alternating repeats\n")
-    print("| mode | median total (s) | best (s) | per step (ms) | trace bytes / step | peak RSS growth (MB), "
-          "default malloc | peak RSS growth (MB), MALLOC_MMAP_THRESHOLD_=128 KiB |")
-    print("|---|---|---|---|---|---|---|")
-    for mode in MODES:
-        per_step = f"{size / STEPS / 1e3:.1f} kB" if mode == "trace" else "-"
-        print(f"| {mode} | {med[mode]:.2f} | {min(times[mode]):.2f} | {1e3 * med[mode] / STEPS:.1f} | {per_step} | "
-              f"{peaks[mode, 'default']:.1f} | {peaks[mode, 'fixed']:.1f} |")
-    print(f"\ntrace / plain time ratio (medians): {med['trace'] / med['plain']:.3f}  (target <= 1.3)")
+          f"prompt {PROMPT} + gen {GEN} (S = {PROMPT + GEN}), block {BLOCK}, {STEPS} steps, batch 1. "
+          f"Twins: held-out problems 0-7, their own sampler settings. {args.threads} thread(s), {args.repeats} "
+          f"rounds, process CPU time; load average before / after: {load[0]:.2f} / {os.getloadavg()[0]:.2f}\n")
+    print("| model | steps / run | plain ms/step | trace ms/step | mask ms/step | trace / plain | mask / plain | "
+          "trace bytes / step |")
+    print("|---|---|---|---|---|---|---|---|")
+    for case in cases:
+        ms = {m: 1e3 * med[case.name, m] / case.steps for m in MODES}
+        print(f"| {case.name} | {case.steps} | {ms['plain']:.2f} | {ms['trace']:.2f} | {ms['mask']:.2f} | "
+              f"{med[case.name, 'trace'] / med[case.name, 'plain']:.3f}x | "
+              f"{med[case.name, 'mask'] / med[case.name, 'plain']:.3f}x | {size[case.name] / case.steps / 1e3:.1f} kB |")
+    if peaks:
+        print(f"\n{LARGE}, peak RSS growth of one generation (MB): "
+              + ", ".join(f"{mode} {peaks[mode, 'default']:.1f} (default malloc) / {peaks[mode, 'fixed']:.1f} "
+                          f"(MALLOC_MMAP_THRESHOLD_=128 KiB)" for mode in MODES[:2]))
+    print("\nbest (s): " + ", ".join(f"{c.name} {m} {min(times[c.name, m]):.3f}" for c in cases for m in MODES))
 
 
 if __name__ == "__main__":

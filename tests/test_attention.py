@@ -163,3 +163,27 @@ def test_bad_requests():
         run(model, ATTENTION_NAME, ids, None, sinklens=AttentionRequest(blocked=torch.zeros(3, 1, 4, S + 1, dtype=torch.bool)))
     with pytest.raises(RuntimeError, match="nothing captured"):
         AttentionRequest().received
+
+
+def test_a_request_reused_with_edited_query_rows_sums_the_new_rows():
+    """The query rows' weights are made once per forward for all layers; a request whose masks are
+    edited in place (or replaced) between forwards must sum the rows it holds now, as eager does."""
+    model = tiny_model("llama", causal=False)
+    ids = torch.randint(0, V, (B, S), generator=torch.Generator().manual_seed(4))
+    am = torch.ones(B, S, dtype=torch.long)
+    eager = run(model, "eager", ids, am, output_attentions=True).attentions
+    rows = torch.ones(B, S, dtype=torch.bool)
+    groups = torch.zeros(B, S, dtype=torch.long)
+    req = AttentionRequest(capture=True, query_mask=rows, query_groups=groups, num_groups=2)
+    run(model, ATTENTION_NAME, ids, am, sinklens=req)
+    rows[:, :5] = False          # in place: the same tensor, other rows
+    groups[:, 7:] = 1
+    run(model, ATTENTION_NAME, ids, am, sinklens=req)
+    expected = torch.stack([(a * rows[:, None, :, None]).sum(2) for a in eager])
+    assert (req.received - expected).abs().max() < 1e-5
+    late = rows & (groups == 1)
+    expected = torch.stack([(a * late[:, None, :, None]).sum(2) for a in eager])
+    assert (req.received_groups[:, :, 1] - expected).abs().max() < 1e-5
+    req.query_mask = torch.ones(B, S, dtype=torch.bool)   # replaced by a new tensor
+    run(model, ATTENTION_NAME, ids, am, sinklens=req)
+    assert (req.received - torch.stack([a.sum(2) for a in eager])).abs().max() < 1e-5

@@ -107,3 +107,40 @@ def test_options_qwen3_moe_cannot_express_are_refused(tmp_path, key, value):
     (folder / "config.json").write_text(json.dumps({**config, key: value}))
     with pytest.raises(ValueError, match=key):
         sinklens.load(folder)
+
+
+# --- bfloat16: against the official code loaded in bfloat16 (fixtures/lladamoe/cases_bf16.json) --
+BF16 = json.loads((FIXTURE / "cases_bf16.json").read_text())["cases"]
+BF16_GENERATE = [c for c in BF16 if c["kind"] == "generate"]
+
+
+@pytest.fixture(scope="module")
+def m16():
+    return sinklens.load(FIXTURE, dtype="bfloat16")
+
+
+@pytest.mark.parametrize("capture", [False, True], ids=["plain", "capture"])
+@pytest.mark.parametrize("case", ["forward_nopad", "forward_leftpad"])
+def test_bf16_logits_match_official(m16, case, capture):
+    """Within one bfloat16 step (tests/_bf16.py), real positions only; capture (the lse route in
+    half precision) changes nothing."""
+    from _bf16 import assert_bf16_logits_close
+
+    ref = load_file(str(FIXTURE / "logits_bf16.safetensors"))
+    ids, mask = ref[f"{case}.input_ids"], ref.get(f"{case}.attention_mask")
+    got = m16.forward_logits(ids, attention_mask=mask, attention=AttentionRequest(capture=True) if capture else None)
+    assert m16.model.dtype == torch.bfloat16
+    assert_bf16_logits_close(got, ref[f"{case}.logits"], real=None if mask is None else mask.bool())
+
+
+@pytest.mark.parametrize("capture", [False, True], ids=["plain", "capture"])
+@pytest.mark.parametrize("case", BF16_GENERATE, ids=[c["name"] for c in BF16_GENERATE])
+def test_bf16_generate_token_exact(m16, case, capture):
+    assert _run(m16, case, CaptureOptions() if capture else None).sequences.tolist() == case["expected_output_ids"]
+
+
+def test_bf16_traced_and_untraced_are_token_identical(m16, tmp_path):
+    case = next(c for c in BF16_GENERATE if c["name"] == "bf16_generate_leftpad")
+    plain = _run(m16, case)
+    traced = _run(m16, case, trace=tmp_path / "moe16.arrow")
+    assert traced.sequences.tolist() == plain.sequences.tolist() == case["expected_output_ids"]

@@ -218,3 +218,47 @@ def test_sdar_moe_is_not_claimed():
 
     with pytest.raises(ValueError, match="unknown architecture"):
         detect_family({"model_type": "sdar_moe", "architectures": ["SDARMoeForCausalLM"]})
+
+
+# --- bfloat16: against the official code loaded in bfloat16 (fixtures/sdar/cases_bf16.json) ----
+BF16 = json.loads((FIXTURE / "cases_bf16.json").read_text())["cases"]
+BF16_GENERATE = [c for c in BF16 if c["kind"] == "generate"]
+
+
+@pytest.fixture(scope="module")
+def m16():
+    return sinklens.load(FIXTURE, dtype="bfloat16")
+
+
+@pytest.mark.parametrize("case", [c for c in BF16 if c["kind"] == "forward"], ids=lambda c: c["name"])
+def test_bf16_logits_equal_official(m16, case):
+    """Every official bf16 forward (block-causal: sdpa's math backend, as the official 3-D mask
+    gets; all-ones: the flash call) through the sampler's pass and, for the checkpoint's blocks,
+    forward_logits. Capture is checked on the unmasked call, the only kind the sampler captures."""
+    from _bf16 import assert_bf16_logits_close
+
+    ref = load_file(str(FIXTURE / "logits_bf16.safetensors"))
+    ids, want = ref[f"{case['name']}.input_ids"], ref[f"{case['name']}.logits"]
+    assert m16.model.dtype == torch.bfloat16
+    requests = (None, AttentionRequest(capture=True)) if case["block"] is None else (None,)
+    for req in requests:
+        got = m16.family.ops.forward_block(m16, ids, 0, m16.family.ops.new_cache(m16), store=False,
+                                           block=case["block"] or 10**6, attention=req)
+        assert got.dtype == torch.bfloat16                                  # the official sampler reads bf16 logits
+        assert_bf16_logits_close(got, want)
+    if case["block"] == 4:
+        assert_bf16_logits_close(m16.forward_logits(ids), want)
+
+
+@pytest.mark.parametrize("capture", [False, True], ids=["plain", "capture"])
+@pytest.mark.parametrize("case", BF16_GENERATE, ids=[c["name"] for c in BF16_GENERATE])
+def test_bf16_generate_token_exact(m16, case, capture):
+    assert _run(m16, case, CaptureOptions() if capture else None).sequences.tolist() == case["expected_output_ids"]
+
+
+def test_bf16_traced_and_untraced_are_token_identical(m16, tmp_path):
+    case = next(c for c in BF16_GENERATE if c["name"] == "bf16_static_quota_overflow")
+    plain = _run(m16, case)
+    traced = _run(m16, case, trace=tmp_path / "sdar16.arrow")
+    assert traced.sequences.tolist() == plain.sequences.tolist() == case["expected_output_ids"]
+    assert traced.trace.num_steps > 0

@@ -212,3 +212,43 @@ def test_bad_shapes_are_clear_errors(tmp_path):
         w.write_step(0, np.zeros((2, 5), int), received=np.zeros((2, 3, 4, 6)))
     with pytest.raises(TypeError, match="JSON-serialisable"):
         TraceWriter(tmp_path / "u.arrow", {"x": object()}).write_step(0, np.zeros((1, 3), int))
+
+
+def test_steps_reach_the_disk_in_groups_and_an_error_keeps_them(tmp_path):
+    """Steps are written in groups (flush_steps / flush_seconds): what is on disk before the end is
+    every finished group, a writer with flush_seconds=0 (a step slower than the bound) writes each
+    step at once, and abandoning after an error writes the steps still held."""
+    steps = _steps()
+    path = tmp_path / "t.arrow"
+    w = TraceWriter(path, {}, flush_steps=2, flush_seconds=3600)
+    on_disk = []
+    for t, s in enumerate(steps):
+        w.write_step(t, **s)
+        on_disk.append(open_trace(path).num_steps if path.stat().st_size else 0)  # Arrow writes the schema with the first batch
+    assert on_disk == [0, 2, 2, 4, 4]
+    w.abandon()
+    t = open_trace(path)
+    assert t.truncated and t.steps == list(range(T))
+    np.testing.assert_array_equal(t.tokens(4, 1), steps[4]["tokens"][1])
+
+    w = TraceWriter(tmp_path / "u.arrow", {}, flush_seconds=0.0)
+    for t, s in enumerate(steps):
+        w.write_step(t, **s)
+        assert open_trace(tmp_path / "u.arrow").num_steps == t + 1
+    w.close()
+
+
+def test_a_step_held_in_memory_is_not_changed_by_the_callers_buffers(tmp_path):
+    """A step waits in memory for its group: the caller may reuse its arrays (a sampler's tensor,
+    a numpy buffer) for the next step without changing what the trace holds."""
+    steps = _steps()
+    tokens, received = steps[0]["tokens"].copy(), steps[0]["received"].copy()
+    with TraceWriter(tmp_path / "t.arrow", {}) as w:
+        for t in range(3):
+            tokens[:] = steps[t]["tokens"]
+            received[:] = steps[t]["received"]
+            w.write_step(t, tokens=tokens, received=received)
+    t = open_trace(tmp_path / "t.arrow")
+    for step in range(3):
+        np.testing.assert_array_equal(t.tokens(step, 1), steps[step]["tokens"][1])
+        np.testing.assert_array_equal(t.received(step, 0), steps[step]["received"][0].astype(np.float16).astype(np.float32))

@@ -21,6 +21,7 @@ import numpy as np
 
 from sinklens.analysis.absorption import absorption
 from sinklens.analysis.accumulate import Accumulator, Step, rounded, step_sum
+from sinklens.rule import np_rule
 
 # A head is called diagonal (self) when at least this share of its summed rows' attention stays on
 # the query's own key, and a sink head when its Eq. 3 sinks absorb at least this share: "more than
@@ -216,24 +217,24 @@ class DiagonalHeads(Accumulator):
 
 class DistanceProfile(Accumulator):
     """Per layer: attention by distance |i − j| per summed query row (mean over heads and steps), and
-    the same under uniform attention over the keys each query sees (causal or not; windows and blocks
-    are not modelled in this expectation)."""
+    the same under uniform attention over the keys each query sees, per layer under the rule's
+    visibility of the trace (causal, blocks, sliding windows: np_rule.distance_expectation)."""
 
     name = "distance_profile"
 
     def __init__(self, source, config):
-        self.causal = source.causal
+        self.visibilities = source.layout.visibilities(source.num_layers)
         self.L = source.num_layers
         self.total = None          # (L, D) Σ over steps of mass per query row
-        self.uniform = None        # (D,) Σ over steps of the uniform expectation per query row
+        self.uniform = None        # (L, D) Σ over steps of the uniform expectation per query row
         self.steps = 0
 
     def _grow(self, n: int) -> None:
         if self.total is None:
-            self.total, self.uniform = np.zeros((self.L, n)), np.zeros(n)
+            self.total, self.uniform = np.zeros((self.L, n)), np.zeros((self.L, n))
         elif n > self.total.shape[1]:
             self.total = np.pad(self.total, ((0, 0), (0, n - self.total.shape[1])))
-            self.uniform = np.pad(self.uniform, (0, n - len(self.uniform)))
+            self.uniform = np.pad(self.uniform, ((0, 0), (0, n - self.uniform.shape[1])))
 
     def add(self, step: Step) -> None:
         d = step.data.readouts.get("distance")
@@ -243,13 +244,8 @@ class DistanceProfile(Accumulator):
         Q = max(len(q), 1)
         self._grow(d.shape[-1])
         self.total[:, : d.shape[-1]] += d.mean(axis=1) / Q                          # (L, S)
-        keys = np.flatnonzero(step.data.key_mask)
-        dist = q[:, None] - keys[None, :]                                           # (Q, K)
-        sees = dist >= 0 if self.causal else np.ones(dist.shape, bool)
-        n = np.maximum(sees.sum(-1, keepdims=True), 1)
-        w = np.where(sees, 1.0 / n, 0.0)
-        self.uniform[: d.shape[-1]] += np.bincount(np.abs(dist).ravel(), weights=w.ravel(),
-                                                   minlength=d.shape[-1])[: d.shape[-1]] / Q
+        self.uniform[:, : d.shape[-1]] += np_rule.distance_expectation(q, step.data.key_mask,
+                                                                        self.visibilities)[:, : d.shape[-1]]
         self.steps += 1
 
     def result(self) -> dict:
@@ -266,7 +262,7 @@ class DistanceProfile(Accumulator):
                                      "steps": self.steps}}
 
     def profile(self) -> tuple[np.ndarray, np.ndarray]:
-        """((L, D) attention per query row at each distance, (D,) the uniform expectation), means over steps."""
+        """((L, D) attention per query row at each distance, (L, D) the uniform expectation), means over steps."""
         return self.total / self.steps, self.uniform / self.steps
 
     def to_dict(self) -> dict:

@@ -15,8 +15,9 @@ arrive as `kwargs["sinklens"]`, an `AttentionRequest`.
   - exact: softmax per chunk, and the output from those same probabilities;
   - lse: output and per-query log-sum-exp from sdpa's fused kernel (so the output is
     bit-identical to plain mode and observing a generation cannot change it), then one pass
-    exp(s - lse) for the column sums. Auto: lse on CUDA, exact on CPU, where it measured
-    faster in float32 and bfloat16 (docs/benchmarks.md).
+    exp(s - lse) for the column sums. Auto: lse on CUDA and in half precision, exact on a
+    float32 CPU, where it measured faster (docs/benchmarks.md; in bfloat16 too, but there its
+    output drifts from sdpa's by whole rounding steps and can change a generation).
   A third, "triton", is a fused kernel (triton_route.py; extra `gpu`), where it applies.
   Keys no query of a chunk can see (a causal chunk's future, left padding) are skipped, and
   masked scores are never exponentiated (see reduce.py for why that matters on CPU).
@@ -62,8 +63,14 @@ def choose_route(req: AttentionRequest, query: torch.Tensor) -> str:
     """The request's route; for "auto", "exact" or "lse" (see the module docstring)."""
     if req.route != "auto":
         return req.route
-    # Measured on CPU (docs/benchmarks.md): exact is faster in float32 and in bfloat16 too.
-    return "lse" if query.device.type == "cuda" and lse_kernel_available(query) else "exact"
+    if not lse_kernel_available(query):
+        return "exact"
+    # Measured on CPU (docs/benchmarks.md): exact is faster in float32 and in bfloat16 too. But
+    # its output is not sdpa's: in float32 it differs by ~1e-7, in half precision by whole
+    # rounding steps, enough to change a generation (the bf16 tests of tests/test_sdar.py,
+    # test_llada2.py, test_llada_moe.py). So half precision takes the lse route, whose output
+    # is sdpa's own: observing a generation never changes it.
+    return "lse" if query.device.type == "cuda" or query.dtype != torch.float32 else "exact"
 
 
 def _capture(

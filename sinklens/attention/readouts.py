@@ -100,16 +100,18 @@ def readout_hooks(model, req):
             hd.remove()
 
 
-def sink_positions(req, attention_layout: dict, num_keys: int) -> torch.Tensor:
+def sink_positions(req, attention_layout: dict, num_keys: int, first_row: int | None = None) -> torch.Tensor:
     """(B, P) long: per batch row the positions the step's Eq. 3 sinks sit at (DEFAULT_UNITS,
     DEFAULT_EPS, the model's visibility), those flagged in the most (layer, head) first, at most
-    LENS_MAX_POSITIONS; -1 pads rows with fewer. Queries: the request's real rows, the last S_q positions."""
+    LENS_MAX_POSITIONS; -1 pads rows with fewer. Queries: the request's real rows, S_q positions from
+    `first_row` (None: the last S_q)."""
     received = req.received                                            # (L, B, H, S)
     L, B, _, S = received.shape
     w = req.query_mask
     s_q = S if w is None else w.shape[1]
     queries = torch.zeros(B, S, dtype=torch.bool, device=received.device)
-    queries[:, S - s_q:] = True if w is None else w.to(received.device).bool()
+    q0 = S - s_q if first_row is None else first_row
+    queries[:, q0:q0 + s_q] = True if w is None else w.to(received.device).bool()
     real = torch.ones(B, S, dtype=torch.bool, device=received.device)
     vis = layer_visibilities(L, causal=attention_layout.get("causal", False),
                              attention_block=attention_layout.get("attention_block"),
@@ -123,31 +125,34 @@ def sink_positions(req, attention_layout: dict, num_keys: int) -> torch.Tensor:
     return torch.where(flagged.any(dim=(0, 2)).gather(-1, top.indices), top.indices, -1)
 
 
-def finish_lens(req, final_norm, lm_head, attention_layout: dict) -> None:
+def finish_lens(req, head, attention_layout: dict, first_row: int | None = None) -> None:
     """The logit lens after the forward: each lens layer's hidden state at the step's positions
-    through the model's final norm and LM head; the top LENS_TOPK tokens and probabilities.
+    through `head` (the model's final norm and LM head, (B, P, D) -> (B, P, V) logits); the top
+    LENS_TOPK tokens and probabilities.
 
-    Positions are absolute key positions. A cached forward (ARM decoding) computes hidden states
-    only for the rows it is fed, the last S_q positions: other positions read as -1 (no lens)."""
+    Positions are absolute key positions. A cached forward (ARM decoding, SDAR's blocks, Fast-dLLM)
+    computes hidden states only for the rows it is fed: from `first_row`, else the last S_h
+    positions. Other positions read as -1 (no lens)."""
     if not req.lens_layers:
         return
     hidden = req._lens_hidden
     B, s_h = next(iter(hidden.values())).shape[:2]
     S = req.received.shape[-1] if req.has_received else s_h           # key positions of the step
+    r0 = S - s_h if first_row is None else first_row                   # position of the first computed row
     if req.lens_positions is not None:
         bad = [p for p in req.lens_positions if p >= S]
         if bad:
             raise ValueError(f"lens_positions {bad}: the step has {S} positions (0..{S - 1})")
         pos = torch.tensor(list(req.lens_positions), dtype=torch.long).expand(B, -1)
     else:
-        pos = sink_positions(req, attention_layout, S).cpu()          # (B, P), -1 = none
-    pos = torch.where(pos >= S - s_h, pos, -1)                         # only rows this forward computed
-    take = (pos - (S - s_h)).clamp(min=0)                              # (B, P) row of each position
+        pos = sink_positions(req, attention_layout, S, first_row).cpu()   # (B, P), -1 = none
+    pos = torch.where((pos >= r0) & (pos < r0 + s_h), pos, -1)          # only rows this forward computed
+    take = (pos - r0).clamp(min=0)                                     # (B, P) row of each position
     tokens, probs = [], []
     for layer in sorted(req.lens_layers):
         h = hidden[layer]                                               # (B, S_h, D)
         x = h.gather(1, take.to(h.device)[..., None].expand(-1, -1, h.shape[-1]))   # (B, P, D)
-        p = lm_head(final_norm(x)).float().softmax(dim=-1)              # (B, P, V)
+        p = head(x).float().softmax(dim=-1)                             # (B, P, V)
         top = p.topk(LENS_TOPK, dim=-1)
         tokens.append(top.indices.int())
         probs.append(top.values)

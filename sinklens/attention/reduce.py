@@ -51,6 +51,31 @@ def probs_from_lse_(scores: torch.Tensor, lse: torch.Tensor, ok: torch.Tensor | 
     return scores
 
 
+def row_weights(req, device) -> tuple[torch.Tensor | None, torch.Tensor | None]:
+    """(weight (B, S_q) float, group_of (B, S_q, G) float) of the request's query rows, or None each.
+
+    The same for every layer of a forward, so made once per request and device (on a tiny model
+    remaking them was a tenth of a layer's capture time); remade when the masks change."""
+    # the masks themselves (kept, so compared by identity) and their in-place versions: a request
+    # reused with other or edited masks gets new weights
+    masks = (req.query_mask, req.query_groups)
+    key = (device, req.num_groups, *(None if t is None else t._version for t in masks))
+    if req._row_weights is not None:
+        old_key, old_masks, out = req._row_weights
+        if old_key == key and all(a is b for a, b in zip(old_masks, masks)):
+            return out
+    weight = None if req.query_mask is None else req.query_mask.to(device).float()
+    group_of = None
+    if req.query_groups is not None:
+        # id -1 (no group) -> an all-zero row: shift by one, drop column 0
+        ids = (req.query_groups.to(device) + 1).clamp(min=0)
+        group_of = torch.nn.functional.one_hot(ids, req.num_groups + 1)[..., 1:].float()  # (B, S_q, G)
+        if weight is not None:
+            group_of = group_of * weight[..., None]
+    req._row_weights = (key, masks, (weight, group_of))
+    return weight, group_of
+
+
 @dataclass
 class LayerSums:
     """What one layer's capture accumulates, chunk by chunk (all float32)."""
@@ -73,14 +98,7 @@ class LayerSums:
     def for_request(cls, req, layer: int, b: int, h: int, s_q: int, s_k: int, unblocked: bool, device,
                     learned_sink: bool = False):
         zeros = lambda *shape: torch.zeros(*shape, dtype=torch.float32, device=device)  # noqa: E731
-        weight = None if req.query_mask is None else req.query_mask.to(device).float()
-        group_of = None
-        if req.query_groups is not None:
-            # id -1 (no group) -> an all-zero row: shift by one, drop column 0
-            ids = (req.query_groups.to(device) + 1).clamp(min=0)
-            group_of = torch.nn.functional.one_hot(ids, req.num_groups + 1)[..., 1:].float()  # (B, S_q, G)
-            if weight is not None:
-                group_of = group_of * weight[..., None]
+        weight, group_of = row_weights(req, device)
         return cls(
             received=zeros(b, h, s_k) if req.capture else None,
             learned_sink=zeros(b, h) if req.capture and learned_sink else None,
@@ -165,4 +183,7 @@ class LayerSums:
             rows = self.s_q if self.weight is None else self.weight.sum(-1).clamp(min=1.0)[:, None]  # Q per row
             req.record_readout("diagonal", layer, self.diagonal / rows, aligned=False)
         if self.distance is not None:
-            req.record_readout("distance", layer, self.distance, aligned=False)
+            d = self.distance                                          # (B, H, S_k): distances 0 .. S_k − 1
+            if req.num_keys is not None:  # a layer that saw only the last keys: its longer distances got nothing
+                d = torch.nn.functional.pad(d, (0, req.num_keys - d.shape[-1]))
+            req.record_readout("distance", layer, d, aligned=False)

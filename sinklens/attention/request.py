@@ -54,6 +54,8 @@ class AttentionRequest:
     _readouts: dict[str, dict[int, torch.Tensor]] = field(default_factory=dict, repr=False)
     _lens_hidden: dict[int, torch.Tensor] = field(default_factory=dict, repr=False)
     lens: dict[str, torch.Tensor] | None = field(default=None, repr=False)
+    # the query rows' weights, made once per forward for all layers (attention/reduce.py: row_weights)
+    _row_weights: tuple | None = field(default=None, repr=False)
 
     def __post_init__(self) -> None:
         if self.query_chunk is not None and self.query_chunk < 1:

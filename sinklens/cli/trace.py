@@ -133,6 +133,6 @@ def register(sub) -> None:
     t.add_argument("--route", choices=("auto", "exact", "lse", "triton"), default="auto",  # AttentionRequest ROUTES
                    help="capture route: exact softmax, lse (output from sdpa's fused kernel, bit-identical to "
                         "an untraced run), triton (fused kernel, extra gpu; falls back to lse where it does not "
-                        "apply); auto = lse on CUDA, exact on CPU (measured faster there)")
+                        "apply); auto = lse on CUDA and in bfloat16/float16, exact for float32 on CPU (measured faster there)")
     add_config_flags(t.add_argument_group("mechanism readouts (off by default; docs/analysis.md)"), ReadoutOptions)
     t.set_defaults(func=cmd_trace)

@@ -57,6 +57,23 @@ def sampler_settings(model, task_name: str | None, gen_length: int | None = None
     return plan.values, plan.deprecated + plan.notes
 
 
+SMALL_MODEL = 10_000_000  # parameters: below this a CPU eval runs on one torch thread
+
+
+def one_thread_for_a_small_model(m, note: bool = True) -> None:
+    """A model of a few million parameters runs faster on one CPU thread: its ops are too small to
+    split, and a second thread waiting for a busy core stalls every op (measured: tiny-dlm's arith
+    eval 3.4x slower on 2 threads than on 1 on a loaded 2-core CPU, docs/benchmarks.md).
+    OMP_NUM_THREADS, when set, decides instead (torchrun sets it to 1 per process)."""
+    if "OMP_NUM_THREADS" in os.environ or torch.get_num_threads() == 1 or m.device.type != "cpu":
+        return
+    if sum(p.numel() for p in m.model.parameters()) < SMALL_MODEL:
+        torch.set_num_threads(1)
+        if note:
+            print(f"note: {SMALL_MODEL // 10**6}M parameters or fewer on CPU: 1 torch thread (faster for a model this "
+                  "small; set OMP_NUM_THREADS to choose)", file=sys.stderr)
+
+
 def run_sampler(m, cfg: EvalConfig) -> str:
     """The sampler an eval runs: --sampler, which must be one the model's family runs, else the family's own."""
     return m.family.pick_sampler(cfg.sampler)
@@ -114,6 +131,7 @@ def run_eval(cfg: EvalConfig, model=None) -> list[str]:
     if m.tokenizer is None:
         raise ValueError(f"{cfg.model!r} ships no tokenizer; the eval needs text prompts")
     rank, world = dist.rank, dist.world
+    one_thread_for_a_small_model(m, note=rank == 0)
     sampler = run_sampler(m, cfg)
     if not get_config(sampler).generates:
         raise ValueError(f"{cfg.model!r} is a {m.family.name!r} encoder: it generates no text, so there is nothing to "

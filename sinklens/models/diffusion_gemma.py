@@ -75,8 +75,9 @@ def decoder_masks(m, canvas: torch.Tensor, cache, attention_mask: torch.Tensor) 
 def denoise(m, canvas: torch.Tensor, self_conditioning: torch.Tensor | None, masks: dict, cache,
             position_ids: torch.Tensor, attention=None) -> torch.Tensor:
     """Decoder pass over the canvas (B, C): logits (B, C, V) float32, soft-capped as the model's own."""
-    out = m.model(decoder_input_ids=canvas, self_conditioning_logits=self_conditioning, decoder_attention_mask=masks,
-                  past_key_values=cache, decoder_position_ids=position_ids, **_kwargs(attention))
+    # hidden-state readouts and the lens read the decoder's layers (get_decoder()): the canvas rows
+    out = m.run_model(attention, decoder_input_ids=canvas, self_conditioning_logits=self_conditioning,
+                      decoder_attention_mask=masks, past_key_values=cache, decoder_position_ids=position_ids)
     return out.logits
 
 

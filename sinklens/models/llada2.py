@@ -16,15 +16,22 @@ Glm4Moe computes each of these the same way (its router: the same -inf group mas
 renormalisation), so only names change: the fused q/k/v rows are split by size (transformers'
 `Split`, registered for this adapter's class only), the per-expert weights are fused as
 transformers 5 stores them (its own glm4_moe conversion), and `key_mapping` renames the rest.
-Checked against the official code on a tiny random checkpoint: tests/test_llada2.py.
+One computation differs in bfloat16: the official code mixes the chosen experts' outputs in
+float32 and rounds once, Glm4Moe rounds each weighted output; `official_experts` (registered in
+transformers' ExpertsInterface) mixes as the official code. Left as Glm4Moe has it: the expert bias
+stays float32 (the official buffer is rounded to bfloat16), which can only decide a tie between two
+experts closer than that rounding (docs/models.md).
+Checked against the official code on a tiny random checkpoint, float32 and bfloat16: tests/test_llada2.py.
 """
 from __future__ import annotations
 
 
 import torch
+from torch import nn
 from transformers import Glm4MoeConfig, Glm4MoeForCausalLM
 from transformers.conversion_mapping import get_checkpoint_conversion_mapping, register_checkpoint_conversion_mapping
 from transformers.core_model_loading import Split, WeightConverter
+from transformers.integrations.moe import ALL_EXPERTS_FUNCTIONS
 
 from .families import Family, architectures, config_value, register_family, special_tokens_from
 
@@ -49,6 +56,28 @@ MASK_TOKEN = "<|mask|>"
 class LLaDA2MoeForCausalLM(Glm4MoeForCausalLM):
     """Glm4MoeForCausalLM under its own class name, so that the fused-q/k/v split below applies to
     LLaDA2 checkpoints and to no GLM checkpoint (transformers looks conversions up by class name)."""
+
+
+EXPERTS = "llada2_official"
+
+
+def official_experts(self, hidden_states: torch.Tensor, top_k_index: torch.Tensor,
+                     top_k_weights: torch.Tensor) -> torch.Tensor:
+    """Glm4Moe's experts with the official mixing: each token's expert outputs times their float32
+    weights, summed over its top-k in float32, then cast once to the model's dtype (the official
+    `moe_infer`). Glm4Moe casts every weighted output before adding, which rounds differently in
+    bfloat16; in float32 the two agree. hidden_states (T, D), top_k_index / top_k_weights (T, k)."""
+    picked = torch.zeros(*top_k_index.shape, hidden_states.shape[-1], dtype=torch.float32,
+                         device=hidden_states.device)  # (T, k, D)
+    for e in top_k_index.unique().tolist():
+        token, slot = torch.where(top_k_index == e)
+        gate, up = nn.functional.linear(hidden_states[token], self.gate_up_proj[e]).chunk(2, dim=-1)
+        out = nn.functional.linear(self.act_fn(gate) * up, self.down_proj[e])  # (n, D) model dtype
+        picked[token, slot] = out.float() * top_k_weights[token, slot, None].float()
+    return picked.sum(dim=1).to(hidden_states.dtype)
+
+
+ALL_EXPERTS_FUNCTIONS.register(EXPERTS, official_experts)
 
 
 # [q | k | v] rows -> the three projections, each as large as Glm4Moe's parameter (GQA: k, v smaller).
@@ -123,6 +152,7 @@ def to_glm4_moe_config(config: dict) -> Glm4MoeConfig:
         use_cache=False,
     )
     glm.is_causal = False  # the official forward masks nothing unless given a mask (generate(): block-causal)
+    glm._experts_implementation = EXPERTS
     return glm
 
 
@@ -150,9 +180,10 @@ class BlockCausalOps:
         S = window.shape[1]
         block = torch.arange(S, device=m.device) // block_length
         allowed = (block[:, None] >= block[None, :])[None, None]  # (1, 1, S, S) bool, True = may attend
-        kwargs = {} if attention is None else {"sinklens": attention}
-        out = m.model(input_ids=window.to(m.device), attention_mask=allowed,
-                      position_ids=torch.arange(S, device=m.device)[None], use_cache=False, **kwargs)
+        # the lens' default positions are the sinks under these blocks, not the bidirectional forward's
+        layout = {**m.attention_layout, "attention_block": block_length}
+        out = m.run_model(attention, layout=layout, input_ids=window.to(m.device), attention_mask=allowed,
+                          position_ids=torch.arange(S, device=m.device)[None], use_cache=False)
         return out.logits.float()
 
 

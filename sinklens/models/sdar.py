@@ -13,10 +13,12 @@ reaches these passes as `model.family.ops`, never by importing this module.
 """
 from __future__ import annotations
 
+from contextlib import nullcontext
 from functools import partial
 from types import SimpleNamespace
 
 import torch
+from torch.nn.attention import SDPBackend, sdpa_kernel
 from transformers import Qwen3Config, Qwen3ForCausalLM
 
 from .families import Family, architectures, config_value, decoder_kwargs, register_family, special_tokens_from
@@ -77,6 +79,15 @@ def new_cache(m):
     return DynamicCache(config=m.model.config)
 
 
+def official_kernel(mask: torch.Tensor):
+    """The sdpa backend the official attention ends up on. It hands sdpa its block mask as
+    (1, S_q, S_k), a shape the fused CPU kernel refuses (checked; CUDA not run here), so a masked
+    forward runs sdpa's math backend; a mask with nothing masked goes to flash-attn instead (a
+    fused kernel). In float32 the backends agree to ~1e-7, in bfloat16 they round differently
+    (docs/models.md), so a masked forward takes the math backend here too."""
+    return nullcontext() if bool(mask.all()) else sdpa_kernel([SDPBackend.MATH])
+
+
 @torch.no_grad()
 def forward_block(m, tokens: torch.Tensor, start: int, cache, *, store: bool, block: int,
                   attention=None) -> torch.Tensor:
@@ -91,9 +102,9 @@ def forward_block(m, tokens: torch.Tensor, start: int, cache, *, store: bool, bl
         raise ValueError(f"the cache holds {cached} positions but the block starts at {start}")
     pos = torch.arange(start, start + s_q, device=device)
     mask = block_causal_mask(pos, torch.arange(start + s_q, device=device), block)
-    kwargs = {} if attention is None else {"sinklens": attention}
-    out = m.model(input_ids=tokens.to(device), attention_mask=mask, position_ids=pos[None],
-                  past_key_values=cache, use_cache=True, **kwargs)
+    with official_kernel(mask):  # readouts and the lens ride the same forward
+        out = m.run_model(attention, input_ids=tokens.to(device), attention_mask=mask, position_ids=pos[None],
+                          past_key_values=cache, use_cache=True)
     if not store:
         cache.crop(-s_q)  # drop this forward's keys and values again
     return out.logits
@@ -113,6 +124,6 @@ SDAR = register_family(
         attention="block-causal",
         tokenizer_fallback="Qwen2TokenizerFast",
         ops=SimpleNamespace(forward_mask=forward_mask, block_size=block_size, new_cache=new_cache,
-                            forward_block=forward_block),
+                            forward_block=forward_block, official_kernel=official_kernel),
     )
 )

@@ -1,6 +1,7 @@
 """`SinkModel`: a loaded transformers model plus its family adapter, ids and tokenizer."""
 from __future__ import annotations
 
+from contextlib import nullcontext
 from typing import Any
 
 import torch
@@ -134,45 +135,68 @@ class SinkModel:
         if attention is not None:
             if getattr(attention, "query_mask", None) is None and attention_mask is not None:
                 attention.query_mask = attention_mask.bool()  # padded queries are not summed
-            kwargs["sinklens"] = attention  # reaches the attention function's kwargs
         if self.family.attention == "causal" or self.is_diffusion:
             kwargs["use_cache"] = False  # decoders only; encoders take no cache argument
         device = self.device
+        kernel = nullcontext()
         if self.family.attention == "block-causal":  # SDAR: the block-causal mask its training used
             attention_mask = self.family.ops.forward_mask(self, input_ids.to(device), attention_mask)
+            kernel = self.family.ops.official_kernel(attention_mask)  # the sdpa backend its own code lands on
+        with kernel:
+            return self.run_model(attention, input_ids=input_ids.to(device),
+                                  attention_mask=None if attention_mask is None else attention_mask.to(device),
+                                  position_ids=None if position_ids is None else position_ids.to(device), **kwargs)
+
+    @torch.no_grad()
+    def run_model(self, attention: Any = None, *, layout: dict | None = None, first_row: int | None = None,
+                  **inputs):
+        """The one way into the model's forward, for every family: `forward_logits`, `forward_cached`
+        and the family passes that build their own inputs (SDAR's cached blocks, LLaDA2's block-causal
+        windows, DiffusionGemma's decoder). Hands `attention` to the attention function and, when it
+        asks for them, hooks the hidden-state readouts on the decoder layers for this forward and
+        runs the logit lens after it. Returns the model's own output object.
+
+        layout: the attention facts the lens' default positions are found under, when the sampler
+        chose them (LLaDA2's block length); None = `attention_layout`. first_row: the key position
+        of the first computed row (Fast-dLLM's dual cache feeds a block mid-sequence); None = the
+        computed rows are the last ones."""
+        if attention is not None:
+            inputs["sinklens"] = attention  # reaches the attention function's kwargs
         with readout_hooks(self.model, attention):     # hidden-state readouts: hooks for this forward only
-            out = self.model(
-                input_ids=input_ids.to(device),
-                attention_mask=None if attention_mask is None else attention_mask.to(device),
-                position_ids=None if position_ids is None else position_ids.to(device),
-                **kwargs,
-            )
-        self._finish_lens(attention)
+            out = self.model(**inputs)
+        self._finish_lens(attention, layout, first_row)
         return out
 
-    def _finish_lens(self, attention) -> None:
-        """The logit lens of a forward that asked for one: through the model's final norm and LM head."""
+    def _finish_lens(self, attention, layout: dict | None, first_row: int | None) -> None:
+        """The logit lens of a forward that asked for one: through the model's final norm and LM head
+        (and its final logit soft-cap, where it has one: Gemma), so the last layer reads the logits."""
         if attention is None or not getattr(attention, "lens_layers", None):
             return
         norm = getattr(self.model.get_decoder(), "norm", None)
         if norm is None:
             raise ValueError(f"{type(self.model).__name__} has no final norm at get_decoder().norm: the logit lens "
                              "is not available for it")
-        finish_lens(attention, norm, self.model.get_output_embeddings(), self.attention_layout)
+        lm_head = self.model.get_output_embeddings()
+        cap = getattr(self.model.config.get_text_config(), "final_logit_softcapping", None)
+
+        def head(x):                                                    # (B, P, D) -> (B, P, V) float32
+            logits = lm_head(norm(x)).float()
+            return logits if not cap else torch.tanh(logits / cap) * cap
+
+        finish_lens(attention, head, self.attention_layout if layout is None else layout, first_row)
 
     @torch.no_grad()
     def forward_cached(self, input_ids: torch.Tensor, attention_mask: torch.Tensor, position_ids: torch.Tensor,
-                       cache, attention: Any = None) -> torch.Tensor:
+                       cache, attention: Any = None, first_row: int | None = None) -> torch.Tensor:
         """One cached decoding forward of a causal model: logits (B, S_q, V) of the fed rows.
 
         input_ids (B, S_q) the uncached tokens; attention_mask (B, S_past + S_q); cache: a
-        transformers `Cache`, updated in place. The ARM sampler's only way into the model.
+        transformers `Cache`, updated in place. The ARM sampler's only way into the model, and
+        Fast-dLLM's; first_row: the key position of the first fed row when they are not the last
+        ones (the dual cache's block), for the logit lens.
         """
-        kwargs = {} if attention is None else {"sinklens": attention}
-        with readout_hooks(self.model, attention):
-            out = self.model(input_ids=input_ids, attention_mask=attention_mask, position_ids=position_ids,
-                             past_key_values=cache, use_cache=True, **kwargs)
-        self._finish_lens(attention)
+        out = self.run_model(attention, first_row=first_row, input_ids=input_ids, attention_mask=attention_mask,
+                             position_ids=position_ids, past_key_values=cache, use_cache=True)
         return out.logits  # (B, S_q, V)
 
     def _check_ids(self, input_ids) -> torch.Tensor:

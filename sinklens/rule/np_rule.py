@@ -84,6 +84,28 @@ def coverage(query_positions, key_mask, visibilities: list[Visibility]) -> Cover
     return Coverage(n_queries=n_q, seen=seen, expected=expected, visible=seen > 0)
 
 
+def distance_expectation(query_positions, key_mask, visibilities: list[Visibility]) -> np.ndarray:
+    """(L, S) float64: per layer, the attention per summed query row at each distance d = |i − j|
+    under uniform attention over the keys each query sees (the same visibility as `coverage`:
+    causal, blocks, windows, padding), divided by the Q summed rows (Σ over d = 1 when every row
+    sees a key). The baseline of the distance profile (analysis/readouts.py)."""
+    key_mask = np.asarray(key_mask, bool)
+    S = key_mask.shape[0]
+    q = np.asarray(query_positions, np.int64).reshape(-1)
+    keys = np.arange(S)
+    done = {}
+    for v in visibilities:
+        if v in done:
+            continue
+        lo, hi = key_bounds(q, S, v, int(q.min()) if q.size else 0)
+        sees = (keys >= lo[:, None]) & (keys <= hi[:, None]) & key_mask  # (Q, S)
+        n = sees.sum(-1, keepdims=True)
+        w = np.where(sees, 1.0 / np.maximum(n, 1), 0.0)                   # each query spreads 1 over what it sees
+        dist = np.abs(q[:, None] - keys)                                  # (Q, S)
+        done[v] = np.bincount(dist.ravel(), weights=w.ravel(), minlength=S)[:S] / max(q.size, 1)
+    return np.stack([done[v] for v in visibilities]) if visibilities else np.zeros((0, S))
+
+
 def _per_key(a: np.ndarray, ndim: int) -> np.ndarray:
     """(L, S) -> (L, 1, ..., 1, S) to broadcast against scores of `ndim` dims (L, ..., S)."""
     return a.reshape(a.shape[:1] + (1,) * (ndim - 2) + a.shape[1:])

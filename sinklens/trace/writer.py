@@ -1,4 +1,4 @@
-"""Write a trace: one Arrow record batch per step, flushed as soon as it is written.
+"""Write a trace: one Arrow record batch per step, written in groups of steps (FLUSH_STEPS below).
 
 Usable on its own (tests build synthetic traces without a model):
 
@@ -8,12 +8,15 @@ Usable on its own (tests build synthetic traces without a model):
 and as a sampler hook (`after_step(event)`, see sinklens/samplers/base.py). The schema (with the
 run metadata) is written at the first step, so a sampler may still `update_meta(...)` until
 then. `close()` writes the end-of-stream marker; a run that dies inside the `with` block is
-left without it, so readers report it as truncated and load its finished steps.
+left without it (its finished steps written), so readers report it as truncated and load its
+finished steps. Steps reach the disk in groups: a kill -9 loses at most the last second of
+steps (FLUSH_SECONDS; a step slower than that, any large model's, is written when it ends).
 """
 from __future__ import annotations
 
 import json
 import os
+import time
 import zlib
 from typing import Callable, Mapping
 
@@ -23,6 +26,15 @@ import pyarrow as pa
 from sinklens._version import __version__
 from sinklens.trace.readouts import COLUMN_NAMES
 from sinklens.trace.schema import CHECKSUM_KEY, SCHEMA_VERSION, UNITS, VOCAB_KEY, build_schema
+
+# Steps are held in memory and written together: at most FLUSH_STEPS steps, FLUSH_SECONDS since the
+# last write or FLUSH_BYTES of attention arrays, whichever comes first (the end of the run and an
+# error write them too). A kill -9 loses at most that much; a step slower than FLUSH_SECONDS (any
+# large model) is written as soon as it ends. Writing one step at a time cost a tiny model ~0.7 ms
+# per step, a fifth of its forward (docs/benchmarks.md, "Trace capture").
+FLUSH_STEPS = 64
+FLUSH_SECONDS = 1.0
+FLUSH_BYTES = 64 * 2**20
 
 
 def _np(x) -> np.ndarray | None:
@@ -47,11 +59,26 @@ def _batched(x, ndim: int) -> np.ndarray | None:
     return x
 
 
+def _own(x):
+    """A copy of an array, or of each array of a list (None passes through)."""
+    if x is None:
+        return None
+    if isinstance(x, list):
+        return [_own(a) for a in x]
+    return np.array(x, copy=True)
+
+
 def _is_sum_of(received: np.ndarray, groups: np.ndarray) -> bool:
     """True when received (B, L, H, S) is the sum of groups (B, G, L, H, S) up to float32 rounding
     (every counted query row in exactly one group: the masked / unmasked split)."""
     total = groups.astype(np.float32).sum(axis=1)
-    return total.shape == received.shape and np.allclose(total, received, rtol=1e-4, atol=1e-5)
+    if total.shape != received.shape:
+        return False
+    # np.allclose's own test, without its per-call overhead (a tenth of a tiny model's step);
+    # np.allclose itself decides only what this cannot (inf, nan)
+    if bool((np.abs(total - received) <= 1e-5 + 1e-4 * np.abs(received)).all()):
+        return True
+    return bool(np.allclose(total, received, rtol=1e-4, atol=1e-5))
 
 
 def _list_column(rows: list[np.ndarray | None], value_type: pa.DataType) -> pa.Array:
@@ -89,7 +116,8 @@ class TraceWriter:
     """
 
     def __init__(self, path: str | os.PathLike, meta: Mapping | None = None, *,
-                 received_dtype: str = "float16", decode: Callable[[list[int]], list[str]] | None = None):
+                 received_dtype: str = "float16", decode: Callable[[list[int]], list[str]] | None = None,
+                 flush_steps: int = FLUSH_STEPS, flush_seconds: float = FLUSH_SECONDS):
         self.path = os.fspath(path)
         self.received_dtype = received_dtype
         self.decode = decode
@@ -102,6 +130,10 @@ class TraceWriter:
         self._writer: pa.ipc.RecordBatchStreamWriter | None = None
         self._schema: pa.Schema | None = None
         self.closed = False
+        self.flush_steps, self.flush_seconds = flush_steps, flush_seconds
+        self._pending: list[dict] = []  # steps accepted but not yet written (see FLUSH_STEPS)
+        self._pending_bytes = 0
+        self._flushed_at = time.monotonic()
 
     # ---- metadata -------------------------------------------------------------------------
     def update_meta(self, **fields) -> None:
@@ -200,53 +232,82 @@ class TraceWriter:
         if learned_sink is not None and learned_sink.shape != (B, L, H):
             raise ValueError(f"learned_sink must have shape (B, L, H) = {(B, L, H)}, got {learned_sink.shape}")
 
-        columns = {
-            "step": pa.array(np.full(B, step, np.int32)),
-            "row": pa.array(np.arange(B, dtype=np.int32)),
-            "tokens": _list_column(list(tokens), pa.int32()),
-            "is_masked": _list_column(list(is_masked), pa.bool_()),
-            "revealed": _list_column(list(revealed), pa.bool_()),
-            "attention_mask": _list_column(list(attention_mask), pa.bool_()),
-            "query_positions": _list_column(qpos, pa.int32()),
-            "received": _list_column([None] * B if stored is None else list(stored),
-                                     self._schema.field("received").type.value_type),
-            "received_groups": _list_column([None] * B if received_groups is None else list(received_groups),
-                                            self._schema.field("received_groups").type.value_type),
-            "blocked": _list_column(blocked_rows, pa.int32()),
-            "received_unblocked": _list_column([None] * B if received_unblocked is None else list(received_unblocked),
-                                               self._schema.field("received_unblocked").type.value_type),
-            "maps": self._maps_column(maps, B),
-            "learned_sink": _list_column([None] * B if learned_sink is None else list(learned_sink), pa.float32()),
-            "edited": _list_column([None] * B if edited is None else list(edited), pa.bool_()),
-        }
         readouts = dict(readouts or {})
         unknown = sorted(set(readouts) - set(COLUMN_NAMES))
         if unknown:
             raise ValueError(f"unknown readout column(s) {unknown}; known: {list(COLUMN_NAMES)}")
-        for name in COLUMN_NAMES:
-            arr = _np(readouts.get(name))
+        readouts = {name: _np(readouts.get(name)) for name in COLUMN_NAMES}
+        for name, arr in readouts.items():
             if arr is not None and arr.shape[0] != B:
                 raise ValueError(f"readout {name} must be batch first with {B} rows, got shape {arr.shape}")
-            columns[name] = _list_column([None] * B if arr is None else list(arr),
-                                         self._schema.field(name).type.value_type)
-        batch = pa.record_batch([columns[f.name] for f in self._schema], schema=self._schema)
-        # A checksum of the batch's serialised bytes lets the reader tell a damaged step from a
-        # good one (Arrow itself has none); the reader verifies a step when it first reads it.
-        custom = {CHECKSUM_KEY: str(zlib.crc32(batch.serialize()))}
-        if vocab and self.num_steps > 0:
-            custom[VOCAB_KEY] = json.dumps(vocab)
-        self._writer.write_batch(batch, custom_metadata=custom)
-        self._sink.flush()
-        self.num_steps += 1
 
-    def _maps_column(self, maps, B: int) -> pa.Array:
+        arrays = dict(tokens=tokens, is_masked=is_masked, revealed=revealed, attention_mask=attention_mask,
+                      query_positions=qpos, received=stored, received_groups=received_groups, blocked=blocked_rows,
+                      received_unblocked=received_unblocked, learned_sink=learned_sink, edited=edited, **readouts)
+        self._pending_bytes += sum(a.nbytes for a in (stored, received_groups, received_unblocked, *readouts.values())
+                                   if a is not None)
+        self._pending_bytes += sum(_np(m).nbytes for m in (maps or {}).values())
+        self.num_steps += 1
+        due = (len(self._pending) + 1 >= self.flush_steps or time.monotonic() - self._flushed_at >= self.flush_seconds
+               or self._pending_bytes >= FLUSH_BYTES)
+        if not due:  # held past this call: own copies, the caller may reuse its buffers (a tensor's .numpy() is one)
+            arrays = {k: _own(v) for k, v in arrays.items()}
+            maps = {k: _np(m).copy() for k, m in maps.items()} if maps else maps
+        self._pending.append(dict(step=step, B=B, maps=maps, vocab=vocab if vocab and self.num_steps > 1 else None,
+                                  **arrays))
+        if due:
+            self.flush()
+
+    def flush(self) -> None:
+        """Write the steps held in memory (one record batch each) and flush the file."""
+        if not self._pending:
+            return
+        steps, self._pending, self._pending_bytes = self._pending, [], 0
+        # One Arrow array per column for all pending steps (the per-step cost is Python, not
+        # bytes), then one zero-copy slice per step: the file holds one record batch per step.
+        rows = lambda name: [r for s in steps for r in (s[name] if s[name] is not None else [None] * s["B"])]  # noqa: E731
+        value_type = lambda name: self._schema.field(name).type.value_type  # noqa: E731
+        columns = {
+            "step": pa.array(np.concatenate([np.full(s["B"], s["step"], np.int32) for s in steps])),
+            "row": pa.array(np.concatenate([np.arange(s["B"], dtype=np.int32) for s in steps])),
+            "tokens": _list_column(rows("tokens"), pa.int32()),
+            "is_masked": _list_column(rows("is_masked"), pa.bool_()),
+            "revealed": _list_column(rows("revealed"), pa.bool_()),
+            "attention_mask": _list_column(rows("attention_mask"), pa.bool_()),
+            "query_positions": _list_column(rows("query_positions"), pa.int32()),
+            "received": _list_column(rows("received"), value_type("received")),
+            "received_groups": _list_column(rows("received_groups"), value_type("received_groups")),
+            "blocked": _list_column(rows("blocked"), pa.int32()),
+            "received_unblocked": _list_column(rows("received_unblocked"), value_type("received_unblocked")),
+            "maps": self._maps_column(steps),
+            "learned_sink": _list_column(rows("learned_sink"), pa.float32()),
+            "edited": _list_column(rows("edited"), pa.bool_()),
+        }
+        for name in COLUMN_NAMES:
+            columns[name] = _list_column(rows(name), value_type(name))
+        batch = pa.record_batch([columns[f.name] for f in self._schema], schema=self._schema)
+        start = 0
+        for s in steps:
+            one = batch.slice(start, s["B"])
+            start += s["B"]
+            # A checksum of the batch's serialised bytes lets the reader tell a damaged step from a
+            # good one (Arrow itself has none); the reader verifies a step when it first reads it.
+            custom = {CHECKSUM_KEY: str(zlib.crc32(one.serialize()))}
+            if s["vocab"]:
+                custom[VOCAB_KEY] = json.dumps(s["vocab"])
+            self._writer.write_batch(one, custom_metadata=custom)
+        self._sink.flush()
+        self._flushed_at = time.monotonic()
+
+    def _maps_column(self, steps: list[dict]) -> pa.Array:
         struct_type = self._schema.field("maps").type
-        if not maps:
-            return pa.nulls(B, struct_type)
+        if not any(s["maps"] for s in steps):
+            return pa.nulls(sum(s["B"] for s in steps), struct_type)
         rows = []
-        for b in range(B):
-            rows.append([{"layer": int(l), "head": int(h), "values": _np(m)[b].astype(np.float32).reshape(-1)}
-                         for (l, h), m in sorted(maps.items())])
+        for s in steps:
+            for b in range(s["B"]):
+                rows.append([{"layer": int(l), "head": int(h), "values": _np(m)[b].astype(np.float32).reshape(-1)}
+                             for (l, h), m in sorted(s["maps"].items())] if s["maps"] else None)
         return pa.array(rows, type=struct_type)
 
     # ---- hook interface (see sinklens/samplers/base.py) -----------------------------------
@@ -290,6 +351,7 @@ class TraceWriter:
         if self._writer is None:
             self._schema = build_schema(self.meta, self.received_dtype)
             self._writer = pa.ipc.new_stream(self._sink, self._schema)
+        self.flush()
         self._writer.close()
         self._sink.close()
         self.closed = True
@@ -297,8 +359,13 @@ class TraceWriter:
     def abandon(self) -> None:
         """Close the file WITHOUT the end-of-stream marker: readers will report it truncated."""
         if not self.closed:
-            self._sink.close()
-            self.closed = True
+            try:
+                self.flush()  # the finished steps are kept
+            except Exception:  # noqa: BLE001  (the error that abandons the run is the one to report)
+                pass
+            finally:
+                self._sink.close()
+                self.closed = True
 
     def __enter__(self) -> "TraceWriter":
         return self

@@ -155,7 +155,7 @@ def sample_fast(model, input_ids, config: DreamConfig, attention_mask=None, *, t
                 if not first:
                     cache.read_at(start)
                 raw = model.forward_cached(rows, None, torch.arange(r0, r1, device=device)[None].expand(B, -1), cache,
-                                           attention=req).float()  # (B, L, V)
+                                           attention=req, first_row=r0).float()  # (B, L, V)
                 logits = shift(raw)
                 mask_index = rows == mask_id  # (B, L)
                 transfer = torch.zeros_like(rows, dtype=torch.bool)

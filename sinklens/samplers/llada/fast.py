@@ -138,7 +138,7 @@ def sample_fast(model, input_ids, config: LLaDAConfig, attention_mask=None, *, t
                 if cached:
                     cache.read_at(start)
                     logits = model.forward_cached(rows, None, torch.arange(r0, r1, device=device)[None], cache,
-                                                  attention=req).float()  # (1, L, V)
+                                                  attention=req, first_row=r0).float()  # (1, L, V)
                     if c.cache == "prefix":
                         add_gumbel_noise(logits, c.temperature)  # the official unused x0: one more RNG draw
                 elif cache is not None:  # the refreshing step 0: the whole canvas, every K/V stored
