@@ -252,7 +252,7 @@ class DistanceProfile(Accumulator):
         return {"distance_profile": self if self.steps else None}
 
     def corpus(self, num_steps: int) -> dict:
-        """The sums behind `profile()`: (L, D) attention, (D,) uniform, and the steps. D is the prompt's
+        """The sums behind `profile()`: (L, D) attention and uniform, and the steps. D is the prompt's
         length; a shorter prompt has no attention at the longer distances, so its sums are zero-padded
         when prompts are added (sinklens/analysis/corpus.py `add`) and the corpus profile is
         Σ attention / Σ steps, as if every prompt's steps were one trace's."""

@@ -163,7 +163,7 @@ def distance(a: Analysis, control: Analysis | None = None) -> Figure:
 
 
 def _distance(series) -> Figure:
-    """series: [(label, colour, style, (L, D) attention per query row by distance, (D,) the uniform one)]."""
+    """series: [(label, colour, style, (L, D) attention per query row by distance, (L, D) the uniform one)]."""
     fig, (ax,) = _fig(1, 7.0, 4.0)
     for label, c, ls, prof, uni in series:
         with np.errstate(all="ignore"):
