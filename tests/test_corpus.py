@@ -85,6 +85,74 @@ def test_totals_equal_the_analyses_of_the_full_traces(dlm, tmp_path, monkeypatch
     assert view["other"]["max_score"]["mean"] == pytest.approx(expected_max, abs=1e-4)
 
 
+ALL_READOUTS = dict(value_norms=True, qk_norms=True, diagonal=True, distance=True, hidden_norms=True)
+READOUT_FLAGS = ["--value-norms", "--qk-norms", "--diagonal", "--distance", "--hidden-norms"]
+READOUT_SECTIONS = ("k_sigma", "absorption", "mask_query_ranking", "sink_vectors", "massive_activations",
+                    "diagonal_heads", "distance_profile")
+READOUT_FIGURES = ("readout_value_norms", "readout_massive", "readout_diagonal_heads", "readout_distance")
+
+
+def _pooled(arrays, axis=0):
+    """nanmean over every (prompt, step): the prompts' (T, ...) arrays stacked along the steps."""
+    from sinklens.analysis.readouts import nanmean
+
+    return nanmean(np.concatenate(arrays, axis=0), axis=axis)
+
+
+def test_readout_totals_equal_the_kept_traces_pooled(dlm, tmp_path):
+    """Every readout on, prompts of different lengths, every trace kept: each readout's corpus mean is
+    the mean over the kept traces' steps pooled (never a mean of per-prompt means), the distance
+    profile is Σ attention / Σ steps over prompts of different lengths, and the report has a section
+    and, where the trace report has one, a figure for each."""
+    from sinklens.report.corpus import build_corpus_report
+    from sinklens.samplers.base import CaptureOptions
+
+    prompts = tmp_path / "p.jsonl"
+    prompts.write_text("".join(json.dumps({"prompt": "apples " * (1 + 3 * i)}) + "\n" for i in range(4)))
+    capture = CaptureOptions(**ALL_READOUTS, lens_layers=[0, 3])
+    path = run_corpus(CorpusConfig(model="tiny-dlm", prompts=str(prompts), out=str(tmp_path / "run"), keep_traces=4,
+                                   sampler_args={**DLM_FAST, "steps": 3}, capture=capture), model=dlm)
+    c = open_corpus(path)
+    a = [analyze(tmp_path / "run" / r["trace"], AnalysisConfig()) for r in c.records]
+    t = c.totals["scaled_sum"]
+    mean = lambda x: x["sum"] / x["n"]   # noqa: E731
+    np.testing.assert_allclose(mean(t["diagonal_heads"]["diagonal"]), _pooled([x.diagonal_heads.diagonal for x in a]))
+    np.testing.assert_allclose(mean(t["massive_activations"]["sink_norm_ratio"]),
+                               _pooled([x.massive_activations.sink_norm_ratio for x in a]))
+    sv = t["sink_vectors"]
+    for col in ("value_norm", "key_norm"):
+        np.testing.assert_allclose(sv[f"{col}_ratio"]["sum"].sum(-1) / sv[f"{col}_ratio"]["n"].sum(-1),
+                                   _pooled([x.sink_vectors.ratio(col) for x in a], axis=(0, 2)))
+    np.testing.assert_allclose(sv["qk_cos_sink"]["sum"], sum(np.nansum(x.sink_vectors.sink["qk_cos"], 0) for x in a))
+    by = sv["value_norm_by_score"]
+    np.testing.assert_allclose(by["count"], sum(x.sink_vectors.bin_count for x in a))
+    np.testing.assert_allclose(by["sum"], sum(x.sink_vectors.bin_sum for x in a))
+    # the distance profile: prompts of different lengths, so the sums are zero-padded before they add
+    lengths = {x.distance_profile.total.shape[1] for x in a}
+    assert len(lengths) == 4
+    D = max(lengths)
+    pad = lambda m: np.pad(m, [(0, 0)] * (m.ndim - 1) + [(0, D - m.shape[-1])])   # noqa: E731
+    steps = sum(x.distance_profile.steps for x in a)
+    dp = t["distance_profile"]
+    assert dp["steps"] == steps == sum(x.num_steps for x in a)
+    np.testing.assert_allclose(dp["attention"] / dp["steps"], sum(pad(x.distance_profile.total) for x in a) / steps)
+    np.testing.assert_allclose(dp["uniform"], sum(pad(x.distance_profile.uniform) for x in a))
+    assert {k: v["prompts"] for k, v in c.to_dict()["views"]["scaled_sum"]["per_trace_only"].items()} == {
+        "absorption": 4, "massive_activations": 4, "logit_lens": 4}
+    rep = build_corpus_report(path, tmp_path / "report")
+    md = rep.summary_md.read_text()
+    for name in READOUT_SECTIONS:
+        assert f"### {name} (summed over prompts)" in md, name
+    for name in READOUT_FIGURES:
+        assert (tmp_path / "report" / f"{name}.png").stat().st_size > 1000, name
+        assert f"alt='{name}'" in rep.html.read_text()
+    assert "| logit_lens | 4 |" in md and "`traces/000003.arrow`" in md
+    # the table's per-layer mean is the pooled mean too
+    row = next(line for line in md.splitlines() if line.startswith("| diagonal |"))
+    per_layer = [float(v) for v in row.split("|")[4].split(",")]
+    np.testing.assert_allclose(per_layer, _pooled([x.diagonal_heads.diagonal for x in a], axis=(0, 2)), rtol=1e-3)
+
+
 def test_bad_lines_and_long_prompts_are_skipped_with_file_and_line(tmp_path, capsys):
     prompts = write_prompts(tmp_path / "p.jsonl", 3, ("{not json", json.dumps({"prompt": 3}),
                                                       json.dumps({"id": "p0", "prompt": "again"}),
@@ -118,24 +186,27 @@ def _env(**extra) -> dict:
     return env
 
 
-def _trace_args(prompts: Path, out: Path) -> list[str]:
+def _trace_args(prompts: Path, out: Path, *flags: str) -> list[str]:
     return ["-m", "sinklens.cli", "trace", "--model", "tiny-dlm", "--prompts", str(prompts), "--out", str(out),
-            "--steps", "2", "--gen-length", "4", "--block-length", "4", "-q"]
+            "--steps", "2", "--gen-length", "4", "--block-length", "4", "-q", *flags]
 
 
 def test_two_processes_write_the_same_file_as_one(tmp_path):
+    """With every readout on: their parts (the distance profile's padded sums too) merge the same."""
     prompts = write_prompts(tmp_path / "p.jsonl", 6)
-    one = subprocess.run([sys.executable, *_trace_args(prompts, tmp_path / "one")], env=_env(), capture_output=True,
-                         text=True, timeout=300)
+    flags = (*READOUT_FLAGS, "--lens-layers", "0,3")
+    one = subprocess.run([sys.executable, *_trace_args(prompts, tmp_path / "one", *flags)], env=_env(),
+                         capture_output=True, text=True, timeout=300)
     assert one.returncode == 0, one.stderr[-3000:]
     two = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2",
-                          *_trace_args(prompts, tmp_path / "two")], env=_env(), capture_output=True, text=True,
+                          *_trace_args(prompts, tmp_path / "two", *flags)], env=_env(), capture_output=True, text=True,
                          timeout=300)
     assert two.returncode == 0, two.stderr[-3000:]
     for r in (0, 1):     # each rank did its own share
         lines = [json.loads(x) for x in open(tmp_path / "two" / f"samples.rank{r}.jsonl")]
         assert [x["index"] for x in lines] == [r, r + 2, r + 4]
     assert (tmp_path / "two" / "corpus.jsonl").read_bytes() == (tmp_path / "one" / "corpus.jsonl").read_bytes()
+    assert set(READOUT_SECTIONS) <= set(open_corpus(tmp_path / "one" / "corpus.jsonl").totals["scaled_sum"])
 
 
 def test_resume_after_kill_loses_nothing_and_counts_nothing_twice(tmp_path):
@@ -180,11 +251,31 @@ def _report(corpus: Path, out: Path) -> dict:
     return json.loads(rep.summary_json.read_text())
 
 
+def _shows_every_readout(out: Path, d: dict, views: tuple[str, ...], prompts: int) -> None:
+    """The report of a run with every readout on: a section and (where the trace report has one) a
+    figure per readout and units view, and the lens listed as per trace only, for every prompt."""
+    md = (out / "summary.md").read_text()
+    page = (out / "index.html").read_text()
+    sections = [n for n in READOUT_SECTIONS if not (d["causal"] and n == "mask_query_ranking")]  # no masked rows
+    for k, units in enumerate(views):
+        suffix = "" if k == 0 else f"_{units}"
+        block = md.split(f"## units {units}")[1].split("## units ")[0]
+        for name in sections:
+            assert f"### {name} (summed over prompts)" in block, (units, name)
+        for name in READOUT_FIGURES:
+            assert (out / f"{name}{suffix}.png").stat().st_size > 1000 and f"alt='{name}{suffix}'" in page
+        assert d["views"][units]["per_trace_only"]["logit_lens"]["prompts"] == prompts
+        assert d["views"][units]["other"]["distance_profile"]["steps"] == d["views"][units]["steps"]
+
+
 @pytest.mark.slow
 def test_200_twin_prompts_report(dlm, tmp_path):
+    from sinklens.samplers.base import CaptureOptions
+
     prompts = write_prompts(tmp_path / "p.jsonl", 200)
     path = run_corpus(CorpusConfig(model="tiny-dlm", prompts=str(prompts), out=str(tmp_path / "run"), keep_traces=3,
-                                   sampler_args={"steps": 1, "gen_length": 2, "block_length": 2}), model=dlm)
+                                   sampler_args={"steps": 1, "gen_length": 2, "block_length": 2},
+                                   capture=CaptureOptions(**ALL_READOUTS, lens_layers=[3])), model=dlm)
     assert sorted(p.name for p in (tmp_path / "run" / "traces").iterdir()) == [
         "000000.arrow", "000100.arrow", "000199.arrow"]              # the kept sample, nothing else
     d = _report(Path(path), tmp_path / "report")
@@ -192,18 +283,23 @@ def test_200_twin_prompts_report(dlm, tmp_path):
     assert d["num_prompts"] == 200 and v["steps"] == 200
     assert 0 < v["fraction_heads_steps_with_sink"] <= 1
     assert sum(c["count"] for c in v["sink_tokens"]["categories"].values()) == v["sinks_total"]
+    _shows_every_readout(tmp_path / "report", d, ("scaled_sum",), 200)
 
 
 @pytest.mark.slow
 def test_50_smollm2_prompts_report(smollm2, tmp_path):
+    from sinklens.samplers.base import CaptureOptions
+
     prompts = write_prompts(tmp_path / "p.jsonl", 50)
     path = run_corpus(CorpusConfig(model="smollm2-135m-instruct", prompts=str(prompts), out=str(tmp_path / "run"),
-                                   sampler_args={"max_new_tokens": 1}), model=smollm2)
+                                   sampler_args={"max_new_tokens": 1}, keep_traces=2,
+                                   capture=CaptureOptions(**ALL_READOUTS, lens_layers=[29])), model=smollm2)
     d = _report(Path(path), tmp_path / "report")
     assert d["num_prompts"] == 50 and d["causal"] is True
     assert set(d["views"]) == {"scaled_sum", "uniform_ratio"}        # causal: the baseline view beside the raw one
     v = d["views"]["scaled_sum"]
     assert v["steps"] == 50 and len(v["layer_head"]["sink_rate"]) == 30    # one step each: the prefill
+    _shows_every_readout(tmp_path / "report", d, ("scaled_sum", "uniform_ratio"), 50)
 
 
 @pytest.mark.parametrize("command, argv, splits", [

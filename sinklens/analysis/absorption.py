@@ -28,6 +28,7 @@ class Absorption(Accumulator):
     """(T, L, H) absorption rate and the largest sink's position; per (L, H) its variance over steps."""
 
     name = "absorption"
+    not_streamed = "the sink-position variance (positions over one prompt's steps do not add over prompts)"
 
     def __init__(self, source, config):
         shape = (source.num_steps, source.num_layers, source.num_heads)

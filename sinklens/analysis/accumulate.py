@@ -18,7 +18,8 @@ Corpus runs (`sinklens trace --prompts`, sinklens/analysis/corpus.py) keep, per 
 `corpus()` of every accumulator: numbers that add over prompts. The default sums every per-step
 numeric result (an array whose first axis is the step) over the steps, beside the count of its
 finite values, so a corpus mean is `sum / n`; a new accumulator is streamed without any edit.
-Override it where a sum over steps means nothing (positions) or where more can be kept.
+Override it where a sum over steps means nothing (positions) or where more can be kept, and
+name what stays per trace in `not_streamed` (the corpus report lists it: "per trace only").
 """
 from __future__ import annotations
 
@@ -45,6 +46,7 @@ class Accumulator:
     """Base class: the protocol (see the module docstring). `for_analysis` builds one per analysis."""
 
     name: str = ""
+    not_streamed: str = ""      # what corpus() leaves out and why, e.g. "the lens rows (tokens do not add)"
 
     @classmethod
     def for_analysis(cls, source, config) -> "Accumulator":

@@ -32,6 +32,12 @@ TRACK_KINDS = ("static", "moving", "vanishing", "transient")
 MOVE_KEYS = ("moves", "rank_swaps", "vanish", "appear")
 
 
+# The parts the corpus view and report read by name; every other part is an accumulator's own
+# (a readout's, or a new analysis'): summary.json's "other", and a section each in the report.
+CORE_PARTS = ("steps", "top_key", "sinks", "mean_head", "score_distribution", "margin_distribution", "eps_sweep",
+              "splits", "sink_tokens", "dynamics", "per_trace_only")
+
+
 class CorpusFormatError(ValueError):
     """A file that is not a corpus file, or a corpus file this version cannot read."""
 
@@ -41,6 +47,9 @@ def prompt_part(a) -> dict:
     part: dict = {}
     for acc in a.accumulators:
         part.update(acc.corpus(a.num_steps))
+        if acc.not_streamed and any(v is not None for v in acc.result().values()):
+            # what this prompt had that its part leaves out: prompts counted, the reason kept once
+            part.setdefault("per_trace_only", {})[acc.name] = {"prompts": 1, "what": acc.not_streamed}
     part["dynamics"] = dynamics_part(a)
     return part
 
@@ -81,7 +90,9 @@ def to_json(x):
 
 
 def add(total, part):
-    """total + part, recursively: dicts by key, lists and numbers elementwise, strings keep the first."""
+    """total + part, recursively: dicts by key, lists and numbers elementwise, strings keep the first.
+    Arrays whose length is the prompt's (a distance profile) are zero-padded to the longer one: a part
+    holds sums, and a prompt has nothing beyond its own length."""
     if total is None:
         return _as_arrays(part)
     if isinstance(part, dict):
@@ -91,7 +102,15 @@ def add(total, part):
         return out
     if isinstance(part, str) or part is None:
         return total
-    return total + _as_arrays(part)
+    part = _as_arrays(part)
+    if isinstance(part, np.ndarray) and np.shape(total) != part.shape and np.ndim(total) == part.ndim:
+        shape = np.maximum(np.shape(total), part.shape)
+        return _pad(total, shape) + _pad(part, shape)
+    return total + part
+
+
+def _pad(x: np.ndarray, shape) -> np.ndarray:
+    return np.pad(x, [(0, n - m) for m, n in zip(x.shape, shape)])
 
 
 def _as_arrays(x):
@@ -146,9 +165,7 @@ class Corpus:
         sweep, toks, dyn = t["eps_sweep"], t["sink_tokens"], t["dynamics"]
         total_sinks = int(sum(toks["category_counts"].values()))
         order = sorted(toks["token_counts"], key=lambda k: (-int(toks["token_counts"][k]), int(k)))
-        known = {"steps", "top_key", "sinks", "mean_head", "score_distribution", "margin_distribution", "eps_sweep",
-                 "splits", "sink_tokens", "dynamics"}
-        extra = {k: _mean_of(v) for k, v in t.items() if k not in known}
+        extra = {k: _mean_of(v) for k, v in t.items() if k not in CORE_PARTS}
         return {
             "units": units, "units_meaning": UNITS[units].meaning if units in UNITS else None,
             "prompts": int(st["prompts"]), "steps": int(st["steps"]),
@@ -178,6 +195,8 @@ class Corpus:
                          "per_layer_head": {k: v.tolist() for k, v in dyn.items() if isinstance(v, np.ndarray)}},
             "masked_unmasked_split_steps": int(t["splits"]["steps"].sum()),
             "other": extra,
+            "per_trace_only": {k: {"prompts": int(v["prompts"]), "what": v["what"]}
+                               for k, v in t.get("per_trace_only", {}).items()},
         }
 
 

@@ -78,11 +78,16 @@ class SinkVectors(Accumulator):
         return {"sink_vectors": self if self.seen else None}
 
     def corpus(self, num_steps: int) -> dict:
-        """(L, H) means at sinks and at other keys, summed over steps (NaN skipped: heads without a sink)."""
+        """(L, H) means at sinks and at other keys and their ratio, summed over steps (NaN skipped: heads
+        without a sink); the value norm's sum and count per score bin."""
         if not self.seen:
             return {}
-        return {"sink_vectors": {f"{c}_{where}": step_sum(d[c]) for c in sorted(self.seen)
-                                 for where, d in (("sink", self.sink), ("other", self.other))}}
+        out = {f"{c}_{where}": step_sum(d[c]) for c in sorted(self.seen)
+               for where, d in (("sink", self.sink), ("other", self.other))}
+        out.update({f"{c}_ratio": step_sum(self.ratio(c)) for c in sorted(self.seen - {"qk_cos"})})
+        if "value_norm" in self.seen:        # value norm by score: a sum and a count per bin, as in the trace
+            out["value_norm_by_score"] = {"sum": self.bin_sum.copy(), "count": self.bin_count.copy()}
+        return {"sink_vectors": out}
 
     def to_dict(self) -> dict:
         if not self.seen:
@@ -110,6 +115,7 @@ class MassiveActivations(Accumulator):
     (the key flagged in most heads of the layer) over the median norm."""
 
     name = "massive_activations"
+    not_streamed = "the largest channel's position and index per step (positions and channel ids do not add)"
 
     def __init__(self, source, config):
         shape = (source.num_steps, source.num_layers)
@@ -246,8 +252,14 @@ class DistanceProfile(Accumulator):
         return {"distance_profile": self if self.steps else None}
 
     def corpus(self, num_steps: int) -> dict:
-        """Not streamed: the profile's length is the prompt's, so prompts do not add position by position."""
-        return {}
+        """The sums behind `profile()`: (L, D) attention and uniform, and the steps. D is the prompt's
+        length; a shorter prompt has no attention at the longer distances, so its sums are zero-padded
+        when prompts are added (sinklens/analysis/corpus.py `add`) and the corpus profile is
+        Σ attention / Σ steps, as if every prompt's steps were one trace's."""
+        if not self.steps:
+            return {}
+        return {"distance_profile": {"attention": self.total.copy(), "uniform": self.uniform.copy(),
+                                     "steps": self.steps}}
 
     def profile(self) -> tuple[np.ndarray, np.ndarray]:
         """((L, D) attention per query row at each distance, (L, D) the uniform expectation), means over steps."""
@@ -267,6 +279,7 @@ class LogitLens(Accumulator):
     """Rows (step, position, the token there, lens layer, top tokens and probabilities)."""
 
     name = "logit_lens"
+    not_streamed = "the lens rows (tokens and their probabilities do not add over prompts)"
 
     def __init__(self, source, config):
         self.source = source
@@ -292,7 +305,6 @@ class LogitLens(Accumulator):
         return {"logit_lens": self.rows or None}
 
     def corpus(self, num_steps: int) -> dict:
-        """Not streamed: rows of tokens do not add (keep full traces of chosen prompts to read them)."""
         return {}
 
     def to_dict(self) -> dict:

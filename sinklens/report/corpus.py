@@ -9,6 +9,10 @@ not per-step arrays, so its report has the figures that totals can draw, one set
     fig10_eps_sweep        share of keys flagged as ε grows
     table2_sink_tokens     .md / .csv: sink occurrences per token and category
     dynamics               .md: track kinds, head classes, largest-sink moves
+    every other accumulator (the mechanism readouts, any new analysis): a table of its totals;
+    readout_value_norms / _massive / _diagonal_heads / _distance: the trace report's figures,
+                           drawn from the totals (sinklens/report/readouts.py CORPUS_FIGURES)
+    per trace only         what the corpus does not sum (lens rows, ...): read the kept traces
     summary.json / summary.md, index.html (self-contained: the figures inlined)
 
 Figures of one step or one prompt (Fig. 1, 4, 7) need a trace: report a kept trace
@@ -27,8 +31,10 @@ from pathlib import Path
 import numpy as np
 from matplotlib.figure import Figure
 
-from sinklens.analysis.corpus import Corpus, open_corpus
+from sinklens.analysis.corpus import CORE_PARTS, Corpus, open_corpus
+from sinklens.analysis.source import AnalysisInputError
 from sinklens.report.figures import NotebookFigure, save
+from sinklens.report.readouts import CORPUS_FIGURES
 from sinklens.rule.spec import UNITS
 
 
@@ -133,6 +139,59 @@ def dynamics_markdown(view: dict) -> str:
         f"| masked / unmasked split (step, layer, head) | {view['masked_unmasked_split_steps']} |", ""])
 
 
+def part_markdown(name: str, t: dict) -> str:
+    """Any accumulator's corpus totals as a table: a {"sum", "n"} pair as its mean over every
+    (prompt, step) (overall, and per layer when its first axis is the layer), other numbers as totals."""
+    lines = [f"### {name} (summed over prompts)", "", "| total | shape | mean over (prompt, step) | per layer |",
+             "|---|---|---:|---|"]
+    for key, x in _leaves(t):
+        if isinstance(x, dict):                                  # {"sum", "n"}
+            total, n = np.asarray(x["sum"], float), np.asarray(x["n"], float)
+            mean = _fmt(total.sum() / n.sum() if n.sum() else np.nan)
+            layer = ", ".join(_fmt(v) for v in _per_layer(total, n)) if total.ndim >= 1 else ""
+            lines.append(f"| {key} | {_shape(total)} | {mean} | {layer} |")
+        else:
+            arr = np.asarray(x, float)
+            lines.append(f"| {key} (Σ) | {_shape(arr)} | {_fmt(arr.sum())} | |")
+    return "\n".join(lines) + "\n"
+
+
+def _leaves(t: dict, prefix: str = ""):
+    """(dotted key, leaf): {"sum", "n"} pairs and numeric arrays / numbers; strings skipped."""
+    for k, v in t.items():
+        key = f"{prefix}{k}"
+        if isinstance(v, dict) and set(v) == {"sum", "n"}:
+            yield key, v
+        elif isinstance(v, dict):
+            yield from _leaves(v, f"{key}.")
+        elif not isinstance(v, str):
+            yield key, v
+
+
+def _per_layer(total: np.ndarray, n: np.ndarray) -> np.ndarray:
+    axes = tuple(range(1, total.ndim))
+    with np.errstate(all="ignore"):
+        return total.sum(axis=axes) / n.sum(axis=axes)
+
+
+def _shape(x: np.ndarray) -> str:
+    return "×".join(map(str, x.shape)) or "1"
+
+
+def _fmt(v) -> str:
+    return "—" if not np.isfinite(v) else f"{v:.4g}"
+
+
+def per_trace_markdown(view: dict, kept: list[str]) -> str:
+    """What the corpus does not sum, and where to read it (the kept traces)."""
+    if not view["per_trace_only"]:
+        return ""
+    where = ", ".join(f"`traces/{k}`" for k in kept) if kept else "none kept: rerun with --keep-traces N"
+    lines = ["### per trace only", "", "| analysis | prompts that had it | not summed |", "|---|---:|---|"]
+    lines += [f"| {k} | {v['prompts']} | {v['what']} |" for k, v in view["per_trace_only"].items()]
+    return "\n".join(lines + ["", f"Read these in the kept traces: {where} (`sinklens report TRACE`).", ""])
+
+
 def build_corpus_report(path, out, *, figures: bool = True) -> CorpusReport:
     """Read a corpus file and write its report into `out`."""
     c = open_corpus(path)
@@ -163,6 +222,22 @@ def build_corpus_report(path, out, *, figures: bool = True) -> CorpusReport:
                               (f"fig10_eps_sweep{suffix}", eps_sweep(view, label, d["sink_eps"]))):
                 rep.figures[name] = save(fig, out / name)
                 pngs.append((name, rep.figures[name][0].read_bytes()))
+        # every other accumulator's totals (the readouts, a new analysis): a table each, and the
+        # trace report's figure drawn from the totals where there is one
+        totals = c.totals[units]
+        for acc in (k for k in totals if k not in CORE_PARTS):
+            md.append(part_markdown(acc, totals[acc]))
+            if figures and acc in CORPUS_FIGURES:
+                name, draw = CORPUS_FIGURES[acc]
+                try:
+                    fig = draw(totals[acc], label, units)
+                except AnalysisInputError as e:
+                    md.append(f"({name} not drawn: {e})\n")
+                    continue
+                rep.figures[name + suffix] = save(fig, out / (name + suffix))
+                pngs.append((name + suffix, rep.figures[name + suffix][0].read_bytes()))
+                md.append(f"Figure: `{name + suffix}.png`\n")
+        md.append(per_trace_markdown(view, list(d.get("kept_traces") or [])))
     rep.summary_json.write_text(json.dumps(d, indent=1) + "\n", encoding="utf-8")
     rep.summary_md.write_text("\n".join(md), encoding="utf-8")
     rep.html.write_text(_page(label, md, pngs), encoding="utf-8")

@@ -14,6 +14,8 @@ random-init control of the same shape beside it when one is given (dashed / grey
 
 Each function raises AnalysisInputError (the report skips the figure and says why) when its
 analysis is empty on this trace. `readout_figures(a, control)` gives all that apply, by file name.
+A corpus report draws value norms, massive activations, diagonal heads and distance from the
+corpus totals with the same drawing code (`CORPUS_FIGURES`: means over every (prompt, step)).
 """
 from __future__ import annotations
 
@@ -89,17 +91,23 @@ def mask_ranking(a: Analysis, control: Analysis | None = None) -> Figure:
 
 
 def value_norms(a: Analysis, control: Analysis | None = None) -> Figure:
+    series = []
+    for label, sv, c, ls in _pairs(a, control, "sink_vectors", "value_norms"):
+        if "value_norm" in sv.seen:
+            series.append((label, c, ls, _mean(sv.bin_sum, sv.bin_count), nanmean(sv.ratio("value_norm"), axis=(0, 2))))
+    return _value_norms(series, a.units)
+
+
+def _value_norms(series, units: str) -> Figure:
+    """series: [(label, colour, style, (bins,) mean ||v|| per score bin, (L,) mean sink / other ratio)]."""
     fig, (ax0, ax1) = _fig(2)
     centres = np.arange(len(SCORE_BINS) - 1)
-    for label, sv, c, ls in _pairs(a, control, "sink_vectors", "value_norms"):
-        if "value_norm" not in sv.seen:
-            continue
-        with np.errstate(all="ignore"):
-            ax0.plot(centres, sv.bin_sum / np.where(sv.bin_count, sv.bin_count, np.nan), color=c, ls=ls, marker="o",
-                     label=label)
-        ax1.plot(nanmean(sv.ratio("value_norm"), axis=(0, 2)), color=c, ls=ls, marker="o", label=label)
+    for label, c, ls, by_score, layer_ratio in series:
+        ax0.plot(centres, by_score, color=c, ls=ls, marker="o", label=label)
+        ax1.plot(layer_ratio, color=c, ls=ls, marker="o", label=label)
     ax0.set_xticks(centres, [f"≥{x:g}" for x in SCORE_BINS[:-1]], fontsize=7)
-    ax0.set(xlabel=f"received score [{UNITS[a.units].label}]", ylabel="mean ||v_j||", title="value norm by received")
+    ax0.set(xlabel=f"received score [{UNITS[units].label if units in UNITS else units}]", ylabel="mean ||v_j||",
+            title="value norm by received")
     ax1.axhline(1.0, color="k", lw=0.5)
     ax1.set(xlabel="layer", ylabel="||v|| at sinks / at other keys", title="do sinks carry low-norm values?")
     ax0.legend(fontsize=7)
@@ -107,14 +115,24 @@ def value_norms(a: Analysis, control: Analysis | None = None) -> Figure:
 
 
 def massive(a: Analysis, control: Analysis | None = None) -> Figure:
+    return _massive([(label, c, ls, ma.ratio, nanmean(ma.sink_norm_ratio, axis=0))
+                     for label, ma, c, ls in _pairs(a, control, "massive_activations", "hidden_norms")])
+
+
+def _massive(series) -> Figure:
+    """series: [(label, colour, style, (T, L) ratio per step, or (L,) its mean over steps, (L,) sink norm ratio)]."""
     fig, (ax0, ax1) = _fig(2)
-    for label, ma, c, ls in _pairs(a, control, "massive_activations", "hidden_norms"):
-        for l in range(ma.ratio.shape[1]):
-            ax0.plot(ma.ratio[:, l], color=c, ls=ls, alpha=0.3 + 0.7 * l / max(ma.ratio.shape[1] - 1, 1),
-                     label=label if l == 0 else None)
-        ax1.plot(nanmean(ma.sink_norm_ratio, axis=0), color=c, ls=ls, marker="o", label=label)
-    ax0.set(xlabel="step index", ylabel="largest |h_c| / median position's", yscale="log",
-            title="massive activations (one line per layer, darker = deeper)")
+    for label, c, ls, ratio, sink_norm in series:
+        if ratio.ndim == 2:
+            for l in range(ratio.shape[1]):
+                ax0.plot(ratio[:, l], color=c, ls=ls, alpha=0.3 + 0.7 * l / max(ratio.shape[1] - 1, 1),
+                         label=label if l == 0 else None)
+            ax0.set(xlabel="step index", title="massive activations (one line per layer, darker = deeper)")
+        else:
+            ax0.plot(ratio, color=c, ls=ls, marker="o", label=label)
+            ax0.set(xlabel="layer", title="massive activations (mean over prompts × steps)")
+        ax1.plot(sink_norm, color=c, ls=ls, marker="o", label=label)
+    ax0.set(ylabel="largest |h_c| / median position's", yscale="log")
     ax1.axhline(1.0, color="k", lw=0.5)
     ax1.set(xlabel="layer", ylabel="||h|| at the strongest sink / median ||h||", title="residual norm at sinks")
     ax0.legend(fontsize=7)
@@ -122,10 +140,15 @@ def massive(a: Analysis, control: Analysis | None = None) -> Figure:
 
 
 def diagonal_heads(a: Analysis, control: Analysis | None = None) -> Figure:
+    return _diagonal_heads([(label, c, nanmean(dh.diagonal, axis=0), dh.absorption.mean(axis=0))
+                            for label, dh, c, _ in _pairs(a, control, "diagonal_heads", "diagonal")])
+
+
+def _diagonal_heads(series) -> Figure:
+    """series: [(label, colour, (L, H) mean diagonal share, (L, H) mean absorption)]."""
     fig, (ax,) = _fig(1, 6.0, 4.5)
-    for label, dh, c, _ in _pairs(a, control, "diagonal_heads", "diagonal"):
-        x, y = nanmean(dh.diagonal, axis=0).ravel(), dh.absorption.mean(axis=0).ravel()
-        ax.scatter(x, y, s=14, color=c, label=label, alpha=0.8)
+    for label, c, diag, absorbed in series:
+        ax.scatter(diag.ravel(), absorbed.ravel(), s=14, color=c, label=label, alpha=0.8)
     ax.axvline(HEAD_SHARE, color="k", lw=0.5)
     ax.axhline(HEAD_SHARE, color="k", lw=0.5)
     ax.set(xlabel="diagonal share Σ_i A[i,i] / Q", ylabel="absorption Σ_{j ∈ sinks} r_j / Σ r_j", xlim=(-0.02, 1.02),
@@ -135,9 +158,14 @@ def diagonal_heads(a: Analysis, control: Analysis | None = None) -> Figure:
 
 
 def distance(a: Analysis, control: Analysis | None = None) -> Figure:
+    return _distance([(label, c, ls, *dp.profile())
+                      for label, dp, c, ls in _pairs(a, control, "distance_profile", "distance")])
+
+
+def _distance(series) -> Figure:
+    """series: [(label, colour, style, (L, D) attention per query row by distance, (L, D) the uniform one)]."""
     fig, (ax,) = _fig(1, 7.0, 4.0)
-    for label, dp, c, ls in _pairs(a, control, "distance_profile", "distance"):
-        prof, uni = dp.profile()
+    for label, c, ls, prof, uni in series:
         with np.errstate(all="ignore"):
             ratio = prof / np.where(uni > 0, uni, np.nan)
         ax.plot(nanmean(ratio, axis=0), color=c, ls=ls, label=f"{label} (mean over layers)")
@@ -166,3 +194,47 @@ def logit_lens(a: Analysis, control: Analysis | None = None, rows: int = 14) -> 
 FIGURES = {"readout_k_sigma": k_sigma, "readout_absorption": absorption, "readout_mask_ranking": mask_ranking,
            "readout_value_norms": value_norms, "readout_massive": massive, "readout_diagonal_heads": diagonal_heads,
            "readout_distance": distance, "readout_logit_lens": logit_lens}
+
+
+# The same figures from a corpus run's totals (sinklens/analysis/corpus.py): `t` is one accumulator's
+# summed part, {"sum", "n"} per mean, so each curve is a mean over every (prompt, step) of the corpus.
+
+def _mean(total, count) -> np.ndarray:
+    with np.errstate(all="ignore"):
+        return np.where(count > 0, total / np.maximum(count, 1), np.nan)
+
+
+def _corpus_needs(t: dict, keys: tuple[str, ...], readout: str) -> None:
+    if any(k not in t for k in keys):
+        raise AnalysisInputError(f"the corpus recorded no {readout} readout (trace it with --{readout.replace('_', '-')})")
+
+
+def corpus_value_norms(t: dict, label: str, units: str) -> Figure:
+    _corpus_needs(t, ("value_norm_by_score", "value_norm_ratio"), "value_norms")
+    by, r = t["value_norm_by_score"], t["value_norm_ratio"]
+    return _value_norms([(label, TRAINED, "-", _mean(by["sum"], by["count"]), _mean(r["sum"].sum(-1), r["n"].sum(-1)))],
+                        units)
+
+
+def corpus_massive(t: dict, label: str, units: str) -> Figure:
+    _corpus_needs(t, ("ratio", "sink_norm_ratio"), "hidden_norms")
+    return _massive([(label, TRAINED, "-", _mean(t["ratio"]["sum"], t["ratio"]["n"]),
+                      _mean(t["sink_norm_ratio"]["sum"], t["sink_norm_ratio"]["n"]))])
+
+
+def corpus_diagonal_heads(t: dict, label: str, units: str) -> Figure:
+    _corpus_needs(t, ("diagonal", "absorption"), "diagonal")
+    return _diagonal_heads([(label, TRAINED, _mean(t["diagonal"]["sum"], t["diagonal"]["n"]),
+                             _mean(t["absorption"]["sum"], t["absorption"]["n"]))])
+
+
+def corpus_distance(t: dict, label: str, units: str) -> Figure:
+    _corpus_needs(t, ("attention", "uniform", "steps"), "distance")
+    return _distance([(label, TRAINED, "-", t["attention"] / t["steps"], t["uniform"] / t["steps"])])
+
+
+# accumulator name -> (file name, figure from its corpus totals), for `sinklens report CORPUS.jsonl`
+CORPUS_FIGURES = {"sink_vectors": ("readout_value_norms", corpus_value_norms),
+                  "massive_activations": ("readout_massive", corpus_massive),
+                  "diagonal_heads": ("readout_diagonal_heads", corpus_diagonal_heads),
+                  "distance_profile": ("readout_distance", corpus_distance)}
