@@ -31,6 +31,9 @@ def test_report_on_real_smollm2_trace(smollm2, tmp_path):
     assert (out / "table2_sink_tokens.csv").is_file() and (out / "table2_sink_tokens_uniform_ratio.md").is_file()
     s = json.loads((out / "summary.json").read_text())["traces"][0]
     assert s["causal"] is True and s["figures_skipped"] == {}
+    # readouts it was not traced with are listed apart, with the flag that records them
+    assert "--diagonal" in s["readouts_not_available"]["readout_diagonal_heads"]
+    assert "no masked query rows" in s["readouts_not_available"]["readout_mask_ranking"]      # an ARM
     assert s["also"][0]["units"] == "uniform_ratio"
     assert any("sum one query row" in n for n in s["notes"])    # decode steps sum one query row
     # SmolLM2's known first-token sink (0.4-0.96 of attention at position 0) at the prefill step

@@ -21,6 +21,12 @@ class AnalysisInputError(ValueError):
     """The arrays / trace handed to the analysis do not fit (shape, range, empty)."""
 
 
+class ReadoutNotAvailable(AnalysisInputError):
+    """A mechanism readout the run did not record (its flag was off) or that does not apply to it (a
+    ranking by masked queries in a run without masked query rows): nothing is wrong, the report lists
+    it apart from the figures it could not draw."""
+
+
 @dataclass
 class StepData:
     """One step of one batch row. S = number of canvas positions at this step (padded included)."""

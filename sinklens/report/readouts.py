@@ -24,7 +24,7 @@ from matplotlib.figure import Figure
 
 from sinklens.analysis.analyze import Analysis
 from sinklens.analysis.readouts import HEAD_SHARE, SCORE_BINS, nanmean
-from sinklens.analysis.source import AnalysisInputError
+from sinklens.analysis.source import AnalysisInputError, ReadoutNotAvailable
 from sinklens.report.figures import NotebookFigure
 from sinklens.rule.spec import UNITS
 
@@ -38,10 +38,11 @@ def _fig(n: int = 1, width: float = 9.0, height: float = 3.4) -> tuple[Figure, l
 
 def _need(a: Analysis, name: str, readout: str | None):
     value = getattr(a, name)
+    if value is None and readout:
+        raise ReadoutNotAvailable(f"trace '{a.source.label}' recorded no {readout} readout (trace it with "
+                                 f"--{readout.replace('_', '-')})")
     if value is None:
-        why = f"trace '{a.source.label}' recorded no {readout} readout (trace it with --{readout.replace('_', '-')})" \
-            if readout else f"trace '{a.source.label}' has nothing for {name}"
-        raise AnalysisInputError(why)
+        raise AnalysisInputError(f"trace '{a.source.label}' has nothing for {name}")
     return value
 
 
@@ -81,6 +82,9 @@ def absorption(a: Analysis, control: Analysis | None = None) -> Figure:
 
 
 def mask_ranking(a: Analysis, control: Analysis | None = None) -> Figure:
+    if a.mask_query_ranking is None and "masked" not in a.source.group_names:
+        raise ReadoutNotAvailable(f"trace '{a.source.label}' has no masked query rows to rank keys by (an ARM, "
+                                  "or a DLM traced with --no-groups)")
     fig, (ax,) = _fig(1, 6.5)
     for label, rows, c, ls in _pairs(a, control, "mask_query_ranking", None):
         ax.plot([r["step"] for r in rows], [r["overlap"] for r in rows], color=c, ls=ls, marker=".", label=label)

@@ -31,7 +31,7 @@ import numpy as np
 from sinklens.analysis.analyze import Analysis, AnalysisConfig, analyze
 from sinklens.analysis.blocks import block_dynamics, edited_sinks
 from sinklens.analysis.learned_sink import learned_sink_line
-from sinklens.analysis.source import AnalysisInputError, as_source
+from sinklens.analysis.source import AnalysisInputError, ReadoutNotAvailable, as_source
 from sinklens.report import figures as F
 from sinklens.report import readouts as R
 from sinklens.report.html import render_page
@@ -46,6 +46,7 @@ class TraceReport:
     analyses: list[Analysis]                   # [primary] or [primary, uniform_ratio] for causal traces
     figures: dict[str, list[Path]] = field(default_factory=dict)
     skipped: dict[str, str] = field(default_factory=dict)
+    not_available: dict[str, str] = field(default_factory=dict)   # readouts the run did not ask for / that do not apply
 
 
 @dataclass
@@ -84,6 +85,9 @@ def _figures_for(a: Analysis, folder: Path, opts: ReportOptions, suffix: str, re
     def put(name: str, make):
         try:
             fig = make()
+        except ReadoutNotAvailable as e:      # a readout flag left off: not a problem, listed apart
+            rep.not_available[name + suffix] = str(e)
+            return
         except AnalysisInputError as e:      # e.g. no stored maps: skip this figure, say why
             rep.skipped[name + suffix] = str(e)
             return
@@ -195,6 +199,7 @@ def _write_summary(report: Report, opts: ReportOptions) -> None:
         d = dict(rep.analyses[0].to_dict())     # a copy: to_dict() is cached
         d["figures"] = {k: _rel(v, report.out) for k, v in rep.figures.items()}
         d["figures_skipped"] = rep.skipped
+        d["readouts_not_available"] = rep.not_available
         dyn, ed = block_dynamics(rep.analyses[0]), edited_sinks(rep.analyses[0])
         d["block_dynamics"] = None if dyn is None else dyn.to_dict()     # block diffusion only
         d["edited_sinks"] = None if ed is None else ed.to_dict()         # editing samplers only
@@ -256,7 +261,10 @@ def _markdown(report: Report) -> str:
         lines += ["Figures:", ""] + [f"- `{name}`: " + ", ".join(f"[{Path(p).suffix[1:]}]({os.path.relpath(p, report.out)})"
                                                                    for p in paths)
                                      for name, paths in rep.figures.items()]
-        lines += [f"- `{name}` not drawn: {why}" for name, why in rep.skipped.items()] + [""]
+        lines += [f"- `{name}` not drawn: {why}" for name, why in rep.skipped.items()]
+        if rep.not_available:
+            lines += [f"- readouts not recorded or not applicable (see summary.json): {', '.join(sorted(rep.not_available))}"]
+        lines += [""]
     if report.figures:
         lines += ["## Comparison", ""] + [f"- `{k}`: " + ", ".join(_rel(v, report.out)) for k, v in report.figures.items()]
     return "\n".join(lines) + "\n"
