@@ -17,6 +17,7 @@ CPU time with one torch thread (wall time on a shared 2-core machine is mostly o
 - readouts: the exact route plus the O(L·H·S) mechanism readouts (value and key norms, cos(q, k),
   diagonal share, hidden-state norms and top channels; sinklens/trace/readouts.py)
 - distance: the exact route plus the distance profile; all: readouts and distance together
+- lens: readouts plus the logit lens at every layer (final norm + LM head at the step's sink positions)
 
 Ratios are to `--base` (default plain; `--base exact` for readouts-on against capture alone):
 
@@ -76,7 +77,8 @@ def load(name: str, dtype: torch.dtype):
 
 
 READOUTS = dict(value_norms=True, qk_norms=True, diagonal=True, hidden_norms=True)
-READOUT_MODES = {"readouts": READOUTS, "distance": dict(distance=True), "all": dict(READOUTS, distance=True)}
+READOUT_MODES = {"readouts": READOUTS, "distance": dict(distance=True), "all": dict(READOUTS, distance=True),
+                 "lens": dict(READOUTS, lens_layers="every")}   # item-1 readouts + the logit lens at every layer
 
 
 def block_causal(s: int, block: int) -> torch.Tensor:
@@ -99,9 +101,17 @@ def forward(model, mode: str, ids: torch.Tensor, mask: torch.Tensor | None = Non
     if mode in READOUT_MODES:
         from sinklens.attention.readouts import readout_hooks
 
-        req = sa.AttentionRequest(capture=True, route="exact", **READOUT_MODES[mode])
+        opts = dict(READOUT_MODES[mode])
+        if opts.get("lens_layers") == "every":
+            opts["lens_layers"] = tuple(range(model.config.num_hidden_layers))
+        req = sa.AttentionRequest(capture=True, route="exact", **opts)
         with readout_hooks(model, req):
             model(ids, sinklens=req, use_cache=False, **model_kw)
+        if req.lens_layers:   # after the forward, as SinkModel.run_model: final norm + LM head at the sink positions
+            from sinklens.attention.readouts import finish_lens
+
+            norm, head = model.get_decoder().norm, model.get_output_embeddings()
+            finish_lens(req, lambda x: head(norm(x)).float(), {"causal": getattr(model.config, "is_causal", True)})
         return req.received
     if "route" in {f.name for f in dataclasses.fields(sa.AttentionRequest)}:
         kw["route"] = mode
