@@ -276,6 +276,15 @@ def decode_new(model, new_ids) -> str | None:
     return tok.decode(cut_at_end(model, new_ids), skip_special_tokens=True)
 
 
+def mask_id_of(model, config) -> int:
+    """The mask token id a diffusion sampler writes: the config's, else the model's; one line when
+    neither names one."""
+    mask_id = model.mask_id if config.mask_id is None else config.mask_id
+    if mask_id is None:
+        raise ValueError("mask_id is None: the model has no mask token; pass mask_id=...")
+    return mask_id
+
+
 def check_inputs(input_ids, attention_mask, total_len: int, max_length: int | None):
     """Validate the prompt batch; returns (input_ids (B, P) long, attention_mask (B, P) or None)."""
     if not isinstance(input_ids, torch.Tensor):

@@ -100,9 +100,7 @@ def sample_fast(model, input_ids, config: DreamConfig, attention_mask=None, *, t
                 capture: base.CaptureOptions | None = None, progress: bool = False) -> base.GenerateOutput:
     """Fast-dLLM's Dream block decoding (see the module docstring). input_ids (B, P), no padding."""
     c = config
-    mask_id = model.mask_id if c.mask_id is None else c.mask_id
-    if mask_id is None:
-        raise ValueError("mask_id is None: the model has no mask token; pass mask_id=...")
+    mask_id = base.mask_id_of(model, c)
     args = {**c.to_dict(), "mask_id": mask_id}
     P = torch.as_tensor(input_ids).shape[-1]
     S = P + c.max_new_tokens

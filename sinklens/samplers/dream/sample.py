@@ -40,9 +40,7 @@ def sample(model, input_ids, config: DreamConfig, attention_mask=None, *, trace=
         return run(model, input_ids, c, attention_mask, trace=trace, hook=hook, capture=capture, progress=progress)
     steps, max_new_tokens, time_eps, alg, alg_temp = c.steps, c.max_new_tokens, c.time_eps, c.alg, c.alg_temp
     temperature, top_p, top_k = c.temperature, c.top_p, c.top_k
-    mask_id = model.mask_id if c.mask_id is None else c.mask_id
-    if mask_id is None:
-        raise ValueError("mask_id is None: the model has no mask token; pass mask_id=...")
+    mask_id = base.mask_id_of(model, c)
     args = {**c.to_dict(), "mask_id": mask_id}
     P = torch.as_tensor(input_ids).shape[-1]
     input_ids, attention_mask = base.check_inputs(input_ids, attention_mask, P + max_new_tokens,

@@ -47,9 +47,7 @@ def sample(model, input_ids, config: LLaDAConfig, attention_mask=None, *, trace=
     cfg_scale, remasking, logits_eos_inf, confidence_eos_eot_inf = (c.cfg_scale, c.remasking, c.logits_eos_inf,
                                                                     c.confidence_eos_eot_inf)
     num_blocks = c.num_blocks
-    mask_id = model.mask_id if c.mask_id is None else c.mask_id
-    if mask_id is None:
-        raise ValueError("mask_id is None: the model has no mask token; pass mask_id=...")
+    mask_id = base.mask_id_of(model, c)
     args = {**c.to_dict(), "mask_id": mask_id}
     eos_id, eot_id = getattr(model, "eos_id", None), getattr(model, "eot_id", None)
     if logits_eos_inf and eos_id is None:

@@ -130,9 +130,7 @@ def sample(model, input_ids, config: SDARConfig, attention_mask=None, *, trace=N
     ops = model.family.ops
     if ops is None or not hasattr(ops, "forward_block"):
         raise ValueError(f"the sdar sampler needs an SDAR checkpoint, got family {model.family.name!r}")
-    mask_id = model.mask_id if c.mask_id is None else c.mask_id
-    if mask_id is None:
-        raise ValueError("mask_id is None: the model has no mask token; pass mask_id=...")
+    mask_id = base.mask_id_of(model, c)
     bl, steps = c.block_length, c.denoising_steps
     P = torch.as_tensor(input_ids).shape[-1]
     num_blocks = -(-(P + c.gen_length) // bl)
