@@ -29,10 +29,10 @@ def _steps(seed=0):
     return out
 
 
-def _write(path, steps, dtype="float16", close=True):
+def _write(path, steps, dtype="float16", close=True, **writer_args):
     meta = {"family": "llada", "sampler": {"name": "llada", "args": {"steps": T}}, "prompt": "hi",
             "query_groups": ["masked", "unmasked"], "seed": 7}
-    w = TraceWriter(path, meta, received_dtype=dtype, decode=lambda ids: [f"tok{i}" for i in ids])
+    w = TraceWriter(path, meta, received_dtype=dtype, decode=lambda ids: [f"tok{i}" for i in ids], **writer_args)
     for t, s in enumerate(steps):
         w.write_step(t, **s)
     if close:
@@ -80,6 +80,29 @@ def test_round_trip(tmp_path, dtype):
     assert t.decode(ids) == [f"tok{i}" for i in ids]
 
 
+@pytest.mark.parametrize("flush_steps", [1, 2, T])
+def test_steps_read_the_same_whatever_the_record_batches(tmp_path, flush_steps):
+    """Schema 3 writes one record batch per group of steps (schema 1 and 2: one per step, as
+    flush_steps=1 still does): every step's cells, its new token strings and the checksums read the
+    same either way, and a group's steps share one batch."""
+    steps = _steps()
+    path = tmp_path / "t.arrow"
+    _write(path, steps, flush_steps=flush_steps)
+    with pa.OSFile(str(path), "rb") as f:
+        assert sum(1 for _ in pa.ipc.open_stream(f)) == -(-T // flush_steps)
+    t = open_trace(path)
+    t.verify()
+    assert t.steps == list(range(T))
+    for step, s in enumerate(steps):
+        for row in range(B):
+            np.testing.assert_array_equal(t.tokens(step, row), s["tokens"][row])
+            np.testing.assert_array_equal(t.blocked(step, row), np.argwhere(s["blocked"][row]))
+            np.testing.assert_array_equal(t.received(step, row), s["received"][row].astype(np.float16).astype(np.float32))
+            assert t.decode(s["tokens"][row]) == [f"tok{i}" for i in s["tokens"][row]]
+        with pytest.raises(IndexError, match="batch size 2"):
+            t.tokens(step, B)
+
+
 def test_float16_is_half_the_bytes(tmp_path):
     steps = _steps()
     _write(tmp_path / "a.arrow", steps, "float16")
@@ -98,14 +121,16 @@ def test_plain_pyarrow_reads_it(tmp_path):
 
 
 def test_cut_in_the_middle_keeps_complete_steps(tmp_path):
+    """A file cut anywhere keeps every step written before the cut (here each step is written as it
+    ends, flush_steps=1, as a step slower than the flush bound is: a group is one record batch)."""
     steps = _steps()
     path = tmp_path / "t.arrow"
-    _write(path, steps)
+    _write(path, steps, flush_steps=1)
     data = path.read_bytes()
     sizes = []  # file size after each step, measured by writing prefixes
     for k in range(1, T + 1):
         p = tmp_path / f"p{k}.arrow"
-        _write(p, steps[:k], close=False)
+        _write(p, steps[:k], close=False, flush_steps=1)
         sizes.append(p.stat().st_size)
     for cut_after in range(T):  # cut in the middle of step `cut_after`
         lo = sizes[cut_after - 1] if cut_after else sizes[0] // 4
@@ -138,7 +163,7 @@ def test_other_schema_version_is_a_clear_error(tmp_path):
     path = tmp_path / "v2.arrow"
     with pa.OSFile(str(path), "wb") as f, pa.ipc.new_stream(f, schema):
         pass
-    with pytest.raises(TraceFormatError, match=rf"schema_version {SCHEMA_VERSION + 1}.*schema_version 1 or 2\)"):
+    with pytest.raises(TraceFormatError, match=rf"schema_version {SCHEMA_VERSION + 1}.*schema_version 1, 2 or 3\)"):
         open_trace(path)
 
 

@@ -19,6 +19,9 @@ arrive as `kwargs["sinklens"]`, an `AttentionRequest`.
     float32 CPU, where it measured faster (docs/benchmarks.md; in bfloat16 too, but there its
     output drifts from sdpa's by whole rounding steps and can change a generation).
   A third, "triton", is a fused kernel (triton_route.py; extra `gpu`), where it applies.
+  A small layer (at most SMALL_SCORES scores: the shipped twins, short prompts) takes the exact
+  route in one pass over the whole layer (`_capture_whole`): a handful of torch calls instead of
+  the chunk loop's ~20, whose dispatch cost, not arithmetic, is what tracing such a model costs.
   Keys no query of a chunk can see (a causal chunk's future, left padding) are skipped, and
   masked scores are never exponentiated (see reduce.py for why that matters on CPU).
 - modifiers (`Modifiers`): what a layer passes beyond q, k, v and its mask (scaling, softcap,
@@ -43,13 +46,16 @@ from sinklens.attention import triton_route
 from sinklens.attention.fused import fused_sdpa_with_lse, lse_kernel_available
 from sinklens.attention.masks import additive, allowed_keys, apply_blocking, chunk_view, has_empty_rows, nonempty_rows
 from sinklens.attention.readouts import record_vectors
-from sinklens.attention.reduce import LayerSums, probs_from_lse_, softmax_with_sink_
+from sinklens.attention.reduce import LayerSums, probs_from_lse_, row_matrix, softmax_with_sink_
 from sinklens.attention.request import AttentionRequest
 from sinklens.attention.weights import with_weights
 
 ATTENTION_NAME = "sinklens"
 CHUNK_BYTES = 8 * 2**20  # one chunk's float32 scores: 8 MB stays in cache (measured: docs/benchmarks.md)
 MASKED_CHUNK = 128  # at most, where a mask lets chunks skip keys (causal: measured best of 64 / 128 / 256)
+# A layer with at most this many scores (B·H·S_q·S_k, 512 kB in float32) is captured whole, not in
+# chunks: measured faster up to ~8 heads × 128 × 128, even at 256 (docs/benchmarks.md, "Trace capture").
+SMALL_SCORES = 2**17
 
 
 def _per_kv_head(ok: torch.Tensor | None, h_kv: int, rep: int) -> torch.Tensor | None:
@@ -85,6 +91,7 @@ def _capture(
     out: torch.Tensor | None,  # (B, H_kv, rep, S_q, D) to fill (exact route), or None (lse route)
     lse: torch.Tensor | None,  # (B, H, S_q) float32 from the fused kernel (lse route), or None
     mods: Modifiers,
+    blocking: bool,  # keys are blocked in this layer: `allowed` is after blocking, the unblocked sums are recorded
 ) -> None:
     """The chunk loop: fills `out` if given and records the layer's captures on `req`."""
     b, h, s_q, d = query.shape
@@ -98,7 +105,7 @@ def _capture(
     lse = None if lse is None else lse.reshape(b, h_kv, rep, s_q)
     # a learned sink: one logit per query head, a key every query sees (B, H_kv, rep, 1, 1)
     sink = None if mods.sinks is None else mods.sinks.float().reshape(1, h_kv, rep, 1, 1)
-    unblocked = req.capture and req.blocked is not None
+    unblocked = blocking
     sums = LayerSums.for_request(req, module.layer_idx, b, h, s_q, s_k, unblocked, query.device, sink is not None)
     chunk = req.query_chunk or max(16, CHUNK_BYTES // (4 * b * h * s_k))
     if req.query_chunk is None and allowed_unblocked is not None:
@@ -149,6 +156,79 @@ def _capture(
             sums.add_sink((sink_num / z).reshape(shape[:3]), start, end)
         del scores, probs
     sums.store(req, module.layer_idx)
+
+
+def _whole_layer_applies(req: AttentionRequest, mods: Modifiers, query: torch.Tensor, key: torch.Tensor) -> bool:
+    """A small layer whose captures `_capture_whole` records: received, groups and the unblocked
+    softmax (the readouts that need the chunk loop's sums — maps, diagonal, distance — and learned
+    sink logits take the chunk loop)."""
+    b, h, s_q, _ = query.shape
+    return (req.query_chunk is None and b * h * s_q * key.shape[2] <= SMALL_SCORES and mods.sinks is None
+            and not req.map_slices and not req.diagonal and not req.distance)
+
+
+def _capture_whole(
+    module: torch.nn.Module,
+    query: torch.Tensor,  # (B, H, S_q, D), after RoPE
+    key: torch.Tensor,  # (B, H_kv, S_k, D), before the GQA repeat
+    value: torch.Tensor,  # (B, H_kv, S_k, D)
+    allowed: torch.Tensor | None,  # (B|1, 1|H, S_q, S_k) bool; None = every key
+    allowed_unblocked: torch.Tensor | None,  # allowed keys before blocking (when keys are blocked)
+    scaling: float,
+    req: AttentionRequest,
+    mods: Modifiers,
+    blocking: bool,  # keys are blocked in this layer: `allowed` is after blocking, the unblocked sums are recorded
+) -> torch.Tensor | None:
+    """The exact route over the whole layer at once: (B, S_q, H, D) output, captures on `req`.
+
+    The same probabilities as the chunk loop (a float32 softmax over the allowed keys; blocked keys
+    zeroed and the rest renormalised, as there) in fused calls: one matmul, one softmax, one einsum
+    for every summed row set (all rows, each query group) and one matmul for the output. None
+    (nothing recorded) where the chunk loop must decide: a query that may see no key, or a blocked
+    key that held (almost) all of a row's mass."""
+    b, h, s_q, d = query.shape
+    h_kv, s_k = key.shape[1], key.shape[2]
+    rep = h // h_kv  # query head i uses kv head i // rep, as transformers' repeat_kv
+    first = allowed_unblocked if blocking else allowed  # the keys of the first softmax
+    if has_empty_rows(first):
+        return None
+    scores = torch.matmul(query.reshape(b, h_kv, rep, s_q, d).float(),
+                          key.float().unsqueeze(2).transpose(-1, -2)).mul_(scaling)  # (B, H_kv, rep, S_q, S_k)
+    if mods.softcap is not None:  # Gemma2: logits squashed into (-cap, cap), before the mask (as eager)
+        scores = scores.div_(mods.softcap).tanh_().mul_(mods.softcap)
+    if first is not None:
+        scores.masked_fill_(~_per_kv_head(first, h_kv, rep), float("-inf"))
+    probs = torch.softmax(scores, dim=-1).reshape(b, h, s_q, s_k)
+    rows = row_matrix(req, query.device)  # (B, S_q, 1 + G) the summed rows' weights, then each group's
+
+    def column_sums(p: torch.Tensor) -> torch.Tensor:
+        """(B, H, S_k) sums of p (B, H, S_q, S_k) over the summed rows (one row: ARM decoding, a multiply)."""
+        if rows is None:
+            return p.sum(dim=2)
+        if s_q == 1:
+            return p[:, :, 0] * rows[:, :, None, 0]
+        return torch.einsum("bhqk,bq->bhk", p, rows[..., 0])
+
+    unblocked = None
+    if blocking:
+        # what the keys would have received (the masking's ranking source), then the softmax the
+        # model uses: blocked keys zeroed, each row renormalised over what is left
+        unblocked = column_sums(probs)
+        probs = probs.masked_fill(~nonempty_rows(allowed), 0.0)
+        z = probs.sum(dim=-1, keepdim=True)  # (B, H, S_q, 1)
+        if bool((z < 1e-30).any()):
+            return None
+        probs = probs.div_(z)
+    out = torch.matmul(probs.reshape(b, h_kv, rep, s_q, s_k).to(value.dtype), value.unsqueeze(2))
+    received = groups = None
+    if rows is None or req.query_groups is None:
+        received = column_sums(probs) if req.capture else None
+    else:
+        sums = torch.einsum("bhqk,bqg->bghk", probs, rows)  # (B, 1 + G, H, S_k)
+        received = sums[:, 0] if req.capture else None
+        groups = sums[:, 1:] if req.query_groups is not None else None
+    req.record(module.layer_idx, received=received, unblocked=unblocked, groups=groups)
+    return out.reshape(b, h, s_q, d).transpose(1, 2).contiguous()  # (B, S_q, H, D)
 
 
 # Keyword arguments transformers' attention modules pass that this function implements, and those
@@ -239,6 +319,12 @@ def sinklens_attention(
     blocked = req.blocked_for(module.layer_idx) if req is not None else None
     if blocked is not None and req.num_keys is not None:
         blocked = blocked[..., blocked.shape[-1] - key.shape[2]:]  # this layer's keys are the last S_k
+    if blocked is not None and blocked.shape != (b, h, s_k):
+        raise ValueError(
+            f"blocked for layer {module.layer_idx} has shape {tuple(blocked.shape)}, expected (B, H, S_k) = {(b, h, s_k)}"
+        )
+    if blocked is not None and not bool(blocked.any()):
+        blocked = None  # nothing blocked in this layer: its attention as unmasked (its received is its ranking source)
     if req is not None and (req.value_norms or req.qk_norms):   # readouts of q, k, v themselves: any route
         record_vectors(req, module.layer_idx, query, key, value, req.query_mask)
     if req is None or (blocked is None and not req.needs_probabilities):
@@ -249,20 +335,22 @@ def sinklens_attention(
     scaling = d**-0.5 if scaling is None else scaling
     allowed = unblocked = allowed_keys(attention_mask, is_causal, s_q, s_k, query.device)
     if blocked is not None:
-        if blocked.shape != (b, h, s_k):
-            raise ValueError(
-                f"blocked for layer {module.layer_idx} has shape {tuple(blocked.shape)}, expected (B, H, S_k) = {(b, h, s_k)}"
-            )
         allowed = apply_blocking(allowed, blocked.to(query.device), req.keep_self, s_q, s_k)
-        # Mask only and the lse route give sdpa the blocked keys as a float additive mask.
-        attention_mask, is_causal = additive(allowed, query.dtype), False
 
-    if not req.needs_probabilities:
-        return plain(module, query, key, value, attention_mask, is_causal, mods, dropout=dropout, scaling=scaling, **kwargs)
-
-    route = choose_route(req, query)
+    blocking = req.capture and blocked is not None  # record what the keys would have received too
+    route = choose_route(req, query) if req.needs_probabilities else "plain"
     if route == "triton" and (req.diagonal or req.distance):
         route = "lse"  # the fused kernel returns column sums only; the diagonal and distance need the chunks
+    if route == "exact" and _whole_layer_applies(req, mods, query, key):
+        out = _capture_whole(module, query, key, value, allowed, unblocked, scaling, req, mods, blocking)
+        if out is not None:
+            return out, None
+    if blocked is not None and route != "exact":
+        # Mask only and the lse / triton routes give sdpa the blocked keys as a float additive mask.
+        attention_mask, is_causal = additive(allowed, query.dtype), False
+
+    if route == "plain":
+        return plain(module, query, key, value, attention_mask, is_causal, mods, dropout=dropout, scaling=scaling, **kwargs)
     if route == "triton":
         out = triton_route.capture(module, query, key, value, attention_mask, scaling, is_causal, blocked, req) \
             if mods.sdpa_can else None
@@ -277,11 +365,11 @@ def sinklens_attention(
                                   scaling=scaling, **kwargs), None
         # a query that may see no key has no finite lse: such chunks take the softmax instead
         _capture(module, query, key, value, allowed, unblocked, scaling, req, None,
-                 None if has_empty_rows(allowed) else lse, mods)
+                 None if has_empty_rows(allowed) else lse, mods, blocking)
         return out, None
     h_kv = key.shape[1]
     out = torch.empty(b, h_kv, h // h_kv, s_q, d, dtype=query.dtype, device=query.device)
-    _capture(module, query, key, value, allowed, unblocked, scaling, req, out, None, mods)
+    _capture(module, query, key, value, allowed, unblocked, scaling, req, out, None, mods, blocking)
     return out.reshape(b, h, s_q, d).transpose(1, 2).contiguous(), None  # (B, S_q, H, D)
 
 

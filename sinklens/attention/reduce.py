@@ -76,6 +76,22 @@ def row_weights(req, device) -> tuple[torch.Tensor | None, torch.Tensor | None]:
     return weight, group_of
 
 
+def row_matrix(req, device) -> torch.Tensor | None:
+    """(B, S_q, 1 + G) float: column 0 the query rows' weights (1 = real), then one column per query
+    group (`row_weights`' one-hot rows), for one einsum that sums every row set at once; None when
+    every row counts and there are no groups. Made once per forward, as `row_weights`."""
+    weight, group_of = row_weights(req, device)
+    if weight is None and group_of is None:
+        return None
+    cached = req._row_matrix
+    if cached is not None and cached[0] is weight and cached[1] is group_of:
+        return cached[2]
+    w = torch.ones(group_of.shape[:2], device=device) if weight is None else weight  # (B, S_q)
+    rows = w[..., None] if group_of is None else torch.cat([w[..., None], group_of], dim=-1)
+    req._row_matrix = (weight, group_of, rows)
+    return rows
+
+
 @dataclass
 class LayerSums:
     """What one layer's capture accumulates, chunk by chunk (all float32)."""

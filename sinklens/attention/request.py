@@ -56,6 +56,7 @@ class AttentionRequest:
     lens: dict[str, torch.Tensor] | None = field(default=None, repr=False)
     # the query rows' weights, made once per forward for all layers (attention/reduce.py: row_weights)
     _row_weights: tuple | None = field(default=None, repr=False)
+    _row_matrix: tuple | None = field(default=None, repr=False)  # (weight, group_of, rows): reduce.row_matrix
 
     def __post_init__(self) -> None:
         if self.query_chunk is not None and self.query_chunk < 1:

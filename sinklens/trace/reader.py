@@ -1,5 +1,5 @@
-"""Read a trace lazily: the file is memory-mapped and each step's record batch is a zero-copy view,
-so asking for one step's received attention touches only that step's bytes.
+"""Read a trace lazily: the file is memory-mapped and each record batch (a group of steps) is a
+zero-copy view, so asking for one step's received attention touches only that step's bytes.
 
     t = sinklens.open_trace("run.arrow")
     t.received(step=5)            # (L, H, S) float32
@@ -59,7 +59,7 @@ class Trace:
             raise TraceFormatError(f"{self.path}: the sinklens metadata is not valid JSON: {e}") from None
         version = self.meta.get("schema_version")
         if version not in READABLE_VERSIONS:
-            readable = " or ".join(map(str, READABLE_VERSIONS))
+            readable = ", ".join(map(str, READABLE_VERSIONS[:-1])) + f" or {READABLE_VERSIONS[-1]}"
             raise TraceFormatError(f"{self.path} has trace schema_version {version!r}; this sinklens "
                                    f"(reads schema_version {readable}) cannot read it")
         self.schema = reader.schema
@@ -86,11 +86,12 @@ class Trace:
             raise TraceFormatError(f"{self.path} is corrupt: step {len(self._batches)} cannot be read ({error})")
         self.truncated = error is not None or not closed_properly
         self.meta["tokens_vocab"] = vocab
-        self._index = {}  # step number -> batch index
+        self._index: dict[int, tuple[int, int, int]] = {}  # step -> (batch, its first row there, its rows)
         for i, b in enumerate(self._batches):
-            if b.num_rows == 0:
-                continue
-            self._index[int(b.column("step")[0].as_py())] = i
+            steps = b.column("step").to_numpy()  # a step's rows are consecutive (one step per batch before schema 3)
+            starts = np.flatnonzero(np.r_[True, steps[1:] != steps[:-1]]) if len(steps) else []
+            for first, end in zip(starts, [*starts[1:], len(steps)]):
+                self._index[int(steps[first])] = (i, int(first), int(end - first))
 
     # ---- shape ---------------------------------------------------------------------------
     @property
@@ -131,8 +132,9 @@ class Trace:
         if i not in self._verified:
             want = self._checksums[i]
             if want is not None and zlib.crc32(batch.serialize()) != want:
-                raise TraceFormatError(f"{self.path} is corrupt: the record batch of step "
-                                       f"{batch.column('step')[0].as_py()} fails its CRC-32 check")
+                steps = batch.column("step")
+                raise TraceFormatError(f"{self.path} is corrupt: the record batch of steps {steps[0].as_py()}-"
+                                       f"{steps[-1].as_py()} fails its CRC-32 check")
             self._verified.add(i)
         return batch
 
@@ -157,13 +159,14 @@ class Trace:
         if step not in self._index:
             raise KeyError(f"step {step} is not in this trace (steps {self.steps[:3]}...{self.steps[-3:]})"
                            if self._index else f"step {step}: this trace has no steps")
-        batch = self._batch(self._index[step])
-        if not 0 <= row < batch.num_rows:
-            raise IndexError(f"row {row} out of range: the trace has batch size {batch.num_rows}")
-        col = batch.column(column)
-        if col.null_count and not col[row].is_valid:
+        i, first, rows = self._index[step]
+        if not 0 <= row < rows:
+            raise IndexError(f"row {row} out of range: the trace has batch size {rows}")
+        col = self._batch(i).column(column)
+        r = first + row
+        if col.null_count and not col[r].is_valid:
             return None
-        start, end = col.offsets[row].as_py(), col.offsets[row + 1].as_py()
+        start, end = col.offsets[r].as_py(), col.offsets[r + 1].as_py()
         values = col.values.slice(start, end - start)
         if pa.types.is_boolean(values.type):
             return values.to_numpy(zero_copy_only=False)

@@ -5,9 +5,10 @@ written, so an interrupted run keeps its finished steps), readable without sinkl
 (`pyarrow.ipc.open_stream`, polars, R arrow, DuckDB), memory-mappable (a reader touches only
 the steps and columns it asks for), float16 and nested lists are native types.
 
-Layout: schema metadata key `sinklens` holds a UTF-8 JSON object (run metadata); one record
-batch per step, one row per batch element. Each batch may carry custom metadata under
-`sinklens.vocab`: a JSON id -> string map of the token ids first seen at that step, and
+Layout: schema metadata key `sinklens` holds a UTF-8 JSON object (run metadata); one row per
+(step, batch element), a step's rows consecutive, in record batches of one or more steps (one per
+written group; schema 1 and 2: one per step). Each batch may carry custom metadata under
+`sinklens.vocab`: a JSON id -> string map of the token ids first seen in its steps, and
 carries `sinklens.crc32`: the CRC-32 of the batch's serialised bytes (damage detection).
 """
 from __future__ import annotations
@@ -16,10 +17,12 @@ import pyarrow as pa
 
 from sinklens.trace.readouts import COLUMNS
 
-SCHEMA_VERSION = 2
+SCHEMA_VERSION = 3
 # Version 2 stores `received` as null where it is the sum of `received_groups` (the default
-# masked / unmasked split): a third of the bytes. Version 1 always stored it; the reader reads both.
-READABLE_VERSIONS = (1, 2)
+# masked / unmasked split): a third of the bytes. Version 1 always stored it. Version 3 writes one
+# record batch per group of steps (a step's rows consecutive) instead of one per step: Arrow's
+# per-batch cost was a tenth of a tiny model's step. The reader reads all three.
+READABLE_VERSIONS = (1, 2, 3)
 META_KEY = b"sinklens"  # schema metadata key (JSON)
 VOCAB_KEY = "sinklens.vocab"  # per-batch custom metadata key (JSON id -> string)
 CHECKSUM_KEY = "sinklens.crc32"  # per-batch custom metadata: zlib.crc32 of RecordBatch.serialize()
@@ -35,8 +38,11 @@ class TraceFormatError(ValueError):
     """The file is not a readable sinklens trace (corrupt, foreign, or another schema version)."""
 
 
-def build_schema(meta: dict, received_dtype: str = "float16") -> pa.Schema:
-    """The Arrow schema of a trace whose run metadata is `meta` (already JSON-serialisable)."""
+def build_schema(meta: dict, received_dtype: str = "float16", readout_columns=None) -> pa.Schema:
+    """The Arrow schema of a trace whose run metadata is `meta` (already JSON-serialisable).
+
+    readout_columns: the mechanism-readout columns the run records (names from
+    sinklens/trace/readouts.py COLUMNS); None = all of them."""
     import json
 
     if received_dtype not in RECEIVED_DTYPES:
@@ -67,8 +73,10 @@ def build_schema(meta: dict, received_dtype: str = "float16") -> pa.Schema:
         # samplers that never rewrite a token. Absent in older traces (read as null).
         pa.field("edited", pa.list_(pa.bool_())),
     ]
-    # Mechanism readouts (sinklens/trace/readouts.py): optional columns, null where not recorded;
-    # absent in older traces (the reader answers None for them).
+    # Mechanism readouts (sinklens/trace/readouts.py): optional columns, only those the run records
+    # (each column of a batch costs the writer and the file a few buffers, recorded or not); absent
+    # ones, as in older traces, read as None.
     types = {"received": value, "float32": pa.float32(), "int32": pa.int32()}
-    fields += [pa.field(c.name, pa.list_(types[c.dtype])) for cols in COLUMNS.values() for c in cols]
+    fields += [pa.field(c.name, pa.list_(types[c.dtype])) for cols in COLUMNS.values() for c in cols
+               if readout_columns is None or c.name in readout_columns]
     return pa.schema(fields, metadata={META_KEY: json.dumps(meta, sort_keys=True).encode("utf-8")})

@@ -1,4 +1,4 @@
-"""Write a trace: one Arrow record batch per step, written in groups of steps (FLUSH_STEPS below).
+"""Write a trace: steps held and written in groups (FLUSH_STEPS below), one Arrow record batch per group.
 
 Usable on its own (tests build synthetic traces without a model):
 
@@ -24,7 +24,7 @@ import numpy as np
 import pyarrow as pa
 
 from sinklens._version import __version__
-from sinklens.trace.readouts import COLUMN_NAMES
+from sinklens.trace.readouts import COLUMN_NAMES, COLUMNS
 from sinklens.trace.schema import CHECKSUM_KEY, SCHEMA_VERSION, UNITS, VOCAB_KEY, build_schema
 
 # Steps are held in memory and written together: at most FLUSH_STEPS steps, FLUSH_SECONDS since the
@@ -35,6 +35,7 @@ from sinklens.trace.schema import CHECKSUM_KEY, SCHEMA_VERSION, UNITS, VOCAB_KEY
 FLUSH_STEPS = 64
 FLUSH_SECONDS = 1.0
 FLUSH_BYTES = 64 * 2**20
+COLUMNS_SET = frozenset(COLUMN_NAMES)
 
 
 def _np(x) -> np.ndarray | None:
@@ -79,6 +80,15 @@ def _is_sum_of(received: np.ndarray, groups: np.ndarray) -> bool:
     if bool((np.abs(total - received) <= 1e-5 + 1e-4 * np.abs(received)).all()):
         return True
     return bool(np.allclose(total, received, rtol=1e-4, atol=1e-5))
+
+
+def _groups_cover_rows(req) -> bool:
+    """True when every summed query row of the request is in a query group (the masked / unmasked
+    split): its received attention is then the groups' sum, which the reader derives (schema 2)."""
+    covered = req.query_groups >= 0  # (B, S_q)
+    if req.query_mask is not None:
+        covered = covered | ~req.query_mask.bool()
+    return bool(covered.all())
 
 
 def _list_column(rows: list[np.ndarray | None], value_type: pa.DataType) -> pa.Array:
@@ -149,16 +159,23 @@ class TraceWriter:
         self._seen_ids.update(new)
         return {str(i): s for i, s in zip(new, self.decode(new))} if new else {}
 
-    def _start(self, tokens: np.ndarray, received: np.ndarray | None, vocab: dict) -> None:
+    def _readout_columns(self, first: Mapping[str, object]) -> tuple[str, ...]:
+        """The readout columns of this trace: those of the options the metadata declares (its
+        `readouts`) and any the first step records."""
+        declared = [c.name for option in (self.meta.get("readouts") or {}) for c in COLUMNS.get(option, ())]
+        return tuple(n for n in COLUMN_NAMES if n in declared or first.get(n) is not None)
+
+    def _start(self, tokens: np.ndarray, received: np.ndarray | None, vocab: dict,
+               readouts: Mapping[str, object] | None = None) -> None:
         self.meta.setdefault("batch_size", int(tokens.shape[0]))
         self.meta.setdefault("seq_len", int(tokens.shape[1]))
-        if received is not None:
-            self.meta.setdefault("num_layers", int(received.shape[1]))
-            self.meta.setdefault("num_heads", int(received.shape[2]))
+        if received is not None:  # (B, L, H, S)
+            self.meta.setdefault("num_layers", int(received.shape[-3]))
+            self.meta.setdefault("num_heads", int(received.shape[-2]))
         if vocab:
             self.meta["tokens_vocab"] = {**self.meta.get("tokens_vocab", {}), **vocab}
         try:
-            self._schema = build_schema(self.meta, self.received_dtype)
+            self._schema = build_schema(self.meta, self.received_dtype, self._readout_columns(readouts or {}))
         except TypeError as e:
             raise TypeError(f"trace metadata must be JSON-serialisable: {e}") from None
         self._writer = pa.ipc.new_stream(self._sink, self._schema)
@@ -195,7 +212,9 @@ class TraceWriter:
         edited = _batched(edited, 2)
         if edited is not None and edited.shape != (B, S):
             raise ValueError(f"edited must have shape {(B, S)} like tokens, got {edited.shape}")
-        if received_unblocked is not None and (received is None or received_unblocked.shape != received.shape):
+        # received may be left out where it is the sum of the groups: then a group has its shape
+        like = received if received is not None or received_groups is None else received_groups[:, 0]
+        if received_unblocked is not None and (like is None or received_unblocked.shape != like.shape):
             raise ValueError("received_unblocked must have the shape of received (B, L, H, S)")
         for name, arr, want in (("is_masked", is_masked, (B, S)), ("revealed", revealed, (B, S)),
                                 ("attention_mask", attention_mask, (B, S))):
@@ -207,7 +226,7 @@ class TraceWriter:
             raise ValueError(f"received_groups must have shape (B={B}, G, L, H, S={S}), got {received_groups.shape}")
         stored = received
         if received is not None and received_groups is not None and _is_sum_of(received, received_groups):
-            stored = None  # derivable: the reader sums the groups (schema 2)
+            stored = None  # derivable: the reader sums the groups (schema 2); None with groups means the same
         if query_positions is None:
             qpos = [np.flatnonzero(attention_mask[b]) for b in range(B)]
         elif isinstance(query_positions, (list, tuple)):
@@ -222,24 +241,31 @@ class TraceWriter:
             blocked = _batched(blocked, 4)
             blocked_rows = [np.argwhere(blocked[b]) for b in range(B)]
 
-        vocab = self._new_vocab(tokens)
-        if self._writer is None:
-            self._start(tokens, received, vocab)
-        L = self.meta.get("num_layers")
-        H = self.meta.get("num_heads")
-        if received is not None and (received.shape[1], received.shape[2]) != (L, H):
-            raise ValueError(f"received has (L, H) = {received.shape[1:3]}, the trace has ({L}, {H})")
-        if learned_sink is not None and learned_sink.shape != (B, L, H):
-            raise ValueError(f"learned_sink must have shape (B, L, H) = {(B, L, H)}, got {learned_sink.shape}")
-
         readouts = dict(readouts or {})
         unknown = sorted(set(readouts) - set(COLUMN_NAMES))
         if unknown:
             raise ValueError(f"unknown readout column(s) {unknown}; known: {list(COLUMN_NAMES)}")
-        readouts = {name: _np(readouts.get(name)) for name in COLUMN_NAMES}
+        readouts = {name: _np(arr) for name, arr in readouts.items() if arr is not None}
         for name, arr in readouts.items():
             if arr is not None and arr.shape[0] != B:
                 raise ValueError(f"readout {name} must be batch first with {B} rows, got shape {arr.shape}")
+
+        vocab = self._new_vocab(tokens)
+        if self._writer is None:
+            self._start(tokens, received if received is not None else received_groups, vocab, readouts)
+        absent = sorted(set(readouts) - set(self._schema.names))
+        if absent:
+            raise ValueError(f"readout column(s) {absent} were not recorded at the first step, so the trace has no "
+                             "column for them: declare their options in the metadata's 'readouts'")
+        readouts = {name: readouts.get(name) for name in self._schema.names if name in COLUMNS_SET}
+        L = self.meta.get("num_layers")
+        H = self.meta.get("num_heads")
+        for name, arr in (("received", received), ("received_groups", received_groups)):
+            if arr is not None and arr.shape[-3:-1] != (L, H):
+                raise ValueError(f"{name} has (L, H) = {arr.shape[-3:-1]}, the trace has ({L}, {H})")
+        if learned_sink is not None and learned_sink.shape != (B, L, H):
+            raise ValueError(f"learned_sink must have shape (B, L, H) = {(B, L, H)}, got {learned_sink.shape}")
+
 
         arrays = dict(tokens=tokens, is_masked=is_masked, revealed=revealed, attention_mask=attention_mask,
                       query_positions=qpos, received=stored, received_groups=received_groups, blocked=blocked_rows,
@@ -263,8 +289,7 @@ class TraceWriter:
         if not self._pending:
             return
         steps, self._pending, self._pending_bytes = self._pending, [], 0
-        # One Arrow array per column for all pending steps (the per-step cost is Python, not
-        # bytes), then one zero-copy slice per step: the file holds one record batch per step.
+        # One Arrow array per column for all pending steps: the per-step cost is Python, not bytes.
         rows = lambda name: [r for s in steps for r in (s[name] if s[name] is not None else [None] * s["B"])]  # noqa: E731
         value_type = lambda name: self._schema.field(name).type.value_type  # noqa: E731
         columns = {
@@ -283,19 +308,19 @@ class TraceWriter:
             "learned_sink": _list_column(rows("learned_sink"), pa.float32()),
             "edited": _list_column(rows("edited"), pa.bool_()),
         }
-        for name in COLUMN_NAMES:
-            columns[name] = _list_column(rows(name), value_type(name))
+        for name in self._schema.names:
+            if name in COLUMNS_SET:
+                columns[name] = _list_column(rows(name), value_type(name))
         batch = pa.record_batch([columns[f.name] for f in self._schema], schema=self._schema)
-        start = 0
-        for s in steps:
-            one = batch.slice(start, s["B"])
-            start += s["B"]
-            # A checksum of the batch's serialised bytes lets the reader tell a damaged step from a
-            # good one (Arrow itself has none); the reader verifies a step when it first reads it.
-            custom = {CHECKSUM_KEY: str(zlib.crc32(one.serialize()))}
-            if s["vocab"]:
-                custom[VOCAB_KEY] = json.dumps(s["vocab"])
-            self._writer.write_batch(one, custom_metadata=custom)
+        # One record batch for the group (schema 3): Arrow's per-batch cost (buffers and metadata
+        # per column, the checksum's serialisation) is paid once per group, not once per step. A
+        # checksum of the batch's serialised bytes lets the reader tell damaged steps from good
+        # ones (Arrow itself has none); the reader verifies a batch when it first reads a step of it.
+        custom = {CHECKSUM_KEY: str(zlib.crc32(batch.serialize()))}
+        vocab = {k: v for s in steps if s["vocab"] for k, v in s["vocab"].items()}
+        if vocab:
+            custom[VOCAB_KEY] = json.dumps(vocab)
+        self._writer.write_batch(batch, custom_metadata=custom)
         self._sink.flush()
         self._flushed_at = time.monotonic()
 
@@ -317,9 +342,9 @@ class TraceWriter:
         received = received_groups = blocked = unblocked = learned_sink = None
         maps = None
         if req is not None:
-            if req.has_received:
-                received = _np(req.received).transpose(1, 0, 2, 3)  # (L,B,H,S) -> (B,L,H,S)
             groups = req.received_groups
+            if req.has_received and not (groups is not None and _groups_cover_rows(req)):
+                received = _np(req.received).transpose(1, 0, 2, 3)  # (L,B,H,S) -> (B,L,H,S)
             if groups is not None:
                 received_groups = _np(groups).transpose(1, 2, 0, 3, 4)  # (L,B,G,H,S) -> (B,G,L,H,S)
             if req.blocked is not None:
@@ -349,7 +374,7 @@ class TraceWriter:
         if self.closed:
             return
         if self._writer is None:
-            self._schema = build_schema(self.meta, self.received_dtype)
+            self._schema = build_schema(self.meta, self.received_dtype, self._readout_columns({}))
             self._writer = pa.ipc.new_stream(self._sink, self._schema)
         self.flush()
         self._writer.close()
