@@ -155,3 +155,53 @@ def test_tiny_dlm_generation_token_identical_when_traced_through_lse(tmp_path):
     traced = m.generate(ids, trace=str(tmp_path / "t.arrow"), capture=CaptureOptions(route="lse"),
                         **dlm_sampler()).sequences
     assert torch.equal(plain, traced)
+
+
+WHOLE_CASES = [(kv, causal, pad, s_q, block, groups) for kv in (1, 3) for causal in (True, False)
+               for pad in (False, True) for s_q in (1, 9) for block in (False, True) for groups in (False, True)]
+
+
+@pytest.mark.parametrize("kv,causal,pad,s_q,block,groups", WHOLE_CASES)
+def test_small_layer_whole_equals_the_chunk_loop(kv, causal, pad, s_q, block, groups):
+    """A small layer is captured in one pass (`_capture_whole`, the default at these sizes); forcing
+    the chunk loop (query_chunk) must give the same output and the same received / groups /
+    unblocked sums, with GQA, a causal mask, left padding (a padded query sees no key: the whole
+    pass hands it to the loop), one query row (ARM decoding) and blocked keys."""
+    from sinklens.attention.function import SMALL_SCORES, sinklens_attention
+
+    g = torch.Generator().manual_seed(3)
+    h, s_k, d = 6, 13, 8
+    assert 2 * h * s_q * s_k <= SMALL_SCORES
+    q = torch.randn(2, h, s_q, d, generator=g)
+    k, v = (torch.randn(2, kv, s_k, d, generator=g) for _ in range(2))
+    mask = None
+    if pad or causal:
+        mask = torch.ones(2, 1, s_q, s_k, dtype=torch.bool)
+        if pad:
+            mask[0, ..., :3] = False
+        if causal:
+            mask &= torch.ones(s_q, s_k, dtype=torch.bool).tril(s_k - s_q)
+    qmask = torch.ones(2, s_q, dtype=torch.bool)
+    qmask[1, 0] = False
+    blocked = None
+    if block:  # (L=1, B, H, S_k): a key per head, nothing in head 0 of row 1
+        blocked = torch.zeros(1, 2, h, s_k, dtype=torch.bool)
+        blocked[0, :, torch.arange(h), torch.arange(h) % s_k] = True
+        blocked[0, 1, 0] = False
+
+    def run_one(chunk):
+        req = AttentionRequest(capture=True, query_mask=qmask, blocked=blocked, query_chunk=chunk, route="exact",
+                               query_groups=torch.arange(s_q).remainder(2).expand(2, s_q) if groups else None,
+                               num_groups=2 if groups else 0)
+        out, _ = sinklens_attention(fake_module(h, kv, causal), q, k, v, mask, scaling=0.4, sinklens=req)
+        return out, req
+
+    whole, r_whole = run_one(None)
+    loop, r_loop = run_one(4)
+    torch.testing.assert_close(whole, loop, atol=1e-6, rtol=1e-5)
+    torch.testing.assert_close(r_whole.received, r_loop.received, atol=1e-6, rtol=1e-5)
+    torch.testing.assert_close(r_whole.received_unblocked, r_loop.received_unblocked, atol=1e-6, rtol=1e-5)
+    if groups:
+        torch.testing.assert_close(r_whole.received_groups, r_loop.received_groups, atol=1e-6, rtol=1e-5)
+    if block and not causal:  # a blocked key receives nothing (a causal row left with only blocked keys keeps them)
+        assert r_whole.received[0][blocked[0]].abs().max() == 0
