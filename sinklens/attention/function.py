@@ -172,32 +172,30 @@ def _capture_whole(
     query: torch.Tensor,  # (B, H, S_q, D), after RoPE
     key: torch.Tensor,  # (B, H_kv, S_k, D), before the GQA repeat
     value: torch.Tensor,  # (B, H_kv, S_k, D)
-    allowed: torch.Tensor | None,  # (B|1, 1|H, S_q, S_k) bool; None = every key
-    allowed_unblocked: torch.Tensor | None,  # allowed keys before blocking (when keys are blocked)
+    allowed: torch.Tensor | None,  # (B|1, 1, S_q, S_k) bool keys each query may see (before blocking); None = every key
+    blocked: torch.Tensor | None,  # (B, H, S_k) bool keys blocked in this layer, or None
     scaling: float,
     req: AttentionRequest,
     mods: Modifiers,
-    blocking: bool,  # keys are blocked in this layer: `allowed` is after blocking, the unblocked sums are recorded
 ) -> torch.Tensor | None:
     """The exact route over the whole layer at once: (B, S_q, H, D) output, captures on `req`.
 
     The same probabilities as the chunk loop (a float32 softmax over the allowed keys; blocked keys
-    zeroed and the rest renormalised, as there) in fused calls: one matmul, one softmax, one einsum
-    for every summed row set (all rows, each query group) and one matmul for the output. None
-    (nothing recorded) where the chunk loop must decide: a query that may see no key, or a blocked
-    key that held (almost) all of a row's mass."""
+    zeroed and each row renormalised over the rest, as there) in fused calls: one matmul, one
+    softmax, one einsum for every summed row set (all rows, each query group) and one matmul for the
+    output. None (nothing recorded) where the chunk loop must decide: a query that may see no key,
+    a row whose visible keys are all blocked, or a blocked key that held (almost) all of a row's mass."""
     b, h, s_q, d = query.shape
     h_kv, s_k = key.shape[1], key.shape[2]
     rep = h // h_kv  # query head i uses kv head i // rep, as transformers' repeat_kv
-    first = allowed_unblocked if blocking else allowed  # the keys of the first softmax
-    if has_empty_rows(first):
+    if has_empty_rows(allowed):
         return None
     scores = torch.matmul(query.reshape(b, h_kv, rep, s_q, d).float(),
                           key.float().unsqueeze(2).transpose(-1, -2)).mul_(scaling)  # (B, H_kv, rep, S_q, S_k)
     if mods.softcap is not None:  # Gemma2: logits squashed into (-cap, cap), before the mask (as eager)
         scores = scores.div_(mods.softcap).tanh_().mul_(mods.softcap)
-    if first is not None:
-        scores.masked_fill_(~_per_kv_head(first, h_kv, rep), float("-inf"))
+    if allowed is not None:
+        scores.masked_fill_(~_per_kv_head(allowed, h_kv, rep), float("-inf"))
     probs = torch.softmax(scores, dim=-1).reshape(b, h, s_q, s_k)
     rows = row_matrix(req, query.device)  # (B, S_q, 1 + G) the summed rows' weights, then each group's
 
@@ -210,11 +208,11 @@ def _capture_whole(
         return torch.einsum("bhqk,bq->bhk", p, rows[..., 0])
 
     unblocked = None
-    if blocking:
+    if blocked is not None:
         # what the keys would have received (the masking's ranking source), then the softmax the
         # model uses: blocked keys zeroed, each row renormalised over what is left
-        unblocked = column_sums(probs)
-        probs = probs.masked_fill(~nonempty_rows(allowed), 0.0)
+        unblocked = column_sums(probs) if req.capture else None
+        probs = probs.masked_fill(blocked[:, :, None, :], 0.0)
         z = probs.sum(dim=-1, keepdim=True)  # (B, H, S_q, 1)
         if bool((z < 1e-30).any()):
             return None
@@ -226,7 +224,7 @@ def _capture_whole(
     else:
         sums = torch.einsum("bhqk,bqg->bghk", probs, rows)  # (B, 1 + G, H, S_k)
         received = sums[:, 0] if req.capture else None
-        groups = sums[:, 1:] if req.query_groups is not None else None
+        groups = sums[:, 1:]
     req.record(module.layer_idx, received=received, unblocked=unblocked, groups=groups)
     return out.reshape(b, h, s_q, d).transpose(1, 2).contiguous()  # (B, S_q, H, D)
 
@@ -334,17 +332,17 @@ def sinklens_attention(
 
     scaling = d**-0.5 if scaling is None else scaling
     allowed = unblocked = allowed_keys(attention_mask, is_causal, s_q, s_k, query.device)
-    if blocked is not None:
-        allowed = apply_blocking(allowed, blocked.to(query.device), req.keep_self, s_q, s_k)
-
+    blocked = None if blocked is None else blocked.to(query.device)
     blocking = req.capture and blocked is not None  # record what the keys would have received too
     route = choose_route(req, query) if req.needs_probabilities else "plain"
     if route == "triton" and (req.diagonal or req.distance):
         route = "lse"  # the fused kernel returns column sums only; the diagonal and distance need the chunks
-    if route == "exact" and _whole_layer_applies(req, mods, query, key):
-        out = _capture_whole(module, query, key, value, allowed, unblocked, scaling, req, mods, blocking)
+    if route == "exact" and _whole_layer_applies(req, mods, query, key) and not (blocked is not None and req.keep_self):
+        out = _capture_whole(module, query, key, value, allowed, blocked, scaling, req, mods)
         if out is not None:
             return out, None
+    if blocked is not None:
+        allowed = apply_blocking(allowed, blocked, req.keep_self, s_q, s_k)
     if blocked is not None and route != "exact":
         # Mask only and the lse / triton routes give sdpa the blocked keys as a float additive mask.
         attention_mask, is_causal = additive(allowed, query.dtype), False
