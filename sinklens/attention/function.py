@@ -182,8 +182,8 @@ def _capture_whole(
 
     The same probabilities as the chunk loop (a float32 softmax over the allowed keys; blocked keys
     zeroed and each row renormalised over the rest, as there) in fused calls: one matmul, one
-    softmax, one einsum for every summed row set (all rows, each query group) and one matmul for the
-    output. None (nothing recorded) where the chunk loop must decide: a query that may see no key,
+    softmax, one batched matmul for every summed row set (all rows, each query group) and one for
+    the output. None (nothing recorded) where the chunk loop must decide: a query that may see no key,
     a row whose visible keys are all blocked, or a blocked key that held (almost) all of a row's mass."""
     b, h, s_q, d = query.shape
     h_kv, s_k = key.shape[1], key.shape[2]
@@ -197,15 +197,13 @@ def _capture_whole(
     if allowed is not None:
         scores.masked_fill_(~_per_kv_head(allowed, h_kv, rep), float("-inf"))
     probs = torch.softmax(scores, dim=-1).reshape(b, h, s_q, s_k)
-    rows = row_matrix(req, query.device)  # (B, S_q, 1 + G) the summed rows' weights, then each group's
+    rows = row_matrix(req, query.device)  # (B, 1, 1 + G, S_q) the summed rows' weights, then each group's
 
     def column_sums(p: torch.Tensor) -> torch.Tensor:
-        """(B, H, S_k) sums of p (B, H, S_q, S_k) over the summed rows (one row: ARM decoding, a multiply)."""
+        """(B, H, S_k) sums of p (B, H, S_q, S_k) over the summed rows."""
         if rows is None:
             return p.sum(dim=2)
-        if s_q == 1:
-            return p[:, :, 0] * rows[:, :, None, 0]
-        return torch.einsum("bhqk,bq->bhk", p, rows[..., 0])
+        return torch.matmul(rows[:, :, :1], p)[:, :, 0]
 
     unblocked = None
     if blocked is not None:
@@ -222,9 +220,9 @@ def _capture_whole(
     if rows is None or req.query_groups is None:
         received = column_sums(probs) if req.capture else None
     else:
-        sums = torch.einsum("bhqk,bqg->bghk", probs, rows)  # (B, 1 + G, H, S_k)
-        received = sums[:, 0] if req.capture else None
-        groups = sums[:, 1:]
+        sums = torch.matmul(rows, probs)  # (B, H, 1 + G, S_k): every row set in one batched matmul
+        received = sums[:, :, 0] if req.capture else None
+        groups = sums[:, :, 1:].transpose(1, 2)  # (B, G, H, S_k)
     req.record(module.layer_idx, received=received, unblocked=unblocked, groups=groups)
     return out.reshape(b, h, s_q, d).transpose(1, 2).contiguous()  # (B, S_q, H, D)
 

@@ -77,9 +77,10 @@ def row_weights(req, device) -> tuple[torch.Tensor | None, torch.Tensor | None]:
 
 
 def row_matrix(req, device) -> torch.Tensor | None:
-    """(B, S_q, 1 + G) float: column 0 the query rows' weights (1 = real), then one column per query
-    group (`row_weights`' one-hot rows), for one einsum that sums every row set at once; None when
-    every row counts and there are no groups. Made once per forward, as `row_weights`."""
+    """(B, 1, 1 + G, S_q) float: row 0 the query rows' weights (1 = real), then one row per query
+    group (`row_weights`' one-hot columns), so that one batched matmul with a layer's (B, H, S_q, S_k)
+    probabilities sums every row set at once; None when every row counts and there are no groups.
+    Made once per forward, as `row_weights`."""
     weight, group_of = row_weights(req, device)
     if weight is None and group_of is None:
         return None
@@ -87,7 +88,8 @@ def row_matrix(req, device) -> torch.Tensor | None:
     if cached is not None and cached[0] is weight and cached[1] is group_of:
         return cached[2]
     w = torch.ones(group_of.shape[:2], device=device) if weight is None else weight  # (B, S_q)
-    rows = w[..., None] if group_of is None else torch.cat([w[..., None], group_of], dim=-1)
+    rows = w[..., None] if group_of is None else torch.cat([w[..., None], group_of], dim=-1)  # (B, S_q, 1 + G)
+    rows = rows.transpose(1, 2).unsqueeze(1).contiguous()
     req._row_matrix = (weight, group_of, rows)
     return rows
 
