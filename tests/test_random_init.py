@@ -191,3 +191,19 @@ def test_control_of_another_shape_or_kind_is_refused_in_one_line(corpora, tmp_pa
         assert main(["report", *argv, "--out", str(tmp_path / "r")]) == 2, argv
         err = capsys.readouterr().err.strip().splitlines()
         assert len(err) == 1 and expected in err[0] and "--control" in err[0], err
+
+
+def test_eval_of_the_control_goes_to_its_own_folder_and_row(tmp_path):
+    """`sinklens eval --random-init SEED`: the control's results never land in (or resume) the
+    trained model's folder, and the summary names it."""
+    out = tmp_path / "ev"
+    for extra in ([], ["--random-init", "3"]):
+        assert main(["eval", "--model", "tiny-dlm", "--task", "arith", "--limit", "2", "--no-loglik", "--out", str(out),
+                     "-q", *extra]) == 0
+    trained, control = (json.loads((out / name / "arith" / "k0" / "config.json").read_text())
+                        for name in ("tiny-dlm", "tiny-dlm-random-init-3"))
+    assert control["model"] == "tiny-dlm (random init, seed 3)" and control["source"]["random_init"] == "3"
+    assert trained["model"] == "tiny-dlm" and "random_init" not in trained["source"]
+    rows = list((out / name / "arith" / "k0" / "samples.jsonl").read_text().splitlines()
+                for name in ("tiny-dlm", "tiny-dlm-random-init-3"))
+    assert [json.loads(x)["raw_output"] for x in rows[0]] != [json.loads(x)["raw_output"] for x in rows[1]]
