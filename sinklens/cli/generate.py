@@ -203,6 +203,7 @@ def run(args, trace=None, capture=None, check=None):
 
     from sinklens.cli.logs import note, verbose
     from sinklens.models.loader import load
+    from sinklens.models.options import control_label
     from sinklens.samplers import lengths
     from sinklens.samplers.configs import get_config
 
@@ -227,7 +228,8 @@ def run(args, trace=None, capture=None, check=None):
     verbose(f"prompt: {ids.shape[1]} tokens; sampler {config.name}: {config.to_dict()}")
     tokens, steps = tokens_and_steps(config)
     settings = ", ".join(f"{k}={v}" for k, v in config.to_dict().items() if v is not None)
-    note(f"{args.model}: {config.name} sampler, prompt {ids.shape[1]} tokens, {tokens} new tokens x up to "
+    name = control_label(args.model, getattr(args, "random_init", None))
+    note(f"{name}: {config.name} sampler, prompt {ids.shape[1]} tokens, {tokens} new tokens x up to "
          f"{steps} steps = {tokens * steps} token-steps ({settings})")
     torch.manual_seed(args.seed)
     progress = Progress(steps)
