@@ -17,11 +17,12 @@ def open_trace(path):
     return _open_trace(path)
 
 
-def load(name_or_path, *, revision=None, dtype=None, device=None):
-    """Load a checkpoint (alias, local folder, .gguf or hub id) as a SinkModel (sinklens.models.loader.load)."""
+def load(name_or_path, *, revision=None, dtype=None, device=None, random_init=None):
+    """Load a checkpoint (alias, local folder, .gguf or hub id) as a SinkModel (sinklens.models.loader.load);
+    random_init=SEED: its random-init control (same shape, every weight re-initialised)."""
     from sinklens.models.loader import load as _load
 
-    return _load(name_or_path, revision=revision, dtype=dtype, device=device)
+    return _load(name_or_path, revision=revision, dtype=dtype, device=device, random_init=random_init)
 
 
 def analyze(trace, **options):

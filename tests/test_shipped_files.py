@@ -63,24 +63,25 @@ def test_twins_name_their_teacher_portably():
 
 @pytest.mark.parametrize("twin", TWINS, ids=[t.name for t in TWINS])
 def test_study_random_control_runs_for_every_shipped_twin(twin, tmp_path):
-    """`sinklens study`'s control step for each twin: a random-initialised model of its shape and
-    format, traced on one held-out problem by the study's own path, even with the training config
-    pointing at a teacher that is not on this machine."""
+    """`sinklens study`'s control step for each twin: the twin loaded with `random_init` (its shape
+    and format, every weight re-initialised), traced on one held-out problem by the study's own path,
+    even with the training config pointing at a teacher that is not on this machine; the trace
+    records that it is the control."""
     from sinklens.experiments.model_spec import DemoModel
     from sinklens.experiments.replicate import trace_problems
-    from sinklens.experiments.study import LOAD, random_control, sampler_kwargs, twin_files
+    from sinklens.experiments.study import CONTROL_SEED, LOAD, sampler_kwargs, twin_files
+    from sinklens.trace.reader import open_trace
     from sinklens.train.data import DataConfig, generate
 
     folder, conf = twin_files(twin.name)
     conf = {**conf, "init_from": "/nonexistent/teacher-run"}
-    ctrl = random_control(folder, conf, tmp_path / "control")
-    assert (ctrl / "model.safetensors").is_file()
     problem = generate(1, seed=0, split="heldout", cfg=DataConfig(**conf["data"]))
     # the sampler settings the study traces the control with, 16 new tokens in one block (fast)
     kwargs = {k: 16 if k in ("gen_length", "max_new_tokens", "steps", "block_length") else v
               for k, v in sampler_kwargs(conf).items()}
-    paths, _ = trace_problems(DemoModel(str(ctrl), "control", kwargs, dict(LOAD)), problem, tmp_path, progress=False)
-    assert len(paths) == 1 and paths[0].is_file()
+    control = DemoModel(str(folder), "control", kwargs, {**LOAD, "random_init": CONTROL_SEED})
+    paths, _ = trace_problems(control, problem, tmp_path, progress=False)
+    assert len(paths) == 1 and open_trace(str(paths[0])).meta["model"]["random_init"] == CONTROL_SEED
 
 
 def test_ship_records_no_machine_path(tmp_path):

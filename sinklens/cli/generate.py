@@ -17,7 +17,7 @@ import sys
 import time
 from dataclasses import fields
 
-from sinklens.cli.fields import add_field_flag
+from sinklens.cli.fields import add_config_flags, add_field_flag, flag_values
 from sinklens.cli.types import CliError, nonneg_int
 
 
@@ -86,6 +86,8 @@ def add_run_flags(p: argparse.ArgumentParser, prompts_file: bool = False) -> Non
     big.add_argument("--max-memory", type=parse_max_memory, default=None,
                      help="per-device cap with --device-map, e.g. 0=70GiB,1=70GiB,cpu=200GiB")
     big.add_argument("--offload-folder", default=None, help="with --device-map: folder for the layers that fit nowhere")
+    from sinklens.models.options import LoadOptions
+    add_config_flags(p.add_argument_group("random-init control (docs/analysis.md)"), LoadOptions)
     p.set_defaults(sampler_fields=add_sampler_flags(p, title=RUN_SAMPLER_TITLE))
 
 
@@ -130,6 +132,8 @@ def check_run_flags(args) -> None:
     precheck.dtype(args.dtype)
     precheck.sampler_name(args.sampler)
     precheck.sampler_flags(sampler_args(args, args.sampler_fields))
+    if getattr(args, "random_init", None) is not None and getattr(args, "device_map", None) is not None:
+        raise CliError("--random-init re-initialises a model held whole on one device; it does not go with --device-map")
 
 
 class Interrupted(KeyboardInterrupt):
@@ -199,11 +203,12 @@ def run(args, trace=None, capture=None, check=None):
 
     from sinklens.cli.logs import note, verbose
     from sinklens.models.loader import load
+    from sinklens.models.options import control_label
     from sinklens.samplers import lengths
     from sinklens.samplers.configs import get_config
 
     t0 = time.perf_counter()
-    model = load(args.model, dtype=args.dtype, device=args.device, **big_model_args(args))
+    model = load(args.model, dtype=args.dtype, device=args.device, **load_args(args))
     verbose(f"loaded {args.model} in {time.perf_counter() - t0:.1f} s: {model!r}")
     if check is not None:
         check(model)
@@ -223,7 +228,8 @@ def run(args, trace=None, capture=None, check=None):
     verbose(f"prompt: {ids.shape[1]} tokens; sampler {config.name}: {config.to_dict()}")
     tokens, steps = tokens_and_steps(config)
     settings = ", ".join(f"{k}={v}" for k, v in config.to_dict().items() if v is not None)
-    note(f"{args.model}: {config.name} sampler, prompt {ids.shape[1]} tokens, {tokens} new tokens x up to "
+    name = control_label(args.model, getattr(args, "random_init", None))
+    note(f"{name}: {config.name} sampler, prompt {ids.shape[1]} tokens, {tokens} new tokens x up to "
          f"{steps} steps = {tokens * steps} token-steps ({settings})")
     torch.manual_seed(args.seed)
     progress = Progress(steps)
@@ -235,10 +241,13 @@ def run(args, trace=None, capture=None, check=None):
     return model, ids, config, out
 
 
-def big_model_args(args) -> dict:
-    """load()'s device_map / max_memory / offload_folder from the flags, only those given."""
+def load_args(args) -> dict:
+    """load()'s keywords beyond dtype and device, only those given: device_map / max_memory /
+    offload_folder and the `LoadOptions` fields (--random-init)."""
+    from sinklens.models.options import LoadOptions
+
     given = {k: getattr(args, k, None) for k in ("device_map", "max_memory", "offload_folder")}
-    return {k: v for k, v in given.items() if v is not None}
+    return {k: v for k, v in {**given, **flag_values(LoadOptions, args)}.items() if v is not None}
 
 
 def new_text(ids, out) -> str:

@@ -2,12 +2,16 @@
 
 `sinklens report CORPUS.jsonl --out DIR`: the same for a corpus run's totals (sinklens/report/corpus.py).
 
+`--control` draws the random-init control of the same shape beside the readouts: a trace for a
+trace report, a corpus file for a corpus report (`sinklens trace ... --random-init SEED` makes either).
+
 The option flags are the `param` fields of `ReportOptions` and `PageOptions` (`--html-*`;
 sinklens/report/options.py), built by `sinklens/cli/fields.py`: a new option is a new field there.
 """
 from __future__ import annotations
 
 import argparse
+import os
 
 from sinklens.cli.fields import add_config_flags, flag_values
 
@@ -26,8 +30,15 @@ def run(args: argparse.Namespace) -> int:
     from sinklens.analysis.corpus import is_corpus_file
 
     corpora = [p for p in args.traces if is_corpus_file(p)]
+    if args.control is not None and not os.path.isfile(args.control):
+        from sinklens.cli.types import CliError
+        raise CliError(f"--control {args.control!r}: no such file (expected the random-init control's trace or corpus.jsonl)")
     if corpora:
         return run_corpus(args, corpora)
+    if args.control is not None and is_corpus_file(args.control):
+        from sinklens.cli.types import CliError
+        raise CliError(f"--control {args.control} is a corpus file, but the report is on traces; give the control's "
+                       "trace (the same prompt and flags with --random-init SEED), or report a corpus against it")
     from sinklens.report.report import build_report
 
     rep = build_report(args.traces, args.out, labels=args.labels, options=options(args))
@@ -54,19 +65,22 @@ def run_corpus(args: argparse.Namespace, corpora: list[str]) -> int:
     if len(args.traces) > 1:
         raise CliError(f"a corpus file is reported on its own: got {len(args.traces)} files, of which "
                        f"{len(corpora)} corpus file(s) ({corpora[0]}); run one report per corpus")
-    from sinklens.analysis.corpus import open_corpus
+    from sinklens.analysis.corpus import is_corpus_file, open_corpus
 
     views = open_corpus(corpora[0]).totals
     if args.units not in views:
         raise CliError(f"--units {args.units}: {corpora[0]} was traced in units {', '.join(views)} (a corpus keeps "
                        "totals, which cannot be re-scored); report one of its kept traces in other units")
-    rep = build_corpus_report(corpora[0], args.out, figures=args.figures)
+    if args.control is not None and not is_corpus_file(args.control):
+        raise CliError(f"--control {args.control} is not a corpus file, but the report is on a corpus; give the "
+                       "control's corpus.jsonl (the same prompts and flags with --random-init SEED)")
+    rep = build_corpus_report(corpora[0], args.out, figures=args.figures, control=args.control)
     if args.json:
         from sinklens.cli.logs import print_json
 
         views = rep.corpus.to_dict()["views"]
         print_json({"out": str(rep.out), "html": str(rep.html), "summary_md": str(rep.summary_md),
-                    "summary_json": str(rep.summary_json), "corpus": corpora[0],
+                    "summary_json": str(rep.summary_json), "corpus": corpora[0], "control": args.control,
                     "prompts": rep.corpus.num_prompts,
                     "figures": {k: [str(p) for p in v] for k, v in rep.figures.items()},
                     "views": {u: {k: v[k] for k in ("units", "prompts", "steps", "sinks_total",

@@ -94,14 +94,14 @@ def _check_corpus_flags(args) -> None:
 
 
 def cmd_corpus(args, capture) -> int:
-    from sinklens.cli.generate import big_model_args, sampler_args
+    from sinklens.cli.generate import load_args, sampler_args
     from sinklens.cli.logs import note
     from sinklens.eval.corpus import CorpusConfig, run_corpus
 
     cfg = CorpusConfig(model=args.model, prompts=args.prompts, out=args.out, keep_traces=args.keep_traces,
                        raw=args.raw, seed=args.seed, sampler=args.sampler,
                        sampler_args=sampler_args(args, args.sampler_fields),
-                       dtype=args.dtype, device=args.device, load_args=big_model_args(args), capture=capture,
+                       dtype=args.dtype, device=args.device, load_args=load_args(args), capture=capture,
                        progress=args.progress)
     path = run_corpus(cfg)
     if path is not None:

@@ -13,6 +13,7 @@ import os
 from dataclasses import MISSING, dataclass, field, fields
 
 from sinklens.masking.config import MaskingConfig
+from sinklens.models.options import LoadOptions
 from sinklens.params import check_value, flag_name, param, param_like
 from sinklens.samplers.configs import SAMPLERS
 
@@ -75,6 +76,7 @@ class EvalConfig:
     seed: int = param(0, int, "sample i uses seed + i (the same on any rank)", min=0)
     dtype: str | None = param(None, str, "float32 | bfloat16 | float16 (default: as stored)")
     device: str | None = param(None, str, "e.g. cpu, cuda:0 (default: the launcher's device, else cpu)")
+    random_init: int | None = param_like(LoadOptions, "random_init")   # the results go to OUT/<model>-random-init-<seed>/
     # the masking settings, declared in MaskingConfig (type, choices, help, default); the run's
     # MaskingConfig is built from them in `masking()`
     mask_sinks: str = param_like(MaskingConfig, "sinks")

@@ -60,13 +60,13 @@ class CorpusConfig:
     sink_eps: float = DEFAULT_EPS   # Eq. 3 threshold ε in `units`
     dtype: str | None = None
     device: str | None = None
-    load_args: dict = field(default_factory=dict)      # load()'s device_map / max_memory / offload_folder
+    load_args: dict = field(default_factory=dict)      # load()'s device_map / max_memory / offload_folder / random_init
     capture: CaptureOptions = field(default_factory=CaptureOptions)
     progress: bool = False
 
 
 # What must not change when a run is resumed (the totals would mix two experiments).
-_SAME_RUN = ("model", "prompts_file", "sampler", "settings", "units", "sink_eps", "seed", "raw", "eps_values",
+_SAME_RUN = ("model", "random_init", "prompts_file", "sampler", "settings", "units", "sink_eps", "seed", "raw", "eps_values",
              "hist_edges")
 
 
@@ -150,6 +150,7 @@ def header(m, model: str, sampler: str, settings: dict, units: str, sink_eps: fl
     """The header fields every corpus file has (the model, the sampler, the rule, the bins);
     the caller adds where the prompts came from, n_expected, kept_traces and skipped."""
     return {"sinklens_corpus": FORMAT, "sinklens_version": __version__, "model": model,
+            "random_init": m.source.get("random_init"),     # a seed: the random-init control (reports label it)
             "source": {k: str(v) for k, v in m.source.items()}, "family": m.family.name,
             "causal": bool(m.family.causal), "num_layers": m.num_layers, "num_heads": m.num_heads,
             "sampler": sampler, "settings": settings, "units": units, "sink_eps": sink_eps,

@@ -33,6 +33,7 @@ from sinklens.eval.settings import sampler_settings  # re-exported (corpus.py im
 from sinklens.sandbox import SandboxConfig
 from sinklens.eval.tasks import get_task
 from sinklens.masking.policy import SinkMaskingPolicy
+from sinklens.models.options import control_label
 from sinklens.samplers.base import cut_at_end
 from sinklens.samplers.configs import get_config
 
@@ -107,7 +108,7 @@ def run_eval(cfg: EvalConfig, model=None) -> list[str]:
     dist = dist_state(cfg.device)  # the launcher's processes (accelerate's state), or just this one
     if model is None:
         from sinklens.models.loader import load
-        model = load(cfg.model, dtype=cfg.dtype, device=cfg.device or dist.device)
+        model = load(cfg.model, dtype=cfg.dtype, device=cfg.device or dist.device, random_init=cfg.random_init)
     m = model
     if m.tokenizer is None:
         raise ValueError(f"{cfg.model!r} ships no tokenizer; the eval needs text prompts")
@@ -245,7 +246,8 @@ def _plan(cfg: EvalConfig, m, k, control: str, settings: dict, n_items: int, err
     policy = SinkMaskingPolicy(mcfg, num_layers=m.num_layers, is_diffusion=m.is_diffusion, model=m)
     policy.check_num_keys(shortest)                                      # K larger than the sequence
     run_dir = _run_dir(cfg, k, control)
-    meta = {"model": cfg.model, "source": {k2: str(v) for k2, v in m.source.items()}, "family": m.family.name,
+    meta = {"model": control_label(cfg.model, cfg.random_init),        # summary rows name the control apart
+            "source": {k2: str(v) for k2, v in m.source.items()}, "family": m.family.name,
             "task": cfg.task, "mask_topk": k, "masking": mcfg.describe(m.is_diffusion),
             "sampler": run_sampler(m, cfg), "settings": settings, "n_expected": n_items,
             "config": asdict(cfg), "data_errors": errors}
@@ -254,7 +256,8 @@ def _plan(cfg: EvalConfig, m, k, control: str, settings: dict, n_items: int, err
 
 
 def _run_dir(cfg: EvalConfig, k, control: str = "none") -> str:
-    return os.path.join(cfg.out, model_slug(cfg.model), cfg.task, run_name(k, control))
+    control_init = "" if cfg.random_init is None else f"-random-init-{cfg.random_init}"   # never the trained run's folder
+    return os.path.join(cfg.out, model_slug(cfg.model) + control_init, cfg.task, run_name(k, control))
 
 
 # What must not change when a run is resumed (--limit may grow; progress, device, dtype may change).

@@ -16,8 +16,9 @@ such as `story-arm-4l`, or any exported folder with `training/train_config.json`
 2. `<out>/study.md`: exact accuracy, the share of right equations (a graded score), the reference
    answer's log-likelihood (a probe that reads even where answers are wrong) and the share of the
    keys the K blocked keys are (K / S, per head and step, measured); `<out>/study.png`, the figure.
-3. Sink dynamics over `n_traces` held-out problems for each twin *and* a random-initialised
-   model of the same shape and format (the control the shipped report lacked): sinks per head,
+3. Sink dynamics over `n_traces` held-out problems for each twin *and* its random-init control
+   (`load(twin, random_init=CONTROL_SEED)`: the same shape and format, every weight re-initialised
+   by the model class's own init; sinklens/models/control.py): sinks per head,
    track classes (static / moving / vanishing), drift direction, Table 2 categories ->
    `<out>/dynamics_over_problems.md`.
 Everything is resumable (finished samples and traces are kept).
@@ -26,12 +27,12 @@ from __future__ import annotations
 
 import json
 import os
-from dataclasses import replace
 from pathlib import Path
 
 from sinklens.experiments.model_spec import DemoModel
 
 LOAD = {"dtype": "float32"}
+CONTROL_SEED = 1234   # the random-init control of each twin: load(twin, random_init=CONTROL_SEED)
 STUDY_N, STUDY_TRACES = 14, 4   # `replicate --study` defaults (14 min on 2 idle cores before the l2r likelihood)
 # The shipped story twins (sinklens/assets), label -> alias; those not shipped are skipped.
 # "-9" / "-30": the largest operand of the twin's problems (docs/training.md).
@@ -61,26 +62,6 @@ def sampler_kwargs(conf: dict) -> dict:
 
     cls = get_config({"dlm": "llada", "arm": "arm", "dlm-shift": "dream"}[conf["kind"]])
     return lengths.settings(cls, lengths.ModelFacts(train=conf)).values
-
-
-def random_control(model_folder: Path, conf: dict, out: str | Path, seed: int = 1234) -> Path:
-    """A randomly initialised model of the twin's shape, exported in its format (with its
-    tokenizer), so the dynamics of trained and untrained weights are read by the same code."""
-    from sinklens.models.families import detect_family
-    from sinklens.models.loader import load_tokenizer
-    from sinklens.train.model import build_model
-    from sinklens.train.train import TrainConfig, export
-    folder = Path(out)
-    if (folder / "config.json").is_file():
-        return folder
-    cfg = TrainConfig.from_dict({**conf, "init_from": ""})   # random weights: the teacher plays no part
-    # the loader's tokenizer path: AutoTokenizer on a LLaDA-format folder (config auto_map) would ask
-    # on stdin whether to run remote code, and wait 15 s for an answer
-    tok = load_tokenizer(model_folder, detect_family(json.loads((model_folder / "config.json").read_text())))
-    cfg = replace(cfg, model=replace(cfg.model, vocab_size=len(tok)))
-    model = build_model(cfg.model, diffusion=cfg.diffusion, seed=seed)
-    export(model, tok, cfg, folder)
-    return folder
 
 
 def _eval_configs(twins: dict[str, tuple[Path, dict]], out: Path, n: int, mask_topk: tuple, control: str,
@@ -292,10 +273,9 @@ def study(runs: dict[str, str], out: str | Path, n: int = 50, n_traces: int = 20
     models, problems = [], {}
     for label, (folder, conf) in twins.items():
         s = sampler_kwargs(conf)
-        ctrl = random_control(folder, conf, out / "controls" / label.replace(" ", "_"))
         mine = generate(n_traces, seed=0, split="heldout", cfg=DataConfig(**conf["data"]))  # the twin's own data
-        for name, lab in ((str(folder), label), (str(ctrl), f"{label} (random init)")):
-            models.append(DemoModel(name, lab, s, dict(LOAD)))
+        for lab, load in ((label, LOAD), (f"{label} (random init)", {**LOAD, "random_init": CONTROL_SEED})):
+            models.append(DemoModel(str(folder), lab, s, load))
             problems[lab] = mine
     dyn = {}
     if n_traces > 0:

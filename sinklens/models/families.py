@@ -96,7 +96,8 @@ class Family:
 # sorted by name: each adapter module registers its families while imported. Families of
 # different modules never match the same config (tests/test_families_detection.py), so the order
 # between modules decides nothing; inside a module it may (MMaDA before LLaDA in llada.py).
-FAMILIES: MutableMapping[str, Family] = PackageRegistry(__package__, skip=("families", "loader", "wrapper", "variants"))
+FAMILIES: MutableMapping[str, Family] = PackageRegistry(
+    __package__, skip=("families", "loader", "wrapper", "variants", "options", "control"))
 
 
 def register_family(family: Family) -> Family:

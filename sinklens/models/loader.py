@@ -26,7 +26,9 @@ import torch
 
 from sinklens.attention import ATTENTION_NAME, register
 
+from .control import random_init as reinitialise
 from .families import Family, detect_family
+from .options import LoadOptions
 from .wrapper import SinkModel
 
 # Files a hub download fetches: weights (safetensors only), configs, tokenizer, chat template.
@@ -282,6 +284,7 @@ def load(
     device_map: str | dict | None = None,
     max_memory: dict | None = None,
     offload_folder: str | Path | None = None,
+    random_init: int | None = None,
 ) -> SinkModel:
     """Load a checkpoint (alias, local folder, .gguf file or hub id) as a `SinkModel`.
 
@@ -292,9 +295,15 @@ def load(
     names): e.g. device_map="auto", max_memory={0: "70GiB", 1: "70GiB", "cpu": "200GiB"}, layers
     that fit nowhere go to offload_folder on disk. Each layer's captures stay on its device and
     are gathered per step (docs/models.md, "Models bigger than one device").
+    random_init: a seed: the random-init control of this checkpoint (`LoadOptions`, sinklens/models/
+    control.py): same config, shapes, format and tokenizer, every weight drawn afresh by the model
+    class's own init; `source["random_init"]` (so every trace and corpus header) records the seed.
     """
     device = check_args(dtype, device)
+    LoadOptions(random_init=random_init)          # the option's own check (a seed >= 0), before any file is read
     sharded = _check_sharding(device, device_map, max_memory, offload_folder)
+    if sharded and random_init is not None:
+        raise ValueError("random_init re-initialises a model held whole; it does not go with device_map")
     register()  # idempotent: the "sinklens" attention + mask functions exist before loading
     where = resolve(name_or_path, revision)
     if where.gguf_file is not None:
@@ -305,6 +314,8 @@ def load(
     else:
         model, config_dict, family = _load_safetensors(where.folder, dtype, sharded)
     _set_attention(model)
+    if random_init is not None:
+        reinitialise(model, random_init)          # on the CPU, before any move: the same weights on any device
     if device is not None:
         model.to(device)
     model.eval()
@@ -317,6 +328,8 @@ def load(
         "revision": revision,
         "family": family.name,
     }
+    if random_init is not None:
+        source["random_init"] = random_init
     return SinkModel(model=model, family=family, tokenizer=tokenizer, config_dict=config_dict, source=source)
 
 

@@ -34,7 +34,8 @@ from matplotlib.figure import Figure
 from sinklens.analysis.corpus import CORE_PARTS, Corpus, open_corpus
 from sinklens.analysis.source import AnalysisInputError
 from sinklens.report.figures import NotebookFigure, save
-from sinklens.report.readouts import CORPUS_FIGURES
+from sinklens.models.options import control_label
+from sinklens.report.readouts import CONTROL, CORPUS_FIGURES, TRAINED, value_norm_ratio
 from sinklens.rule.spec import UNITS
 
 
@@ -42,6 +43,7 @@ from sinklens.rule.spec import UNITS
 class CorpusReport:
     out: Path
     corpus: Corpus
+    control: Corpus | None
     html: Path
     summary_json: Path
     summary_md: Path
@@ -88,12 +90,14 @@ def score_distribution(view: dict, label: str) -> Figure:
     return fig
 
 
-def eps_sweep(view: dict, label: str, eps0: float) -> Figure:
-    sw = view["eps_sweep"]
-    eps, frac = np.asarray(sw["eps"], float), 100 * np.asarray(sw["fraction_flagged"], float)
+def eps_sweep(view: dict, label: str, eps0: float, control: tuple[str, dict] | None = None) -> Figure:
+    """Share of keys flagged as ε grows; `control`: (label, view) of the random-init control, dashed."""
     fig = NotebookFigure(figsize=(6, 4), layout="constrained")
     ax = fig.add_subplot()
-    ax.plot(eps, frac, marker=".", label=f"{label} ({np.interp(eps0, eps, frac):.2g} % at ε = {eps0:g})")
+    for (name, v), (c, ls) in zip([(label, view), *([control] if control else [])], ((TRAINED, "-"), (CONTROL, "--"))):
+        sw = v["eps_sweep"]
+        eps, frac = np.asarray(sw["eps"], float), 100 * np.asarray(sw["fraction_flagged"], float)
+        ax.plot(eps, frac, marker=".", color=c, ls=ls, label=f"{name} ({np.interp(eps0, eps, frac):.2g} % at ε = {eps0:g})")
     ax.axvline(eps0, color="red", ls=":", lw=1)
     ax.set_ylim(bottom=0)
     u = view["units"]
@@ -139,10 +143,11 @@ def dynamics_markdown(view: dict) -> str:
         f"| masked / unmasked split (step, layer, head) | {view['masked_unmasked_split_steps']} |", ""])
 
 
-def part_markdown(name: str, t: dict) -> str:
+def part_markdown(name: str, t: dict, whose: str = "") -> str:
     """Any accumulator's corpus totals as a table: a {"sum", "n"} pair as its mean over every
-    (prompt, step) (overall, and per layer when its first axis is the layer), other numbers as totals."""
-    lines = [f"### {name} (summed over prompts)", "", "| total | shape | mean over (prompt, step) | per layer |",
+    (prompt, step) (overall, and per layer when its first axis is the layer), other numbers as totals.
+    `whose`: a note after the name (the control's label)."""
+    lines = [f"### {name} (summed over prompts{', ' + whose if whose else ''})", "", "| total | shape | mean over (prompt, step) | per layer |",
              "|---|---|---:|---|"]
     for key, x in _leaves(t):
         if isinstance(x, dict):                                  # {"sum", "n"}
@@ -192,53 +197,117 @@ def per_trace_markdown(view: dict, kept: list[str]) -> str:
     return "\n".join(lines + ["", f"Read these in the kept traces: {where} (`sinklens report TRACE`).", ""])
 
 
-def build_corpus_report(path, out, *, figures: bool = True) -> CorpusReport:
-    """Read a corpus file and write its report into `out`."""
+def open_control(path, c: Corpus) -> Corpus:
+    """The control corpus of `c` (--control): a corpus file of the same shape, else one line why not."""
+    from sinklens.analysis.corpus import is_corpus_file
+
+    if not is_corpus_file(path):
+        raise AnalysisInputError(f"--control {path}: not a corpus file; a corpus report takes the control's corpus.jsonl "
+                                 "(`sinklens trace --prompts ... --random-init SEED`), a trace report the control's trace")
+    ctrl = open_corpus(path)
+    mine, theirs = [(x.meta["num_layers"], x.meta["num_heads"]) for x in (c, ctrl)]
+    if mine != theirs:
+        raise AnalysisInputError(f"--control {path}: {theirs[0]} layers x {theirs[1]} heads, but the corpus has {mine[0]} x "
+                                 f"{mine[1]}; the control must be the same model's shape (its random-init control)")
+    return ctrl
+
+
+def corpus_label(c: Corpus) -> str:
+    """The model's name, with "(random init, seed N)" when the corpus is a random-init control."""
+    return control_label(str(c.meta["model"]), c.meta.get("random_init"))
+
+
+def layer_rates_markdown(runs: list[tuple[str, dict, dict]]) -> str:
+    """Per layer, the corpus beside its control: the sink rate (share of (prompt, step, head) with an
+    Eq. 3 sink) and, when value norms were recorded, ||v|| at sinks / at other keys.
+    runs: [(label, view, totals)]."""
+    rates = [np.nanmean(np.asarray(v["layer_head"]["sink_rate"], float), axis=1) for _, v, _ in runs]
+    ratios = [value_norm_ratio(t["sink_vectors"]) if "value_norm_ratio" in t.get("sink_vectors", {}) else None
+              for _, _, t in runs]
+    head = ["layer"] + [f"sink rate, {label}" for label, _, _ in runs] + [
+        f"‖v‖ sinks / others, {label}" for (label, _, _), r in zip(runs, ratios) if r is not None]
+    lines = ["Per layer, pooled over every (prompt, step) (sink rate: share of (prompt, step, head) with an Eq. 3 "
+             "sink; ‖v‖: mean at the sinks / mean at the other keys):", "",
+             "| " + " | ".join(head) + " |", "|---" * len(head) + "|"]
+    for l in range(len(rates[0])):
+        cells = [str(l)] + [_fmt(r[l]) for r in rates] + [_fmt(r[l]) for r in ratios if r is not None]
+        lines.append("| " + " | ".join(cells) + " |")
+    return "\n".join(lines) + "\n"
+
+
+def build_corpus_report(path, out, *, figures: bool = True, control=None) -> CorpusReport:
+    """Read a corpus file and write its report into `out`; `control`: the corpus file of its
+    random-init control (same shape), drawn beside it in every readout figure and table."""
     c = open_corpus(path)
+    ctrl = open_control(control, c) if control is not None else None
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
     d = c.to_dict()
-    rep = CorpusReport(out=out, corpus=c, html=out / "index.html", summary_json=out / "summary.json",
+    cd = ctrl.to_dict() if ctrl is not None else None
+    rep = CorpusReport(out=out, corpus=c, control=ctrl, html=out / "index.html", summary_json=out / "summary.json",
                        summary_md=out / "summary.md")
-    label = str(d["model"])
+    label = corpus_label(c)
+    clabel = corpus_label(ctrl) if ctrl is not None else None
     pngs: list[tuple[str, bytes]] = []
     md = [f"# Corpus report: {label}", "", f"{c.num_prompts} prompts from `{Path(str(d['prompts_file'])).name}`, "
           f"{d['num_layers']} layers × {d['num_heads']} heads; sink rule Eq. 3, ε = {d['sink_eps']:g}; "
           f"skipped {len(d['skipped'])} lines (summary.json lists each as file:line).", ""]
+    if ctrl is not None:
+        md += [f"Control: {clabel}, {ctrl.num_prompts} prompts from `{Path(str(cd['prompts_file'])).name}` "
+               f"(`{Path(ctrl.path).name}`), drawn dashed / grey beside the corpus; its numbers are under "
+               "\"control\" in summary.json.", ""]
+
+    def put(name: str, fig: Figure) -> None:
+        rep.figures[name] = save(fig, out / name)
+        pngs.append((name, rep.figures[name][0].read_bytes()))
+
     for k, (units, view) in enumerate(d["views"].items()):
         suffix = "" if k == 0 else f"_{units}"
+        cview = cd["views"].get(units) if cd is not None else None
+        ctotals = ctrl.totals.get(units) if ctrl is not None else None
         md += [f"## units {units}", "", f"{view['units_meaning']}", "",
-               f"- (prompt, step, layer, head) with a sink: {100 * view['fraction_heads_steps_with_sink']:.3g} %",
-               f"- sink occurrences: {view['sinks_total']}", ""]
+               f"- (prompt, step, layer, head) with a sink: {100 * view['fraction_heads_steps_with_sink']:.3g} %"
+               + (f" (control: {100 * cview['fraction_heads_steps_with_sink']:.3g} %)" if cview else ""),
+               f"- sink occurrences: {view['sinks_total']}" + (f" (control: {cview['sinks_total']})" if cview else ""),
+               ""]
+        if ctrl is not None and cview is None:
+            md += [f"(the control holds no {units} view: {', '.join(ctrl.totals)} only)", ""]
         tok_md = token_markdown(view)
         (out / f"table2_sink_tokens{suffix}.md").write_text(tok_md, encoding="utf-8")
         (out / f"table2_sink_tokens{suffix}.csv").write_text(token_csv(view), encoding="utf-8")
         rep.figures[f"table2_sink_tokens{suffix}"] = [out / f"table2_sink_tokens{suffix}.md",
                                                       out / f"table2_sink_tokens{suffix}.csv"]
         md += [tok_md, dynamics_markdown(view)]
+        if cview:
+            md += [f"Control ({clabel}):", "", token_markdown(cview), dynamics_markdown(cview)]
+            md.append(layer_rates_markdown([(label, view, c.totals[units]), (clabel, cview, ctotals)]))
         if figures:
-            for name, fig in ((f"fig05_layer_head{suffix}", layer_head(view, label)),
-                              (f"fig03_score_distribution{suffix}", score_distribution(view, label)),
-                              (f"fig10_eps_sweep{suffix}", eps_sweep(view, label, d["sink_eps"]))):
-                rep.figures[name] = save(fig, out / name)
-                pngs.append((name, rep.figures[name][0].read_bytes()))
+            put(f"fig05_layer_head{suffix}", layer_head(view, label))
+            if cview:
+                put(f"fig05_layer_head_control{suffix}", layer_head(cview, clabel))
+            put(f"fig03_score_distribution{suffix}", score_distribution(view, label))
+            put(f"fig10_eps_sweep{suffix}", eps_sweep(view, label, d["sink_eps"], (clabel, cview) if cview else None))
         # every other accumulator's totals (the readouts, a new analysis): a table each, and the
-        # trace report's figure drawn from the totals where there is one
+        # trace report's figure drawn from the totals where there is one, the control's beside them
         totals = c.totals[units]
         for acc in (k for k in totals if k not in CORE_PARTS):
             md.append(part_markdown(acc, totals[acc]))
+            if ctotals is not None and acc in ctotals:
+                md.append(part_markdown(acc, ctotals[acc], f"control, {clabel}"))
             if figures and acc in CORPUS_FIGURES:
                 name, draw = CORPUS_FIGURES[acc]
+                runs = [(label, totals[acc])] + ([(clabel, ctotals[acc])] if ctotals is not None and acc in ctotals
+                                                 else [])
                 try:
-                    fig = draw(totals[acc], label, units)
+                    fig = draw(runs, units)
                 except AnalysisInputError as e:
                     md.append(f"({name} not drawn: {e})\n")
                     continue
-                rep.figures[name + suffix] = save(fig, out / (name + suffix))
-                pngs.append((name + suffix, rep.figures[name + suffix][0].read_bytes()))
+                put(name + suffix, fig)
                 md.append(f"Figure: `{name + suffix}.png`\n")
         md.append(per_trace_markdown(view, list(d.get("kept_traces") or [])))
-    rep.summary_json.write_text(json.dumps(d, indent=1) + "\n", encoding="utf-8")
+    summary = {**d, "label": label, **({"control": {**cd, "label": clabel}} if cd is not None else {})}
+    rep.summary_json.write_text(json.dumps(summary, indent=1) + "\n", encoding="utf-8")
     rep.summary_md.write_text("\n".join(md), encoding="utf-8")
     rep.html.write_text(_page(label, md, pngs), encoding="utf-8")
     return rep

@@ -39,8 +39,9 @@ class ReportOptions:
     map_steps: list[int] | None = param(None, "indices", "Fig. 4 step indices (default: up to 3 stored ones)")
     row: int = param(0, int, "batch row to analyse in every trace", min=0)
     figures: bool = param(True, bool, "draw the figures (--no-figures: only summary.md/json and the page, faster)")
-    control: str | None = param(None, str, "trace of the random-init control of the same shape, drawn beside each "
-                                           "mechanism-readout figure")
+    control: str | None = param(None, str, "the random-init control of the same shape (`sinklens trace ... "
+                                           "--random-init SEED`), drawn beside each mechanism-readout figure: its "
+                                           "trace for a trace report, its corpus.jsonl for a corpus report")
     page: PageOptions = field(default_factory=PageOptions)
     progress: bool = True
 

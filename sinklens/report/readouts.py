@@ -25,6 +25,7 @@ from matplotlib.figure import Figure
 from sinklens.analysis.analyze import Analysis
 from sinklens.analysis.readouts import HEAD_SHARE, SCORE_BINS, nanmean
 from sinklens.analysis.source import AnalysisInputError, ReadoutNotAvailable
+from sinklens.models.options import control_label
 from sinklens.report.figures import NotebookFigure
 from sinklens.rule.spec import UNITS
 
@@ -50,7 +51,9 @@ def _pairs(a: Analysis, control: Analysis | None, name: str, readout: str | None
     """[(label, analysis result, colour, line style)] for the trace and, when it has it, the control."""
     out = [(a.source.label, _need(a, name, readout), TRAINED, "-")]
     if control is not None and getattr(control, name) is not None:
-        out.append((f"{control.source.label} (random init)", getattr(control, name), CONTROL, "--"))
+        seed = (control.source.meta.get("model") or {}).get("random_init")   # recorded by load(random_init=...)
+        label = control_label(control.source.label, seed) if seed is not None else f"{control.source.label} (random init)"
+        out.append((label, getattr(control, name), CONTROL, "--"))
     return out
 
 
@@ -213,28 +216,45 @@ def _corpus_needs(t: dict, keys: tuple[str, ...], readout: str) -> None:
         raise AnalysisInputError(f"the corpus recorded no {readout} readout (trace it with --{readout.replace('_', '-')})")
 
 
-def corpus_value_norms(t: dict, label: str, units: str) -> Figure:
-    _corpus_needs(t, ("value_norm_by_score", "value_norm_ratio"), "value_norms")
-    by, r = t["value_norm_by_score"], t["value_norm_ratio"]
-    return _value_norms([(label, TRAINED, "-", _mean(by["sum"], by["count"]), _mean(r["sum"].sum(-1), r["n"].sum(-1)))],
-                        units)
+# Each takes the corpus' totals and label and, optionally, the control corpus' (same accumulator):
+# `runs` = [(label, totals)], the corpus first, the control (if any) second, drawn dashed / grey.
+
+def _styled(runs: list[tuple[str, dict]]):
+    return [(label, t, *style) for (label, t), style in zip(runs, ((TRAINED, "-"), (CONTROL, "--")))]
 
 
-def corpus_massive(t: dict, label: str, units: str) -> Figure:
-    _corpus_needs(t, ("ratio", "sink_norm_ratio"), "hidden_norms")
-    return _massive([(label, TRAINED, "-", _mean(t["ratio"]["sum"], t["ratio"]["n"]),
-                      _mean(t["sink_norm_ratio"]["sum"], t["sink_norm_ratio"]["n"]))])
+def corpus_value_norms(runs: list[tuple[str, dict]], units: str) -> Figure:
+    for _, t in runs:
+        _corpus_needs(t, ("value_norm_by_score", "value_norm_ratio"), "value_norms")
+    return _value_norms([(label, c, ls, _mean(t["value_norm_by_score"]["sum"], t["value_norm_by_score"]["count"]),
+                          value_norm_ratio(t)) for label, t, c, ls in _styled(runs)], units)
 
 
-def corpus_diagonal_heads(t: dict, label: str, units: str) -> Figure:
-    _corpus_needs(t, ("diagonal", "absorption"), "diagonal")
-    return _diagonal_heads([(label, TRAINED, _mean(t["diagonal"]["sum"], t["diagonal"]["n"]),
-                             _mean(t["absorption"]["sum"], t["absorption"]["n"]))])
+def value_norm_ratio(t: dict) -> np.ndarray:
+    """(L,) ||v|| at sinks / at other keys per layer, over every (prompt, step, head) of the totals."""
+    r = t["value_norm_ratio"]
+    return _mean(np.asarray(r["sum"]).sum(-1), np.asarray(r["n"]).sum(-1))
 
 
-def corpus_distance(t: dict, label: str, units: str) -> Figure:
-    _corpus_needs(t, ("attention", "uniform", "steps"), "distance")
-    return _distance([(label, TRAINED, "-", t["attention"] / t["steps"], t["uniform"] / t["steps"])])
+def corpus_massive(runs: list[tuple[str, dict]], units: str) -> Figure:
+    for _, t in runs:
+        _corpus_needs(t, ("ratio", "sink_norm_ratio"), "hidden_norms")
+    return _massive([(label, c, ls, _mean(t["ratio"]["sum"], t["ratio"]["n"]),
+                      _mean(t["sink_norm_ratio"]["sum"], t["sink_norm_ratio"]["n"])) for label, t, c, ls in _styled(runs)])
+
+
+def corpus_diagonal_heads(runs: list[tuple[str, dict]], units: str) -> Figure:
+    for _, t in runs:
+        _corpus_needs(t, ("diagonal", "absorption"), "diagonal")
+    return _diagonal_heads([(label, c, _mean(t["diagonal"]["sum"], t["diagonal"]["n"]),
+                             _mean(t["absorption"]["sum"], t["absorption"]["n"])) for label, t, c, _ in _styled(runs)])
+
+
+def corpus_distance(runs: list[tuple[str, dict]], units: str) -> Figure:
+    for _, t in runs:
+        _corpus_needs(t, ("attention", "uniform", "steps"), "distance")
+    return _distance([(label, c, ls, t["attention"] / t["steps"], t["uniform"] / t["steps"])
+                      for label, t, c, ls in _styled(runs)])
 
 
 # accumulator name -> (file name, figure from its corpus totals), for `sinklens report CORPUS.jsonl`

@@ -159,6 +159,10 @@ def build_report(traces, out: str | os.PathLike, *, labels: list[str] | None = N
                 src.check_layer_head(l, h)
         cfg = AnalysisConfig(units=opts.units, sink_eps=opts.sink_eps, progress=opts.progress)
         analyses = [analyze(src, cfg)]
+        if control is not None and (control.num_layers, control.num_heads) != (analyses[0].num_layers, analyses[0].num_heads):
+            raise AnalysisInputError(f"--control {opts.control}: {control.num_layers} layers x {control.num_heads} heads, "
+                                     f"but trace '{label}' has {analyses[0].num_layers} x {analyses[0].num_heads}; the "
+                                     "control must be the same model's shape (its random-init control)")
         # causal and block-causal attention both give early keys more column sum under uniform
         # attention: report the rule's uniform baseline removed too (units uniform_ratio)
         if (src.causal or src.layout.attention_block) and opts.units != BASELINE_UNITS:
