@@ -106,3 +106,41 @@ def test_replicate_writes_table_and_dynamics(tmp_path):
     assert dyn[("tiny-dlm", "scaled_sum")]["consecutive_sink_pairs"] > 0
     dyn_md = Path(res["dynamics_md"]).read_text()
     assert dyn_md.count("| tiny-") == 6 and "Tracks (a sink followed" in dyn_md      # 3 rows in each of 2 tables
+
+
+@pytest.mark.parametrize("name", ["tiny-dlm", "tiny-arm"])
+def test_trace_reads_back_what_the_capture_recorded(tmp_path, name):
+    """What a traced twin generation writes reads back as the capture of each step (float16
+    rounding): received (which the file leaves out where the masked / unmasked groups sum to it),
+    the groups, the tokens; and the traced tokens are the untraced ones."""
+    import numpy as np
+
+    class Keep:
+        wants_attention = True
+
+        def __init__(self):
+            self.steps = []
+
+        def after_step(self, e):
+            groups = e.attention.received_groups
+            self.steps.append((e.tokens.clone(), e.attention.received.clone(),
+                               None if groups is None else groups.clone()))
+
+    m = sinklens.load(name, **LOAD)
+    sampler = dlm_sampler() if m.is_diffusion else arm_sampler()
+    ids = torch.tensor([m.apply_chat_template(heldout_problems(3)[2].question)])
+    keep = Keep()
+    path = tmp_path / "t.arrow"
+    traced = m.generate(ids, trace=path, hook=keep, **sampler)
+    assert torch.equal(traced.sequences, m.generate(ids, **sampler).sequences)
+    t = sinklens.open_trace(path)
+    assert t.steps == list(range(len(keep.steps)))
+    f16 = lambda x: x.half().float().numpy()  # noqa: E731
+    for step, (tokens, received, groups) in enumerate(keep.steps):
+        np.testing.assert_array_equal(t.tokens(step), tokens[0].numpy())
+        np.testing.assert_allclose(t.received(step), received[:, 0].numpy(), rtol=2e-3, atol=2e-3)
+        if groups is not None:
+            np.testing.assert_array_equal(t.received_groups(step), f16(groups[:, 0].transpose(0, 1)))
+    if m.is_diffusion:  # the split covers every row: received is not stored, the reader sums the groups
+        table = t.table()
+        assert table.column("received").null_count == table.num_rows

@@ -277,3 +277,33 @@ def test_a_step_held_in_memory_is_not_changed_by_the_callers_buffers(tmp_path):
     for step in range(3):
         np.testing.assert_array_equal(t.tokens(step, 1), steps[step]["tokens"][1])
         np.testing.assert_array_equal(t.received(step, 0), steps[step]["received"][0].astype(np.float16).astype(np.float32))
+
+
+def test_a_trace_holds_only_the_readout_columns_its_run_records(tmp_path):
+    """The schema has a mechanism-readout column only where the run records it (declared in the
+    metadata's `readouts`, or present at the first step): a plain trace has none, and the reader
+    answers None for an absent column as for one never written. A readout first given after the
+    first step of an undeclared run is refused in one line."""
+    from sinklens.trace.readouts import COLUMN_NAMES
+
+    steps = _steps()
+    plain = tmp_path / "plain.arrow"
+    _write(plain, steps)
+    t = open_trace(plain)
+    assert not set(COLUMN_NAMES) & set(t.schema.names)
+    assert t.readout("value_norm", 0) is None and t.readouts(0) == {}
+
+    declared = tmp_path / "declared.arrow"
+    w = TraceWriter(declared, {"readouts": {"diagonal": True}})
+    diag = np.arange(B * L * H, dtype=np.float32).reshape(B, L, H)
+    for step, s in enumerate(steps):
+        w.write_step(step, s["tokens"], received=s["received"], readouts={"diagonal": diag + step})
+    w.close()
+    t = open_trace(declared)
+    assert [n for n in COLUMN_NAMES if n in t.schema.names] == ["diagonal"]
+    np.testing.assert_array_equal(t.readout("diagonal", 3, 1), diag[1] + 3)
+
+    late = TraceWriter(tmp_path / "late.arrow", {})
+    late.write_step(0, steps[0]["tokens"], received=steps[0]["received"])
+    with pytest.raises(ValueError, match=r"\['diagonal'\] were not recorded at the first step"):
+        late.write_step(1, steps[1]["tokens"], received=steps[1]["received"], readouts={"diagonal": diag})
