@@ -10,7 +10,8 @@ Models:
   `sinklens.load`, so it travels the real path. Generation: 64-token prompt, gen_length 64,
   block_length 32, steps 64 (S = 128), low_confidence remasking, batch 1.
 
-Modes: *plain* = `m.generate(...)`; *trace* = the same with `trace=` (the defaults of
+Modes: *plain* = `m.generate(...)`; *capture* = with a hook that asks for the attention and keeps
+nothing (the capture pass alone, no file); *trace* = the same with `trace=` (the defaults of
 `sinklens trace`: float16 received attention plus the masked/unmasked split); *mask* = with a
 `SinkMaskingPolicy(MaskingConfig(mask_k=1))` hook (the top-1 sink per head blocked, as
 `sinklens eval --mask-topk 1`), no trace.
@@ -49,7 +50,7 @@ from sinklens.train.model import ModelConfig, build_model, param_count, save_lla
 CFG = ModelConfig(n_layers=6, d_model=512, n_heads=8, mlp_hidden=1376, vocab_size=8192, max_len=512)
 MASK_ID, EOS_ID, PAD_ID = 8191, 8190, 8189
 PROMPT, GEN, BLOCK, STEPS = 64, 64, 32, 64
-MODES = ("plain", "trace", "mask")
+MODES = ("plain", "capture", "trace", "mask")
 LARGE = "llada-27m"
 TWIN_PROMPTS = 8
 # glibc raises its mmap threshold after large frees, then keeps freed buffers in its heap: RSS
@@ -82,6 +83,15 @@ def large_case(folder: str) -> Case:
     return Case(LARGE, sinklens.load(folder), [ids], dict(steps=STEPS, gen_length=GEN, block_length=BLOCK))
 
 
+class Discard:
+    """A hook that asks for the step's attention and keeps nothing: the capture pass alone."""
+
+    wants_attention = True
+
+    def after_step(self, event) -> None:
+        pass
+
+
 def run(case: Case, mode: str, out_dir: str) -> tuple[float, int]:
     """One generation per prompt of the case; returns (process CPU seconds, trace bytes)."""
     m = case.model
@@ -89,7 +99,7 @@ def run(case: Case, mode: str, out_dir: str) -> tuple[float, int]:
     for i, ids in enumerate(case.prompts):
         path = os.path.join(out_dir, f"{case.name}-{mode}-{i}.arrow") if mode == "trace" else None
         hook = SinkMaskingPolicy(MaskingConfig(mask_k=1), num_layers=m.num_layers, is_diffusion=m.is_diffusion,
-                                 model=m) if mode == "mask" else None
+                                 model=m) if mode == "mask" else Discard() if mode == "capture" else None
         t0 = time.process_time()
         out = m.generate(ids, trace=path, hook=hook, **case.settings)
         seconds += time.process_time() - t0
@@ -152,7 +162,7 @@ def main() -> None:
                     times[case.name, mode].append(seconds)
                     size[case.name] = nbytes or size.get(case.name, 0)
         peaks = {}  # (mode, malloc setting) -> MB, the large model
-        for mode in MODES[:2] if args.peaks else ():
+        for mode in ("plain", "trace") if args.peaks else ():
             for label, env in MALLOC.items():
                 res = subprocess.run([sys.executable, __file__, "--threads", str(args.threads), "--_peak", folder, mode],
                                      capture_output=True, text=True, check=True, env={**os.environ, **env})
@@ -164,18 +174,19 @@ def main() -> None:
           f"prompt {PROMPT} + gen {GEN} (S = {PROMPT + GEN}), block {BLOCK}, {STEPS} steps, batch 1. "
           f"Twins: held-out problems 0-7, their own sampler settings. {args.threads} thread(s), {args.repeats} "
           f"rounds, process CPU time; load average before / after: {load[0]:.2f} / {os.getloadavg()[0]:.2f}\n")
-    print("| model | steps / run | plain ms/step | trace ms/step | mask ms/step | trace / plain | mask / plain | "
-          "trace bytes / step |")
-    print("|---|---|---|---|---|---|---|---|")
+    print("| model | steps / run | plain ms/step | capture ms/step | trace ms/step | mask ms/step | capture / plain | "
+          "trace / plain | mask / plain | trace bytes / step |")
+    print("|---|---|---|---|---|---|---|---|---|---|")
     for case in cases:
         ms = {m: 1e3 * med[case.name, m] / case.steps for m in MODES}
-        print(f"| {case.name} | {case.steps} | {ms['plain']:.2f} | {ms['trace']:.2f} | {ms['mask']:.2f} | "
-              f"{med[case.name, 'trace'] / med[case.name, 'plain']:.3f}x | "
-              f"{med[case.name, 'mask'] / med[case.name, 'plain']:.3f}x | {size[case.name] / case.steps / 1e3:.1f} kB |")
+        ratio = {m: med[case.name, m] / med[case.name, "plain"] for m in MODES}
+        print(f"| {case.name} | {case.steps} | {ms['plain']:.2f} | {ms['capture']:.2f} | {ms['trace']:.2f} | "
+              f"{ms['mask']:.2f} | {ratio['capture']:.3f}x | {ratio['trace']:.3f}x | {ratio['mask']:.3f}x | "
+              f"{size[case.name] / case.steps / 1e3:.1f} kB |")
     if peaks:
         print(f"\n{LARGE}, peak RSS growth of one generation (MB): "
               + ", ".join(f"{mode} {peaks[mode, 'default']:.1f} (default malloc) / {peaks[mode, 'fixed']:.1f} "
-                          f"(MALLOC_MMAP_THRESHOLD_=128 KiB)" for mode in MODES[:2]))
+                          f"(MALLOC_MMAP_THRESHOLD_=128 KiB)" for mode in ("plain", "trace")))
     print("\nbest (s): " + ", ".join(f"{c.name} {m} {min(times[c.name, m]):.3f}" for c in cases for m in MODES))
 
 
