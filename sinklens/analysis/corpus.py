@@ -24,12 +24,10 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from sinklens.analysis.dynamics import largest_sink_moves
+from sinklens.analysis.dynamics import MOVE_KEYS, TRACK_KINDS, largest_sink_moves
 from sinklens.rule.spec import UNITS
 
 FORMAT = 1                                   # the header's "sinklens_corpus" value
-TRACK_KINDS = ("static", "moving", "vanishing", "transient")
-MOVE_KEYS = ("moves", "rank_swaps", "vanish", "appear")
 
 
 # The parts the corpus view and report read by name; every other part is an accumulator's own
@@ -46,12 +44,17 @@ def prompt_part(a) -> dict:
     """One analysed prompt (an `Analysis`) reduced to counts and sums (module docstring)."""
     part: dict = {}
     for acc in a.accumulators:
-        part.update(acc.corpus(a.num_steps))
-        if acc.not_streamed and any(v is not None for v in acc.result().values()):
-            # what this prompt had that its part leaves out: prompts counted, the reason kept once
-            part.setdefault("per_trace_only", {})[acc.name] = {"prompts": 1, "what": acc.not_streamed}
+        join_part(part, acc, acc.corpus(a.num_steps), bool(acc.not_streamed) and acc.has_result())
     part["dynamics"] = dynamics_part(a)
     return part
+
+
+def join_part(part: dict, acc, corpus_part: dict, left_out: bool) -> None:
+    """Add one analysis' corpus part to a prompt's part; left_out: the prompt had something of it
+    that the part leaves out (its `not_streamed`), counted under per_trace_only."""
+    part.update(corpus_part)
+    if left_out:          # what this prompt had that its part leaves out: prompts counted, the reason kept once
+        part.setdefault("per_trace_only", {})[acc.name] = {"prompts": 1, "what": acc.not_streamed}
 
 
 def dynamics_part(a) -> dict:
