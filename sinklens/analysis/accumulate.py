@@ -157,6 +157,7 @@ class _Series:
 
 
 def _fold(total, part):
+    """total + one step's part (StepFold)."""
     if isinstance(part, dict):
         out = {} if total is None else total
         for k, v in part.items():
@@ -164,22 +165,24 @@ def _fold(total, part):
         return out
     if isinstance(part, str) or part is None:
         return part if total is None else total
-    if isinstance(part, (bool, int, np.bool_, np.integer)) or (isinstance(part, np.ndarray) and part.dtype.kind in "biu"):
-        return np.asarray(part) if total is None else _padded_sum(total, np.asarray(part))
+    if isinstance(part, (int, np.integer)) or (isinstance(part, np.ndarray) and part.dtype.kind in "iu"):
+        return np.asarray(part) if total is None else padded_sum(total, np.asarray(part))
     x = np.asarray(part, np.float64)
-    if x.size == 1 and (total is None or isinstance(total, _Series)) and (total is None or total.shape == x.shape):
-        return (total or _Series(x)).add(x)
+    if x.size == 1 and (total is None or (isinstance(total, _Series) and total.shape == x.shape)):
+        return (_Series(x) if total is None else total).add(x)
     if isinstance(total, _Series):              # the shape changed: from here on a running sum
         total = total.value()
-    return _padded_sum(np.zeros_like(x) if total is None else total, x)
+    return padded_sum(np.zeros_like(x) if total is None else total, x)
 
 
-def _padded_sum(total, x):
-    if np.ndim(total) == x.ndim and np.shape(total) != x.shape:
-        shape = np.maximum(np.shape(total), x.shape)
-        pad = lambda a: np.pad(a, [(0, n - m) for m, n in zip(np.shape(a), shape)])   # noqa: E731
-        return pad(total) + pad(x)
-    return total + x
+def padded_sum(a, b):
+    """a + b; arrays of the same rank and different shapes are zero-padded to the larger first
+    (sums over a prompt's positions: a shorter prompt or an earlier ARM step has nothing beyond)."""
+    if np.ndim(a) == np.ndim(b) and np.shape(a) != np.shape(b):
+        shape = np.maximum(np.shape(a), np.shape(b))
+        pad = lambda x: np.pad(x, [(0, n - m) for m, n in zip(np.shape(x), shape)])   # noqa: E731
+        return pad(a) + pad(b)
+    return a + b
 
 
 def _finish(total):

@@ -24,6 +24,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from sinklens.analysis.accumulate import padded_sum
 from sinklens.analysis.dynamics import MOVE_KEYS, TRACK_KINDS, largest_sink_moves
 from sinklens.rule.spec import UNITS
 
@@ -105,15 +106,7 @@ def add(total, part):
         return out
     if isinstance(part, str) or part is None:
         return total
-    part = _as_arrays(part)
-    if isinstance(part, np.ndarray) and np.shape(total) != part.shape and np.ndim(total) == part.ndim:
-        shape = np.maximum(np.shape(total), part.shape)
-        return _pad(total, shape) + _pad(part, shape)
-    return total + part
-
-
-def _pad(x: np.ndarray, shape) -> np.ndarray:
-    return np.pad(x, [(0, n - m) for m, n in zip(x.shape, shape)])
+    return padded_sum(total, _as_arrays(part))
 
 
 def _as_arrays(x):
