@@ -128,6 +128,8 @@ def _check_against_traces(corpus: Path) -> None:
 
 
 @pytest.mark.parametrize("name, settings", [("tiny-dlm", {"steps": 4, "gen_length": 8, "block_length": 4}),
+                                            ("tiny-dlm", {"steps": 8, "gen_length": 8, "block_length": 4,
+                                                          "cache": "dual", "threshold": 0.9}),   # cached steps
                                             ("tiny-arm", {"max_new_tokens": 5})])
 def test_corpus_file_equals_the_trace_path_with_every_readout(twins, name, settings, tmp_path):
     path = run_corpus(CorpusConfig(model=name, prompts=str(_prompts(tmp_path / "p.jsonl", 3)), out=str(tmp_path / "run"),

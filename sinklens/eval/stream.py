@@ -30,7 +30,8 @@ from sinklens.trace.writer import TraceWriter, event_arrays, read_back
 
 
 class StreamWriter:
-    """A trace writer's stand-in that folds each step into the prompt's corpus parts (module docstring)."""
+    """A trace writer's stand-in that folds each step into the prompt's corpus parts (module docstring);
+    batch row 0 only: a corpus run generates one prompt at a time."""
 
     def __init__(self, units: str, sink_eps: float, *, received_dtype: str = "float16", keep: str | None = None):
         self.units, self.sink_eps, self.received_dtype = units, sink_eps, received_dtype
@@ -70,7 +71,7 @@ class StreamWriter:
             raise ValueError(f"step {event.step} came after step {self.last_step}: a corpus run needs the steps in order")
         self.last_step = event.step
         r = read_back(arrays, self.received_dtype)
-        self._learn_vocab(arrays["tokens"])
+        self._learn_vocab(r["tokens"])
         if r["received"] is None:
             raise AnalysisInputError(f"step {event.step} holds no received attention: the run did not capture "
                                      "attention (trace it with capture on)")
@@ -95,12 +96,12 @@ class StreamWriter:
         self.views = views
         return streams
 
-    def _learn_vocab(self, tokens) -> None:
-        """The strings the trace writer would store for the ids seen for the first time (all rows)."""
+    def _learn_vocab(self, tokens: np.ndarray) -> None:
+        """The strings the trace writer would store for the ids seen for the first time (one row: a
+        corpus run generates one prompt at a time)."""
         if self.decode is None:
             return
-        ids = np.unique(np.asarray(tokens.detach().cpu() if hasattr(tokens, "detach") else tokens))
-        new = sorted(set(int(i) for i in ids) - self.seen_ids)
+        new = sorted(set(np.unique(tokens).tolist()) - self.seen_ids)
         self.seen_ids.update(new)
         if new:
             self.vocab.update({str(i): s for i, s in zip(new, self.decode(new))})
