@@ -165,3 +165,25 @@ def test_no_trace_file_is_written_for_a_prompt_not_kept(twins, tmp_path, monkeyp
                model=twins["tiny-dlm"])
     assert opened == [os.path.join("run", "traces", "000000.arrow")]
     assert sorted(os.listdir(tmp_path / "run" / "traces")) == ["000000.arrow"]
+
+
+class GapsSource(ArraySource):
+    """A planted run whose diagonal readout is missing at every third step."""
+
+    def step_data(self, index: int) -> StepData:
+        d = super().step_data(index)
+        if index % 3 == 1:
+            d.readouts.pop("diagonal")
+        return d
+
+
+def test_a_readout_missing_at_some_steps_streams_exactly_for_the_diagonal():
+    """The diagonal heads' absorption counts every step of a run that has the diagonal at some step."""
+    src = GapsSource(**planted(12, 2, 3, 10), vocab=VOCAB)
+    ref = to_json(prompt_part(analyze(src)))
+    s = PromptStream({}, AnalysisConfig(), {str(k): v for k, v in VOCAB.items()})
+    for t in range(12):
+        s.add(src.step_data(t))
+    got = to_json(s.part())
+    assert got["diagonal_heads"] == ref["diagonal_heads"]
+    assert np.sum(ref["diagonal_heads"]["absorption"]["n"]) == 12 * 2 * 3 > np.sum(ref["diagonal_heads"]["diagonal"]["n"])
