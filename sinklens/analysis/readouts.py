@@ -206,6 +206,20 @@ class DiagonalHeads(Accumulator):
         return DiagonalSums()
 
 
+    def to_dict(self) -> dict:
+        if not self.seen:
+            return {"diagonal_heads": None}
+        cls = self.classes()
+        kinds, counts = np.unique(cls, return_counts=True)
+        return {"diagonal_heads": {
+            "units": "diagonal share Σ_i A[i, i] / Q (0..1); absorption Σ_{j ∈ sinks} r_j / Σ r_j (0..1); "
+                     f"a head is 'diagonal' / 'sink' when its mean share over steps is ≥ {HEAD_SHARE}",
+            "diagonal_mean": rounded(nanmean(self.diagonal, axis=0)),
+            "absorption_mean": rounded(self.absorption.mean(axis=0)),
+            "per_step_diagonal_mean": rounded(nanmean(self.diagonal.reshape(len(self.diagonal), -1), axis=1)),
+            "classes": cls.tolist(), "class_counts": {str(k): int(v) for k, v in zip(kinds, counts)}}}
+
+
 class DiagonalSums(CorpusStream):
     """DiagonalHeads' part folded step by step: the absorption of every step counts once the run has
     the diagonal at some step, as in the trace (not only that of the steps that have it)."""
@@ -222,19 +236,6 @@ class DiagonalSums(CorpusStream):
 
     def part(self) -> dict:
         return self.fold.value() if self.seen else {}
-
-    def to_dict(self) -> dict:
-        if not self.seen:
-            return {"diagonal_heads": None}
-        cls = self.classes()
-        kinds, counts = np.unique(cls, return_counts=True)
-        return {"diagonal_heads": {
-            "units": "diagonal share Σ_i A[i, i] / Q (0..1); absorption Σ_{j ∈ sinks} r_j / Σ r_j (0..1); "
-                     f"a head is 'diagonal' / 'sink' when its mean share over steps is ≥ {HEAD_SHARE}",
-            "diagonal_mean": rounded(nanmean(self.diagonal, axis=0)),
-            "absorption_mean": rounded(self.absorption.mean(axis=0)),
-            "per_step_diagonal_mean": rounded(nanmean(self.diagonal.reshape(len(self.diagonal), -1), axis=1)),
-            "classes": cls.tolist(), "class_counts": {str(k): int(v) for k, v in zip(kinds, counts)}}}
 
 
 class DistanceProfile(Accumulator):
