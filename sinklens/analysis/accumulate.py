@@ -20,10 +20,18 @@ numeric result (an array whose first axis is the step) over the steps, beside th
 finite values, so a corpus mean is `sum / n`; a new accumulator is streamed without any edit.
 Override it where a sum over steps means nothing (positions) or where more can be kept, and
 name what stays per trace in `not_streamed` (the corpus report lists it: "per trace only").
+
+A corpus run writes no trace for the prompts it does not keep: it folds each prompt's part as
+the sampler produces the steps (`corpus_stream`, sinklens/analysis/stream.py), with no (T, ...)
+array kept. By default each step's `corpus()` alone, added over the steps exactly as `corpus()`
+sums a trace's steps (`StepFold`), so an accumulator whose part adds over steps (the default
+part does) streams with no edit; one whose part does not (a count per prompt, an order over the
+whole prompt) overrides `corpus_stream`.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
+import array
+from dataclasses import dataclass, replace
 
 import numpy as np
 
@@ -70,6 +78,121 @@ class Accumulator:
                     and value.dtype.kind in "biuf"):
                 out[key] = step_sum(value)                                      # (T, ...) -> (...)
         return out
+
+    def has_result(self) -> bool:
+        """Whether this trace gave the analysis anything (a readout's accumulator: the run recorded it)."""
+        return any(v is not None for v in self.result().values())
+
+    @classmethod
+    def corpus_stream(cls, one_step_source, config) -> "CorpusStream":
+        """This analysis' corpus part folded one step at a time (module docstring); one_step_source:
+        the run's Source with num_steps 1."""
+        return PerStep(cls, one_step_source, config)
+
+
+class CorpusStream:
+    """A prompt's part of one analysis, folded step by step: `add(step)` per step, then `part()`
+    (= the accumulator's `corpus(T)` on the whole trace) and `has_result()` (= its `has_result()`)."""
+
+    def add(self, step: Step) -> None:
+        raise NotImplementedError
+
+    def part(self) -> dict:
+        raise NotImplementedError
+
+    def has_result(self) -> bool:
+        return False
+
+
+class PerStep(CorpusStream):
+    """The default stream: the accumulator run on each step alone, its one-step parts folded."""
+
+    def __init__(self, cls, one_step_source, config):
+        self.cls, self.source, self.config = cls, one_step_source, config
+        self.fold, self.seen = StepFold(), False
+
+    def add(self, step: Step) -> None:
+        acc = self.cls.for_analysis(self.source, self.config)
+        acc.add(replace(step, index=0))
+        self.fold.add(acc.corpus(1))
+        self.seen = self.seen or (bool(acc.not_streamed) and acc.has_result())   # only read for not_streamed ones
+
+    def part(self) -> dict:
+        return self.fold.value() or {}
+
+    def has_result(self) -> bool:
+        return self.seen
+
+
+class StepFold:
+    """Adds one-step parts to the part of all the steps, bit for bit as `corpus()` sums a (T, ...)
+    array over its steps. numpy sums a (T, n) array over T one step after another from 0 when n ≥ 2
+    (running sums here), but pairwise when each step is one number (a (T,) series: its float values
+    are kept, 8 bytes a step, and summed by numpy at the end). Integers add in any order; strings
+    keep the first; arrays whose length grows (a distance profile) are zero-padded, as prompts are."""
+
+    def __init__(self):
+        self.total = None
+
+    def add(self, part) -> None:
+        self.total = _fold(self.total, part)
+
+    def value(self):
+        return _finish(self.total)
+
+
+class _Series:
+    """Single float values per step, summed at the end as numpy sums a (T,) array (pairwise)."""
+
+    def __init__(self, x):
+        self.shape, self.values = np.shape(x), array.array("d")
+
+    def add(self, x) -> "_Series":
+        self.values.append(float(np.asarray(x).reshape(())))
+        return self
+
+    def value(self):
+        total = np.frombuffer(self.values, np.float64).sum(axis=0)
+        return total.reshape(self.shape) if self.shape else total
+
+
+def _fold(total, part):
+    """total + one step's part (StepFold)."""
+    if isinstance(part, dict):
+        out = {} if total is None else total
+        for k, v in part.items():
+            out[k] = _fold(out.get(k), v)
+        return out
+    if isinstance(part, str) or part is None:
+        return part if total is None else total
+    if isinstance(part, (int, np.integer)) or (isinstance(part, np.ndarray) and part.dtype.kind in "iu"):
+        return np.asarray(part) if total is None else padded_sum(total, np.asarray(part))
+    x = np.asarray(part, np.float64)
+    if x.size == 1 and (total is None or (isinstance(total, _Series) and total.shape == x.shape)):
+        return (_Series(x) if total is None else total).add(x)
+    if isinstance(total, _Series):              # the shape changed: from here on a running sum
+        total = total.value()
+    return padded_sum(np.zeros_like(x) if total is None else total, x)
+
+
+def padded_sum(a, b):
+    """a + b; arrays of the same rank and different shapes are zero-padded to the larger first
+    (sums over a prompt's positions: a shorter prompt or an earlier ARM step has nothing beyond)."""
+    if np.ndim(a) == np.ndim(b) and np.shape(a) != np.shape(b):
+        shape = np.maximum(np.shape(a), np.shape(b))
+        pad = lambda x: np.pad(x, [(0, n - m) for m, n in zip(np.shape(x), shape)])   # noqa: E731
+        return pad(a) + pad(b)
+    return a + b
+
+
+def _finish(total):
+    if isinstance(total, dict):
+        return {k: _finish(v) for k, v in total.items()}
+    if isinstance(total, _Series):
+        return total.value()
+    if isinstance(total, np.ndarray) and total.ndim == 0:
+        return total[()]
+    return total
 
 
 def step_sum(x) -> dict:

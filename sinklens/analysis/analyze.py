@@ -345,19 +345,13 @@ def analyze(source, config: AnalysisConfig | None = None, *, row: int = 0, label
     check_units(config.units)
     src = as_source(source, row=row, label=label)
     L, H = src.num_layers, src.num_heads
-    accumulators = [acc.for_analysis(src, config) for acc in [*ACCUMULATORS, *extra]]
+    accumulators = [acc.for_analysis(src, config) for acc in accumulator_classes(extra)]
     it = range(src.num_steps)
     if config.progress:
         it = tqdm(it, desc=f"analyse {src.label}", unit="step")
     visibilities = src.layout.visibilities(L)                       # which keys each layer's queries see
     for t in it:
-        d = src.step_data(t)
-        if d.received.shape[:2] != (L, H):
-            raise ValueError(f"step {d.step}: received has (L, H) = {d.received.shape[:2]}, expected {(L, H)}")
-        sc, visible = step_scores(d, config.units, visibilities)     # (L, H, S), (L, S)
-        margin = np_rule.sink_margin(sc, visible[:, None, :])         # (L, H, S)
-        step = Step(index=t, data=d, scores=sc, margin=margin, flagged=margin >= config.sink_eps,   # Eq. 3
-                    visible=visible)
+        step = make_step(t, src.step_data(t), config, visibilities, (L, H))
         for acc in accumulators:
             acc.add(step)
 
@@ -369,6 +363,22 @@ def analyze(source, config: AnalysisConfig | None = None, *, row: int = 0, label
     a.tracks = _all_tracks(a)
     a.drift = drift_events(a.tracks, a.is_masked, block_length=src.block_length, prompt_length=src.prompt_length)
     return a
+
+
+def accumulator_classes(extra: tuple = ()) -> list[type[Accumulator]]:
+    """The analyses every step is handed to: ACCUMULATORS (read when called), then `extra`."""
+    return [*ACCUMULATORS, *extra]
+
+
+def make_step(index: int, d, config: AnalysisConfig, visibilities, shape: tuple[int, int]) -> Step:
+    """Step `index` as every accumulator sees it: its scores and Eq. 3 margins, computed once.
+    d: its StepData; visibilities: the layout's, per layer; shape: the run's (L, H)."""
+    if d.received.shape[:2] != shape:
+        raise ValueError(f"step {d.step}: received has (L, H) = {d.received.shape[:2]}, expected {shape}")
+    sc, visible = step_scores(d, config.units, visibilities)     # (L, H, S), (L, S)
+    margin = np_rule.sink_margin(sc, visible[:, None, :])         # (L, H, S)
+    return Step(index=index, data=d, scores=sc, margin=margin, flagged=margin >= config.sink_eps,   # Eq. 3
+                visible=visible)
 
 
 def step_scores(d, units: str, visibilities) -> tuple[np.ndarray, np.ndarray]:

@@ -24,12 +24,11 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from sinklens.analysis.dynamics import largest_sink_moves
+from sinklens.analysis.accumulate import padded_sum
+from sinklens.analysis.dynamics import MOVE_KEYS, TRACK_KINDS, largest_sink_moves
 from sinklens.rule.spec import UNITS
 
 FORMAT = 1                                   # the header's "sinklens_corpus" value
-TRACK_KINDS = ("static", "moving", "vanishing", "transient")
-MOVE_KEYS = ("moves", "rank_swaps", "vanish", "appear")
 
 
 # The parts the corpus view and report read by name; every other part is an accumulator's own
@@ -46,12 +45,17 @@ def prompt_part(a) -> dict:
     """One analysed prompt (an `Analysis`) reduced to counts and sums (module docstring)."""
     part: dict = {}
     for acc in a.accumulators:
-        part.update(acc.corpus(a.num_steps))
-        if acc.not_streamed and any(v is not None for v in acc.result().values()):
-            # what this prompt had that its part leaves out: prompts counted, the reason kept once
-            part.setdefault("per_trace_only", {})[acc.name] = {"prompts": 1, "what": acc.not_streamed}
+        join_part(part, acc, acc.corpus(a.num_steps), bool(acc.not_streamed) and acc.has_result())
     part["dynamics"] = dynamics_part(a)
     return part
+
+
+def join_part(part: dict, acc, corpus_part: dict, left_out: bool) -> None:
+    """Add one analysis' corpus part to a prompt's part; left_out: the prompt had something of it
+    that the part leaves out (its `not_streamed`), counted under per_trace_only."""
+    part.update(corpus_part)
+    if left_out:          # what this prompt had that its part leaves out: prompts counted, the reason kept once
+        part.setdefault("per_trace_only", {})[acc.name] = {"prompts": 1, "what": acc.not_streamed}
 
 
 def dynamics_part(a) -> dict:
@@ -102,15 +106,7 @@ def add(total, part):
         return out
     if isinstance(part, str) or part is None:
         return total
-    part = _as_arrays(part)
-    if isinstance(part, np.ndarray) and np.shape(total) != part.shape and np.ndim(total) == part.ndim:
-        shape = np.maximum(np.shape(total), part.shape)
-        return _pad(total, shape) + _pad(part, shape)
-    return total + part
-
-
-def _pad(x: np.ndarray, shape) -> np.ndarray:
-    return np.pad(x, [(0, n - m) for m, n in zip(x.shape, shape)])
+    return padded_sum(total, _as_arrays(part))
 
 
 def _as_arrays(x):

@@ -40,6 +40,7 @@ import numpy as np
 from sinklens.analysis.sinks import largest_sink
 
 TRACK_KINDS = ("static", "moving", "vanishing", "transient")
+MOVE_KEYS = ("moves", "rank_swaps", "vanish", "appear")   # events of the largest sink (largest_sink_moves)
 
 
 @dataclass
@@ -79,11 +80,16 @@ class SinkTrack:
 
 def classify_track(track: SinkTrack, num_steps: int, static_fraction: float = 0.5) -> str:
     """The track's kind by the rule in this module's docstring."""
-    if track.moves > 0:
+    return track_kind(track.moves > 0, track.lifetime, track.end, num_steps, static_fraction)
+
+
+def track_kind(moved: bool, lifetime: int, end: int, num_steps: int, static_fraction: float = 0.5) -> str:
+    """The kind of a track that moved or not, lived `lifetime` steps and ended at step index `end`."""
+    if moved:
         return "moving"
-    if track.lifetime >= static_fraction * num_steps:
+    if lifetime >= static_fraction * num_steps:
         return "static"
-    if track.end < num_steps - 1:
+    if end < num_steps - 1:
         return "vanishing"
     return "transient"
 
@@ -158,12 +164,17 @@ def track_sinks(per_step: list[tuple[np.ndarray, np.ndarray]], layer: int = 0, h
 def head_class(tracks: list[SinkTrack]) -> str:
     """`none` / `moving` / `static` / `vanishing` / `transient` (rule in the module docstring)."""
     kinds = [tr.kind for tr in tracks]
-    if not kinds:
+    return class_of_kinds({k: kinds.count(k) for k in TRACK_KINDS})
+
+
+def class_of_kinds(counts: dict) -> str:
+    """A head's class from how many of its tracks are of each kind (rule in the module docstring)."""
+    if not sum(counts.values()):
         return "none"
     for k in ("moving", "static"):
-        if k in kinds:
+        if counts[k]:
             return k
-    return "vanishing" if kinds.count("vanishing") >= kinds.count("transient") else "transient"
+    return "vanishing" if counts["vanishing"] >= counts["transient"] else "transient"
 
 
 def largest_sink_changes(largest_pos: np.ndarray, sinks: dict) -> tuple[np.ndarray, np.ndarray]:
@@ -204,6 +215,105 @@ def largest_sink_moves(positions: np.ndarray, moved: np.ndarray | None = None, s
             "vanish": int(((a >= 0) & (b < 0)).sum()),          # sink at t, none at t+1
             "appear": int(((a < 0) & (b >= 0)).sum()),
             "distinct_positions": int(np.unique(p[p >= 0]).size)}
+
+
+class DynamicsCounts:
+    """The dynamics counts of a corpus part (sinklens/analysis/corpus.py `dynamics_part`), folded step
+    by step with the same rules as `track_sinks` and `largest_sink_changes`, keeping O(L·H·S): per head
+    its open tracks (position -> start, steps lived, moved, last score), the steps lived by the ended
+    tracks that never moved and may still count as static (those shorter than static_fraction × the
+    steps so far never can: at most S / static_fraction remain), and the previous step's sinks."""
+
+    def __init__(self, num_layers: int, num_heads: int, *, max_move: int | None = None, static_fraction: float = 0.5):
+        L, H = num_layers, num_heads
+        self.max_move, self.fraction = max_move, static_fraction
+        self.open: dict[tuple[int, int], dict[int, list]] = {}       # (l, h) -> {pos: [start, lifetime, moved, score]}
+        self.ended: dict[tuple[int, int], list[int]] = {}            # (l, h) -> lifetimes of unmoved ended tracks
+        self.kinds = {k: np.zeros((L, H), np.int64) for k in TRACK_KINDS}
+        self.births, self.deaths = np.zeros((L, H), np.int64), np.zeros((L, H), np.int64)
+        self.events = {m: np.zeros((L, H), np.int64) for m in MOVE_KEYS}
+        self.prev_largest, self.prev_flagged = None, None
+        self.t = 0
+
+    def add(self, largest_pos: np.ndarray, flagged: np.ndarray, scores: np.ndarray) -> None:
+        """One step: largest_pos (L, H) (−1 none), flagged (L, H, S) Eq. 3 sinks, scores (L, H, S)."""
+        t = self.t
+        l_, h_, j_ = np.nonzero(flagged)                                   # by head, then position
+        sc = scores[l_, h_, j_].astype(np.float32)                         # as the sparse sink list keeps them
+        now: dict[tuple[int, int], dict[int, float]] = {}
+        for l, h, j, s in zip(l_.tolist(), h_.tolist(), j_.tolist(), sc.tolist()):
+            now.setdefault((l, h), {})[j] = s
+        for head in set(self.open) | set(now):
+            self._link(head, now.get(head, {}), t)
+        if self.prev_largest is not None:
+            self._largest(self.prev_largest, largest_pos, self.prev_flagged, flagged)
+        self.prev_largest, self.prev_flagged = largest_pos, flagged
+        self.t += 1
+        for head, lives in list(self.ended.items()):                       # too short to be static, whatever T is
+            keep = [n for n in lives if n >= self.fraction * self.t]
+            self.kinds["vanishing"][head] += len(lives) - len(keep)
+            self.ended[head] = keep
+
+    def _link(self, head: tuple[int, int], now: dict[int, float], t: int) -> None:
+        open_ = self.open.get(head, {})
+        pairs = _pair({p: tr[3] for p, tr in open_.items()}, now, self.max_move)
+        nxt = {}
+        for p, q in pairs.items():
+            tr = open_[p]
+            tr[1] += 1
+            tr[2] = tr[2] or q != p
+            tr[3] = now[q]
+            nxt[q] = tr
+        for p, tr in open_.items():
+            if p not in pairs:                                             # ended at t − 1: a death
+                self.deaths[head] += 1
+                if tr[2]:
+                    self.kinds["moving"][head] += 1
+                else:
+                    self.ended.setdefault(head, []).append(tr[1])
+        for q in sorted(set(now) - set(nxt)):
+            nxt[q] = [t, 1, False, now[q]]
+            self.births[head] += t > 0
+        if nxt:
+            self.open[head] = nxt
+        else:
+            self.open.pop(head, None)
+
+    def _largest(self, a: np.ndarray, b: np.ndarray, flagged_a: np.ndarray, flagged_b: np.ndarray) -> None:
+        """largest_sink_changes + largest_sink_moves for one pair of steps (t − 1, t)."""
+        change = (a >= 0) & (b >= 0) & (a != b)
+        old_stays = _at(flagged_b, a) & change                             # the old position is still a sink
+        new_was = _at(flagged_a, b) & change                               # the new one already was
+        self.events["moves"] += change & ~old_stays & ~new_was
+        self.events["rank_swaps"] += old_stays | new_was
+        self.events["vanish"] += (a >= 0) & (b < 0)
+        self.events["appear"] += (a < 0) & (b >= 0)
+
+    def part(self) -> dict:
+        """dynamics_part of the steps so far."""
+        T = self.t
+        kinds = {k: v.copy() for k, v in self.kinds.items()}
+        for head, lives in self.ended.items():
+            for n in lives:
+                kinds[track_kind(False, n, 0, T, self.fraction)][head] += 1     # ended: end < T − 1
+        for head, open_ in self.open.items():
+            for start, n, moved, _ in open_.values():
+                kinds[track_kind(moved, n, T - 1, T, self.fraction)][head] += 1
+        out = {f"tracks_{k}": kinds[k] for k in TRACK_KINDS}
+        out.update(births=self.births, deaths=self.deaths, **{f"largest_{m}": self.events[m] for m in MOVE_KEYS})
+        out["head_classes"] = {}
+        L, H = self.births.shape
+        for l in range(L):
+            for h in range(H):
+                c = class_of_kinds({k: int(kinds[k][l, h]) for k in TRACK_KINDS})
+                out["head_classes"][c] = out["head_classes"].get(c, 0) + 1
+        return out
+
+
+def _at(flagged: np.ndarray, pos: np.ndarray) -> np.ndarray:
+    """(L, H) flagged[l, h, pos[l, h]], False where pos is −1 or beyond the step's keys."""
+    ok = (pos >= 0) & (pos < flagged.shape[-1])
+    return np.take_along_axis(flagged, np.where(ok, pos, 0)[..., None], axis=-1)[..., 0] & ok
 
 
 @dataclass

@@ -20,7 +20,7 @@ import warnings
 import numpy as np
 
 from sinklens.analysis.absorption import absorption
-from sinklens.analysis.accumulate import Accumulator, Step, rounded, step_sum
+from sinklens.analysis.accumulate import Accumulator, CorpusStream, Step, StepFold, rounded, step_sum
 from sinklens.rule import np_rule
 
 # A head is called diagonal (self) when at least this share of its summed rows' attention stays on
@@ -201,6 +201,11 @@ class DiagonalHeads(Accumulator):
             return {}
         return {"diagonal_heads": {"diagonal": step_sum(self.diagonal), "absorption": step_sum(self.absorption)}}
 
+    @classmethod
+    def corpus_stream(cls, one_step_source, config) -> "DiagonalSums":
+        return DiagonalSums()
+
+
     def to_dict(self) -> dict:
         if not self.seen:
             return {"diagonal_heads": None}
@@ -213,6 +218,24 @@ class DiagonalHeads(Accumulator):
             "absorption_mean": rounded(self.absorption.mean(axis=0)),
             "per_step_diagonal_mean": rounded(nanmean(self.diagonal.reshape(len(self.diagonal), -1), axis=1)),
             "classes": cls.tolist(), "class_counts": {str(k): int(v) for k, v in zip(kinds, counts)}}}
+
+
+class DiagonalSums(CorpusStream):
+    """DiagonalHeads' part folded step by step: the absorption of every step counts once the run has
+    the diagonal at some step, as in the trace (not only that of the steps that have it)."""
+
+    def __init__(self):
+        self.fold, self.seen = StepFold(), False
+
+    def add(self, step: Step) -> None:
+        d = step.data.readouts.get("diagonal")
+        self.seen = self.seen or d is not None
+        rate = absorption(step)                                                     # (L, H)
+        diagonal = np.full(rate.shape, np.nan) if d is None else np.asarray(d, np.float64)
+        self.fold.add({"diagonal_heads": {"diagonal": step_sum(diagonal[None]), "absorption": step_sum(rate[None])}})
+
+    def part(self) -> dict:
+        return self.fold.value() if self.seen else {}
 
 
 class DistanceProfile(Accumulator):

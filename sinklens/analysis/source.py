@@ -217,17 +217,8 @@ class TraceSource(Source):
         _check_nonempty(trace.num_steps, label)
         if not 0 <= row < max(trace.batch_size, 1):
             raise AnalysisInputError(f"row {row} out of range: trace '{label}' has batch size {trace.batch_size}")
-        try:
-            layout = TraceLayout.from_meta(meta)   # written by the sampler; derived for older traces
-        except (TypeError, ValueError) as e:
-            raise AnalysisInputError(f"trace '{label}': bad layout metadata: {e}") from None
-        special = [meta.get(k) for k in ("eos_id", "pad_id", "eot_id", "bos_id")]
-        special += list((meta.get("model") or {}).get("special_ids") or [])
         super().__init__(num_steps=trace.num_steps, num_layers=trace.num_layers, num_heads=trace.num_heads,
-                         layout=layout, mask_id=meta.get("mask_id"),
-                         special_ids=tuple(int(s) for s in special if s is not None),
-                         group_names=tuple(meta.get("query_groups") or ()),
-                         label=label, meta=meta)
+                         label=label, meta=meta, **trace_facts(meta, label))
         self.trace, self.row = trace, row
         self.truncated = bool(getattr(trace, "truncated", False))
         self._steps = trace.steps
@@ -288,6 +279,18 @@ class TraceSource(Source):
                         out.append((index_of[int(steps[p])], int(layer), int(head)))
             self._map_slices = sorted(out)
         return self._map_slices
+
+
+def trace_facts(meta: dict, label: str) -> dict:
+    """The Source fields a trace's metadata gives: layout, mask id, special ids, query groups."""
+    try:
+        layout = TraceLayout.from_meta(meta)   # written by the sampler; derived for older traces
+    except (TypeError, ValueError) as e:
+        raise AnalysisInputError(f"trace '{label}': bad layout metadata: {e}") from None
+    special = [meta.get(k) for k in ("eos_id", "pad_id", "eot_id", "bos_id")]
+    special += list((meta.get("model") or {}).get("special_ids") or [])
+    return dict(layout=layout, mask_id=meta.get("mask_id"), special_ids=tuple(int(s) for s in special if s is not None),
+                group_names=tuple(meta.get("query_groups") or ()))
 
 
 def as_source(obj, row: int = 0, label: str | None = None) -> Source:

@@ -8,11 +8,11 @@ from __future__ import annotations
 
 import numpy as np
 
-from sinklens.analysis.accumulate import Accumulator, Step, rounded
+from sinklens.analysis.accumulate import Accumulator, CorpusStream, Step, rounded
 from sinklens.analysis.dynamics import split_events
 from sinklens.analysis.sinks import largest_flagged
 from sinklens.rule import np_rule
-from sinklens.analysis.tokens import sink_token_table
+from sinklens.analysis.tokens import counted_token_table, sink_token_table
 
 # Fig. 3 histogram bins (log-spaced, in the chosen units); values below the first edge count in bin 0.
 HIST_EDGES = np.concatenate([[0.0], np.logspace(-3, 3, 49)])
@@ -66,6 +66,27 @@ class StepArrays(Accumulator):
     def corpus(self, num_steps: int) -> dict:
         return {"steps": {"prompts": 1, "steps": len(self.toks), "real_keys": int(self.n_real.sum()),
                           "query_rows": int(self.n_q.sum())}}
+
+    @classmethod
+    def corpus_stream(cls, one_step_source, config) -> "StepCounts":
+        return StepCounts()
+
+
+class StepCounts(CorpusStream):
+    """StepArrays' corpus part folded step by step: one prompt, its steps, real keys and query rows."""
+
+    def __init__(self):
+        self.steps = self.real_keys = self.query_rows = 0
+
+    def add(self, step: Step) -> None:
+        d = step.data
+        self.steps += 1
+        self.real_keys += int(d.key_mask.sum())
+        self.query_rows += len(d.query_positions)
+
+    def part(self) -> dict:
+        return {"steps": {"prompts": 1, "steps": self.steps, "real_keys": self.real_keys,
+                          "query_rows": self.query_rows}}
 
 
 class TopKey(Accumulator):
@@ -248,8 +269,35 @@ class SinkTokens(Accumulator):
     def corpus(self, num_steps: int) -> dict:
         """Occurrences per token id (with its string) and per category: they add over prompts."""
         self.result()
-        t = self.table
-        return {"sink_tokens": {"token_counts": {str(r.token_id): r.count for r in t.rows},
-                                "token_strings": {str(r.token_id): r.token for r in t.rows},
-                                "token_categories": {str(r.token_id): r.category for r in t.rows},
-                                "category_counts": {c: v["count"] for c, v in t.categories.items()}}}
+        return token_part(self.table)
+
+    @classmethod
+    def corpus_stream(cls, one_step_source, config) -> "SinkTokenCounts":
+        return SinkTokenCounts(one_step_source)
+
+
+class SinkTokenCounts(CorpusStream):
+    """SinkTokens' corpus part folded step by step: occurrences per token id (the part lists the
+    tokens by count over the whole prompt, so the table is built once, at the end)."""
+
+    def __init__(self, source):
+        self.source, self.counts = source, {}
+
+    def add(self, step: Step) -> None:
+        ids, n = np.unique(np.asarray(step.data.tokens[np.nonzero(step.flagged)[2]], np.int64), return_counts=True)
+        for i, c in zip(ids.tolist(), n.tolist()):
+            self.counts[i] = self.counts.get(i, 0) + c
+
+    def part(self) -> dict:
+        ids = np.array(sorted(self.counts), np.int64)
+        counts = np.array([self.counts[i] for i in ids.tolist()], np.int64)
+        src = self.source
+        return token_part(counted_token_table(ids, counts, src.decode, src.mask_id, src.special_ids))
+
+
+def token_part(t) -> dict:
+    """A sink-token table as its corpus part."""
+    return {"sink_tokens": {"token_counts": {str(r.token_id): r.count for r in t.rows},
+                            "token_strings": {str(r.token_id): r.token for r in t.rows},
+                            "token_categories": {str(r.token_id): r.category for r in t.rows},
+                            "category_counts": {c: v["count"] for c, v in t.categories.items()}}}

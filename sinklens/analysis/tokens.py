@@ -98,6 +98,12 @@ class SinkTokenTable:
 def sink_token_table(token_ids: np.ndarray, decode, mask_id: int | None = None, special_ids=()) -> SinkTokenTable:
     """token_ids: (N,) the token under each sink occurrence; decode: ids -> strings."""
     ids, counts = np.unique(np.asarray(token_ids, dtype=np.int64), return_counts=True)
+    return counted_token_table(ids, counts, decode, mask_id, special_ids)
+
+
+def counted_token_table(ids: np.ndarray, counts: np.ndarray, decode, mask_id: int | None = None,
+                        special_ids=()) -> SinkTokenTable:
+    """The table from (K,) distinct token ids, ascending, and (K,) their sink occurrences."""
     total = int(counts.sum())
     strings = decode(ids.tolist()) if ids.size else []
     rows = [TokenRow(s, int(i), categorize(s, int(i), mask_id, special_ids), int(c), c / total)

@@ -3,12 +3,12 @@
     sinklens trace --model M --prompts prompts.jsonl --out runs/corpus --keep-traces 5
     sinklens report runs/corpus/corpus.jsonl --out report/
 
-Each prompt is generated with the model's own sampler and traced to a scratch file in the run
-folder, analysed like any trace (`analyze`), reduced to its corpus part (sinklens/analysis/
-corpus.py: sink rates, Table 2 token counts, dynamics counts, the ε sweep, every accumulator's
-`corpus()`) and written as one fsynced JSON line; the scratch trace is then deleted, except for
-the `keep_traces` prompts chosen evenly over the file, whose full traces stay in `traces/`.
-Memory is one prompt's analysis (O(T·L·H) summaries, never the trace), disk O(N·L·H).
+Each prompt is generated with the model's own sampler, and each of its steps is folded into its
+corpus part as the sampler produces it (sinklens/eval/stream.py: sink rates, Table 2 token counts,
+dynamics counts, the ε sweep, every accumulator's `corpus()`, exactly what `reduce_trace` gives on
+the prompt's trace), written as one fsynced JSON line. No trace is written, except for the
+`keep_traces` prompts chosen evenly over the file, whose full traces go to `traces/`. Memory is
+one step's arrays plus O(L·H·(S + bins)) running sums, whatever the number of steps; disk O(N·L·H).
 
 Layout of OUT: `config.json` (the run's settings, what was skipped), `samples.rank<r>.jsonl`
 (one line per finished prompt, per process), `traces/<index>.arrow` (the kept traces) and, once
@@ -38,6 +38,7 @@ from sinklens.eval import records, rundir
 from sinklens.eval.dist import dist_state
 from sinklens.eval.jsonl import read_jsonl
 from sinklens.eval.settings import sampler_settings
+from sinklens.eval.stream import StreamWriter
 from sinklens.rule.spec import BASELINE_UNITS, DEFAULT_EPS, DEFAULT_UNITS
 from sinklens.samplers.base import CaptureOptions
 from sinklens.samplers.configs import get_config
@@ -116,20 +117,17 @@ def run_corpus(cfg: CorpusConfig, model=None) -> str | None:
             f" [rank 0 of {world}: 1 prompt in {world}]" if world > 1 else ""),
             disable=not cfg.progress or not dist.is_main, dynamic_ncols=True)
         os.makedirs(os.path.join(cfg.out, "traces"), exist_ok=True)
-        scratch = os.path.join(cfg.out, "traces", f".scratch.rank{rank}.arrow")
         try:
             with records.RecordWriter(os.path.join(cfg.out, f"samples.rank{rank}.jsonl")) as out:
                 for i in todo:
-                    path = os.path.join(cfg.out, "traces", trace_name(i)) if i in keep else scratch
-                    out.write(_run_prompt(m, items[i], i, prompts[i], path, settings, cfg, keep=i in keep))
+                    path = os.path.join(cfg.out, "traces", trace_name(i)) if i in keep else None
+                    out.write(_run_prompt(m, items[i], i, prompts[i], path, settings, cfg))
                     bar.update(1)
         except records.WriteError as e:
             e.note = f"{len(finished(cfg.out))} prompts kept, re-running the same command resumes"
             raise
         finally:
             bar.close()
-            if os.path.exists(scratch):
-                os.remove(scratch)
     if world == 1 or "MASTER_ADDR" in os.environ:         # hand-set shards have no group: a later run merges
         dist.barrier()
         if dist.is_main:
@@ -160,7 +158,8 @@ def header(m, model: str, sampler: str, settings: dict, units: str, sink_eps: fl
 
 def reduce_trace(path: str, units: str, sink_eps: float) -> dict:
     """A trace's corpus parts, by units: `analyze` then `prompt_part`; a causal model's trace is
-    also reduced in the baseline units (reports show both views)."""
+    also reduced in the baseline units (reports show both views). A corpus run gets the same parts
+    without the trace (stream.StreamWriter); this is their reference."""
     a = analyze(path, AnalysisConfig(units=units, sink_eps=sink_eps))
     parts = {units: to_json(prompt_part(a))}
     if a.source.causal and units != BASELINE_UNITS:
@@ -169,19 +168,22 @@ def reduce_trace(path: str, units: str, sink_eps: float) -> dict:
     return parts
 
 
-def _run_prompt(m, item: dict, index: int, ids: list[int], path: str, settings: dict, cfg: CorpusConfig,
-                keep: bool) -> dict:
-    """Generate, trace to `path`, analyse, reduce: one prompt's record."""
+def _run_prompt(m, item: dict, index: int, ids: list[int], path: str | None, settings: dict,
+                cfg: CorpusConfig) -> dict:
+    """Generate with every step folded into the prompt's parts (and its trace written to `path`
+    when it is kept): one prompt's record."""
     torch.manual_seed(cfg.seed + index)                   # same seed on any rank
-    out = m.generate(torch.tensor([ids], dtype=torch.long), trace=path, capture=cfg.capture,
-                     sampler=m.family.pick_sampler(cfg.sampler), **settings)
-    parts = reduce_trace(path, cfg.units, cfg.sink_eps)
-    rec = {"id": item["id"], "index": index, "line": item["_line"], "prompt_tokens": len(ids),
-           "steps": out.num_steps, "text": out.text[0] if out.text else None,
-           "trace": os.path.join("traces", trace_name(index)) if keep else None, "parts": parts}
-    if not keep:
-        os.remove(path)
-    return rec
+    w = StreamWriter(cfg.units, cfg.sink_eps, received_dtype=cfg.capture.received_dtype, keep=path)
+    try:
+        out = m.generate(torch.tensor([ids], dtype=torch.long), trace=w, capture=cfg.capture,
+                         sampler=m.family.pick_sampler(cfg.sampler), **settings)
+    except BaseException:
+        w.abandon()                                       # a kept trace keeps its finished steps, marked truncated
+        raise
+    w.close()
+    return {"id": item["id"], "index": index, "line": item["_line"], "prompt_tokens": len(ids),
+            "steps": out.num_steps, "text": out.text[0] if out.text else None,
+            "trace": os.path.join("traces", trace_name(index)) if path else None, "parts": w.parts()}
 
 
 def _prepare(m, items: list[dict], errors: list[str], cfg: CorpusConfig, gen: int):

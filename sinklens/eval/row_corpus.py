@@ -3,12 +3,12 @@
     sinklens eval --model tiny-dlm --task arith --mask-topk 0,1 --attention-stats --out eval-out
     sinklens report eval-out/tiny-dlm/arith/k1/corpus/corpus.jsonl --out report-k1/
 
-Every evaluated sample of a row (K, control) is generated with a trace written to a scratch
-file, reduced exactly as `sinklens trace --prompts` reduces a prompt (`corpus.reduce_trace`) and
-written as one fsynced line; the scratch trace is then deleted, except for the `keep_traces`
-samples chosen evenly over the row, kept in `traces/`. The row's corpus folder `<run dir>/corpus/`
-has the corpus mode's layout (`samples.rank<r>.jsonl`, `traces/`, `corpus.jsonl` merged by
-`corpus.merge`).
+Every evaluated sample of a row (K, control) is reduced as `sinklens trace --prompts` reduces a
+prompt: each step folded into its parts as the sampler runs (`stream.StreamWriter`, the parts
+`corpus.reduce_trace` gives on its trace) and written as one fsynced line. No trace is written,
+except for the `keep_traces` samples chosen evenly over the row, kept in `traces/`. The row's
+corpus folder `<run dir>/corpus/` has the corpus mode's layout (`samples.rank<r>.jsonl`,
+`traces/`, `corpus.jsonl` merged by `corpus.merge`).
 
 Resume: the line is written before the sample's eval record, so a sample whose record is on
 disk has its corpus line too; a sample redone after a kill writes its line again, and the merge
@@ -50,19 +50,19 @@ def for_row(cfg, m, run_dir: str, rank: int, meta: dict, n_items: int) -> "RowCo
 
 
 class RowCorpus:
-    """The corpus folder of one eval row, for one rank: `path(i)` is where sample i's trace goes,
-    `add(...)` reduces it and writes its line, `merge()` writes corpus.jsonl (main process)."""
+    """The corpus folder of one eval row, for one rank: `writer(i)` is what sample i's generation
+    hands its steps to (`trace=`), `add(...)` writes its line, `merge()` writes corpus.jsonl (main process)."""
 
     def __init__(self, run_dir: str, rank: int, meta: dict, n_items: int, keep_traces: int):
-        from sinklens.eval import corpus
+        from sinklens.eval import corpus, stream
 
-        self.corpus = corpus
+        self.corpus, self.stream = corpus, stream
         self.dir = os.path.join(run_dir, FOLDER)
         self.keep = corpus.kept_indices(n_items, keep_traces)
         self.meta = {**meta, "n_expected": n_items, "kept_traces": [corpus.trace_name(i) for i in sorted(self.keep)]}
-        self.scratch = os.path.join(self.dir, "traces", f".scratch.rank{rank}.arrow")
         self.rank = rank
         self.out = None
+        self.current = None     # (index, StreamWriter) of the sample being generated
 
     def __enter__(self) -> "RowCorpus":
         os.makedirs(os.path.join(self.dir, "traces"), exist_ok=True)
@@ -70,23 +70,27 @@ class RowCorpus:
         return self
 
     def __exit__(self, *exc) -> None:
+        if self.current is not None:          # a generation that failed: its kept trace stays, marked truncated
+            self.current[1].abandon()
         self.out.__exit__(*exc)
-        if os.path.exists(self.scratch):
-            os.remove(self.scratch)
 
-    def path(self, index: int) -> str:
-        return os.path.join(self.dir, "traces", self.corpus.trace_name(index)) if index in self.keep else self.scratch
+    def writer(self, index: int):
+        """The StreamWriter sample `index` is generated into (its trace written too when kept)."""
+        keep = os.path.join(self.dir, "traces", self.corpus.trace_name(index)) if index in self.keep else None
+        self.current = (index, self.stream.StreamWriter(self.meta["units"], self.meta["sink_eps"], keep=keep,
+                                                        received_dtype=self.meta["capture"]["received_dtype"]))
+        return self.current[1]
 
     def add(self, item: dict, index: int, ids: list[int], text: str) -> None:
-        """Reduce sample `index`'s trace (at `path(index)`) and write its line (fsynced)."""
-        path = self.path(index)
-        parts = self.corpus.reduce_trace(path, self.meta["units"], self.meta["sink_eps"])
-        keep = index in self.keep
+        """Write sample `index`'s line (fsynced): the parts of its generation into `writer(index)`."""
+        i, w = self.current
+        assert i == index, f"sample {index} was not generated into this row's writer (last: {i})"
+        w.close()
+        self.current = None
+        parts = w.parts()
         self.out.write({"id": item["id"], "index": index, "line": item.get("_line"), "prompt_tokens": len(ids),
                         "steps": int(parts[self.meta["units"]]["steps"]["steps"]), "text": text,
-                        "trace": os.path.relpath(path, self.dir) if keep else None, "parts": parts})
-        if not keep:
-            os.remove(path)
+                        "trace": os.path.relpath(w.path, self.dir) if w.path else None, "parts": parts})
 
     def merge(self) -> str:
         return self.corpus.merge(self.dir, self.meta)

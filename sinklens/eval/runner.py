@@ -74,11 +74,11 @@ def _prompt(m, task, item, cfg: EvalConfig) -> tuple[list[int], bool]:
 
 
 def generate_sample(m, ids: list[int], policy: SinkMaskingPolicy, settings: dict, seed: int = 0,
-                    commits=None, sampler: str | None = None, trace: str | None = None) -> tuple[str, list[int]]:
+                    commits=None, sampler: str | None = None, trace=None) -> tuple[str, list[int]]:
     """One generation with the family's own sampler (or `sampler`, one of its others), the masking
     policy as its hook; (the new text, the new token ids cut at the first end token). `commits`:
-    an `outcomes.CommitLogits` hook, if any; `trace`: a file to write the generation's trace to
-    (--attention-stats), with the capture the masking hook uses."""
+    an `outcomes.CommitLogits` hook, if any; `trace`: a trace path or writer (--attention-stats: the
+    row's `stream.StreamWriter`), with the capture the masking hook uses."""
     torch.manual_seed(seed)
     policy.reset(seed)                     # the random control draws from its own seeded generator
     hook = capture = None
@@ -313,7 +313,7 @@ def _run_sample(m, task, item, index, prompt, k, mcfg, policy, settings, cfg, sa
                if base == "keep" or ref_top is not None else None)
     t0 = time.monotonic()
     raw, new_ids = generate_sample(m, ids, policy, settings, seed=cfg.seed + index, commits=commits,
-                                   sampler=run_sampler(m, cfg), trace=stats and stats.path(index))  # same seed on any rank
+                                   sampler=run_sampler(m, cfg), trace=stats and stats.writer(index))  # same seed on any rank
     t_gen = time.monotonic() - t0
     if stats is not None:
         stats.add(item, index, ids, raw)             # its corpus line before the record line: resumable

@@ -112,6 +112,86 @@ def _list_column(rows: list[np.ndarray | None], value_type: pa.DataType) -> pa.A
     return pa.ListArray.from_arrays(pa.array(offsets), pa.array(values, type=value_type), mask=mask)
 
 
+def event_arrays(event) -> dict:
+    """A sampler's StepEvent as `write_step`'s arrays, batch first (attention arrives layer-first)."""
+    req = event.attention
+    received = received_groups = blocked = unblocked = learned_sink = None
+    maps = None
+    if req is not None:
+        groups = req.received_groups
+        # where the groups cover every summed row (the masked / unmasked split), received is their
+        # sum: left out, the reader derives it (schema 2), and it is never copied off the device
+        if req.has_received and not (groups is not None and _groups_cover_rows(req)):
+            received = _np(req.received).transpose(1, 0, 2, 3)  # (L,B,H,S) -> (B,L,H,S)
+        if groups is not None:
+            received_groups = _np(groups).transpose(1, 2, 0, 3, 4)  # (L,B,G,H,S) -> (B,G,L,H,S)
+        if req.blocked is not None:
+            blocked = _np(req.blocked).transpose(1, 0, 2, 3)  # (L,B,H,S) -> (B,L,H,S)
+            if req.has_received_unblocked:
+                unblocked = _np(req.received_unblocked).transpose(1, 0, 2, 3)
+        maps = req.maps or None
+        if req.learned_sink is not None:
+            learned_sink = _np(req.learned_sink).transpose(1, 0, 2)  # (L,B,H) -> (B,L,H)
+    readouts = {}
+    if req is not None:
+        for name in req.readout_names:                # (L, B, ...) -> (B, L, ...)
+            readouts[name] = np.moveaxis(_np(req.readout(name)), 0, 1)
+        if req.lens is not None:
+            readouts.update(lens_positions=req.lens["positions"], lens_tokens=req.lens["tokens"],
+                            lens_probs=req.lens["probs"])
+    return dict(tokens=event.tokens, is_masked=event.is_masked, revealed=event.revealed,
+                attention_mask=getattr(event, "attention_mask", None),
+                query_positions=getattr(event, "query_positions", None),
+                received=received, received_groups=received_groups, blocked=blocked, maps=maps,
+                received_unblocked=unblocked, learned_sink=learned_sink,
+                edited=getattr(event, "edited", None), readouts=readouts)
+
+
+def read_back(arrays: dict, received_dtype: str = "float16", row: int = 0) -> dict:
+    """What `Trace` reads back for batch row `row` of a step written with `write_step(**arrays)`,
+    without the file: the stored precision (received, groups and per-key readouts in
+    `received_dtype`), received as the sum of its groups where the writer leaves it out, each
+    column in the reader's dtype and shape. Keys: tokens, is_masked, attention_mask,
+    query_positions, received (None: not captured), received_groups, learned_sink, edited, readouts."""
+    value = {"float16": np.float16, "float32": np.float32}[received_dtype]
+    stored = {"received": value, "float32": np.float32, "int32": np.int32}
+    tokens = _batched(arrays["tokens"], 2)
+    B, S = tokens.shape
+    mask = _batched(arrays.get("attention_mask"), 2)
+    mask = np.ones((B, S), bool) if mask is None else mask
+    masked = _batched(arrays.get("is_masked"), 2)
+    q = arrays.get("query_positions")
+    if q is None:
+        q = np.flatnonzero(mask[row])
+    elif isinstance(q, (list, tuple)):
+        q = _np(q[row]).reshape(-1)
+    else:
+        q = _batched(q, 2)[row]
+    received, groups = _batched(arrays.get("received"), 4), _batched(arrays.get("received_groups"), 5)
+    as_stored = lambda x: x[row].reshape(-1).astype(value).astype(np.float32)   # noqa: E731 (the reader's float32)
+    out_groups = None if groups is None else as_stored(groups).reshape(groups.shape[1:])
+    if received is None:  # not captured, or left out as the groups' sum: the reader sums the groups
+        out_received = None if out_groups is None else out_groups.sum(axis=0)
+    elif groups is not None and _is_sum_of(received, groups):
+        out_received = out_groups.sum(axis=0)                    # the writer stores none: the reader sums the groups
+    else:
+        out_received = as_stored(received).reshape(received.shape[1:])
+    learned = _batched(arrays.get("learned_sink"), 3)
+    edited = _batched(arrays.get("edited"), 2)
+    kinds = {c.name: c for cols in COLUMNS.values() for c in cols}
+    readouts = {}
+    for name, x in (arrays.get("readouts") or {}).items():
+        if x is not None:
+            x = _np(x)[row]
+            y = x.reshape(-1).astype(stored[kinds[name].dtype])
+            readouts[name] = (y.astype(np.float32) if kinds[name].shape == "LHS" else y).reshape(x.shape)
+    return dict(tokens=tokens[row].astype(np.int32), is_masked=np.zeros(S, bool) if masked is None else
+                masked[row].astype(bool), attention_mask=mask[row].astype(bool),
+                query_positions=np.asarray(q).astype(np.int32), received=out_received, received_groups=out_groups,
+                learned_sink=None if learned is None else learned[row].astype(np.float32),
+                edited=None if edited is None else edited[row].astype(bool), readouts=readouts)
+
+
 class TraceWriter:
     """Append-only writer of one trace file.
 
@@ -338,35 +418,7 @@ class TraceWriter:
     # ---- hook interface (see sinklens/samplers/base.py) -----------------------------------
     def after_step(self, event) -> None:
         """Write a sampler's StepEvent (attention arrives layer-first and is reordered here)."""
-        req = event.attention
-        received = received_groups = blocked = unblocked = learned_sink = None
-        maps = None
-        if req is not None:
-            groups = req.received_groups
-            if req.has_received and not (groups is not None and _groups_cover_rows(req)):
-                received = _np(req.received).transpose(1, 0, 2, 3)  # (L,B,H,S) -> (B,L,H,S)
-            if groups is not None:
-                received_groups = _np(groups).transpose(1, 2, 0, 3, 4)  # (L,B,G,H,S) -> (B,G,L,H,S)
-            if req.blocked is not None:
-                blocked = _np(req.blocked).transpose(1, 0, 2, 3)  # (L,B,H,S) -> (B,L,H,S)
-                if req.has_received_unblocked:
-                    unblocked = _np(req.received_unblocked).transpose(1, 0, 2, 3)
-            maps = req.maps or None
-            if req.learned_sink is not None:
-                learned_sink = _np(req.learned_sink).transpose(1, 0, 2)  # (L,B,H) -> (B,L,H)
-        readouts = {}
-        if req is not None:
-            for name in req.readout_names:                # (L, B, ...) -> (B, L, ...)
-                readouts[name] = np.moveaxis(_np(req.readout(name)), 0, 1)
-            if req.lens is not None:
-                readouts.update(lens_positions=req.lens["positions"], lens_tokens=req.lens["tokens"],
-                                lens_probs=req.lens["probs"])
-        self.write_step(event.step, event.tokens, is_masked=event.is_masked, revealed=event.revealed,
-                        attention_mask=getattr(event, "attention_mask", None),
-                        query_positions=getattr(event, "query_positions", None),
-                        received=received, received_groups=received_groups, blocked=blocked, maps=maps,
-                        received_unblocked=unblocked, learned_sink=learned_sink,
-                        edited=getattr(event, "edited", None), readouts=readouts)
+        self.write_step(event.step, **event_arrays(event))
 
     # ---- closing --------------------------------------------------------------------------
     def close(self) -> None:
