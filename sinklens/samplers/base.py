@@ -208,7 +208,7 @@ def open_trace_writer(trace, model, sampler: str, args: dict, input_ids: torch.T
     tok = getattr(model, "tokenizer", None)
     decode = None
     if tok is not None:
-        decode = lambda ids: [tok.convert_ids_to_tokens(int(i)) or "" for i in ids]  # noqa: E731
+        decode = lambda ids: [t or "" for t in tok.convert_ids_to_tokens([int(i) for i in ids])]  # noqa: E731
     if isinstance(trace, (str, os.PathLike)):
         writer = TraceWriter(trace, received_dtype=capture.received_dtype, decode=decode)
     else:

@@ -215,7 +215,7 @@ class TraceWriter:
         self.meta.update(schema_version=SCHEMA_VERSION, sinklens_version=__version__, units=UNITS,
                          received_dtype=received_dtype)
         self.num_steps = 0
-        self._seen_ids: set[int] = set()
+        self._seen = np.zeros(0, dtype=bool)  # token id -> its string is already stored
         self._sink = pa.OSFile(self.path, "wb")  # fail early on an unwritable path
         self._writer: pa.ipc.RecordBatchStreamWriter | None = None
         self._schema: pa.Schema | None = None
@@ -232,12 +232,24 @@ class TraceWriter:
             raise RuntimeError("the trace metadata is written with the first step; update it before write_step")
         self.meta.update(fields)
 
-    def _new_vocab(self, tokens: np.ndarray) -> dict[str, str]:
+    def _new_ids(self, tokens: np.ndarray) -> list[int]:
+        """Token ids of `tokens` whose strings are not stored yet (they are decoded when written)."""
         if self.decode is None:
-            return {}
-        new = sorted(set(int(t) for t in np.unique(tokens)) - self._seen_ids)
-        self._seen_ids.update(new)
-        return {str(i): s for i, s in zip(new, self.decode(new))} if new else {}
+            return []
+        ids = tokens.reshape(-1)
+        ids = ids[ids >= 0] if ids.size and int(ids.min()) < 0 else ids  # no string for a negative id
+        if ids.size and int(ids.max()) >= len(self._seen):  # grow the table to the largest id seen
+            self._seen = np.concatenate([self._seen, np.zeros(int(ids.max()) + 1 - len(self._seen), dtype=bool)])
+        fresh = ids[~self._seen[ids]]  # a step mostly repeats the ids of the last one: look them up, no sets
+        if not fresh.size:
+            return []
+        new = [int(i) for i in np.unique(fresh)]
+        self._seen[new] = True
+        return new
+
+    def _vocab(self, ids: list[int]) -> dict[str, str]:
+        """id -> string of `ids`, decoded in one call."""
+        return {str(i): s for i, s in zip(ids, self.decode(ids))} if ids else {}
 
     def _readout_columns(self, first: Mapping[str, object]) -> tuple[str, ...]:
         """The readout columns of this trace: those of the options the metadata declares (its
@@ -330,9 +342,10 @@ class TraceWriter:
             if arr is not None and arr.shape[0] != B:
                 raise ValueError(f"readout {name} must be batch first with {B} rows, got shape {arr.shape}")
 
-        vocab = self._new_vocab(tokens)
+        new_ids = self._new_ids(tokens)
         if self._writer is None:
-            self._start(tokens, received if received is not None else received_groups, vocab, readouts)
+            self._start(tokens, received if received is not None else received_groups, self._vocab(new_ids), readouts)
+            new_ids = []  # in the schema's metadata
         absent = sorted(set(readouts) - set(self._schema.names))
         if absent:
             raise ValueError(f"readout column(s) {absent} were not recorded at the first step, so the trace has no "
@@ -359,7 +372,7 @@ class TraceWriter:
         if not due:  # held past this call: own copies, the caller may reuse its buffers (a tensor's .numpy() is one)
             arrays = {k: _own(v) for k, v in arrays.items()}
             maps = {k: _np(m).copy() for k, m in maps.items()} if maps else maps
-        self._pending.append(dict(step=step, B=B, maps=maps, vocab=vocab if vocab and self.num_steps > 1 else None,
+        self._pending.append(dict(step=step, B=B, maps=maps, new_ids=new_ids,
                                   **arrays))
         if due:
             self.flush()
@@ -397,7 +410,7 @@ class TraceWriter:
         # checksum of the batch's serialised bytes lets the reader tell damaged steps from good
         # ones (Arrow itself has none); the reader verifies a batch when it first reads a step of it.
         custom = {CHECKSUM_KEY: str(zlib.crc32(batch.serialize()))}
-        vocab = {k: v for s in steps if s["vocab"] for k, v in s["vocab"].items()}
+        vocab = self._vocab([i for s in steps for i in s["new_ids"]])  # the group's new ids, one decode
         if vocab:
             custom[VOCAB_KEY] = json.dumps(vocab)
         self._writer.write_batch(batch, custom_metadata=custom)
