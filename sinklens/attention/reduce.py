@@ -111,6 +111,7 @@ class LayerSums:
     distance: torch.Tensor | None = None  # (B, H, S_k) sum over real rows of A[i, j] binned by |i − j|
     offset: int = 0
     s_q: int = 0
+    _skew: torch.Tensor | None = None  # the distance profile's scratch, reused over the layer's chunks
 
     @classmethod
     def for_request(cls, req, layer: int, b: int, h: int, s_q: int, s_k: int, unblocked: bool, device,
@@ -145,7 +146,7 @@ class LayerSums:
             self.groups[..., k0:k1] += torch.einsum("bhqk,bqg->bghk", p, self.group_of[:, start:end])
         for hd, m in self.maps.items():
             m[:, start:end, k0:k1] = p[:, hd]
-        if self.diagonal is not None:
+        if self.diagonal is not None and self.distance is None:  # else: the distance's bin 0 (store)
             self._add_diagonal(p, start, k0)
         if self.distance is not None:
             self._add_distance(p, start, end, k0, k1)
@@ -165,19 +166,39 @@ class LayerSums:
         first = start + max(0, -o)
         self.diagonal += (d * self._row_weight(p, slice(first, first + d.shape[-1]))[..., 0]).sum(-1)
 
+    def _skewed(self, b: int, h: int, c: int, k: int, device) -> torch.Tensor:
+        """(B, H, c + 1, K + c) float32 scratch for `_add_distance`, its first c columns zero.
+
+        One buffer per layer, made at its first chunk for every key (a causal chunk's K grows) and
+        re-cut for each chunk: only the first c columns of every row are ever read without being
+        written first, so only they are zeroed."""
+        need = b * h * (c + 1) * (k + c)
+        if self._skew is None or self._skew.numel() < need:
+            s_k = self.distance.shape[-1]
+            self._skew = torch.empty(max(need, b * h * (c + 1) * (s_k + c)), dtype=torch.float32, device=device)
+        buf = self._skew[:need].view(b, h, c + 1, k + c)
+        buf[..., :c].zero_()
+        return buf
+
     def _add_distance(self, p: torch.Tensor, start: int, end: int, k0: int, k1: int) -> None:
         """Add the chunk's A[i, j] into bins |i − j| (i: the row's key position).
 
-        Diagonal sums by skewing instead of a scatter over every (row, key): rows flipped, padded by c
-        and re-read with a stride one shorter, so that column m holds the entries with j − r = m − (c − 1);
-        a sum over rows then gives every diagonal at once, and only those c + K − 1 sums are binned."""
+        Diagonal sums by skewing instead of a scatter over every (row, key): the (weighted) rows are
+        written once, c columns in, into rows of width K + c, then re-read with a row stride one
+        longer, which shifts row r left by r: column m of that view holds the entry with
+        j − r = m + 1 − c (or a zero of the padding), so one sum over rows gives every diagonal."""
         b, h, c, k = p.shape
-        w = p if self.weight is None else p * self._row_weight(p, slice(start, end))
-        x = torch.nn.functional.pad(w.flip(2), (0, c)).reshape(b * h, c * (k + c))      # (BH, c (K + c))
-        diag = x[:, : c * (k + c - 1)].reshape(b * h, c, k + c - 1).sum(1)            # (BH, K + c − 1)
-        # column m: key j = m − (c − 1) + r against row r, whose own key sits at start + r + offset
-        m = torch.arange(k + c - 1, device=p.device)
-        dist = (m - (c - 1) + k0 - start - self.offset).abs()
+        buf = self._skewed(b, h, c, k, p.device)                       # (B, H, c + 1, K + c)
+        if self.weight is None:
+            buf[:, :, :c, c:].copy_(p)
+        else:
+            torch.mul(p, self.weight[:, None, start:end, None], out=buf[:, :, :c, c:])
+        w = k + c
+        # from element 1: column 0 would be j − r = −c, which no entry has
+        skew = buf.as_strided((b * h, c, w - 1), ((c + 1) * w, w + 1, 1), buf.storage_offset() + 1)
+        diag = skew.sum(1)                                             # (BH, K + c − 1)
+        # column m: key k0 + m + 1 − c + r against row r, whose own key sits at start + r + offset
+        dist = (torch.arange(1 - c, k, device=p.device) + (k0 - start - self.offset)).abs_()
         self.distance.view(b * h, -1).index_add_(1, dist, diag)
 
     def add_sink(self, share: torch.Tensor, start: int, end: int) -> None:
@@ -198,8 +219,10 @@ class LayerSums:
         req.record(layer, received=self.received, unblocked=self.unblocked, groups=self.groups, maps=self.maps,
                    learned_sink=self.learned_sink)
         if self.diagonal is not None:
+            # with the distance profile on, its bin 0 is that same sum: every A[i, j] with j = i, same weights
+            diagonal = self.diagonal if self.distance is None else self.distance[..., 0]
             rows = self.s_q if self.weight is None else self.weight.sum(-1).clamp(min=1.0)[:, None]  # Q per row
-            req.record_readout("diagonal", layer, self.diagonal / rows, aligned=False)
+            req.record_readout("diagonal", layer, diagonal / rows, aligned=False)
         if self.distance is not None:
             d = self.distance                                          # (B, H, S_k): distances 0 .. S_k − 1
             if req.num_keys is not None:  # a layer that saw only the last keys: its longer distances got nothing
