@@ -94,6 +94,68 @@ def row_matrix(req, device) -> torch.Tensor | None:
     return rows
 
 
+class OffsetSums:
+    """One layer's sums of A[i, j] by offset j − i (i: the query row's key position), chunk by chunk:
+    the distance profile folds them into |i − j|, and offset 0 is the diagonal.
+
+    A chunk's diagonals are summed by skewing, not by a scatter over every (row, key): its
+    (weighted) rows are written once into a scratch buffer of rows P + S_k wide whose first P
+    columns are zero (P >= c), then re-read with a row stride one longer, which shifts row r left
+    by r: each column of that view is one diagonal of the chunk (or a zero of the padding), and
+    one sum over rows gives every diagonal at once. Two passes over the chunk in all.
+    """
+
+    def __init__(self, b: int, h: int, s_k: int, offset: int, device) -> None:
+        self.s_k, self.offset = s_k, offset                             # query row r is key position r + offset
+        self.sums = torch.zeros(b, h, 2 * s_k - 1, dtype=torch.float32, device=device)   # index j − i + S_k − 1
+        self.buf: torch.Tensor | None = None                            # (B, H, P + 1, P + S_k) scratch
+        self.pad = 0                                                    # P: zero columns left of every row
+        self.dirty = 0                                                  # columns from here on are zero in every row
+
+    def _scratch(self, p: torch.Tensor) -> torch.Tensor:
+        """The scratch buffer for chunk p (B, H, c, K), with zeros wherever its skewed view reads
+        outside the chunk: the first P columns (never written) and the c − 1 columns right of it
+        (zero unless an earlier chunk of the layer had more keys)."""
+        b, h, c, k = p.shape
+        if self.buf is None or c > self.pad:  # once per layer: the first chunk is the largest
+            self.pad = c
+            self.buf = torch.zeros(b, h, c + 1, c + self.s_k, dtype=torch.float32, device=p.device)
+            self.dirty = c
+        end = self.pad + k
+        if self.dirty > end:  # an earlier chunk saw more keys: its columns past this one's are stale
+            self.buf[..., end:self.dirty].zero_()
+        self.dirty = end
+        return self.buf
+
+    def add(self, p: torch.Tensor, weight: torch.Tensor | None, start: int, k0: int) -> None:
+        """Add chunk p (B, H, c, K), query rows from `start`, keys from `k0`; weight (B, 1, c, 1) or None."""
+        b, h, c, k = p.shape
+        buf = self._scratch(p)                                          # (B, H, P + 1, P + S_k)
+        rows = buf[:, :, :c, self.pad:self.pad + k]
+        if weight is None:
+            rows.copy_(p)
+        else:
+            torch.mul(p, weight, out=rows)
+        # view column m, row r: buf[r, r + m + 1 + P − c], the chunk's entry with j − r = m + 1 − c
+        s = buf.stride()
+        skew = buf.as_strided((b, h, c, k + c - 1), (s[0], s[1], s[2] + 1, 1),
+                              buf.storage_offset() + 1 + self.pad - c)
+        # j − r = 1 − c is absolute offset k0 + (1 − c) − (start + offset)
+        lo = k0 - start - self.offset - c + self.s_k
+        self.sums[..., lo:lo + k + c - 1] += skew.sum(2)
+
+    def diagonal(self) -> torch.Tensor:
+        """(B, H) the sums at offset 0."""
+        return self.sums[..., self.s_k - 1]
+
+    def binned(self) -> torch.Tensor:
+        """(B, H, S_k) the sums by distance |j − i| = 0 .. S_k − 1."""
+        z = self.s_k - 1
+        d = self.sums[..., z:].clone()                                  # offsets 0 .. S_k − 1
+        d[..., 1:] += self.sums[..., :z].flip(-1)                       # offsets −1 .. −(S_k − 1)
+        return d
+
+
 @dataclass
 class LayerSums:
     """What one layer's capture accumulates, chunk by chunk (all float32)."""
@@ -108,10 +170,9 @@ class LayerSums:
     # readouts (sinklens/attention/readouts.py): query row r sits at key position r + offset (the
     # queries are the last S_q positions: a full forward has offset 0, a cached step S_k − S_q)
     diagonal: torch.Tensor | None = None  # (B, H) sum over real rows of A[i, i]; None = not asked
-    distance: torch.Tensor | None = None  # (B, H, S_k) sum over real rows of A[i, j] binned by |i − j|
+    distance: OffsetSums | None = None  # sums over real rows of A[i, j] by j − i, binned by |i − j| at store
     offset: int = 0
     s_q: int = 0
-    _skew: torch.Tensor | None = None  # the distance profile's scratch, reused over the layer's chunks
 
     @classmethod
     def for_request(cls, req, layer: int, b: int, h: int, s_q: int, s_k: int, unblocked: bool, device,
@@ -127,7 +188,7 @@ class LayerSums:
             group_of=group_of,
             maps={hd: zeros(b, s_q, s_k) for (ly, hd) in req.map_slices if ly == layer},
             diagonal=zeros(b, h) if req.diagonal else None,
-            distance=zeros(b, h, s_k) if req.distance else None,
+            distance=OffsetSums(b, h, s_k, s_k - s_q, device) if req.distance else None,
             offset=s_k - s_q,
             s_q=s_q,
         )
@@ -149,7 +210,7 @@ class LayerSums:
         if self.diagonal is not None and self.distance is None:  # else: the distance's bin 0 (store)
             self._add_diagonal(p, start, k0)
         if self.distance is not None:
-            self._add_distance(p, start, end, k0, k1)
+            self.distance.add(p, None if self.weight is None else self.weight[:, None, start:end, None], start, k0)
 
     def _row_weight(self, p: torch.Tensor, rows: slice) -> torch.Tensor:
         """(B, 1, n, 1) weights of query rows `rows` (1 = real), to broadcast over p (B, H, n, K)."""
@@ -165,41 +226,6 @@ class LayerSums:
             return
         first = start + max(0, -o)
         self.diagonal += (d * self._row_weight(p, slice(first, first + d.shape[-1]))[..., 0]).sum(-1)
-
-    def _skewed(self, b: int, h: int, c: int, k: int, device) -> torch.Tensor:
-        """(B, H, c + 1, K + c) float32 scratch for `_add_distance`, its first c columns zero.
-
-        One buffer per layer, made at its first chunk for every key (a causal chunk's K grows) and
-        re-cut for each chunk: only the first c columns of every row are ever read without being
-        written first, so only they are zeroed."""
-        need = b * h * (c + 1) * (k + c)
-        if self._skew is None or self._skew.numel() < need:
-            s_k = self.distance.shape[-1]
-            self._skew = torch.empty(max(need, b * h * (c + 1) * (s_k + c)), dtype=torch.float32, device=device)
-        buf = self._skew[:need].view(b, h, c + 1, k + c)
-        buf[..., :c].zero_()
-        return buf
-
-    def _add_distance(self, p: torch.Tensor, start: int, end: int, k0: int, k1: int) -> None:
-        """Add the chunk's A[i, j] into bins |i − j| (i: the row's key position).
-
-        Diagonal sums by skewing instead of a scatter over every (row, key): the (weighted) rows are
-        written once, c columns in, into rows of width K + c, then re-read with a row stride one
-        longer, which shifts row r left by r: column m of that view holds the entry with
-        j − r = m + 1 − c (or a zero of the padding), so one sum over rows gives every diagonal."""
-        b, h, c, k = p.shape
-        buf = self._skewed(b, h, c, k, p.device)                       # (B, H, c + 1, K + c)
-        if self.weight is None:
-            buf[:, :, :c, c:].copy_(p)
-        else:
-            torch.mul(p, self.weight[:, None, start:end, None], out=buf[:, :, :c, c:])
-        w = k + c
-        # from element 1: column 0 would be j − r = −c, which no entry has
-        skew = buf.as_strided((b * h, c, w - 1), ((c + 1) * w, w + 1, 1), buf.storage_offset() + 1)
-        diag = skew.sum(1)                                             # (BH, K + c − 1)
-        # column m: key k0 + m + 1 − c + r against row r, whose own key sits at start + r + offset
-        dist = (torch.arange(1 - c, k, device=p.device) + (k0 - start - self.offset)).abs_()
-        self.distance.view(b * h, -1).index_add_(1, dist, diag)
 
     def add_sink(self, share: torch.Tensor, start: int, end: int) -> None:
         """Add the learned sink's share (B, H, c) of the chunk's query rows [start, end)."""
@@ -220,11 +246,11 @@ class LayerSums:
                    learned_sink=self.learned_sink)
         if self.diagonal is not None:
             # with the distance profile on, its bin 0 is that same sum: every A[i, j] with j = i, same weights
-            diagonal = self.diagonal if self.distance is None else self.distance[..., 0]
+            diagonal = self.diagonal if self.distance is None else self.distance.diagonal()
             rows = self.s_q if self.weight is None else self.weight.sum(-1).clamp(min=1.0)[:, None]  # Q per row
             req.record_readout("diagonal", layer, diagonal / rows, aligned=False)
         if self.distance is not None:
-            d = self.distance                                          # (B, H, S_k): distances 0 .. S_k − 1
+            d = self.distance.binned()                                 # (B, H, S_k): distances 0 .. S_k − 1
             if req.num_keys is not None:  # a layer that saw only the last keys: its longer distances got nothing
                 d = torch.nn.functional.pad(d, (0, req.num_keys - d.shape[-1]))
             req.record_readout("distance", layer, d, aligned=False)
