@@ -13,11 +13,11 @@ from sinklens.attention import AttentionRequest
 from sinklens.attention.reduce import LayerSums
 
 
-def chunks(s_q: int, s_k: int, gen: torch.Generator) -> list[tuple[int, int, int, int]]:
-    """(start, end, k0, k1): query chunks of uneven sizes, each with its own key window."""
+def chunks(s_q: int, s_k: int, rows: int, gen: torch.Generator) -> list[tuple[int, int, int, int]]:
+    """(start, end, k0, k1): query chunks of uneven sizes up to `rows`, each with its own key window."""
     out, start = [], 0
     while start < s_q:
-        end = min(s_q, start + int(torch.randint(1, 6, (), generator=gen)))
+        end = min(s_q, start + int(torch.randint(1, rows + 1, (), generator=gen)))
         k0 = int(torch.randint(0, s_k, (), generator=gen))
         k1 = int(torch.randint(k0 + 1, s_k + 1, (), generator=gen))
         out.append((start, end, k0, k1))
@@ -43,10 +43,12 @@ def brute_force(p_chunks, plan, weight, b: int, h: int, s_q: int, s_k: int):
     return dist, diag
 
 
-@pytest.mark.parametrize("b, h, s_q, s_k", [(1, 1, 1, 1), (2, 3, 7, 7), (1, 5, 6, 13), (3, 2, 11, 17), (2, 1, 1, 9)])
+# the last: chunks of up to 150 rows, more than reduce.SKEW_ROWS, and more rows than keys
+@pytest.mark.parametrize("b, h, s_q, s_k, rows", [(1, 1, 1, 1, 5), (2, 3, 7, 7, 5), (1, 5, 6, 13, 5), (3, 2, 11, 17, 5),
+                                                  (2, 1, 1, 9, 5), (1, 2, 300, 310, 150)])
 @pytest.mark.parametrize("weighted", [False, True])
 @pytest.mark.parametrize("distance", [True, False])
-def test_distance_and_diagonal_equal_a_double_loop(b, h, s_q, s_k, weighted, distance):
+def test_distance_and_diagonal_equal_a_double_loop(b, h, s_q, s_k, rows, weighted, distance):
     gen = torch.Generator().manual_seed(b * 1000 + h * 100 + s_q * 10 + s_k)
     mask = None
     if weighted:
@@ -54,7 +56,7 @@ def test_distance_and_diagonal_equal_a_double_loop(b, h, s_q, s_k, weighted, dis
         mask[0, 0] = False                                               # at least one padded row
     req = AttentionRequest(capture=True, query_mask=mask, diagonal=True, distance=distance)
     sums = LayerSums.for_request(req, 0, b, h, s_q, s_k, unblocked=False, device="cpu")
-    plan = chunks(s_q, s_k, gen)
+    plan = chunks(s_q, s_k, rows, gen)
     p_chunks = []
     for start, end, k0, k1 in plan:
         p = torch.rand(b, h, end - start, k1 - k0, generator=gen)       # any values: the sums are linear

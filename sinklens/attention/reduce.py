@@ -20,6 +20,7 @@ import torch
 
 CLAMP = -80.0
 NEG = torch.finfo(torch.float32).min
+SKEW_ROWS = 64  # query rows per skewed diagonal sum of the distance profile (measured best of 16 .. 128 and all)
 
 
 def softmax_with_sink_(
@@ -102,7 +103,9 @@ class OffsetSums:
     (weighted) rows are written once into a scratch buffer of rows P + S_k wide whose first P
     columns are zero (P >= c), then re-read with a row stride one longer, which shifts row r left
     by r: each column of that view is one diagonal of the chunk (or a zero of the padding), and
-    one sum over rows gives every diagonal at once. Two passes over the chunk in all.
+    one sum over rows gives every diagonal at once. Two passes over the chunk in all, taken
+    SKEW_ROWS rows at a time: the view reads (rows) x (K + rows − 1) entries, twice the chunk's
+    when rows ≈ K, and a small buffer stays in cache (measured: docs/benchmarks.md).
     """
 
     def __init__(self, b: int, h: int, s_k: int, offset: int, device) -> None:
@@ -117,7 +120,7 @@ class OffsetSums:
         outside the chunk: the first P columns (never written) and the c − 1 columns right of it
         (zero unless an earlier chunk of the layer had more keys)."""
         b, h, c, k = p.shape
-        if self.buf is None or c > self.pad:  # once per layer: the first chunk is the largest
+        if self.buf is None or c > self.pad:  # once per layer: the first rows are the most
             self.pad = c
             self.buf = torch.zeros(b, h, c + 1, c + self.s_k, dtype=torch.float32, device=p.device)
             self.dirty = c
@@ -129,6 +132,11 @@ class OffsetSums:
 
     def add(self, p: torch.Tensor, weight: torch.Tensor | None, start: int, k0: int) -> None:
         """Add chunk p (B, H, c, K), query rows from `start`, keys from `k0`; weight (B, 1, c, 1) or None."""
+        for r in range(0, p.shape[2], SKEW_ROWS):
+            self._add_rows(p[:, :, r:r + SKEW_ROWS], None if weight is None else weight[:, :, r:r + SKEW_ROWS],
+                           start + r, k0)
+
+    def _add_rows(self, p: torch.Tensor, weight: torch.Tensor | None, start: int, k0: int) -> None:
         b, h, c, k = p.shape
         buf = self._scratch(p)                                          # (B, H, P + 1, P + S_k)
         rows = buf[:, :, :c, self.pad:self.pad + k]
