@@ -26,12 +26,21 @@ Ratios are to `--base` (default plain; `--base exact` for readouts-on against ca
 
     PYTHONPATH=. python benchmarks/bench_capture.py --models llama4 bidir6 --seqs 256 512 1024 2048
     PYTHONPATH=. python benchmarks/bench_capture.py --models qwen4 qwen4-block32 qwen4-block64 --modes plain exact lse
+
+`--breakdown` adds, per model and length, one forward of mode `all` under cProfile (CPU time):
+the time inside each readout's code (the distance sums, the diagonal, the q/k/v readouts, the
+hidden-state hook) as a share of that forward. cProfile adds its own cost to each Python call, so
+these shares are upper bounds; the ratios of the table are the measurement:
+
+    PYTHONPATH=. python benchmarks/bench_capture.py --models llama4 --modes exact all --base exact --breakdown
 """
 from __future__ import annotations
 
 import argparse
+import cProfile
 import dataclasses
 import os
+import pstats
 import time
 
 import torch
@@ -120,6 +129,37 @@ def forward(model, mode: str, ids: torch.Tensor, mask: torch.Tensor | None = Non
     return req.received
 
 
+def readout_code() -> dict[tuple[str, str], str]:
+    """(file, function name) -> the readout it computes, for --breakdown."""
+    from sinklens.attention import readouts, reduce
+
+    return {(reduce.__file__, "OffsetSums.add"): "distance sums", (reduce.__file__, "binned"): "distance binning",
+            (reduce.__file__, "_add_diagonal"): "diagonal",
+            (readouts.__file__, "record_vectors"): "value / key / query readouts",
+            (readouts.__file__, "hook"): "hidden-state norms (forward hook)"}
+
+
+def breakdown(model, ids, mask) -> str:
+    """One forward of mode `all` under cProfile: seconds in each readout's code, and their share."""
+    from sinklens.attention.reduce import OffsetSums
+
+    prof = cProfile.Profile(timer=time.process_time)
+    prof.enable()
+    forward(model, "all", ids, mask)
+    prof.disable()
+    stats = pstats.Stats(prof).stats  # (file, line, name) -> (calls, primitive calls, own, cumulative, callers)
+    total = max(ct for *_, ct, _ in stats.values())
+    offset_add = OffsetSums.add.__code__.co_firstlineno  # reduce.py has two `add`s: LayerSums' and this one
+    code = readout_code()
+    spent = {}
+    for (path, line, name), (*_, ct, _) in stats.items():
+        key = (path, "OffsetSums.add" if name == "add" and line == offset_add else name)
+        if key in code:
+            spent[code[key]] = spent.get(code[key], 0.0) + ct
+    parts = [f"{label} {t:.3f} s ({100 * t / total:.1f} %)" for label, t in spent.items()]
+    return f"forward {total:.3f} s: " + "; ".join(parts)
+
+
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--models", nargs="+", default=["smollm2", "llama4", "bidir6"])
@@ -129,6 +169,7 @@ def main() -> None:
     p.add_argument("--dtype", default="float32", choices=["float32", "bfloat16"])
     p.add_argument("--threads", type=int, default=1)
     p.add_argument("--base", default="plain", help="the mode the ratios divide by (one of --modes)")
+    p.add_argument("--breakdown", action="store_true", help="after each row, the readouts' share of one forward (cProfile)")
     args = p.parse_args()
     if args.base not in args.modes:
         p.error(f"--base {args.base} must be one of --modes {args.modes}")
@@ -159,6 +200,8 @@ def main() -> None:
             ratios = " | ".join(f"{best[m] / best[base]:.2f}x" for m in others)
             print(f"| {name} | {s} | {best[base]:.3f} | " + " | ".join(f"{best[m]:.3f}" for m in others)
                   + f" | {ratios} |", flush=True)
+            if args.breakdown:
+                print(f"  {name} S={s} all, {breakdown(model, ids, mask)}", flush=True)
         del model
     print("load average (1, 5, 15 min) at end: %.2f %.2f %.2f" % os.getloadavg())
 

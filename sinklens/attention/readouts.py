@@ -35,21 +35,23 @@ def record_vectors(req, layer: int, query: torch.Tensor, key: torch.Tensor, valu
     query (B, H, S_q, D), key and value (B, H_kv, S_k, D) as the attention function gets them
     (after RoPE, before the GQA repeat); weight (B, S_q) float real query rows or None (all).
     """
-    h, h_kv = query.shape[1], key.shape[1]
+    b, h, s_q, d = query.shape
+    h_kv, s_k = key.shape[1], key.shape[2]
     per_head = lambda t: t.repeat_interleave(h // h_kv, dim=1)  # noqa: E731  kv head -> its query heads, (B, H, S_k)
     if req.value_norms:
         req.record_readout("value_norm", layer, per_head(value.float().norm(dim=-1)))
     if req.qk_norms:
-        q = query.float()
+        q, k = query.float(), key.float()
         q_norm = q.norm(dim=-1)                                        # (B, H, S_q)
         w = torch.ones_like(q_norm[:, 0]) if weight is None else weight.to(q.device).float()   # (B, S_q)
         n = w.sum(-1).clamp(min=1.0)[:, None]                          # (B, 1)
-        # mean_i cos(q_i, k_j) = k̂_j · mean_i q̂_i: one (S_k, D) product, never an (S_q, S_k) matrix
-        q_dir = torch.einsum("bhqd,bq->bhd", q / q_norm.clamp(min=1e-30)[..., None], w) / n[..., None]  # (B, H, D)
-        k = per_head(key.float())                                      # (B, H, S_k, D)
-        k_norm = k.norm(dim=-1)                                        # (B, H, S_k)
-        cos = torch.einsum("bhkd,bhd->bhk", k / k_norm.clamp(min=1e-30)[..., None], q_dir)
-        req.record_readout("key_norm", layer, k_norm)
+        # mean_i cos(q_i, k_j) = k_j · mean_i q̂_i / ||k_j||: one (S_k, D) product per kv head and its
+        # query heads, never an (S_q, S_k) matrix; the norms divide the weights, not the vectors
+        q_dir = torch.einsum("bhqd,bhq->bhd", q, w[:, None] / q_norm.clamp(min=1e-30)) / n[..., None]  # (B, H, D)
+        k_norm = k.norm(dim=-1)                                        # (B, H_kv, S_k)
+        dots = torch.einsum("bgkd,bgrd->bgrk", k, q_dir.view(b, h_kv, h // h_kv, d))   # (B, H_kv, rep, S_k)
+        cos = (dots / k_norm.clamp(min=1e-30)[:, :, None]).view(b, h, s_k)
+        req.record_readout("key_norm", layer, per_head(k_norm))
         req.record_readout("qk_cos", layer, cos)
         req.record_readout("query_norm", layer, torch.einsum("bhq,bq->bh", q_norm, w) / n, aligned=False)
 

@@ -20,6 +20,7 @@ import torch
 
 CLAMP = -80.0
 NEG = torch.finfo(torch.float32).min
+SKEW_ROWS = 64  # query rows per skewed diagonal sum of the distance profile (measured best of 16 .. 128 and all)
 
 
 def softmax_with_sink_(
@@ -94,6 +95,75 @@ def row_matrix(req, device) -> torch.Tensor | None:
     return rows
 
 
+class OffsetSums:
+    """One layer's sums of A[i, j] by offset j − i (i: the query row's key position), chunk by chunk:
+    the distance profile folds them into |i − j|, and offset 0 is the diagonal.
+
+    A chunk's diagonals are summed by skewing, not by a scatter over every (row, key): its
+    (weighted) rows are written once into a scratch buffer of rows P + S_k wide whose first P
+    columns are zero (P >= c), then re-read with a row stride one longer, which shifts row r left
+    by r: each column of that view is one diagonal of the chunk (or a zero of the padding), and
+    one sum over rows gives every diagonal at once. Two passes over the chunk in all, taken
+    SKEW_ROWS rows at a time: the view reads (rows) x (K + rows − 1) entries, twice the chunk's
+    when rows ≈ K, and a small buffer stays in cache (measured: docs/benchmarks.md).
+    """
+
+    def __init__(self, b: int, h: int, s_k: int, offset: int, device) -> None:
+        self.s_k, self.offset = s_k, offset                             # query row r is key position r + offset
+        self.sums = torch.zeros(b, h, 2 * s_k - 1, dtype=torch.float32, device=device)   # index j − i + S_k − 1
+        self.buf: torch.Tensor | None = None                            # (B, H, P + 1, P + S_k) scratch
+        self.pad = 0                                                    # P: zero columns left of every row
+        self.dirty = 0                                                  # columns from here on are zero in every row
+
+    def _scratch(self, p: torch.Tensor) -> torch.Tensor:
+        """The scratch buffer for chunk p (B, H, c, K), with zeros wherever its skewed view reads
+        outside the chunk: the first P columns (never written) and the c − 1 columns right of it
+        (zero unless an earlier chunk of the layer had more keys)."""
+        b, h, c, k = p.shape
+        if self.buf is None or c > self.pad:  # once per layer: the first rows are the most
+            self.pad = c
+            self.buf = torch.zeros(b, h, c + 1, c + self.s_k, dtype=torch.float32, device=p.device)
+            self.dirty = c
+        end = self.pad + k
+        if self.dirty > end:  # an earlier chunk saw more keys: its columns past this one's are stale
+            self.buf[..., end:self.dirty].zero_()
+        self.dirty = end
+        return self.buf
+
+    def add(self, p: torch.Tensor, weight: torch.Tensor | None, start: int, k0: int) -> None:
+        """Add chunk p (B, H, c, K), query rows from `start`, keys from `k0`; weight (B, 1, c, 1) or None."""
+        for r in range(0, p.shape[2], SKEW_ROWS):
+            self._add_rows(p[:, :, r:r + SKEW_ROWS], None if weight is None else weight[:, :, r:r + SKEW_ROWS],
+                           start + r, k0)
+
+    def _add_rows(self, p: torch.Tensor, weight: torch.Tensor | None, start: int, k0: int) -> None:
+        b, h, c, k = p.shape
+        buf = self._scratch(p)                                          # (B, H, P + 1, P + S_k)
+        rows = buf[:, :, :c, self.pad:self.pad + k]
+        if weight is None:
+            rows.copy_(p)
+        else:
+            torch.mul(p, weight, out=rows)
+        # view column m, row r: buf[r, r + m + 1 + P − c], the chunk's entry with j − r = m + 1 − c
+        s = buf.stride()
+        skew = buf.as_strided((b, h, c, k + c - 1), (s[0], s[1], s[2] + 1, 1),
+                              buf.storage_offset() + 1 + self.pad - c)
+        # j − r = 1 − c is absolute offset k0 + (1 − c) − (start + offset)
+        lo = k0 - start - self.offset - c + self.s_k
+        self.sums[..., lo:lo + k + c - 1] += skew.sum(2)
+
+    def diagonal(self) -> torch.Tensor:
+        """(B, H) the sums at offset 0."""
+        return self.sums[..., self.s_k - 1]
+
+    def binned(self) -> torch.Tensor:
+        """(B, H, S_k) the sums by distance |j − i| = 0 .. S_k − 1."""
+        z = self.s_k - 1
+        d = self.sums[..., z:].clone()                                  # offsets 0 .. S_k − 1
+        d[..., 1:] += self.sums[..., :z].flip(-1)                       # offsets −1 .. −(S_k − 1)
+        return d
+
+
 @dataclass
 class LayerSums:
     """What one layer's capture accumulates, chunk by chunk (all float32)."""
@@ -108,7 +178,7 @@ class LayerSums:
     # readouts (sinklens/attention/readouts.py): query row r sits at key position r + offset (the
     # queries are the last S_q positions: a full forward has offset 0, a cached step S_k − S_q)
     diagonal: torch.Tensor | None = None  # (B, H) sum over real rows of A[i, i]; None = not asked
-    distance: torch.Tensor | None = None  # (B, H, S_k) sum over real rows of A[i, j] binned by |i − j|
+    distance: OffsetSums | None = None  # sums over real rows of A[i, j] by j − i, binned by |i − j| at store
     offset: int = 0
     s_q: int = 0
 
@@ -126,7 +196,7 @@ class LayerSums:
             group_of=group_of,
             maps={hd: zeros(b, s_q, s_k) for (ly, hd) in req.map_slices if ly == layer},
             diagonal=zeros(b, h) if req.diagonal else None,
-            distance=zeros(b, h, s_k) if req.distance else None,
+            distance=OffsetSums(b, h, s_k, s_k - s_q, device) if req.distance else None,
             offset=s_k - s_q,
             s_q=s_q,
         )
@@ -145,10 +215,10 @@ class LayerSums:
             self.groups[..., k0:k1] += torch.einsum("bhqk,bqg->bghk", p, self.group_of[:, start:end])
         for hd, m in self.maps.items():
             m[:, start:end, k0:k1] = p[:, hd]
-        if self.diagonal is not None:
+        if self.diagonal is not None and self.distance is None:  # else: the distance's bin 0 (store)
             self._add_diagonal(p, start, k0)
         if self.distance is not None:
-            self._add_distance(p, start, end, k0, k1)
+            self.distance.add(p, None if self.weight is None else self.weight[:, None, start:end, None], start, k0)
 
     def _row_weight(self, p: torch.Tensor, rows: slice) -> torch.Tensor:
         """(B, 1, n, 1) weights of query rows `rows` (1 = real), to broadcast over p (B, H, n, K)."""
@@ -164,21 +234,6 @@ class LayerSums:
             return
         first = start + max(0, -o)
         self.diagonal += (d * self._row_weight(p, slice(first, first + d.shape[-1]))[..., 0]).sum(-1)
-
-    def _add_distance(self, p: torch.Tensor, start: int, end: int, k0: int, k1: int) -> None:
-        """Add the chunk's A[i, j] into bins |i − j| (i: the row's key position).
-
-        Diagonal sums by skewing instead of a scatter over every (row, key): rows flipped, padded by c
-        and re-read with a stride one shorter, so that column m holds the entries with j − r = m − (c − 1);
-        a sum over rows then gives every diagonal at once, and only those c + K − 1 sums are binned."""
-        b, h, c, k = p.shape
-        w = p if self.weight is None else p * self._row_weight(p, slice(start, end))
-        x = torch.nn.functional.pad(w.flip(2), (0, c)).reshape(b * h, c * (k + c))      # (BH, c (K + c))
-        diag = x[:, : c * (k + c - 1)].reshape(b * h, c, k + c - 1).sum(1)            # (BH, K + c − 1)
-        # column m: key j = m − (c − 1) + r against row r, whose own key sits at start + r + offset
-        m = torch.arange(k + c - 1, device=p.device)
-        dist = (m - (c - 1) + k0 - start - self.offset).abs()
-        self.distance.view(b * h, -1).index_add_(1, dist, diag)
 
     def add_sink(self, share: torch.Tensor, start: int, end: int) -> None:
         """Add the learned sink's share (B, H, c) of the chunk's query rows [start, end)."""
@@ -198,10 +253,12 @@ class LayerSums:
         req.record(layer, received=self.received, unblocked=self.unblocked, groups=self.groups, maps=self.maps,
                    learned_sink=self.learned_sink)
         if self.diagonal is not None:
+            # with the distance profile on, its bin 0 is that same sum: every A[i, j] with j = i, same weights
+            diagonal = self.diagonal if self.distance is None else self.distance.diagonal()
             rows = self.s_q if self.weight is None else self.weight.sum(-1).clamp(min=1.0)[:, None]  # Q per row
-            req.record_readout("diagonal", layer, self.diagonal / rows, aligned=False)
+            req.record_readout("diagonal", layer, diagonal / rows, aligned=False)
         if self.distance is not None:
-            d = self.distance                                          # (B, H, S_k): distances 0 .. S_k − 1
+            d = self.distance.binned()                                 # (B, H, S_k): distances 0 .. S_k − 1
             if req.num_keys is not None:  # a layer that saw only the last keys: its longer distances got nothing
                 d = torch.nn.functional.pad(d, (0, req.num_keys - d.shape[-1]))
             req.record_readout("distance", layer, d, aligned=False)
