@@ -90,3 +90,23 @@ def test_a_layer_with_only_its_last_keys_pads_the_distances_it_cannot_reach():
     assert got.shape == (1, 2, 10)
     torch.testing.assert_close(got[..., :4].double(), dist, rtol=1e-5, atol=1e-6)
     assert not got[..., 4:].any()
+
+
+def test_layers_of_one_forward_share_the_scratch_and_each_equals_a_double_loop():
+    """The layers of one forward reuse one skew buffer (on the request): a layer after one with more
+    rows per chunk, more keys or fewer keys (a sliding layer) must read no stale entry of it."""
+    gen = torch.Generator().manual_seed(5)
+    b, h = 2, 3
+    req = AttentionRequest(capture=True, distance=True, diagonal=True)
+    shapes = [(40, 40, 30), (40, 40, 7), (9, 25, 4), (40, 40, 12), (12, 12, 12)]   # (S_q, S_k, rows per chunk)
+    for layer, (s_q, s_k, rows) in enumerate(shapes):
+        sums = LayerSums.for_request(req, layer, b, h, s_q, s_k, unblocked=False, device="cpu")
+        plan = chunks(s_q, s_k, rows, gen)
+        p_chunks = [torch.rand(b, h, end - start, k1 - k0, generator=gen) for start, end, k0, k1 in plan]
+        for p, (start, end, k0, k1) in zip(p_chunks, plan):
+            sums.add(p, start, end, k0, k1)
+        sums.store(req, layer)
+        dist, diag = brute_force(p_chunks, plan, None, b, h, s_q, s_k)
+        torch.testing.assert_close(req._readouts["distance"][layer].double(), dist, rtol=1e-5, atol=1e-5)
+        torch.testing.assert_close(req._readouts["diagonal"][layer].double(), diag / s_q, rtol=1e-5, atol=1e-5)
+    assert len(req._scratch) == 1  # one buffer for the forward

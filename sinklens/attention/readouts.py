@@ -81,7 +81,10 @@ def readout_hooks(model, req):
             h = output[0] if isinstance(output, tuple) else output     # (B, S, D) the residual stream after the layer
             if req.hidden_norms:
                 hf = h.float()
-                top = hf.abs().topk(min(HIDDEN_TOP_CHANNELS, hf.shape[-1]), dim=-1).indices   # (B, S, k)
+                mag = req._scratch.get("hidden_abs")  # one |h| buffer for all layers (fresh pages cost: reduce.SkewScratch)
+                if mag is None or mag.shape != hf.shape or mag.device != hf.device:
+                    mag = req._scratch["hidden_abs"] = torch.empty_like(hf)
+                top = torch.abs(hf, out=mag).topk(min(HIDDEN_TOP_CHANNELS, hf.shape[-1]), dim=-1).indices   # (B, S, k)
                 req.record_readout("hidden_norm", layer, hf.norm(dim=-1), aligned=False)
                 req.record_readout("hidden_top_channels", layer, top.int(), aligned=False)
                 req.record_readout("hidden_top_values", layer, hf.gather(-1, top), aligned=False)

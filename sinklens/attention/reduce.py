@@ -95,6 +95,17 @@ def row_matrix(req, device) -> torch.Tensor | None:
     return rows
 
 
+@dataclass
+class SkewScratch:
+    """`OffsetSums`' scratch buffer, kept on the request and reused by every layer of a forward: a
+    buffer of a few MB made anew per layer comes from the OS as fresh pages (glibc maps large
+    blocks), and touching them first cost ~2 % of a SmolLM2 forward at S = 1024 (docs/benchmarks.md)."""
+
+    buf: torch.Tensor | None = None  # (B, H, P + 1, >= P + S_k)
+    pad: int = 0                     # P: zero columns left of every row (the most rows of a chunk so far)
+    dirty: int = 0                   # columns from here on are zero in every row
+
+
 class OffsetSums:
     """One layer's sums of A[i, j] by offset j − i (i: the query row's key position), chunk by chunk:
     the distance profile folds them into |i − j|, and offset 0 is the diagonal.
@@ -108,27 +119,31 @@ class OffsetSums:
     when rows ≈ K, and a small buffer stays in cache (measured: docs/benchmarks.md).
     """
 
-    def __init__(self, b: int, h: int, s_k: int, offset: int, device) -> None:
+    def __init__(self, b: int, h: int, s_k: int, offset: int, device, scratch: SkewScratch | None = None) -> None:
         self.s_k, self.offset = s_k, offset                             # query row r is key position r + offset
         self.sums = torch.zeros(b, h, 2 * s_k - 1, dtype=torch.float32, device=device)   # index j − i + S_k − 1
-        self.buf: torch.Tensor | None = None                            # (B, H, P + 1, P + S_k) scratch
-        self.pad = 0                                                    # P: zero columns left of every row
-        self.dirty = 0                                                  # columns from here on are zero in every row
+        self.scratch = SkewScratch() if scratch is None else scratch    # shared by a forward's layers
+
+    @property
+    def pad(self) -> int:
+        return self.scratch.pad
 
     def _scratch(self, p: torch.Tensor) -> torch.Tensor:
         """The scratch buffer for chunk p (B, H, c, K), with zeros wherever its skewed view reads
         outside the chunk: the first P columns (never written) and the c − 1 columns right of it
-        (zero unless an earlier chunk of the layer had more keys)."""
+        (zero unless an earlier chunk, of this layer or an earlier one, had more keys)."""
         b, h, c, k = p.shape
-        if self.buf is None or c > self.pad:  # once per layer: the first rows are the most
-            self.pad = c
-            self.buf = torch.zeros(b, h, c + 1, c + self.s_k, dtype=torch.float32, device=p.device)
-            self.dirty = c
-        end = self.pad + k
-        if self.dirty > end:  # an earlier chunk saw more keys: its columns past this one's are stale
-            self.buf[..., end:self.dirty].zero_()
-        self.dirty = end
-        return self.buf
+        sc = self.scratch
+        if (sc.buf is None or c > sc.pad or sc.buf.shape[:2] != (b, h) or sc.buf.shape[-1] < sc.pad + self.s_k
+                or sc.buf.device != p.device):  # once per forward: the first rows are the most
+            sc.pad = c
+            sc.buf = torch.zeros(b, h, c + 1, c + self.s_k, dtype=torch.float32, device=p.device)
+            sc.dirty = c
+        end = sc.pad + k
+        if sc.dirty > end:  # an earlier chunk saw more keys: its columns past this one's are stale
+            sc.buf[..., end:sc.dirty].zero_()
+        sc.dirty = end
+        return sc.buf
 
     def add(self, p: torch.Tensor, weight: torch.Tensor | None, start: int, k0: int) -> None:
         """Add chunk p (B, H, c, K), query rows from `start`, keys from `k0`; weight (B, 1, c, 1) or None."""
@@ -196,7 +211,8 @@ class LayerSums:
             group_of=group_of,
             maps={hd: zeros(b, s_q, s_k) for (ly, hd) in req.map_slices if ly == layer},
             diagonal=zeros(b, h) if req.diagonal else None,
-            distance=OffsetSums(b, h, s_k, s_k - s_q, device) if req.distance else None,
+            distance=OffsetSums(b, h, s_k, s_k - s_q, device, req._scratch.setdefault("skew", SkewScratch()))
+            if req.distance else None,
             offset=s_k - s_q,
             s_q=s_q,
         )

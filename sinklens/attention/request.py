@@ -57,6 +57,8 @@ class AttentionRequest:
     # the query rows' weights, made once per forward for all layers (attention/reduce.py: row_weights)
     _row_weights: tuple | None = field(default=None, repr=False)
     _row_matrix: tuple | None = field(default=None, repr=False)  # (weight, group_of, rows): reduce.row_matrix
+    # work buffers the layers of one forward reuse instead of each allocating its own (readouts)
+    _scratch: dict = field(default_factory=dict, repr=False)
 
     def __post_init__(self) -> None:
         if self.query_chunk is not None and self.query_chunk < 1:
