@@ -152,23 +152,6 @@ class OffsetSums:
                            start + r, k0)
 
     def _add_rows(self, p: torch.Tensor, weight: torch.Tensor | None, start: int, k0: int) -> None:
-        """Rows p (B, H, c, K): the band of offsets 0 <= x − r <= K − c, which every row holds inside
-        the chunk, read in place through a strided view (row stride one longer: view[r, m] =
-        p[r, r + m]), no copy; the two corner triangles left of and right of it through the padded
-        scratch (`_skew_add`). A block with few keys for its rows goes to the scratch whole."""
-        b, h, c, k = p.shape
-        band = k - c + 1
-        if c == 1 or band < c:
-            return self._skew_add(p, weight, start, k0)
-        st = p.stride()
-        view = p.as_strided((b, h, c, band), (st[0], st[1], st[2] + st[3], st[3]), p.storage_offset())
-        zero = k0 - start - self.offset + self.s_k - 1                  # sums index of x − r = 0
-        self.sums[..., zero:zero + band] += view.sum(2) if weight is None else (view * weight).sum(2)
-        self._skew_add(p[..., :c - 1].tril(-1), weight, start, k0)                  # x − r < 0
-        self._skew_add(p[..., k - c + 1:].triu(0), weight, start, k0 + k - c + 1)   # x − r > K − c
-
-    def _skew_add(self, p: torch.Tensor, weight: torch.Tensor | None, start: int, k0: int) -> None:
-        """Every offset of rows p (B, H, c, K) by skewing a padded copy (class docstring)."""
         b, h, c, k = p.shape
         buf = self._scratch(p)                                          # (B, H, P + 1, P + S_k)
         rows = buf[:, :, :c, self.pad:self.pad + k]
