@@ -54,7 +54,8 @@ ATTENTION_NAME = "sinklens"
 CHUNK_BYTES = 8 * 2**20  # one chunk's float32 scores: 8 MB stays in cache (measured: docs/benchmarks.md)
 MASKED_CHUNK = 128  # at most, where a mask lets chunks skip keys (causal: measured best of 64 / 128 / 256)
 # A layer with at most this many scores (B·H·S_q·S_k, 512 kB in float32) is captured whole, not in
-# chunks: measured faster up to ~8 heads × 128 × 128, even at 256 (docs/benchmarks.md, "Trace capture").
+# chunks: 0.6× the loop's time at 6 × 34, 0.8× at 8 × 128 (benchmarks/bench_small_layer.py;
+# docs/benchmarks.md, "Trace capture and masking").
 SMALL_SCORES = 2**17
 
 
