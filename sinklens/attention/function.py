@@ -22,7 +22,7 @@ arrive as `kwargs["sinklens"]`, an `AttentionRequest`.
   A small layer (at most SMALL_SCORES scores: the shipped twins, short prompts) takes the exact
   route in one pass over the whole layer (`_capture_whole`): a handful of torch calls instead of
   the chunk loop's ~20, whose dispatch cost, not arithmetic, is what tracing such a model costs.
-  Keys no query of a chunk can see (a causal chunk's future, left padding) are skipped, and
+  In the chunk loop, keys no query of a chunk can see (a causal chunk's future, left padding) are skipped, and
   masked scores are never exponentiated (see reduce.py for why that matters on CPU).
 - modifiers (`Modifiers`): what a layer passes beyond q, k, v and its mask (scaling, softcap,
   s_aux sink logits; sliding windows arrive in the mask) is honoured by every route; any other
@@ -30,7 +30,8 @@ arrive as `kwargs["sinklens"]`, an `AttentionRequest`.
 - capture with blocked keys: the same pass also reduces the softmax over the keys allowed
   *before* blocking (`AttentionRequest.received_unblocked`): one exp, two normalisers. Sink
   masking ranks next step's sinks on it; ranking on what the blocked model did would see a
-  blocked sink at ~0 and set it free every other step.
+  blocked sink at ~0 and set it free every other step. A layer where the request blocks no key
+  runs as unmasked, and its received attention is its ranking source.
 """
 from __future__ import annotations
 
