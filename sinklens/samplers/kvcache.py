@@ -67,3 +67,17 @@ class StepCache(Cache):
         if layer is None or layer.start is None:
             return super().get_seq_length(layer_idx)
         return layer.start
+
+
+def check_fast_inputs(model, input_ids: torch.Tensor, attention_mask: torch.Tensor | None, what: str, *,
+                      one_prompt: str | None, padding_why: str, needs_bidirectional: bool) -> None:
+    """Fast-dLLM's input limits, one line each: a batch of one when `one_prompt` (the reason and
+    what a batch may use instead) is given; no padding (`padding_why`: why the code cannot mask
+    pads); a bidirectional model where a cached forward passes no mask. `what` names the options."""
+    if one_prompt is not None and input_ids.shape[0] != 1:
+        raise ValueError(f"{what} takes one prompt at a time ({one_prompt}), got a batch of {input_ids.shape[0]}")
+    if attention_mask is not None and not bool(attention_mask.bool().all()):
+        raise ValueError(f"{what} takes no padding ({padding_why}): pass prompts of one length without pad tokens")
+    layout_kind = getattr(getattr(model, "family", None), "attention", "bidirectional")
+    if needs_bidirectional and layout_kind != "bidirectional":
+        raise ValueError(f"{what} needs bidirectional attention (Fast-dLLM's LLaDA / Dream), this model's is {layout_kind}")

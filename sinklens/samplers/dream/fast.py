@@ -45,7 +45,7 @@ import torch.nn.functional as F
 from sinklens.samplers import base
 from sinklens.samplers.dream.config import DreamConfig
 from sinklens.samplers.dream.draw import sample_tokens
-from sinklens.samplers.kvcache import StepCache
+from sinklens.samplers.kvcache import StepCache, check_fast_inputs
 from sinklens.trace.layout import TraceLayout
 
 
@@ -105,17 +105,12 @@ def sample_fast(model, input_ids, config: DreamConfig, attention_mask=None, *, t
     P = torch.as_tensor(input_ids).shape[-1]
     S = P + c.max_new_tokens
     input_ids, attention_mask = base.check_inputs(input_ids, attention_mask, S, getattr(model, "max_length", None))
+    one_prompt = c.cache == "dual" or c.threshold is not None
+    check_fast_inputs(model, input_ids, attention_mask, f"cache={c.cache!r} with threshold={c.threshold!r}",
+                      one_prompt=("batch 1, as Fast-dLLM's code; a batch runs with cache='prefix' and no "
+                                  "threshold") if one_prompt else None,
+                      padding_why="Fast-dLLM's cached Dream forward cannot mask pads", needs_bidirectional=True)
     B = input_ids.shape[0]
-    if B != 1 and (c.cache == "dual" or c.threshold is not None):
-        raise ValueError(f"cache={c.cache!r} with threshold={c.threshold!r} takes one prompt at a time (batch 1, as "
-                         f"Fast-dLLM's code), got a batch of {B}; a batch runs with cache='prefix' and no threshold")
-    if attention_mask is not None and not bool(attention_mask.bool().all()):
-        raise ValueError(f"cache={c.cache!r} takes no padding (Fast-dLLM's cached Dream forward cannot mask pads): "
-                         "pass prompts of one length without pad tokens")
-    layout_kind = getattr(getattr(model, "family", None), "attention", "bidirectional")
-    if layout_kind != "bidirectional":
-        raise ValueError(f"cache={c.cache!r} needs bidirectional attention (Fast-dLLM's LLaDA / Dream), this model's "
-                         f"is {layout_kind}")
     device = model.device  # the canvas lives with the model: cached forwards take their rows as they are
     input_ids = input_ids.to(device)
     bl, steps_per_block = c.cached_block_length, c.steps // c.num_blocks

@@ -24,6 +24,7 @@ import torch.nn.functional as F
 from sinklens.samplers import base
 from sinklens.samplers.dream.config import DreamConfig
 from sinklens.samplers.dream.draw import sample_tokens
+from sinklens.samplers.kvcache import check_fast_inputs
 from sinklens.trace.layout import TraceLayout
 
 
@@ -37,12 +38,9 @@ def sample_parallel(model, input_ids, config: DreamConfig, attention_mask=None, 
     P = torch.as_tensor(input_ids).shape[-1]
     S = P + c.max_new_tokens
     input_ids, attention_mask = base.check_inputs(input_ids, attention_mask, S, getattr(model, "max_length", None))
-    if input_ids.shape[0] != 1:
-        raise ValueError(f"threshold={c.threshold!r} takes one prompt at a time (batch 1, as Fast-dLLM's code), "
-                         f"got a batch of {input_ids.shape[0]}")
-    if attention_mask is not None and not bool(attention_mask.bool().all()):
-        raise ValueError(f"threshold={c.threshold!r} takes no padding (Fast-dLLM's Dream ignores position shifts): "
-                         "pass the prompt without pad tokens")
+    check_fast_inputs(model, input_ids, attention_mask, f"threshold={c.threshold!r}",
+                      one_prompt="batch 1, as Fast-dLLM's code",
+                      padding_why="Fast-dLLM's Dream ignores position shifts", needs_bidirectional=False)
     if c.max_new_tokens % c.steps:
         raise ValueError(f"threshold={c.threshold!r} without a cache needs max_new_tokens ({c.max_new_tokens}) to be "
                          f"a multiple of steps ({c.steps}), as Fast-dLLM asserts")

@@ -44,7 +44,7 @@ import torch
 import torch.nn.functional as F
 
 from sinklens.samplers import base
-from sinklens.samplers.kvcache import StepCache
+from sinklens.samplers.kvcache import StepCache, check_fast_inputs
 from sinklens.samplers.llada.config import LLaDAConfig
 from sinklens.samplers.llada.schedule import add_gumbel_noise, num_transfer_tokens
 from sinklens.trace.layout import TraceLayout
@@ -82,16 +82,10 @@ def sample_fast(model, input_ids, config: LLaDAConfig, attention_mask=None, *, t
     P = torch.as_tensor(input_ids).shape[-1]
     S = P + c.gen_length
     input_ids, attention_mask = base.check_inputs(input_ids, attention_mask, S, getattr(model, "max_length", None))
-    if input_ids.shape[0] != 1:
-        raise ValueError(f"cache={c.cache!r} / threshold={c.threshold!r} takes one prompt at a time (batch 1, as "
-                         f"Fast-dLLM's generate functions), got a batch of {input_ids.shape[0]}")
-    if attention_mask is not None and not bool(attention_mask.bool().all()):
-        raise ValueError(f"cache={c.cache!r} / threshold={c.threshold!r} takes no padding (Fast-dLLM's LLaDA ignores "
-                         "the attention mask): pass the prompt without pad tokens")
-    layout_kind = getattr(getattr(model, "family", None), "attention", "bidirectional")
-    if c.cache != "none" and layout_kind != "bidirectional":
-        raise ValueError(f"cache={c.cache!r} needs bidirectional attention (Fast-dLLM's LLaDA / Dream), this model's "
-                         f"is {layout_kind}")
+    check_fast_inputs(model, input_ids, attention_mask, f"cache={c.cache!r} / threshold={c.threshold!r}",
+                      one_prompt="batch 1, as Fast-dLLM's generate functions",
+                      padding_why="Fast-dLLM's LLaDA ignores the attention mask",
+                      needs_bidirectional=c.cache != "none")
     device = model.device  # the canvas lives with the model: cached forwards take their rows as they are
     input_ids = input_ids.to(device)
     bl, steps_per_block = c.block_length, c.steps // c.num_blocks
