@@ -262,19 +262,13 @@ def merge(out: str, meta: dict) -> str:
     lines = sorted(finished(out).values())
     header = {**meta, "n_prompts": len(lines), "complete": len(lines) == meta["n_expected"]}
     path = os.path.join(out, CORPUS_FILE)
-    tmp = f"{path}.tmp{os.getpid()}"
-    try:
-        with open(tmp, "wb") as dst:
-            dst.write((json.dumps(header, ensure_ascii=False) + "\n").encode("utf-8"))
-            for _, shard, start, stop in lines:
-                with open(shard, "rb") as src:
-                    src.seek(start)
-                    dst.write(src.read(stop - start))
-            dst.flush()
-            os.fsync(dst.fileno())
-        os.replace(tmp, path)
-    except OSError as e:
-        if os.path.exists(tmp):
-            os.remove(tmp)
-        raise records.WriteError(path, e) from e
+
+    def fill(dst) -> None:
+        dst.write((json.dumps(header, ensure_ascii=False) + "\n").encode("utf-8"))
+        for _, shard, start, stop in lines:
+            with open(shard, "rb") as src:
+                src.seek(start)
+                dst.write(src.read(stop - start))
+
+    records.replace_file(path, fill)
     return path

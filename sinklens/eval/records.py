@@ -103,13 +103,13 @@ def collect(run_dir: str) -> list[dict]:
     return sorted(by_id.values(), key=lambda r: r["index"])
 
 
-def write_text(path: str, text: str) -> None:
-    """Replace `path` with `text` in one step (temporary file + rename): a full disk leaves the old
-    file or none, never a torn one. Raises WriteError."""
+def replace_file(path: str, fill) -> None:
+    """Replace `path` with what `fill(f)` writes to a binary file, in one step (temporary file,
+    fsync, rename): a full disk leaves the old file or none, never a torn one. Raises WriteError."""
     tmp = f"{path}.tmp{os.getpid()}"
     try:
-        with open(tmp, "w", encoding="utf-8") as f:
-            f.write(text)
+        with open(tmp, "wb") as f:
+            fill(f)
             f.flush()
             os.fsync(f.fileno())
         os.replace(tmp, path)
@@ -117,6 +117,11 @@ def write_text(path: str, text: str) -> None:
         if os.path.exists(tmp):
             os.remove(tmp)
         raise WriteError(path, e) from e
+
+
+def write_text(path: str, text: str) -> None:
+    """Replace `path` with `text` in one step (`replace_file`). Raises WriteError."""
+    replace_file(path, lambda f: f.write(text.encode("utf-8")))
 
 
 def merge(run_dir: str) -> str:
