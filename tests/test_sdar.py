@@ -180,7 +180,7 @@ def test_masking_ranks_with_the_steps_own_blocks(m):
     differ = 0
     for ev in events:
         real = ev.attention_mask.cpu()
-        queries = policy._queries(*real.shape, real, ev.query_positions)
+        queries = torch.from_numpy(policy._queries(*real.shape, real, ev.query_positions))
         own = ev.layout.visibilities(m.num_layers)
         seen_own = torch_rule.coverage(queries, real, own).seen
         seen_model = torch_rule.coverage(queries, real, policy.visibilities).seen

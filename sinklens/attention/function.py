@@ -192,13 +192,15 @@ def _capture_whole(
     rep = h // h_kv  # query head i uses kv head i // rep, as transformers' repeat_kv
     if has_empty_rows(allowed):
         return None
-    scores = torch.matmul(query.reshape(b, h_kv, rep, s_q, d).float(),
-                          key.float().unsqueeze(2).transpose(-1, -2)).mul_(scaling)  # (B, H_kv, rep, S_q, S_k)
+    # Query heads grouped by their kv head as rows of one matrix, (B, H_kv, rep·S_q, D) (a view: head
+    # i = kv head i // rep), so every product is one 4-D matmul and no key or value is repeated.
+    q = query.float().reshape(b, h_kv, rep * s_q, d)
+    scores = torch.matmul(q, key.float().transpose(-1, -2)).mul_(scaling).view(b, h, s_q, s_k)   # (B, H, S_q, S_k)
     if mods.softcap is not None:  # Gemma2: logits squashed into (-cap, cap), before the mask (as eager)
         scores = scores.div_(mods.softcap).tanh_().mul_(mods.softcap)
     if allowed is not None:
-        scores.masked_fill_(~_per_kv_head(allowed, h_kv, rep), float("-inf"))
-    probs = torch.softmax(scores, dim=-1).reshape(b, h, s_q, s_k)
+        scores.masked_fill_(~allowed, float("-inf"))
+    probs = torch.softmax(scores, dim=-1)  # (B, H, S_q, S_k) float32
     rows = row_matrix(req, query.device)  # (B, 1, 1 + G, S_q) the summed rows' weights, then each group's
 
     def column_sums(p: torch.Tensor) -> torch.Tensor:
@@ -217,7 +219,7 @@ def _capture_whole(
         if bool((z < 1e-30).any()):
             return None
         probs = probs.div_(z)
-    out = torch.matmul(probs.reshape(b, h_kv, rep, s_q, s_k).to(value.dtype), value.unsqueeze(2))
+    out = torch.matmul(probs.view(b, h_kv, rep * s_q, s_k).to(value.dtype), value)  # (B, H_kv, rep·S_q, D)
     received = groups = None
     if rows is None or req.query_groups is None:
         received = column_sums(probs) if req.capture else None
@@ -226,7 +228,7 @@ def _capture_whole(
         received = sums[:, :, 0] if req.capture else None
         groups = sums[:, :, 1:].transpose(1, 2)  # (B, G, H, S_k)
     req.record(module.layer_idx, received=received, unblocked=unblocked, groups=groups)
-    return out.reshape(b, h, s_q, d).transpose(1, 2).contiguous()  # (B, S_q, H, D)
+    return out.view(b, h, s_q, d).transpose(1, 2).contiguous()  # (B, S_q, H, D)
 
 
 # Keyword arguments transformers' attention modules pass that this function implements, and those
@@ -314,6 +316,7 @@ def sinklens_attention(
     is_causal = kwargs.pop("is_causal", None)
     is_causal = getattr(module, "is_causal", True) if is_causal is None else is_causal
     check_window(module, kwargs.get("sliding_window"), attention_mask, s_k, is_causal)
+    # None where this layer blocks no key: its attention runs as unmasked (its received is its ranking source)
     blocked = req.blocked_for(module.layer_idx) if req is not None else None
     if blocked is not None and req.num_keys is not None:
         blocked = blocked[..., blocked.shape[-1] - key.shape[2]:]  # this layer's keys are the last S_k
@@ -321,8 +324,6 @@ def sinklens_attention(
         raise ValueError(
             f"blocked for layer {module.layer_idx} has shape {tuple(blocked.shape)}, expected (B, H, S_k) = {(b, h, s_k)}"
         )
-    if blocked is not None and not bool(blocked.any()):
-        blocked = None  # nothing blocked in this layer: its attention as unmasked (its received is its ranking source)
     if req is not None and (req.value_norms or req.qk_norms):   # readouts of q, k, v themselves: any route
         record_vectors(req, module.layer_idx, query, key, value, req.query_mask)
     if req is None or (blocked is None and not req.needs_probabilities):

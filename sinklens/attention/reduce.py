@@ -65,7 +65,8 @@ def row_weights(req, device) -> tuple[torch.Tensor | None, torch.Tensor | None]:
         old_key, old_masks, out = req._row_weights
         if old_key == key and all(a is b for a, b in zip(old_masks, masks)):
             return out
-    weight = None if req.query_mask is None else req.query_mask.to(device).float()
+    # a mask where every row counts weighs nothing: plain sums (an ARM's one decoding row, every step)
+    weight = None if req.query_mask is None or bool(req.query_mask.all()) else req.query_mask.to(device).float()
     group_of = None
     if req.query_groups is not None:
         # id -1 (no group) -> an all-zero row: shift by one, drop column 0

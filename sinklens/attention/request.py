@@ -59,6 +59,7 @@ class AttentionRequest:
     _row_matrix: tuple | None = field(default=None, repr=False)  # (weight, group_of, rows): reduce.row_matrix
     # work buffers the layers of one forward reuse instead of each allocating its own (readouts)
     _scratch: dict = field(default_factory=dict, repr=False)
+    _blocks_any: tuple | None = field(default=None, repr=False)  # (blocked, its version, per layer: blocks a key)
 
     def __post_init__(self) -> None:
         if self.query_chunk is not None and self.query_chunk < 1:
@@ -79,12 +80,16 @@ class AttentionRequest:
                       "lens_positions")
 
     def blocked_for(self, layer: int) -> torch.Tensor | None:
-        """(B, H, S_k) bool keys blocked in `layer`, or None."""
+        """(B, H, S_k) bool keys blocked in `layer`, or None (also where it blocks no key)."""
         if self.blocked is None:
             return None
         if layer >= self.blocked.shape[0]:
             raise ValueError(f"blocked has {self.blocked.shape[0]} layers but layer {layer} was run")
-        return self.blocked[layer]
+        cached = self._blocks_any
+        if cached is None or cached[0] is not self.blocked or cached[1] != self.blocked._version:
+            # one test for all layers of a forward (remade if `blocked` is replaced or edited in place)
+            cached = self._blocks_any = (self.blocked, self.blocked._version, self.blocked.flatten(1).any(1).tolist())
+        return self.blocked[layer] if cached[2][layer] else None
 
     # --- filled by the attention function, one layer at a time ----------------------------
     def record(self, layer: int, received=None, unblocked=None, groups=None, maps=None, learned_sink=None) -> None:

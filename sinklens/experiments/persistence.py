@@ -31,15 +31,15 @@ class _DryRun:
     def before_step(self, step, tokens, is_masked, attention_mask=None):
         real = torch.ones_like(tokens, dtype=torch.bool) if attention_mask is None else attention_mask.bool()
         if self.policy._prompt is None:
-            self.policy._prompt = (real & ~is_masked.bool()).cpu()
-        self._tokens, self._masked, self._real = tokens.cpu(), is_masked.bool().cpu(), real.cpu()
+            self.policy._prompt = (real & ~is_masked.bool()).cpu().numpy()
+        self._tokens, self._masked, self._real = tokens.cpu().clone(), is_masked.bool().cpu().clone(), real.cpu().clone()
         return None
 
     def after_step(self, event) -> None:
         sel = self.policy.rank(event.attention.received, real=self._real,
-                               queries=self.policy._queries(*self._tokens.shape, self._real, event.query_positions))
+                               queries=self.policy._queries(*self._tokens.shape, self._real.numpy(), event.query_positions))
         B, S = self._tokens.shape
-        self.stats.add(sel.blocked, sel.sinks, self._tokens, self._masked, self.policy._prompt_mask(B, S), self._real)
+        self.stats.add(sel, self._tokens.numpy(), self._masked.numpy(), self.policy._prompt_mask(B, S), self._real.numpy())
 
 
 def persistence(model, prompts: list[list[int]], config: MaskingConfig, sampler_kwargs: dict) -> dict:
@@ -66,6 +66,7 @@ def persistence(model, prompts: list[list[int]], config: MaskingConfig, sampler_
 
 
 def _merge(into: MaskingStats, part: MaskingStats) -> None:
+    part.flush()
     for name in ("entries", "key_slots", "sinks", "kept", "prev_total"):
         setattr(into, name, getattr(into, name) + getattr(part, name))
 

@@ -35,20 +35,32 @@ are one set on one step's attention (tests/test_rule_agreement.py):
 """
 from __future__ import annotations
 
+import numpy as np
 import torch
 
 from sinklens.attention.request import AttentionRequest
 from sinklens.masking.config import MaskingConfig  # re-exported: `from sinklens.masking.policy import MaskingConfig`
-from sinklens.masking.select import select
+from sinklens.masking.select import Selection, select
 from sinklens.masking.stats import MaskingStats
-from sinklens.rule import torch_rule
+from sinklens.rule import np_rule
 from sinklens.rule.spec import layer_visibilities
+
+# The rule's coverage is a pure function of (summed rows, real keys, layout): remembered for every
+# policy of the process (an eval makes one per sample; an ARM's recurs with each prefix length).
+COVERAGE_CACHE = 1024
+_coverages: dict = {}
+
+
+def _np(x) -> np.ndarray:
+    """A numpy view (CPU) of a tensor or array."""
+    return x.detach().cpu().numpy() if isinstance(x, torch.Tensor) else np.asarray(x)
 
 
 class SinkMaskingPolicy:
     """Hook: `before_step` blocks last step's sinks, `after_step` ranks this step's."""
 
     wants_attention = True      # tells the sampler to capture attention at every step
+    wants_query_groups = False  # ranks on all summed rows: the masked / unmasked split is not needed
 
     def __init__(self, config: MaskingConfig, *, num_layers: int, is_diffusion: bool = True, model=None):
         if config.step0 == "probe" and model is None:
@@ -64,11 +76,10 @@ class SinkMaskingPolicy:
 
     def reset(self, seed: int | None = None) -> None:
         """Forget the previous generation (call between generations); `seed` for the random control."""
-        self._next = None           # Selection for the next step
-        self._prompt: torch.Tensor | None = None     # (B, S0) bool prompt positions
+        self._next: Selection | None = None     # what to block at the next step
+        self._prompt: np.ndarray | None = None  # (B, S0) bool prompt positions
         self._priority: torch.Tensor | None = None   # (L, B, H, S) random control priorities
         self._gen = torch.Generator().manual_seed(self.config.seed if seed is None else int(seed))
-        self._last_coverage = None  # ((queries, real, visibilities), Coverage) of the last ranked step
         self.stats = MaskingStats()
 
     # --- ranking ------------------------------------------------------------------------
@@ -79,75 +90,79 @@ class SinkMaskingPolicy:
             raise ValueError(f"mask top-K = {cfg.mask_k} is larger than the sequence ({num_keys} keys): "
                              f"choose K <= {num_keys}")
 
-    def _queries(self, B: int, S: int, real: torch.Tensor, query_positions=None) -> torch.Tensor:
+    def _queries(self, B: int, S: int, real, query_positions=None) -> np.ndarray:
         """(B, S) bool rows whose attention was summed into the ranking source."""
+        real = _np(real).astype(bool, copy=False)
         if query_positions is not None:
-            q = torch.zeros(B, S, dtype=torch.bool)
+            q = np.zeros((B, S), bool)
             for b, pos in enumerate(query_positions):
-                q[b, torch.as_tensor(pos, dtype=torch.long).cpu()] = True
+                q[b, _np(pos).astype(np.int64)] = True
             return q & real
         if not self.is_diffusion and self.config.arm_rule == "newest":
-            q = torch.zeros(B, S, dtype=torch.bool)
+            q = np.zeros((B, S), bool)
             q[:, -1] = True
             return q
-        return real.clone()
+        return real
 
-    def _priorities(self, L: int, B: int, H: int, S: int) -> torch.Tensor:
+    def _priorities(self, L: int, B: int, H: int, S: int) -> np.ndarray:
         """Fixed random priorities per (layer, row, head, key), grown as an ARM's prefix grows."""
         have = 0 if self._priority is None else self._priority.shape[-1]
         if have < S:
             more = torch.rand(L, B, H, S - have, generator=self._gen)
             self._priority = more if self._priority is None else torch.cat([self._priority, more], dim=-1)
-        return self._priority
+        return self._priority.numpy()
 
-    def rank(self, received: torch.Tensor, *, real: torch.Tensor | None = None, queries: torch.Tensor | None = None,
-             prompt: torch.Tensor | None = None, visibilities=None):
+    def rank(self, received: torch.Tensor, *, real=None, queries=None, prompt=None, visibilities=None) -> Selection:
         """(L, B, H, S) ranking source -> Selection (blocked keys + Eq. 3 sinks) for the next step.
 
         real: (B, S) bool real keys (default all); queries: (B, S) bool summed query rows (default:
         the family's rule); prompt: (B, S) bool prompt positions (default: this generation's);
-        visibilities: per layer, which keys a query could see (default: the model's facts)."""
+        visibilities: per layer, which keys a query could see (default: the model's facts).
+        Tensors or arrays; the ranking itself runs in numpy (masking/select.py)."""
         L, B, H, S = received.shape
-        received = received.float().cpu()
-        real = torch.ones(B, S, dtype=torch.bool) if real is None else real.bool().cpu()
-        if queries is None:
-            queries = self._queries(B, S, real)
-        if prompt is None:
-            prompt = self._prompt_mask(B, S)
-        scope = {"all": real, "prompt": prompt & real, "generated": ~prompt & real}[self.config.scope]
+        received = (received.detach().float().cpu().numpy() if isinstance(received, torch.Tensor)
+                    else np.asarray(received, np.float32))
+        real = np.ones((B, S), bool) if real is None else _np(real).astype(bool, copy=False)
+        queries = self._queries(B, S, real) if queries is None else _np(queries).astype(bool, copy=False)
+        prompt = self._prompt_mask(B, S) if prompt is None else _np(prompt).astype(bool, copy=False)
+        scope = real if self.config.scope == "all" else (prompt if self.config.scope == "prompt" else ~prompt) & real
         visibilities = self.visibilities if visibilities is None else visibilities
-        cov = self._coverage(queries.cpu(), real, visibilities)   # (L, B, S) keys the rows could see
+        covs = [self._coverage(queries[b] & real[b], real[b], visibilities) for b in range(B)]
         if self.config.sinks == "topk" and self.config.threshold is None and self.config.fraction is None:
             self.check_num_keys(int(real.sum(-1).min()))
         prio = self._priorities(L, B, H, S) if self.config.control == "random" else None
-        return select(received, cov, scope, self.config, prio)
+        return select(received, covs, scope, self.config, prio)
 
-    def _coverage(self, queries: torch.Tensor, real: torch.Tensor, visibilities) -> torch_rule.Coverage:
-        """The rule's coverage of a step, reused while the summed rows, the real keys and the layout
-        stay the same (every step of a DLM: making it anew was a third of the ranking's time)."""
-        if self._last_coverage is not None:
-            (q, r, v), cov = self._last_coverage
-            if v == visibilities and torch.equal(q, queries) and torch.equal(r, real):
-                return cov
-        cov = torch_rule.coverage(queries, real, visibilities)
-        self._last_coverage = ((queries.clone(), real.clone(), list(visibilities)), cov)
+    def _coverage(self, queries: np.ndarray, real: np.ndarray, visibilities) -> np_rule.Coverage:
+        """The rule's coverage of one batch row (S,) bool summed rows / real keys, remembered: it is the
+        same at every step of a DLM, and an ARM's recurs with each prefix length (making it anew was a
+        third of the ranking's time)."""
+        key = (queries.tobytes(), real.tobytes(), queries.shape[0], tuple(visibilities))
+        cov = _coverages.get(key)
+        if cov is None:
+            if len(_coverages) >= COVERAGE_CACHE:
+                _coverages.clear()
+            cov = _coverages[key] = np_rule.coverage(np.flatnonzero(queries), real, visibilities)
+            for a in (cov.n_queries, cov.seen, cov.expected, cov.visible):
+                a.flags.writeable = False   # shared by every later step with the same key
         return cov
 
-    def _prompt_mask(self, B: int, S: int) -> torch.Tensor:
+    def _prompt_mask(self, B: int, S: int) -> np.ndarray:
+        """(B, S) bool prompt positions of this generation (all True before its first step)."""
         if self._prompt is None:
-            return torch.ones(B, S, dtype=torch.bool)
+            return np.ones((B, S), bool)
         p = self._prompt[:, :S]
         if p.shape[-1] < S:
-            p = torch.cat([p, torch.zeros(B, S - p.shape[-1], dtype=torch.bool)], dim=-1)
+            p = np.concatenate([p, np.zeros((B, S - p.shape[-1]), bool)], axis=-1)
         return p
 
     # --- hook ---------------------------------------------------------------------------
     def before_step(self, step: int, tokens: torch.Tensor, is_masked: torch.Tensor,
                     attention_mask: torch.Tensor | None = None) -> AttentionRequest:
         B, S = tokens.shape
-        real = torch.ones(B, S, dtype=torch.bool) if attention_mask is None else attention_mask.bool().cpu()
+        real = np.ones((B, S), bool) if attention_mask is None else _np(attention_mask).astype(bool)
         if self._prompt is None:       # the first step: the prompt is what is real and not masked
-            self._prompt = real & ~is_masked.bool().cpu()
+            self._prompt = real & ~_np(is_masked).astype(bool)
         req = AttentionRequest(capture=True, keep_self=self.config.keep_self)
         if not self.is_diffusion and self.config.arm_rule == "newest" and step == 0:
             # Prefill: rank by the newest (last prompt) token's row only.
@@ -163,14 +178,14 @@ class SinkMaskingPolicy:
         if self._next is None:
             self.stats.skip()
             return req
-        blocked, sinks = self._next.blocked, self._next.sinks
+        blocked = self._next.blocked
         if blocked.shape[-1] > S:
             raise ValueError(f"step {step} has {S} positions but the previous step had {blocked.shape[-1]}")
         if blocked.shape[-1] < S:      # ARM: the newest key did not exist at the previous step
-            pad = torch.zeros(*blocked.shape[:-1], S - blocked.shape[-1], dtype=torch.bool)
-            blocked, sinks = torch.cat([blocked, pad], dim=-1), torch.cat([sinks, pad], dim=-1)
-        self.stats.add(blocked, sinks, tokens.cpu(), is_masked.bool().cpu(), self._prompt_mask(B, S), real,
-                       self._next.shortfall)
+            blocked = torch.cat([blocked, blocked.new_zeros(*blocked.shape[:-1], S - blocked.shape[-1])], dim=-1)
+        # copies: the sampler edits its canvas in place, and the record is made later (stats.py)
+        self.stats.add(self._next, np.array(_np(tokens)), np.array(_np(is_masked), dtype=bool),
+                       self._prompt_mask(B, S), real)
         req.blocked = blocked.to(tokens.device)
         return req
 
@@ -178,7 +193,7 @@ class SinkMaskingPolicy:
         if self.config.active:
             self._next = self.rank_event(event)
 
-    def rank_event(self, event):
+    def rank_event(self, event) -> Selection:
         """The Selection for the step after `event` (a StepEvent whose request captured attention)."""
         req = event.attention
         if req is None or not req.has_received:
@@ -187,7 +202,7 @@ class SinkMaskingPolicy:
         source = req.received_unblocked  # (L, B, H, S): what the keys would have received
         _, B, _, S = source.shape
         mask = getattr(event, "attention_mask", None)
-        real = torch.ones(B, S, dtype=torch.bool) if mask is None else mask.bool().cpu()
+        real = np.ones((B, S), bool) if mask is None else _np(mask).astype(bool)
         queries = self._queries(B, S, real, getattr(event, "query_positions", None))
         # the step's own layout when the sampler states it (SDAR: blocks of its block_length, the
         # active block's rows), so masking and the report see the same keys; else the model's facts

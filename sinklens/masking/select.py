@@ -1,13 +1,18 @@
-"""Which keys to block at the next step, from one step's received attention (pure tensor math).
+"""Which keys to block at the next step, from one step's received attention (pure array math).
 
 Input: the ranking source of step t − 1, `received` (L, B, H, S) column sums of the attention
 the keys *would* have received (the softmax before any blocking; see
-`AttentionRequest.received_unblocked`), and the rule's `Coverage` of the step (which keys the
-summed query rows could see, per layer: sinklens/rule/torch_rule.py). Output: (L, B, H, S) bool
-keys blocked at step t.
+`AttentionRequest.received_unblocked`), and per batch row the rule's `Coverage` of the step (which
+keys the summed query rows could see, per layer). Output: (L, B, H, S) bool keys blocked at step t.
+
+The rule is sinklens/rule/np_rule.py, the very functions the report applies to a saved trace, so
+the masking's Eq. 3 sinks and the report's are one computation on one step's attention. It runs
+in numpy on the CPU: a step's ranking is a few dozen small array operations, and numpy's are
+several times cheaper than torch's at these sizes (on a 1.9M-parameter twin the ranking had been
+a sixth of a step; docs/benchmarks.md).
 
 1. Scores in the configured units (rule/spec.py; default `scaled_sum`, the same as the report's).
-2. Eq. 3 sinks: score_j − mean of the other visible keys ≥ ε (the rule's torch implementation).
+2. Eq. 3 sinks: score_j − mean of the other visible keys ≥ ε.
 3. Candidates: visible keys in scope ("all" | "prompt" | "generated"); Eq. 3 sinks only under
    the `eq3` protocol; scores ≥ threshold when one is set.
 4. Selection: the top-K candidates per (layer, head) (or K positions ranked by the mean over
@@ -18,72 +23,107 @@ keys blocked at step t.
 """
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
 
+import numpy as np
 import torch
 
-from sinklens.rule import torch_rule
+from sinklens.rule import np_rule
 
 
 @dataclass
 class Selection:
     blocked: torch.Tensor  # (L, B, H, S) bool keys to block next step
-    sinks: torch.Tensor  # (L, B, H, S) bool Eq. 3 sinks of the ranking source (for the record)
+    scores: np.ndarray  # (L, B, H, S) float32 the ranking source in the configured units
+    visible: np.ndarray  # (L, B, 1, S) bool keys the summed query rows could see (Eq. 3 compares these)
+    eps: float  # Eq. 3's ε in those units
     shortfall: int = 0  # random control: keys that could not be matched (too few non-sink keys)
+    _sinks: np.ndarray | None = None  # (L, B, H, S) bool, once computed
+
+    @property
+    def sink_array(self) -> np.ndarray:
+        """(L, B, H, S) bool Eq. 3 sinks of the ranking source. Computed when first asked for: under
+        the default top-K protocol only the record of what was blocked reads them, and it does so
+        for many steps at once (masking/stats.py)."""
+        if self._sinks is None:
+            self._sinks = np_rule.is_sink(self.scores, self.visible, self.eps)
+        return self._sinks
+
+    @property
+    def sinks(self) -> torch.Tensor:
+        """(L, B, H, S) bool Eq. 3 sinks of the ranking source (for the record)."""
+        return torch.from_numpy(self.sink_array)
 
 
-def _top(key: torch.Tensor, ok: torch.Tensor, k: torch.Tensor) -> torch.Tensor:
-    """(..., S) bool: the k (broadcast over the leading dims) highest `key` among `ok` keys.
-    Ties go to the lower position (stable sort), as in the analysis' top_k."""
-    key = torch.where(ok, key, torch.full_like(key, -math.inf))
-    order = key.argsort(dim=-1, descending=True, stable=True)
-    rank = torch.empty_like(order)
-    rank.scatter_(-1, order, torch.arange(key.shape[-1], device=key.device).expand_as(order))
+def _top(key: np.ndarray, ok: np.ndarray, k) -> np.ndarray:
+    """(..., S) bool: the k highest `key` among `ok` keys (k an int, or an array broadcast over the
+    leading dims). Ties go to the lower position (stable sort), as in the analysis' top_k."""
+    order = np.argsort(-np.where(ok, key, -np.inf), axis=-1, kind="stable")   # descending, stable
+    if np.ndim(k) == 0:
+        chosen = np.zeros(key.shape, bool)
+        np.put_along_axis(chosen, order[..., :int(k)], True, axis=-1)
+        return chosen & ok
+    rank = np.empty(order.shape, np.int64)
+    np.put_along_axis(rank, order, np.arange(key.shape[-1]), axis=-1)
     return ok & (rank < k)
 
 
-def select(received: torch.Tensor, cov: torch_rule.Coverage, scope: torch.Tensor, cfg,
-           priority: torch.Tensor | None = None) -> Selection:
-    """Keys to block next step (module docstring). received (L, B, H, S); cov the step's
-    coverage ((L, B, S) visible keys); scope (B, S) bool; cfg: a MaskingConfig; priority
-    (L, B, H, S) random priorities for the control."""
-    L, B, H, S = received.shape
-    score = torch_rule.to_scores(received, cfg.units, cov)               # (L, B, H, S)
-    visible = cov.visible[:, :, None, :]                                 # (L, B, 1, S)
-    sinks = torch_rule.is_sink(score, visible, cfg.sink_eps)
-    in_scope = visible & scope[None, :, None, :]
+def _select_row(received: np.ndarray, cov: np_rule.Coverage, scope: np.ndarray, cfg, priority):
+    """One batch row: received (L, H, S), cov its coverage ((L, S) arrays), scope (S,) bool,
+    priority (L, H, S) or None -> (chosen (L, H, S) bool, scores (L, H, S), sinks or None, shortfall)."""
+    L, H, S = received.shape
+    score = np_rule.to_scores(received, cfg.units, cov)                  # (L, H, S)
+    visible = cov.visible[:, None, :]                                    # (L, 1, S)
+    need_sinks = cfg.sinks == "eq3" or cfg.control != "none" or cfg.ranking == "global"
+    sinks = np_rule.is_sink(score, visible, cfg.sink_eps) if need_sinks else None
+    in_scope = visible & scope                                           # (L, 1, S)
     if cfg.fraction is not None:
-        k = torch.ceil(cfg.fraction * cov.n_visible.float()).clamp(min=1).long()[:, :, None, None]   # (L, B, 1, 1)
+        k = np.maximum(np.ceil(cfg.fraction * cov.n_visible), 1).astype(np.int64)[:, None, None]   # (L, 1, 1)
     else:
-        k = torch.full((1, B, 1, 1), cfg.mask_k, dtype=torch.long, device=received.device)
+        k = cfg.mask_k
 
     if cfg.ranking == "global":
         # One ranking per row: the score averaged over layers and heads (invisible keys count 0),
         # Eq. 3 on that average over the keys some layer sees.
-        seen = cov.visible.any(0)                                        # (B, S)
-        mean = score.mean(dim=(0, 2))                                    # (B, S)
-        cand = seen & scope & (torch_rule.is_sink(mean, seen, cfg.sink_eps) if cfg.sinks == "eq3" else True)
+        seen = cov.visible.any(0)                                        # (S,)
+        mean = score.mean(axis=(0, 1))                                   # (S,)
+        cand = seen & scope
+        if cfg.sinks == "eq3":
+            cand = cand & np_rule.is_sink(mean, seen, cfg.sink_eps)
         if cfg.threshold is not None:
             cand = cand & (mean >= cfg.threshold)
-        chosen = cand if cfg.threshold is not None else _top(mean, cand, k.amax(0)[:, :, 0])
-        chosen = chosen[None, :, None, :].expand(L, B, H, S).clone()
+        chosen = cand if cfg.threshold is not None else _top(mean, cand, k if np.ndim(k) == 0 else int(k.max()))
+        chosen = np.broadcast_to(chosen, (L, H, S)).copy()
     else:
-        cand = in_scope.expand_as(score) & (sinks if cfg.sinks == "eq3" else True)
+        cand = in_scope if cfg.sinks != "eq3" else in_scope & sinks
         if cfg.threshold is not None:
             cand = cand & (score >= cfg.threshold)
-        chosen = cand if cfg.threshold is not None else _top(score, cand, k)
+        cand = np.broadcast_to(cand, (L, H, S))
+        chosen = cand.copy() if cfg.threshold is not None else _top(score, cand, k)
 
     if cfg.layers is not None:
-        keep = torch.zeros(L, dtype=torch.bool, device=received.device)
+        keep = np.zeros(L, bool)
         keep[list(cfg.layers)] = True
-        chosen &= keep[:, None, None, None]
+        chosen &= keep[:, None, None]
     if cfg.control == "none":
-        return Selection(chosen, sinks)
+        return chosen, score, sinks, 0
 
-    # Random control: the same number of keys per (layer, row, head), none of them a sink.
-    n = chosen.sum(-1, keepdim=True)  # (L, B, H, 1)
-    eligible = in_scope.expand_as(score) & ~sinks & ~chosen
+    # Random control: the same number of keys per (layer, head), none of them a sink.
+    n = chosen.sum(-1, keepdims=True)                                    # (L, H, 1)
+    eligible = in_scope & ~sinks & ~chosen
     control = _top(priority[..., :S], eligible, n)
-    shortfall = int((n.squeeze(-1) - control.sum(-1)).sum())
-    return Selection(control, sinks, shortfall)
+    return control, score, sinks, int((n[..., 0] - control.sum(-1)).sum())
+
+
+def select(received: np.ndarray, coverages: list[np_rule.Coverage], scope: np.ndarray, cfg,
+           priority: np.ndarray | None = None) -> Selection:
+    """Keys to block next step (module docstring). received (L, B, H, S) float32; coverages one
+    per batch row; scope (B, S) bool; cfg: a MaskingConfig; priority (L, B, H, S) random
+    priorities for the control."""
+    rows = [_select_row(received[:, b], cov, scope[b], cfg, None if priority is None else priority[:, b])
+            for b, cov in enumerate(coverages)]
+    visible = np.stack([cov.visible for cov in coverages], axis=1)[:, :, None, :]   # (L, B, 1, S)
+    sinks = None if rows[0][2] is None else np.stack([r[2] for r in rows], axis=1)
+    return Selection(blocked=torch.from_numpy(np.stack([r[0] for r in rows], axis=1)),
+                     scores=np.stack([r[1] for r in rows], axis=1), visible=visible, eps=cfg.sink_eps,
+                     shortfall=sum(r[3] for r in rows), _sinks=sinks)

@@ -1,5 +1,6 @@
-"""What a masking run actually blocked, counted as it goes (no per-step history is kept, so an
-8B run of 256 steps costs a few counters, not gigabytes).
+"""What a masking run actually blocked, counted as it goes (no history beyond the last few steps is
+kept — at most FOLD_STEPS steps or FOLD_BYTES, counted together —, so an 8B run of 256 steps costs a
+few counters, not gigabytes).
 
 Every blocked entry is one (step, layer, row, head, key). The record says how many there were,
 what share of the keys that is, how many were Eq. 3 sinks of the ranking source, sat in the
@@ -13,7 +14,24 @@ from __future__ import annotations
 from collections import Counter
 from typing import Callable
 
-import torch
+import numpy as np
+
+
+# Steps are counted in batches: a step's selection and the tokens it was blocked on are held (a
+# copy of the canvas, references to the rest) until FOLD_STEPS steps or FOLD_BYTES of held arrays,
+# then counted with one array operation per counter for all of them. Counting each step as it came
+# cost ~20 small operations a step, a tenth of a tiny model's forward (docs/benchmarks.md).
+FOLD_STEPS = 64
+FOLD_BYTES = 16 * 2**20
+
+
+def _pad(a: np.ndarray, S: int) -> np.ndarray:
+    """`a` (..., S') zero-padded on its last axis to S (an ARM's earlier steps have fewer keys)."""
+    if a.shape[-1] == S:
+        return a
+    out = np.zeros(a.shape[:-1] + (S,), a.dtype)
+    out[..., :a.shape[-1]] = a
+    return out
 
 
 class MaskingStats:
@@ -31,37 +49,61 @@ class MaskingStats:
         self.kept = 0  # keys blocked at t − 1 and again at t
         self.prev_total = 0  # keys blocked at t − 1 (consecutive masked steps only)
         self.shortfall = 0  # random control: keys that could not be matched
-        self._prev: torch.Tensor | None = None
+        self._held: list[tuple] = []  # steps not counted yet (add)
+        self._held_bytes = 0
+        self._prev: np.ndarray | None = None  # (L, B, H, S) the last counted step's blocked keys, while the run goes on
+        self._chained = False  # the next held step follows a masked step
 
-    def add(self, blocked: torch.Tensor, sinks: torch.Tensor, tokens: torch.Tensor, is_masked: torch.Tensor,
-            prompt: torch.Tensor, real: torch.Tensor, shortfall: int = 0) -> None:
-        """One masked step. blocked, sinks (L, B, H, S) bool; tokens (B, S); is_masked, prompt, real (B, S) bool."""
-        L, B, H, S = blocked.shape
-        idx = blocked.nonzero()  # (N, 4) [layer, row, head, key]
-        rows, keys = idx[:, 1], idx[:, 3]
-        self.steps_masked += 1
-        self.entries += len(idx)
-        self.key_slots += int(real.sum()) * L * H
-        self.head_slots += L * B * H
-        self.heads_blocking += int(blocked.any(-1).sum())
-        self.sinks += int(sinks[blocked].sum())
-        self.prompt += int(prompt[rows, keys].sum())
-        self.mask_tokens += int(is_masked[rows, keys].sum())
-        self.token_ids.update(tokens[rows, keys].tolist())
-        self.positions.update(keys.tolist())
-        self.shortfall += shortfall
-        if self._prev is not None:
-            prev = self._prev[..., :S]  # ARM: the newest key did not exist at t − 1
-            self.kept += int((prev & blocked[..., : prev.shape[-1]]).sum())
-            self.prev_total += int(prev.sum())
-        self._prev = blocked
+    def add(self, selection, tokens: np.ndarray, is_masked: np.ndarray, prompt: np.ndarray, real: np.ndarray) -> None:
+        """One masked step: `selection` (masking/select.py: blocked keys, the ranking source's Eq. 3
+        sinks) and the step's tokens (B, S), is_masked, prompt, real (B, S) bool — arrays the caller
+        will not change (copies of a canvas the sampler edits)."""
+        self._held.append((selection, tokens, is_masked, prompt, real, self._chained))
+        self._chained = True
+        self._held_bytes += selection.scores.nbytes + 4 * tokens.nbytes
+        if len(self._held) >= FOLD_STEPS or self._held_bytes >= FOLD_BYTES:
+            self.flush()
 
     def skip(self) -> None:
         """A step without blocking breaks the run of consecutive masked steps."""
-        self._prev = None
+        self._chained = False
+
+    def flush(self) -> None:
+        """Count the held steps, all at once (summary() does; read the counters after it)."""
+        held, self._held, self._held_bytes = self._held, [], 0
+        if not held:
+            return
+        S = max(h[1].shape[-1] for h in held)
+        blocked = np.stack([_pad(sel.blocked.numpy(), S) for sel, *_ in held])      # (T, L, B, H, S)
+        sinks = np.stack([_pad(sel.sink_array, S) for sel, *_ in held])
+        tokens, is_masked, prompt, real = (np.stack([_pad(np.asarray(h[i]), S) for h in held]) for i in (1, 2, 3, 4))
+        T, L, B, H, _ = blocked.shape
+        t, _, b, _, k = np.nonzero(blocked)                                        # one per blocked entry
+        self.steps_masked += T
+        self.entries += len(k)
+        self.key_slots += int(real.sum()) * L * H
+        self.head_slots += T * L * B * H
+        self.heads_blocking += int(blocked.any(-1).sum())
+        self.sinks += int((sinks & blocked).sum())
+        self.prompt += int(prompt[t, b, k].sum())
+        self.mask_tokens += int(is_masked[t, b, k].sum())
+        ids, counts = np.unique(tokens[t, b, k], return_counts=True)
+        self.token_ids.update(dict(zip(ids.tolist(), counts.tolist())))
+        pos, counts = np.unique(k, return_counts=True)
+        self.positions.update(dict(zip(pos.tolist(), counts.tolist())))
+        self.shortfall += sum(sel.shortfall for sel, *_ in held)
+        # persistence: pairs of consecutive masked steps (a step's earlier keys: an ARM's prefix grows)
+        prev = np.concatenate([_pad(self._prev, S)[None] if self._prev is not None else np.zeros_like(blocked[:1]),
+                               blocked[:-1]])                                    # (T, L, B, H, S) step t − 1
+        chained = np.array([h[5] for h in held])
+        chained[0] = chained[0] and self._prev is not None
+        self.kept += int((prev[chained] & blocked[chained]).sum())
+        self.prev_total += int(prev[chained].sum())
+        self._prev = held[-1][0].blocked.numpy()
 
     def summary(self, categorize: Callable[[int], str] | None = None, top: int = 10) -> dict:
         """JSON-ready record. `categorize(token_id) -> category` adds the share per token category."""
+        self.flush()
         n = self.entries
         frac = (lambda x: x / n) if n else (lambda x: None)  # noqa: E731
         out = {

@@ -60,11 +60,9 @@ def _one_layer(q: np.ndarray, key_mask: np.ndarray, vis: Visibility) -> tuple[np
     sees = n_vis > 0
     weight = np.zeros(q.shape, np.float64)
     np.divide(1.0, n_vis, out=weight, where=sees)                      # each query spreads 1 over what it sees
-    seen, expected = np.zeros(S + 1), np.zeros(S + 1)
-    for out, value in ((seen, sees.astype(np.float64)), (expected, weight)):
-        np.add.at(out, lo[sees], value[sees])                          # +value from lo_i ...
-        np.add.at(out, hi[sees] + 1, -value[sees])                      # ... through hi_i
-    seen, expected = np.cumsum(seen)[:S], np.cumsum(expected)[:S]
+    lo, hi = lo[sees], hi[sees]
+    seen, expected = (np.cumsum(np.bincount(lo, value, S + 1) - np.bincount(hi + 1, value, S + 1))[:S]   # +value
+                      for value in (np.ones(lo.shape), weight[sees]))                                    # lo_i..hi_i
     return np.where(key_mask, seen, 0.0), np.where(key_mask, expected, 0.0), int(sees.sum())
 
 

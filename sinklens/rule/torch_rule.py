@@ -1,4 +1,5 @@
-"""The sink rule in torch (sink masking at run time, batched). The same rule as rule/np_rule.py
+"""The sink rule in torch, batched, on the model's device (the logit lens' sink positions, attention/readouts.py;
+sink masking uses rule/np_rule.py). The same rule as rule/np_rule.py
 (declarations in rule/spec.py); `tests/test_rule_parity.py` checks that the two agree.
 
 Shapes: L layers, B batch rows, H heads, S key positions. The summed query rows are given as a

@@ -320,12 +320,16 @@ def make_progress(total: int, progress: bool | None, desc: str):
 
 def setup_hooks(hook, trace, capture: CaptureOptions | None, diffusion: bool):
     """(user Hooks, CaptureOptions or None): capture whenever a trace or a hook wants attention;
-    the masked/unmasked split is on by default for diffusion models."""
+    the masked/unmasked split is on by default for diffusion models, unless no trace is written and
+    every hook that reads the attention says it does not use the split (`wants_query_groups = False`:
+    the masking policy, which ranks on all rows)."""
     hooks = Hooks(hook if isinstance(hook, (list, tuple)) else [hook])
     if capture is None and (trace is not None or hooks.want_attention):
         capture = CaptureOptions()
     if capture is not None and capture.query_groups is None:
-        capture = replace(capture, query_groups=diffusion)
+        readers = [h for h in hooks.hooks if getattr(h, "wants_attention", False)]
+        split = trace is not None or not readers or any(getattr(h, "wants_query_groups", True) for h in readers)
+        capture = replace(capture, query_groups=diffusion and split)
     return hooks, capture
 
 
