@@ -305,3 +305,22 @@ def test_eval_runs_control_beside_masked_and_summary_pairs_them(tiny_dlm, tmp_pa
     accuracy = (tmp_path / "summary.md").read_text().split("\n\n")[0]     # the outcomes table follows it
     labels = [l.split("|")[2].strip() for l in accuracy.splitlines() if l.startswith("| gsm8k")]
     assert labels == ["Unmasked", "K=1 (ε0)", "K=1 random keys (control)", "K=10%", "K=10% random keys (control)"]
+
+
+@pytest.mark.parametrize("k", [1, 2, 5, "per_layer"])
+def test_top_k_takes_the_highest_candidates_and_the_lower_position_on_ties(k):
+    """select's top-K against a sort written out here: highest score first, equal scores by position,
+    only candidate keys, K a count or one per layer (the `fraction` form)."""
+    import numpy as np
+
+    from sinklens.masking.select import _top
+    rng = np.random.default_rng(0)
+    key = rng.integers(0, 4, (3, 5, 9)).astype(np.float32)      # few values: many ties
+    ok = rng.random((3, 5, 9)) < 0.7
+    kk = np.array([1, 3, 9])[:, None, None] if k == "per_layer" else k
+    got = _top(key, ok, kk)
+    for l in range(3):
+        for h in range(5):
+            cands = sorted((j for j in range(9) if ok[l, h, j]), key=lambda j: (-key[l, h, j], j))
+            n = int(kk[l, 0, 0]) if k == "per_layer" else k
+            assert set(np.flatnonzero(got[l, h])) == set(cands[:n])

@@ -58,14 +58,11 @@ class Selection:
 def _top(key: np.ndarray, ok: np.ndarray, k) -> np.ndarray:
     """(..., S) bool: the k highest `key` among `ok` keys (k an int, or an array broadcast over the
     leading dims). Ties go to the lower position (stable sort), as in the analysis' top_k."""
-    order = np.argsort(-np.where(ok, key, -np.inf), axis=-1, kind="stable")   # descending, stable
-    if np.ndim(k) == 0:
-        chosen = np.zeros(key.shape, bool)
-        np.put_along_axis(chosen, order[..., :int(k)], True, axis=-1)
-        return chosen & ok
-    rank = np.empty(order.shape, np.int64)
-    np.put_along_axis(rank, order, np.arange(key.shape[-1]), axis=-1)
-    return ok & (rank < k)
+    key = np.where(ok, key, -np.inf)
+    if np.ndim(k) == 0 and k == 1:   # the default: argmax takes the first of equal maxima, as the stable sort
+        return (np.arange(key.shape[-1]) == key.argmax(-1)[..., None]) & ok
+    order = np.argsort(-key, axis=-1, kind="stable")   # descending, ties in position order
+    return (np.argsort(order, axis=-1) < k) & ok       # each key's place in that order
 
 
 def _select_row(received: np.ndarray, cov: np_rule.Coverage, scope: np.ndarray, cfg, priority):
