@@ -311,7 +311,6 @@ def test_eval_runs_control_beside_masked_and_summary_pairs_them(tiny_dlm, tmp_pa
 def test_top_k_takes_the_highest_candidates_and_the_lower_position_on_ties(k):
     """select's top-K against a sort written out here: highest score first, equal scores by position,
     only candidate keys, K a count or one per layer (the `fraction` form)."""
-    import numpy as np
 
     from sinklens.masking.select import _top
     rng = np.random.default_rng(0)
