@@ -175,7 +175,7 @@ def _capture_whole(
     key: torch.Tensor,  # (B, H_kv, S_k, D), before the GQA repeat
     value: torch.Tensor,  # (B, H_kv, S_k, D)
     allowed: torch.Tensor | None,  # (B|1, 1, S_q, S_k) bool keys each query may see (before blocking); None = every key
-    blocked: torch.Tensor | None,  # (B, H, S_k) bool keys blocked in this layer, or None
+    kept: torch.Tensor | None,  # (B, H, S_k) float32: 0.0 at the keys blocked in this layer, else 1.0; None: none blocked
     scaling: float,
     req: AttentionRequest,
     mods: Modifiers,
@@ -192,10 +192,11 @@ def _capture_whole(
     rep = h // h_kv  # query head i uses kv head i // rep, as transformers' repeat_kv
     if has_empty_rows(allowed):
         return None
-    # Query heads grouped by their kv head as rows of one matrix, (B, H_kv, rep·S_q, D) (a view: head
-    # i = kv head i // rep), so every product is one 4-D matmul and no key or value is repeated.
-    q = query.float().reshape(b, h_kv, rep * s_q, d)
-    scores = torch.matmul(q, key.float().transpose(-1, -2)).mul_(scaling).view(b, h, s_q, s_k)   # (B, H, S_q, S_k)
+    # Query heads grouped by their kv head as rows of one matrix, (B·H_kv, rep·S_q, D) (a view: head
+    # i = kv head i // rep), so every product is one batched matmul and no key or value is repeated.
+    q = query.float().reshape(b * h_kv, rep * s_q, d)
+    k = key.float().reshape(b * h_kv, s_k, d)
+    scores = torch.bmm(q, k.transpose(1, 2)).mul_(scaling).view(b, h, s_q, s_k)   # (B, H, S_q, S_k)
     if mods.softcap is not None:  # Gemma2: logits squashed into (-cap, cap), before the mask (as eager)
         scores = scores.div_(mods.softcap).tanh_().mul_(mods.softcap)
     if allowed is not None:
@@ -210,16 +211,17 @@ def _capture_whole(
         return torch.matmul(rows[:, :, :1], p)[:, :, 0]
 
     unblocked = None
-    if blocked is not None:
+    if kept is not None:
         # what the keys would have received (the masking's ranking source), then the softmax the
         # model uses: blocked keys zeroed, each row renormalised over what is left
         unblocked = column_sums(probs) if req.capture else None
-        probs = probs.masked_fill(blocked[:, :, None, :], 0.0)
+        probs = probs * kept[:, :, None, :]  # (B, H, S_q, S_k); kept: 1.0 where not blocked
         z = probs.sum(dim=-1, keepdim=True)  # (B, H, S_q, 1)
-        if bool((z < 1e-30).any()):
+        if float(z.min()) < 1e-30:
             return None
         probs = probs.div_(z)
-    out = torch.matmul(probs.view(b, h_kv, rep * s_q, s_k).to(value.dtype), value)  # (B, H_kv, rep·S_q, D)
+    v = value.reshape(b * h_kv, s_k, d)
+    out = torch.bmm(probs.view(b * h_kv, rep * s_q, s_k).to(value.dtype), v)  # (B·H_kv, rep·S_q, D)
     received = groups = None
     if rows is None or req.query_groups is None:
         received = column_sums(probs) if req.capture else None
@@ -339,7 +341,8 @@ def sinklens_attention(
     if route == "triton" and (req.diagonal or req.distance):
         route = "lse"  # the fused kernel returns column sums only; the diagonal and distance need the chunks
     if route == "exact" and _whole_layer_applies(req, mods, query, key) and not (blocked is not None and req.keep_self):
-        out = _capture_whole(module, query, key, value, allowed, blocked, scaling, req, mods)
+        kept = None if blocked is None else req.kept_for(module.layer_idx, s_k).to(query.device)
+        out = _capture_whole(module, query, key, value, allowed, kept, scaling, req, mods)
         if out is not None:
             return out, None
     if blocked is not None:

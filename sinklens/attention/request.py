@@ -60,6 +60,7 @@ class AttentionRequest:
     # work buffers the layers of one forward reuse instead of each allocating its own (readouts)
     _scratch: dict = field(default_factory=dict, repr=False)
     _blocks_any: tuple | None = field(default=None, repr=False)  # (blocked, its version, per layer: blocks a key)
+    _kept: tuple | None = field(default=None, repr=False)  # (blocked, its version, (L, B, H, S) float 1 - blocked)
 
     def __post_init__(self) -> None:
         if self.query_chunk is not None and self.query_chunk < 1:
@@ -90,6 +91,15 @@ class AttentionRequest:
             # one test for all layers of a forward (remade if `blocked` is replaced or edited in place)
             cached = self._blocks_any = (self.blocked, self.blocked._version, self.blocked.flatten(1).any(1).tolist())
         return self.blocked[layer] if cached[2][layer] else None
+
+    def kept_for(self, layer: int, num_keys: int) -> torch.Tensor:
+        """(B, H, num_keys) float32: 0.0 at the keys `blocked_for(layer)` blocks, 1.0 elsewhere; the last
+        num_keys keys (as `blocked_for`'s reader cuts them). Made once per forward for every layer."""
+        cached = self._kept
+        if cached is None or cached[0] is not self.blocked or cached[1] != self.blocked._version:
+            cached = self._kept = (self.blocked, self.blocked._version, (~self.blocked).float())
+        kept = cached[2][layer]
+        return kept[..., kept.shape[-1] - num_keys:]
 
     # --- filled by the attention function, one layer at a time ----------------------------
     def record(self, layer: int, received=None, unblocked=None, groups=None, maps=None, learned_sink=None) -> None:
@@ -171,10 +181,9 @@ class AttentionRequest:
         Equals `received` in layers where nothing was blocked. This is the ranking source of
         sink masking: ranking on `received` would see a blocked sink at ~0 and free it next step.
         """
-        received = self.received
         if not self._received_unblocked:
-            return received
-        return gather([self._received_unblocked.get(l, received[i]) for i, l in enumerate(sorted(self._received))])
+            return self.received
+        return gather([self._received_unblocked.get(l, self._received[l]) for l in sorted(self._received)])
 
     @property
     def received_groups(self) -> torch.Tensor | None:

@@ -119,8 +119,15 @@ def select(received: np.ndarray, coverages: list[np_rule.Coverage], scope: np.nd
     priorities for the control."""
     rows = [_select_row(received[:, b], cov, scope[b], cfg, None if priority is None else priority[:, b])
             for b, cov in enumerate(coverages)]
-    visible = np.stack([cov.visible for cov in coverages], axis=1)[:, :, None, :]   # (L, B, 1, S)
-    sinks = None if rows[0][2] is None else np.stack([r[2] for r in rows], axis=1)
-    return Selection(blocked=torch.from_numpy(np.stack([r[0] for r in rows], axis=1)),
-                     scores=np.stack([r[1] for r in rows], axis=1), visible=visible, eps=cfg.sink_eps,
+    sinks = None if rows[0][2] is None else _stack([r[2] for r in rows])
+    return Selection(blocked=torch.from_numpy(_stack([r[0] for r in rows])), scores=_stack([r[1] for r in rows]),
+                     visible=_stack([cov.visible[:, None, :] for cov in coverages]), eps=cfg.sink_eps,
                      shortfall=sum(r[3] for r in rows), _sinks=sinks)
+
+
+def _stack(rows: list[np.ndarray]) -> np.ndarray:
+    """Per-row (L, ...) arrays -> (L, B, ...) (one row: a view, the common case)."""
+    if len(rows) == 1:
+        a = np.ascontiguousarray(rows[0])
+        return a.reshape(a.shape[:1] + (1,) + a.shape[1:])
+    return np.stack(rows, axis=1)
