@@ -319,13 +319,7 @@ def sinklens_attention(
     is_causal = getattr(module, "is_causal", True) if is_causal is None else is_causal
     check_window(module, kwargs.get("sliding_window"), attention_mask, s_k, is_causal)
     # None where this layer blocks no key: its attention runs as unmasked (its received is its ranking source)
-    blocked = req.blocked_for(module.layer_idx) if req is not None else None
-    if blocked is not None and req.num_keys is not None:
-        blocked = blocked[..., blocked.shape[-1] - key.shape[2]:]  # this layer's keys are the last S_k
-    if blocked is not None and blocked.shape != (b, h, s_k):
-        raise ValueError(
-            f"blocked for layer {module.layer_idx} has shape {tuple(blocked.shape)}, expected (B, H, S_k) = {(b, h, s_k)}"
-        )
+    blocked = req.blocked_for(module.layer_idx, (b, h, s_k)) if req is not None else None
     if req is not None and (req.value_norms or req.qk_norms):   # readouts of q, k, v themselves: any route
         record_vectors(req, module.layer_idx, query, key, value, req.query_mask)
     if req is None or (blocked is None and not req.needs_probabilities):

@@ -80,17 +80,25 @@ class AttentionRequest:
     READOUT_FIELDS = ("value_norms", "qk_norms", "diagonal", "distance", "hidden_norms", "lens_layers",
                       "lens_positions")
 
-    def blocked_for(self, layer: int) -> torch.Tensor | None:
-        """(B, H, S_k) bool keys blocked in `layer`, or None (also where it blocks no key)."""
+    def blocked_for(self, layer: int, shape: tuple[int, int, int] | None = None) -> torch.Tensor | None:
+        """(B, H, S_k) bool keys blocked in `layer`, or None (also where it blocks no key). `shape`: the
+        layer's (B, H, S_k), checked (with `num_keys`, the last S_k of the row are the layer's keys)."""
         if self.blocked is None:
             return None
         if layer >= self.blocked.shape[0]:
             raise ValueError(f"blocked has {self.blocked.shape[0]} layers but layer {layer} was run")
+        blocked = self.blocked[layer]
+        if shape is not None:
+            if self.num_keys is not None:
+                blocked = blocked[..., blocked.shape[-1] - shape[-1]:]  # this layer's keys are the last S_k
+            if tuple(blocked.shape) != tuple(shape):
+                raise ValueError(f"blocked for layer {layer} has shape {tuple(blocked.shape)}, expected (B, H, S_k) = "
+                                 f"{tuple(shape)}")
         cached = self._blocks_any
         if cached is None or cached[0] is not self.blocked or cached[1] != self.blocked._version:
             # one test for all layers of a forward (remade if `blocked` is replaced or edited in place)
             cached = self._blocks_any = (self.blocked, self.blocked._version, self.blocked.flatten(1).any(1).tolist())
-        return self.blocked[layer] if cached[2][layer] else None
+        return blocked if cached[2][layer] else None
 
     def kept_for(self, layer: int, num_keys: int) -> torch.Tensor:
         """(B, H, num_keys) float32: 0.0 at the keys `blocked_for(layer)` blocks, 1.0 elsewhere; the last
