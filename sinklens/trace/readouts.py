@@ -39,11 +39,14 @@ class ReadoutOptions:
 
     @property
     def any(self) -> bool:
-        return any(bool(getattr(self, f.name)) for f in fields(ReadoutOptions))
+        return any(bool(getattr(self, name)) for name in READOUT_FIELDS)
 
     def readouts(self) -> dict:
         """The readout fields alone (what the trace metadata records under `readouts`)."""
-        return {f.name: getattr(self, f.name) for f in fields(ReadoutOptions)}
+        return {name: getattr(self, name) for name in READOUT_FIELDS}
+
+
+READOUT_FIELDS = tuple(f.name for f in fields(ReadoutOptions))  # read at every step: not dataclasses.fields() each time
 
 
 @dataclass(frozen=True)
