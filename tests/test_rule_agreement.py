@@ -128,7 +128,7 @@ def test_sdar_invisible_keys_receive_nothing(sdar):
     """A block-causal forward whose summed queries are the first block only: the rule's visible
     keys (Visibility(block=4)) are exactly the keys that received attention; later blocks get 0."""
     from sinklens.attention import AttentionRequest
-    from sinklens.rule import torch_rule
+    from sinklens.rule import np_rule
     from sinklens.trace.layout import TraceLayout
 
     ids = torch.arange(20, 36)[None]                                     # 16 positions = 4 blocks
@@ -138,7 +138,7 @@ def test_sdar_invisible_keys_receive_nothing(sdar):
         req = AttentionRequest(capture=True, query_mask=q)
         sdar.forward_logits(ids, attention=req)
         vis = TraceLayout(attention_block=4).visibilities(sdar.num_layers)
-        visible = torch_rule.coverage(q, torch.ones_like(q), vis).visible  # (L, 1, S)
+        visible = torch.from_numpy(np_rule.coverage(np.flatnonzero(q[0].numpy()), np.ones(16, bool), vis).visible)[:, None]  # (L, 1, S)
         reached = req.received.sum(2) > 0                              # (L, 1, S) some head got there
         assert torch.equal(visible, reached)
         assert (~visible).any()                                        # later blocks were hidden

@@ -15,9 +15,10 @@ from __future__ import annotations
 
 from contextlib import contextmanager
 
+import numpy as np
 import torch
 
-from sinklens.rule import torch_rule
+from sinklens.rule import np_rule
 from sinklens.rule.spec import DEFAULT_EPS, DEFAULT_UNITS, layer_visibilities
 
 # Channels kept per (layer, position) with hidden-state readouts: the largest |h_c|. A massive
@@ -109,25 +110,27 @@ def sink_positions(req, attention_layout: dict, num_keys: int, first_row: int | 
     """(B, P) long: per batch row the positions the step's Eq. 3 sinks sit at (DEFAULT_UNITS,
     DEFAULT_EPS, the model's visibility), those flagged in the most (layer, head) first, at most
     LENS_MAX_POSITIONS; -1 pads rows with fewer. Queries: the request's real rows, S_q positions from
-    `first_row` (None: the last S_q)."""
-    received = req.received                                            # (L, B, H, S)
+    `first_row` (None: the last S_q). The rule is the report's own (rule/np_rule.py), on the CPU."""
+    received = req.received.float().cpu().numpy()                    # (L, B, H, S)
     L, B, _, S = received.shape
     w = req.query_mask
     s_q = S if w is None else w.shape[1]
-    queries = torch.zeros(B, S, dtype=torch.bool, device=received.device)
     q0 = S - s_q if first_row is None else first_row
-    queries[:, q0:q0 + s_q] = True if w is None else w.to(received.device).bool()
-    real = torch.ones(B, S, dtype=torch.bool, device=received.device)
+    rows = np.ones((B, s_q), bool) if w is None else w.bool().cpu().numpy()
     vis = layer_visibilities(L, causal=attention_layout.get("causal", False),
                              attention_block=attention_layout.get("attention_block"),
                              windows=attention_layout.get("windows"), window_kind=attention_layout.get("window_kind"))
-    cov = torch_rule.coverage(queries, real, vis)
-    scores = torch_rule.to_scores(received, DEFAULT_UNITS, cov)        # (L, B, H, S)
-    flagged = torch_rule.is_sink(scores, cov.visible[:, :, None, :], DEFAULT_EPS)
-    count = flagged.sum(dim=(0, 2)).float()                            # (B, S) heads flagging each key
-    count = count + received.sum(dim=(0, 2)) / received.sum().clamp(min=1e-30) * 1e-3   # ties: more received first
-    top = count.topk(min(LENS_MAX_POSITIONS, S), dim=-1)
-    return torch.where(flagged.any(dim=(0, 2)).gather(-1, top.indices), top.indices, -1)
+    total = max(float(received.sum()), 1e-30)
+    n = min(LENS_MAX_POSITIONS, S)
+    out = np.full((B, n), -1, np.int64)
+    for b in range(B):
+        cov = np_rule.coverage(q0 + np.flatnonzero(rows[b]), np.ones(S, bool), vis)
+        scores = np_rule.to_scores(received[:, b], DEFAULT_UNITS, cov)             # (L, H, S)
+        flagged = np_rule.is_sink(scores, cov.visible[:, None, :], DEFAULT_EPS)
+        count = flagged.sum(axis=(0, 1)) + received[:, b].sum(axis=(0, 1)) / total * 1e-3   # ties: more received first
+        top = np.argsort(-count, kind="stable")[:n]
+        out[b] = np.where(flagged.any(axis=(0, 1))[top], top, -1)
+    return torch.from_numpy(out)
 
 
 def finish_lens(req, head, attention_layout: dict, first_row: int | None = None) -> None:

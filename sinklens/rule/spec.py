@@ -1,8 +1,8 @@
 """The paper's sink rule, declared once: Eq. 3, its default ε, the units it is applied in, and
 which keys a query could see. No numpy, no torch: `--help`, the report, the masking and the
-lm-eval adapter all read these declarations; `rule/np_rule.py` (analysis and masking) and
-`rule/torch_rule.py` (the logit lens' sink positions, on the device) compute them, and `tests/test_rule_parity.py` holds the two
-against each other and against a brute-force reference.
+lm-eval adapter all read these declarations; `rule/np_rule.py` computes them — for the analysis of
+saved traces, sink masking at run time and the logit lens' sink positions alike — and
+`tests/test_rule_parity.py` holds it against a brute-force reference.
 
 Eq. 3 (paper): key j is a sink when
 
