@@ -194,8 +194,9 @@ def _capture_whole(
         return None
     # Query heads grouped by their kv head as rows of one matrix, (B·H_kv, rep·S_q, D) (a view: head
     # i = kv head i // rep), so every product is one batched matmul and no key or value is repeated.
-    q = query.float().reshape(b * h_kv, rep * s_q, d)
-    k = key.float().reshape(b * h_kv, s_k, d)
+    # (Conversions only where needed: on a tiny model each call is a sizeable share of the layer.)
+    q = _as_float32(query).reshape(b * h_kv, rep * s_q, d)
+    k = _as_float32(key).reshape(b * h_kv, s_k, d)
     scores = torch.bmm(q, k.transpose(1, 2)).mul_(scaling).view(b, h, s_q, s_k)   # (B, H, S_q, S_k)
     if mods.softcap is not None:  # Gemma2: logits squashed into (-cap, cap), before the mask (as eager)
         scores = scores.div_(mods.softcap).tanh_().mul_(mods.softcap)
@@ -203,34 +204,39 @@ def _capture_whole(
         scores.masked_fill_(~allowed, float("-inf"))
     probs = torch.softmax(scores, dim=-1)  # (B, H, S_q, S_k) float32
     rows = row_matrix(req, query.device)  # (B, 1, 1 + G, S_q) the summed rows' weights, then each group's
-
-    def column_sums(p: torch.Tensor) -> torch.Tensor:
-        """(B, H, S_k) sums of p (B, H, S_q, S_k) over the summed rows."""
-        if rows is None:
-            return p.sum(dim=2)
-        return torch.matmul(rows[:, :, :1], p)[:, :, 0]
-
     unblocked = None
     if kept is not None:
         # what the keys would have received (the masking's ranking source), then the softmax the
         # model uses: blocked keys zeroed, each row renormalised over what is left
-        unblocked = column_sums(probs) if req.capture else None
+        unblocked = _column_sums(probs, rows) if req.capture else None
         probs = probs * kept[:, :, None, :]  # (B, H, S_q, S_k); kept: 1.0 where not blocked
         z = probs.sum(dim=-1, keepdim=True)  # (B, H, S_q, 1)
         if float(z.min()) < 1e-30:
             return None
         probs = probs.div_(z)
-    v = value.reshape(b * h_kv, s_k, d)
-    out = torch.bmm(probs.view(b * h_kv, rep * s_q, s_k).to(value.dtype), v)  # (B·H_kv, rep·S_q, D)
+    p = probs.view(b * h_kv, rep * s_q, s_k)
+    out = torch.bmm(p if p.dtype == value.dtype else p.to(value.dtype), value.reshape(b * h_kv, s_k, d))  # (B·H_kv, rep·S_q, D)
     received = groups = None
     if rows is None or req.query_groups is None:
-        received = column_sums(probs) if req.capture else None
+        received = _column_sums(probs, rows) if req.capture else None
     else:
         sums = torch.matmul(rows, probs)  # (B, H, 1 + G, S_k): every row set in one batched matmul
         received = sums[:, :, 0] if req.capture else None
         groups = sums[:, :, 1:].transpose(1, 2)  # (B, G, H, S_k)
     req.record(module.layer_idx, received=received, unblocked=unblocked, groups=groups)
-    return out.view(b, h, s_q, d).transpose(1, 2).contiguous()  # (B, S_q, H, D)
+    out = out.view(b, h, s_q, d).transpose(1, 2)  # (B, S_q, H, D)
+    return out if s_q == 1 else out.contiguous()  # one query row: already contiguous
+
+
+def _as_float32(x: torch.Tensor) -> torch.Tensor:
+    return x if x.dtype == torch.float32 else x.float()
+
+
+def _column_sums(p: torch.Tensor, rows: torch.Tensor | None) -> torch.Tensor:
+    """(B, H, S_k) sums of p (B, H, S_q, S_k) over the summed rows (`row_matrix`'s row 0; None: all rows)."""
+    if rows is None:
+        return p[:, :, 0] if p.shape[2] == 1 else p.sum(dim=2)   # one query row (ARM decoding): the row itself
+    return torch.matmul(rows[:, :, :1], p)[:, :, 0]
 
 
 # Keyword arguments transformers' attention modules pass that this function implements, and those
