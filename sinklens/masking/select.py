@@ -92,11 +92,11 @@ def _select_row(received: np.ndarray, cov: np_rule.Coverage, scope: np.ndarray, 
         chosen = cand if cfg.threshold is not None else _top(mean, cand, k if np.ndim(k) == 0 else int(k.max()))
         chosen = np.broadcast_to(chosen, (L, H, S)).copy()
     else:
-        cand = in_scope if cfg.sinks != "eq3" else in_scope & sinks
+        cand = in_scope if cfg.sinks != "eq3" else in_scope & sinks       # (L, 1 | H, S)
         if cfg.threshold is not None:
-            cand = cand & (score >= cfg.threshold)
-        cand = np.broadcast_to(cand, (L, H, S))
-        chosen = cand.copy() if cfg.threshold is not None else _top(score, cand, k)
+            chosen = np.broadcast_to(cand & (score >= cfg.threshold), (L, H, S)).copy()
+        else:
+            chosen = _top(score, cand, k)                                # (L, H, S)
 
     if cfg.layers is not None:
         keep = np.zeros(L, bool)
