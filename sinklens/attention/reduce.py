@@ -52,21 +52,37 @@ def probs_from_lse_(scores: torch.Tensor, lse: torch.Tensor, ok: torch.Tensor | 
     return scores
 
 
+def _masks_key(req, device) -> tuple:
+    """What the query rows' weights depend on: the masks themselves (compared by identity: a request
+    reused with other masks gets new weights), their in-place versions (edited masks too), the device."""
+    return (device, req.num_groups, *(None if t is None else t._version for t in (req.query_mask, req.query_groups)))
+
+
+def _cached(req, slot: str, device):
+    """The value cached in `req.<slot>` if the request's masks are the ones it was made from, else None."""
+    cached = getattr(req, slot)
+    if cached is None:
+        return None
+    key, masks, value = cached
+    if key == _masks_key(req, device) and masks[0] is req.query_mask and masks[1] is req.query_groups:
+        return value
+    return None
+
+
+def _all_rows_count(req) -> bool:
+    # a mask where every row counts weighs nothing: plain sums (an ARM's one decoding row, every step)
+    return req.query_mask is None or bool(req.query_mask.all())
+
+
 def row_weights(req, device) -> tuple[torch.Tensor | None, torch.Tensor | None]:
     """(weight (B, S_q) float, group_of (B, S_q, G) float) of the request's query rows, or None each.
 
     The same for every layer of a forward, so made once per request and device (on a tiny model
     remaking them was a tenth of a layer's capture time); remade when the masks change."""
-    # the masks themselves (kept, so compared by identity) and their in-place versions: a request
-    # reused with other or edited masks gets new weights
-    masks = (req.query_mask, req.query_groups)
-    key = (device, req.num_groups, *(None if t is None else t._version for t in masks))
-    if req._row_weights is not None:
-        old_key, old_masks, out = req._row_weights
-        if old_key == key and all(a is b for a, b in zip(old_masks, masks)):
-            return out
-    # a mask where every row counts weighs nothing: plain sums (an ARM's one decoding row, every step)
-    weight = None if req.query_mask is None or bool(req.query_mask.all()) else req.query_mask.to(device).float()
+    out = _cached(req, "_row_weights", device)
+    if out is not None:
+        return out
+    weight = None if _all_rows_count(req) else req.query_mask.to(device).float()
     group_of = None
     if req.query_groups is not None:
         # id -1 (no group) -> an all-zero row: shift by one, drop column 0
@@ -74,25 +90,32 @@ def row_weights(req, device) -> tuple[torch.Tensor | None, torch.Tensor | None]:
         group_of = torch.nn.functional.one_hot(ids, req.num_groups + 1)[..., 1:].float()  # (B, S_q, G)
         if weight is not None:
             group_of = group_of * weight[..., None]
-    req._row_weights = (key, masks, (weight, group_of))
+    req._row_weights = (_masks_key(req, device), (req.query_mask, req.query_groups), (weight, group_of))
     return weight, group_of
 
 
 def row_matrix(req, device) -> torch.Tensor | None:
     """(B, 1, 1 + G, S_q) float: row 0 the query rows' weights (1 = real), then one row per query
-    group (`row_weights`' one-hot columns), so that one batched matmul with a layer's (B, H, S_q, S_k)
-    probabilities sums every row set at once; None when every row counts and there are no groups.
-    Made once per forward, as `row_weights`."""
-    weight, group_of = row_weights(req, device)
-    if weight is None and group_of is None:
-        return None
-    cached = req._row_matrix
-    if cached is not None and cached[0] is weight and cached[1] is group_of:
-        return cached[2]
-    w = torch.ones(group_of.shape[:2], device=device) if weight is None else weight  # (B, S_q)
-    rows = w[..., None] if group_of is None else torch.cat([w[..., None], group_of], dim=-1)  # (B, S_q, 1 + G)
-    rows = rows.transpose(1, 2).unsqueeze(1).contiguous()
-    req._row_matrix = (weight, group_of, rows)
+    group (1 where the row is in it and counts), so that one batched matmul with a layer's
+    (B, H, S_q, S_k) probabilities sums every row set at once; None when every row counts and there
+    are no groups. Made once per forward, as `row_weights` (the chunk loop's form of the same)."""
+    cached = _cached(req, "_row_matrix", device)
+    if cached is not None:
+        return cached[0]
+    every = _all_rows_count(req)
+    rows = None
+    if not (every and req.query_groups is None):
+        w = req.query_mask.to(device)[:, None, :] if not every else None                     # (B, 1, S_q) bool
+        if req.query_groups is None:
+            rows = w.float()
+        else:
+            g = req.query_groups.to(device)                                                    # (B, S_q)
+            member = g[:, None, :] == torch.arange(req.num_groups, device=device)[:, None]     # (B, G, S_q)
+            if w is None:
+                w = torch.ones_like(member[:, :1])
+            rows = torch.cat([w, member & w], dim=1).float()                                    # (B, 1 + G, S_q)
+        rows = rows.unsqueeze(1)                                                               # (B, 1, 1 + G, S_q)
+    req._row_matrix = (_masks_key(req, device), (req.query_mask, req.query_groups), (rows,))
     return rows
 
 

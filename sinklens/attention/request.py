@@ -56,7 +56,7 @@ class AttentionRequest:
     lens: dict[str, torch.Tensor] | None = field(default=None, repr=False)
     # the query rows' weights, made once per forward for all layers (attention/reduce.py: row_weights)
     _row_weights: tuple | None = field(default=None, repr=False)
-    _row_matrix: tuple | None = field(default=None, repr=False)  # (weight, group_of, rows): reduce.row_matrix
+    _row_matrix: tuple | None = field(default=None, repr=False)  # (masks key, masks, (rows,)): reduce.row_matrix
     # work buffers the layers of one forward reuse instead of each allocating its own (readouts)
     _scratch: dict = field(default_factory=dict, repr=False)
     _blocks_any: tuple | None = field(default=None, repr=False)  # (blocked, its version, per layer: blocks a key)
