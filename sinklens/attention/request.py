@@ -59,8 +59,7 @@ class AttentionRequest:
     _row_matrix: tuple | None = field(default=None, repr=False)  # (masks key, masks, (rows,)): reduce.row_matrix
     # work buffers the layers of one forward reuse instead of each allocating its own (readouts)
     _scratch: dict = field(default_factory=dict, repr=False)
-    _blocks_any: tuple | None = field(default=None, repr=False)  # (blocked, its version, per layer: blocks a key)
-    _kept: tuple | None = field(default=None, repr=False)  # (blocked, its version, (L, B, H, S) float 1 - blocked)
+    _blocked_cache: tuple | None = field(default=None, repr=False)  # (blocked, its version, _blocked_facts())
 
     def __post_init__(self) -> None:
         if self.query_chunk is not None and self.query_chunk < 1:
@@ -94,20 +93,23 @@ class AttentionRequest:
             if tuple(blocked.shape) != tuple(shape):
                 raise ValueError(f"blocked for layer {layer} has shape {tuple(blocked.shape)}, expected (B, H, S_k) = "
                                  f"{tuple(shape)}")
-        cached = self._blocks_any
-        if cached is None or cached[0] is not self.blocked or cached[1] != self.blocked._version:
-            # one test for all layers of a forward (remade if `blocked` is replaced or edited in place)
-            cached = self._blocks_any = (self.blocked, self.blocked._version, self.blocked.flatten(1).any(1).tolist())
-        return blocked if cached[2][layer] else None
+        return blocked if self._blocked_facts()[0][layer] else None
 
     def kept_for(self, layer: int, num_keys: int) -> torch.Tensor:
         """(B, H, num_keys) float32: 0.0 at the keys `blocked_for(layer)` blocks, 1.0 elsewhere; the last
-        num_keys keys (as `blocked_for`'s reader cuts them). Made once per forward for every layer."""
-        cached = self._kept
-        if cached is None or cached[0] is not self.blocked or cached[1] != self.blocked._version:
-            cached = self._kept = (self.blocked, self.blocked._version, (~self.blocked).float())
-        kept = cached[2][layer]
+        num_keys keys (as `blocked_for`'s reader cuts them)."""
+        kept = self._blocked_facts()[1][layer]
         return kept[..., kept.shape[-1] - num_keys:]
+
+    def _blocked_facts(self) -> tuple[list[bool], torch.Tensor]:
+        """(per layer: blocks some key, (L, B, H, S) float 1 − blocked), made once per forward for every
+        layer (remade if `blocked` is replaced or edited in place)."""
+        cached = self._blocked_cache
+        if cached is None or cached[0] is not self.blocked or cached[1] != self.blocked._version:
+            kept = (~self.blocked).float()
+            cached = self._blocked_cache = (self.blocked, self.blocked._version,
+                                            (kept.flatten(1).amin(1) < 1).tolist(), kept)
+        return cached[2], cached[3]
 
     # --- filled by the attention function, one layer at a time ----------------------------
     def record(self, layer: int, received=None, unblocked=None, groups=None, maps=None, learned_sink=None) -> None:
