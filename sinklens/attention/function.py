@@ -175,7 +175,7 @@ def _capture_whole(
     key: torch.Tensor,  # (B, H_kv, S_k, D), before the GQA repeat
     value: torch.Tensor,  # (B, H_kv, S_k, D)
     allowed: torch.Tensor | None,  # (B|1, 1, S_q, S_k) bool keys each query may see (before blocking); None = every key
-    kept: torch.Tensor | None,  # (B, H, S_k) float32: 0.0 at the keys blocked in this layer, else 1.0; None: none blocked
+    kept: torch.Tensor | None,  # (B, H, 1, S_k) float32: 0.0 at the keys blocked in this layer, else 1.0; None: none blocked
     scaling: float,
     req: AttentionRequest,
     mods: Modifiers,
@@ -209,7 +209,7 @@ def _capture_whole(
         # what the keys would have received (the masking's ranking source), then the softmax the
         # model uses: blocked keys zeroed, each row renormalised over what is left
         unblocked = _column_sums(probs, rows) if req.capture else None
-        probs = probs * kept[:, :, None, :]  # (B, H, S_q, S_k); kept: 1.0 where not blocked
+        probs = probs * kept  # (B, H, S_q, S_k); kept (B, H, 1, S_k): 1.0 where not blocked
         z = probs.sum(dim=-1, keepdim=True)  # (B, H, S_q, 1)
         if float(z.min()) < 1e-30:
             return None

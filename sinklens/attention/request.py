@@ -86,30 +86,33 @@ class AttentionRequest:
             return None
         if layer >= self.blocked.shape[0]:
             raise ValueError(f"blocked has {self.blocked.shape[0]} layers but layer {layer} was run")
-        blocked = self.blocked[layer]
+        any_key, rows, kept = self._blocked_facts()
+        blocked = rows[layer]
         if shape is not None:
             if self.num_keys is not None:
                 blocked = blocked[..., blocked.shape[-1] - shape[-1]:]  # this layer's keys are the last S_k
             if tuple(blocked.shape) != tuple(shape):
                 raise ValueError(f"blocked for layer {layer} has shape {tuple(blocked.shape)}, expected (B, H, S_k) = "
                                  f"{tuple(shape)}")
-        return blocked if self._blocked_facts()[0][layer] else None
+        return blocked if any_key[layer] else None
 
     def kept_for(self, layer: int, num_keys: int) -> torch.Tensor:
-        """(B, H, num_keys) float32: 0.0 at the keys `blocked_for(layer)` blocks, 1.0 elsewhere; the last
-        num_keys keys (as `blocked_for`'s reader cuts them)."""
-        kept = self._blocked_facts()[1][layer]
-        return kept[..., kept.shape[-1] - num_keys:]
+        """(B, H, 1, num_keys) float32: 0.0 at the keys `blocked_for(layer)` blocks, 1.0 elsewhere, with a
+        query axis to broadcast over; the last num_keys keys (as `blocked_for`'s reader cuts them)."""
+        kept = self._blocked_facts()[2][layer]
+        return kept if kept.shape[-1] == num_keys else kept[..., kept.shape[-1] - num_keys:]
 
-    def _blocked_facts(self) -> tuple[list[bool], torch.Tensor]:
-        """(per layer: blocks some key, (L, B, H, S) float 1 − blocked), made once per forward for every
-        layer (remade if `blocked` is replaced or edited in place)."""
+    def _blocked_facts(self) -> tuple[list[bool], tuple[torch.Tensor, ...], tuple[torch.Tensor, ...]]:
+        """Per layer: (blocks some key, its (B, H, S) blocked keys, its (B, H, 1, S) float 1 − blocked),
+        made once per forward for every layer (a tiny model's layer is a few dozen µs: each indexing
+        op counts) and remade if `blocked` is replaced or edited in place."""
         cached = self._blocked_cache
         if cached is None or cached[0] is not self.blocked or cached[1] != self.blocked._version:
-            kept = (~self.blocked).float()
+            kept = (~self.blocked).float().unsqueeze(-2)                          # (L, B, H, 1, S)
             cached = self._blocked_cache = (self.blocked, self.blocked._version,
-                                            (kept.flatten(1).amin(1) < 1).tolist(), kept)
-        return cached[2], cached[3]
+                                            ((kept.flatten(1).amin(1) < 1).tolist(), self.blocked.unbind(0),
+                                             kept.unbind(0)))
+        return cached[2]
 
     # --- filled by the attention function, one layer at a time ----------------------------
     def record(self, layer: int, received=None, unblocked=None, groups=None, maps=None, learned_sink=None) -> None:
@@ -217,4 +220,4 @@ def gather(per_layer: list[torch.Tensor]) -> torch.Tensor:
     """Stack per-layer captures on the first layer's device: a model spread over devices
     (device_map) records each layer on its own device."""
     device = per_layer[0].device
-    return torch.stack([t.to(device) for t in per_layer])
+    return torch.stack([t if t.device == device else t.to(device) for t in per_layer])

@@ -27,8 +27,10 @@ class Coverage:
     visible: np.ndarray      # (L, S) bool real keys seen by at least one summed query
 
     @property
-    def n_visible(self) -> np.ndarray:  # (L,) K per layer
-        return self.visible.sum(-1)
+    def n_visible(self) -> np.ndarray:  # (L,) K per layer (counted once: masking reads it every step)
+        if getattr(self, "_n_visible", None) is None:
+            self._n_visible = self.visible.sum(-1)
+        return self._n_visible
 
 
 def key_bounds(positions: np.ndarray, S: int, vis: Visibility, q0: int) -> tuple[np.ndarray, np.ndarray]:
