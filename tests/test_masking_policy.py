@@ -216,3 +216,35 @@ def test_smollm2_arm_prefix_rule_keeps_query0_row(smollm2, tmp_path):
     got0 = cur[blocked[at0, 0], blocked[at0, 1], 0]
     np.testing.assert_allclose(got0, 1.0, atol=1e-5)
     assert (cur[blocked[~at0, 0], blocked[~at0, 1], blocked[~at0, 2]] == 0).all()
+
+
+def test_masking_alone_skips_the_query_split_and_changes_nothing_else(fixtures_dir):
+    """A masking run without a trace does not compute the masked / unmasked query split (the policy
+    ranks on all rows); a trace, or any other hook that reads the attention, still gets it. The
+    generation and what was blocked are the same either way."""
+    import sinklens
+    m = sinklens.load(str(fixtures_dir / "llada"))
+    ids = torch.arange(10, 22)[None]
+    kwargs = dict(gen_length=8, steps=8, block_length=4)
+    seen = {}
+
+    class Reader:
+        wants_attention = True
+
+        def __init__(self, name):
+            self.name = name
+
+        def after_step(self, event):
+            seen.setdefault(self.name, []).append(event.attention.received_groups is not None)
+
+    class Lean(Reader):
+        wants_query_groups = False
+
+    runs = {}
+    for name, extra in (("alone", []), ("reader", [Reader("reader")]), ("lean", [Lean("lean")])):
+        pol = SinkMaskingPolicy(MaskingConfig(sinks="topk", mask_k=1), num_layers=m.num_layers)
+        out = m.generate(ids, hook=[pol, *extra], **kwargs)
+        runs[name] = (out.sequences, pol.summary())
+    assert seen["reader"] == [True] * 8 and seen["lean"] == [False] * 8
+    assert all(torch.equal(runs["alone"][0], s) and runs["alone"][1] == summ for s, summ in runs.values())
+    assert runs["alone"][1]["steps_masked"] == 7
