@@ -128,6 +128,5 @@ def select(received: np.ndarray, coverages: list[np_rule.Coverage], scope: np.nd
 def _stack(rows: list[np.ndarray]) -> np.ndarray:
     """Per-row (L, ...) arrays -> (L, B, ...) (one row: a view, the common case)."""
     if len(rows) == 1:
-        a = np.ascontiguousarray(rows[0])
-        return a.reshape(a.shape[:1] + (1,) + a.shape[1:])
+        return rows[0].reshape(rows[0].shape[:1] + (1,) + rows[0].shape[1:])
     return np.stack(rows, axis=1)
