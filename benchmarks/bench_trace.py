@@ -14,7 +14,8 @@ Modes: *plain* = `m.generate(...)`; *capture* = with a hook that asks for the at
 nothing (the capture pass alone, no file); *trace* = the same with `trace=` (the defaults of
 `sinklens trace`: float16 received attention plus the masked/unmasked split); *mask* = with a
 `SinkMaskingPolicy(MaskingConfig(mask_k=1))` hook (the top-1 sink per head blocked, as
-`sinklens eval --mask-topk 1`), no trace.
+`sinklens eval --mask-topk 1`), no trace, its record of what was blocked made after each
+generation (`summary()`, as the eval does).
 
 - time: process CPU seconds (one torch thread: the work of this process, less sensitive to
   other jobs than wall time); every mode of a model runs once per round, `--repeats` rounds;
@@ -102,6 +103,8 @@ def run(case: Case, mode: str, out_dir: str) -> tuple[float, int]:
                                  model=m) if mode == "mask" else Discard() if mode == "capture" else None
         t0 = time.process_time()
         out = m.generate(ids, trace=path, hook=hook, **case.settings)
+        if mode == "mask":
+            hook.summary()  # what was blocked, as an eval records it per sample (counted in batches: stats.py)
         seconds += time.process_time() - t0
         case.steps += out.num_steps
         if path:
