@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import json
 import os
+import sys
 import time
 import zlib
 from dataclasses import dataclass, field
@@ -50,6 +51,8 @@ def _np(x) -> np.ndarray | None:
     if x is None or type(x) is np.ndarray:
         return x
     if hasattr(x, "detach"):  # torch.Tensor, without importing torch here
+        if x.is_cpu and not x.requires_grad and str(x.dtype) != "torch.bfloat16":
+            return x.numpy()
         x = x.detach().to("cpu")
         if str(x.dtype) == "torch.bfloat16":
             x = x.float()
@@ -87,12 +90,12 @@ def _held(x, copy: bool = False):
     return x.clone() if copy else x
 
 
-def _batch_first(x: np.ndarray, layer_axis: int) -> np.ndarray:
-    """A view of a capture held layer first (L, B, ...) with its layer axis moved to `layer_axis`
-    (1: (B, L, ...); 2: groups (L, B, G, ...) -> (B, G, L, ...))."""
+def _batch_first(x: np.ndarray, layer_axis: int, lead: int = 0) -> np.ndarray:
+    """A view of a capture held layer first ([T,] L, B, ...) with its layer axis moved `layer_axis`
+    places on (1: (B, L, ...); 2: groups (L, B, G, ...) -> (B, G, L, ...)); `lead`: leading axes (steps)."""
     if layer_axis == 1:
-        return x.swapaxes(0, 1)
-    return x.transpose(*range(1, layer_axis + 1), 0, *range(layer_axis + 1, x.ndim))
+        return x.swapaxes(lead, lead + 1)
+    return np.moveaxis(x, lead, lead + layer_axis)
 
 
 def _is_sum_of(received: np.ndarray, groups: np.ndarray) -> bool:
@@ -126,14 +129,7 @@ def _list_column(rows: list[np.ndarray | None], value_type: pa.DataType) -> pa.A
     np.cumsum(lengths, out=offsets[1:])
     flat = [r.reshape(-1) for r in rows if r is not None]
     values = np.concatenate(flat) if flat else np.zeros(0)
-    if value_type == pa.float16():
-        values = values.astype(np.float16)
-    elif value_type == pa.float32():
-        values = values.astype(np.float32)
-    elif value_type == pa.int32():
-        values = values.astype(np.int32)
-    elif value_type == pa.bool_():
-        values = values.astype(bool)
+    values = _as(values, _NUMPY[value_type])
     mask = pa.array([r is None for r in rows]) if any(r is None for r in rows) else None
     return pa.ListArray.from_arrays(pa.array(offsets), pa.array(values, type=value_type), mask=mask)
 
@@ -141,40 +137,51 @@ def _list_column(rows: list[np.ndarray | None], value_type: pa.DataType) -> pa.A
 _NUMPY = {pa.float16(): np.float16, pa.float32(): np.float32, pa.int32(): np.int32, pa.bool_(): np.bool_}
 
 
-def _sums_of_groups(received: list[np.ndarray], groups: list[np.ndarray]) -> list[bool]:
-    """`_is_sum_of` for several steps' (received, groups) pairs, in one test where their shapes agree."""
-    if len({r.shape for r in received}) == 1 and len({g.shape for g in groups}) == 1:
-        rec, total = np.stack(received), np.stack(groups).astype(np.float32).sum(axis=2)  # (T, B, L, H, S)
-        if total.shape == rec.shape:
-            ok = (np.abs(total - rec) <= 1e-5 + 1e-4 * np.abs(rec)).reshape(len(rec), -1).all(axis=1)
-            # a step the fast test refuses gets `_is_sum_of`'s own answer (np.allclose: inf, nan)
-            return [bool(o) or _is_sum_of(r, g) for o, r, g in zip(ok, received, groups)]
-    return [_is_sum_of(r, g) for r, g in zip(received, groups)]
+def _as(values: np.ndarray, dtype) -> np.ndarray:
+    """values (flat) as `dtype`. float32 -> float16 goes through torch where a sampler has loaded it:
+    numpy's cast costs ~2 ns a value and ~100 ns for one below float16's normal range (9 % of the tiny
+    twins' group sums: 10 ns a value on average), torch's ~0.1 ns. The bits are the same for every
+    float32 but signalling NaNs (NaN either way; checked over all 2^32 patterns)."""
+    torch = sys.modules.get("torch")
+    if dtype is np.float16 and values.dtype == np.float32 and torch is not None:
+        return torch.from_numpy(np.ascontiguousarray(values)).half().numpy()
+    return values.astype(dtype, copy=False)
 
 
-def _column(parts: list, rows: list[int], value_type: pa.DataType) -> pa.Array:
-    """A list<value_type> column of a group, one cell per (step, row): parts[i] is step i's (B_i, ...)
-    array (a cell per row, flat row-major), a list of its B_i rows (None: a null cell) or None (B_i
-    null cells). Steps of one shape (a diffusion run's) become one array in one stack and one cast."""
+def _sums_of_groups(received: np.ndarray, groups: np.ndarray) -> np.ndarray:
+    """(T,) bool: `_is_sum_of` for each step of received (T, B, L, H, S) and groups (T, B, G, L, H, S),
+    in one test."""
+    total = groups.astype(np.float32, copy=False).sum(axis=2)
+    if total.shape != received.shape:
+        return np.zeros(len(received), dtype=bool)
+    ok = (np.abs(total - received) <= 1e-5 + 1e-4 * np.abs(received)).reshape(len(received), -1).all(axis=1)
+    for t in np.flatnonzero(~ok):  # what the fast test refuses gets `_is_sum_of`'s own answer (inf, nan)
+        ok[t] = _is_sum_of(received[t], groups[t])
+    return ok
+
+
+def _column(parts, rows: list[int], value_type: pa.DataType) -> pa.Array:
+    """A list<value_type> column of a group, one cell per (step, row). parts: one (T, B, ...) array
+    (a diffusion run's steps have one shape: one cast for the group), or per step a (B, ...) array
+    (a cell per row, flat row-major), a list of its rows (None: a null cell) or None (null cells)."""
+    if type(parts) is np.ndarray:
+        values = parts.reshape(-1)
+        offsets = np.arange(sum(rows) + 1, dtype=np.int32) * (values.size // sum(rows))
+        return pa.ListArray.from_arrays(pa.array(offsets), pa.array(_as(values, _NUMPY[value_type]), type=value_type))
     if all(p is None for p in parts):
         return pa.nulls(sum(rows), pa.list_(value_type))
-    if all(type(p) is np.ndarray for p in parts) and len({p.shape for p in parts}) == 1:
-        values = np.stack(parts).reshape(-1)
-        offsets = np.arange(sum(rows) + 1, dtype=np.int32) * (values.size // sum(rows))
-        return pa.ListArray.from_arrays(pa.array(offsets), pa.array(values.astype(_NUMPY[value_type], copy=False),
-                                                                    type=value_type))
     cells = []
     for p, b in zip(parts, rows):
         cells.extend([None] * b if p is None else p)
     return _list_column(cells, value_type)
 
 
-def _real_positions(masks: list[np.ndarray]) -> pa.Array:
+def _real_positions(masks) -> pa.Array:
     """The query_positions column where no step names them: each row's real positions (its
-    attention mask's), for all the group's steps in one pass."""
-    if len({m.shape for m in masks}) != 1:
+    attention mask's). masks: (T, B, S) in one pass, or per step (B, S)."""
+    if type(masks) is not np.ndarray:
         return _list_column([np.flatnonzero(row) for m in masks for row in m], pa.int32())
-    real = np.stack(masks).reshape(-1, masks[0].shape[-1])  # (T * B, S)
+    real = masks.reshape(-1, masks.shape[-1])  # (T * B, S)
     row, position = np.nonzero(real)
     offsets = np.zeros(len(real) + 1, dtype=np.int32)
     np.cumsum(np.bincount(row, minlength=len(real)), out=offsets[1:])
@@ -524,62 +531,73 @@ class TraceWriter:
         self._start(_np(cells["tokens"]), shape, readouts)
 
     # ---- the group's write ----------------------------------------------------------------
-    def _batch_first_cells(self, held: HeldStep) -> dict:
-        """A held step's cells as `write_step` takes them: numpy, batch first, defaults filled in."""
-        cells = {}
-        for name, x in held.cells.items():
+    def _parts(self, steps: list[HeldStep], name: str):
+        """Column `name` of the group's steps, batch first: one (T, B, ...) array where every step
+        holds an array of one shape (one stack and one transpose for the group), else a part per step
+        (a (B, ...) array, a list of per-row arrays, or None)."""
+        held = [s.cells.get(name) for s in steps]
+        axes = {s.layer_axis.get(name) for s in steps}
+        if len(axes) == 1 and all(x is not None and not isinstance(x, list) for x in held):
+            try:  # CPU tensors (the sampler's, held): views
+                arrays = [x.numpy() for x in held]
+            except (AttributeError, TypeError, RuntimeError):  # numpy arrays; bfloat16, grad
+                arrays = [_np(x) for x in held]
+            if len({a.shape for a in arrays}) == 1:
+                axis = axes.pop()
+                block = np.stack(arrays)  # (T, [L,] B, ...)
+                return block if axis is None else _batch_first(block, axis, lead=1)
+        parts = []
+        for s, x in zip(steps, held):
             if x is None or isinstance(x, list):
-                cells[name] = None if x is None else [_np(r) for r in x]
+                parts.append(x if x is None else [_np(r) for r in x])
                 continue
-            x = _np(x)
-            axis = held.layer_axis.get(name)
-            cells[name] = x if axis is None else _batch_first(x, axis)
-        B, S = cells["tokens"].shape
-        for name, fill in (("is_masked", False), ("revealed", False), ("attention_mask", True)):
-            if cells.get(name) is None:
-                cells[name] = np.full((B, S), fill)
-        blocked = cells.get("blocked")
-        if type(blocked) is np.ndarray:  # a sampler's (B, L, H, S) bool: the (layer, head, position) triples
-            cells["blocked"] = [np.argwhere(blocked[b]) for b in range(B)]
-        return cells
+            axis = s.layer_axis.get(name)
+            parts.append(_np(x) if axis is None else _batch_first(_np(x), axis))
+        return parts
 
     def flush(self) -> None:
         """Write the steps held in memory (one record batch for the group) and flush the file."""
         if not self._pending:
             return
         steps, self._pending, self._pending_bytes = self._pending, [], 0
-        cells = [self._batch_first_cells(s) for s in steps]
-        # received is left out (null: the reader sums the groups, schema 2) where it is their sum
-        both = [c for c in cells if c.get("received") is not None and c.get("received_groups") is not None]
-        if both:
-            derivable = _sums_of_groups([c["received"] for c in both], [c["received_groups"] for c in both])
-            for c, left_out in zip(both, derivable):
-                if left_out:
-                    c["received"] = None
         rows = [s.rows for s in steps]
         value_type = lambda name: self._schema.field(name).type.value_type  # noqa: E731
-        part = lambda name: [c.get(name) for c in cells]  # noqa: E731
-        columns = {
-            "step": pa.array(np.repeat(np.array([s.step for s in steps], dtype=np.int32), rows)),
-            "row": pa.array(np.concatenate([np.arange(b, dtype=np.int32) for b in rows])),
-            "maps": self._maps_column(steps),
-        }
-        if all(q is None for q in part("query_positions")):
-            columns["query_positions"] = _real_positions(part("attention_mask"))
+        parts = {name: self._parts(steps, name) for name in self._schema.names if name not in ("step", "row", "maps")}
+        tokens = parts["tokens"]
+        for name, fill in (("is_masked", False), ("revealed", False), ("attention_mask", True)):  # the defaults
+            if type(parts[name]) is not np.ndarray:
+                parts[name] = [np.full(t.shape, fill) if p is None else p for p, t in zip(parts[name], tokens)]
+        # received is left out (null: the reader sums the groups, schema 2) where it is their sum
+        received, groups = parts["received"], parts["received_groups"]
+        if type(received) is np.ndarray and type(groups) is np.ndarray:  # every step holds both: one test
+            derivable = _sums_of_groups(received, groups)
         else:
-            columns["query_positions"] = _column([[np.flatnonzero(r) for r in c["attention_mask"]]
-                                                  if c["query_positions"] is None else c["query_positions"]
-                                                  for c in cells], rows, pa.int32())
+            derivable = [r is not None and g is not None and _is_sum_of(r, g) for r, g in zip(received, groups)]
+        if all(derivable):
+            parts["received"] = [None] * len(steps)
+        elif any(derivable):
+            parts["received"] = [None if d else r for d, r in zip(derivable, received)]
+        # a sampler's blocked keys arrive as (B, L, H, S) bool: the file holds (layer, head, position) triples
+        parts["blocked"] = [[np.argwhere(row) for row in b] if type(b) is np.ndarray else b for b in parts["blocked"]]
+        if all(q is None for q in parts["query_positions"]):
+            columns = {"query_positions": _real_positions(parts["attention_mask"])}
+        else:
+            columns = {"query_positions": _column([[np.flatnonzero(r) for r in m] if q is None else q for q, m in
+                                                   zip(parts["query_positions"], parts["attention_mask"])],
+                                                  rows, pa.int32())}
+        columns.update(step=pa.array(np.repeat(np.array([s.step for s in steps], dtype=np.int32), rows)),
+                       row=pa.array(np.concatenate([np.arange(b, dtype=np.int32) for b in rows])),
+                       maps=self._maps_column(steps))
         for name in self._schema.names:
             if name not in columns:
-                columns[name] = _column(part(name), rows, value_type(name))
+                columns[name] = _column(parts[name], rows, value_type(name))
         batch = pa.record_batch([columns[f.name] for f in self._schema], schema=self._schema)
         # One record batch for the group (schema 3): Arrow's per-batch cost (buffers and metadata
         # per column, the checksum's serialisation) is paid once per group, not once per step. A
         # checksum of the batch's serialised bytes lets the reader tell damaged steps from good
         # ones (Arrow itself has none); the reader verifies a batch when it first reads a step of it.
         custom = {CHECKSUM_KEY: str(zlib.crc32(batch.serialize()))}
-        vocab = self._vocab(self._new_ids_by_step(part("tokens")))  # the group's new ids, one decode
+        vocab = self._vocab(self._new_ids_by_step(list(tokens)))  # the group's new ids, one decode
         if vocab:
             custom[VOCAB_KEY] = json.dumps(vocab)
         self._writer.write_batch(batch, custom_metadata=custom)
