@@ -98,6 +98,16 @@ def _batch_first(x: np.ndarray, layer_axis: int, lead: int = 0) -> np.ndarray:
     return np.moveaxis(x, lead, lead + layer_axis)
 
 
+def _stack(xs: list) -> np.ndarray | None:
+    """One (T, ...) numpy array of T arrays or tensors of one shape (None where the shapes differ): a
+    sampler's tensors in one torch.stack and one conversion (torch is loaded where there are tensors)."""
+    torch = sys.modules.get("torch")
+    if torch is not None and all(isinstance(x, torch.Tensor) for x in xs):
+        return _np(torch.stack(xs)) if len({x.shape for x in xs}) == 1 else None
+    arrays = [_np(x) for x in xs]
+    return np.stack(arrays) if len({a.shape for a in arrays}) == 1 else None
+
+
 def _is_sum_of(received: np.ndarray, groups: np.ndarray) -> bool:
     """True when received (B, L, H, S) is the sum of groups (B, G, L, H, S) up to float32 rounding
     (every counted query row in exactly one group: the masked / unmasked split)."""
@@ -536,15 +546,13 @@ class TraceWriter:
         holds an array of one shape (one stack and one transpose for the group), else a part per step
         (a (B, ...) array, a list of per-row arrays, or None)."""
         held = [s.cells.get(name) for s in steps]
+        if all(x is None for x in held):
+            return held
         axes = {s.layer_axis.get(name) for s in steps}
-        if len(axes) == 1 and all(x is not None and not isinstance(x, list) for x in held):
-            try:  # CPU tensors (the sampler's, held): views
-                arrays = [x.numpy() for x in held]
-            except (AttributeError, TypeError, RuntimeError):  # numpy arrays; bfloat16, grad
-                arrays = [_np(x) for x in held]
-            if len({a.shape for a in arrays}) == 1:
+        if len(axes) == 1 and not any(x is None or isinstance(x, list) for x in held):
+            block = _stack(held)  # (T, [L,] B, ...)
+            if block is not None:
                 axis = axes.pop()
-                block = np.stack(arrays)  # (T, [L,] B, ...)
                 return block if axis is None else _batch_first(block, axis, lead=1)
         parts = []
         for s, x in zip(steps, held):
