@@ -43,7 +43,6 @@ from sinklens.trace.schema import CHECKSUM_KEY, SCHEMA_VERSION, UNITS, VOCAB_KEY
 FLUSH_STEPS = 64
 FLUSH_SECONDS = 1.0
 FLUSH_BYTES = 64 * 2**20
-COLUMNS_SET = frozenset(COLUMN_NAMES)
 
 
 def _np(x) -> np.ndarray | None:
@@ -337,13 +336,9 @@ class TraceWriter:
             raise RuntimeError("the trace metadata is written with the first step; update it before write_step")
         self.meta.update(fields)
 
-    def _new_ids(self, tokens: np.ndarray) -> list[int]:
-        """Token ids of `tokens` whose strings are not stored yet (they are decoded when written)."""
-        return self._new_ids_by_step([tokens])
-
-    def _new_ids_by_step(self, tokens: list[np.ndarray]) -> list[int]:
-        """Token ids of several steps' `tokens` whose strings are not stored yet, in one pass: by the
-        step that first holds them, ascending within a step (the order a step at a time gives)."""
+    def _new_ids(self, tokens: list[np.ndarray]) -> list[int]:
+        """Token ids of steps' `tokens` whose strings are not stored yet (decoded when written), in one
+        pass: by the step that first holds them, ascending within a step (a step at a time's order)."""
         if self.decode is None:
             return []
         ids = np.concatenate([t.reshape(-1) for t in tokens])
@@ -354,13 +349,14 @@ class TraceWriter:
             ids = ids[where]
         if ids.size and int(ids.max()) >= len(self._seen):  # grow the table to the largest id seen
             self._seen = np.concatenate([self._seen, np.zeros(int(ids.max()) + 1 - len(self._seen), dtype=bool)])
-        unique, first = np.unique(ids, return_index=True)
-        fresh = ~self._seen[unique]  # a step mostly repeats the ids of the last one: look them up, no sets
-        if not fresh.any():
-            return []
-        unique, first = unique[fresh], first[fresh]
-        step = np.searchsorted(starts, first if where is None else where[first], side="right")
-        new = unique[np.lexsort((unique, step))].tolist()
+        if len(tokens) == 1:  # one step: its new ids, ascending
+            new = np.unique(ids[~self._seen[ids]]).tolist()  # a step mostly repeats the last one's ids: a lookup
+        else:
+            unique, first = np.unique(ids, return_index=True)
+            fresh = ~self._seen[unique]
+            unique, first = unique[fresh], first[fresh]
+            step = np.searchsorted(starts, first if where is None else where[first], side="right")
+            new = unique[np.lexsort((unique, step))].tolist()
         self._seen[new] = True
         return new
 
@@ -376,7 +372,7 @@ class TraceWriter:
 
     def _start(self, tokens: np.ndarray, layers_heads: tuple[int, int] | None, readouts: Iterable[str]) -> None:
         """Write the schema with the run metadata: at the first step, whose token strings it holds."""
-        vocab = self._vocab(self._new_ids(tokens))
+        vocab = self._vocab(self._new_ids([tokens]))
         self.meta.setdefault("batch_size", int(tokens.shape[0]))
         self.meta.setdefault("seq_len", int(tokens.shape[1]))
         if layers_heads is not None:
@@ -525,20 +521,21 @@ class TraceWriter:
                 cells.update(lens_positions=_held(req.lens["positions"]), lens_tokens=_held(req.lens["tokens"]),
                              lens_probs=_held(req.lens["probs"]))
         if self._writer is None:
-            self._start_from(cells, layer_axis)
+            self._start_from(cells)
         nbytes = sum(x.nbytes for name, x in cells.items() if name not in CANVAS and hasattr(x, "nbytes"))
         nbytes += sum(m.nbytes for m in (maps or {}).values())
         self._hold(HeldStep(event.step, cells["tokens"].shape[0], cells, layer_axis, maps), self._due(nbytes))
 
-    def _start_from(self, cells: dict, layer_axis: Mapping[str, int]) -> None:
-        """`_start` at a sampler's first step (its captures layer first); a readout column the
-        trace lacks is refused at once, as `write_step` does."""
-        first = cells.get("received")
-        first = first if first is not None else cells.get("received_groups")
-        shape = None if first is None else _batch_first(_np(first), layer_axis[
-            "received" if cells.get("received") is not None else "received_groups"]).shape[-3:-1]
-        readouts = [n for n in COLUMN_NAMES if cells.get(n) is not None]
-        self._start(_np(cells["tokens"]), shape, readouts)
+    def _start_from(self, cells: dict) -> None:
+        """`_start` at a sampler's first step: (L, H) from its captures, held layer first."""
+        received, groups = cells.get("received"), cells.get("received_groups")
+        if received is not None:
+            layers_heads = (received.shape[0], received.shape[2])  # (L, B, H, S)
+        elif groups is not None:
+            layers_heads = (groups.shape[0], groups.shape[3])      # (L, B, G, H, S)
+        else:
+            layers_heads = None
+        self._start(_np(cells["tokens"]), layers_heads, [n for n in COLUMN_NAMES if cells.get(n) is not None])
 
     # ---- the group's write ----------------------------------------------------------------
     def _parts(self, steps: list[HeldStep], name: str):
@@ -605,7 +602,7 @@ class TraceWriter:
         # checksum of the batch's serialised bytes lets the reader tell damaged steps from good
         # ones (Arrow itself has none); the reader verifies a batch when it first reads a step of it.
         custom = {CHECKSUM_KEY: str(zlib.crc32(batch.serialize()))}
-        vocab = self._vocab(self._new_ids_by_step(list(tokens)))  # the group's new ids, one decode
+        vocab = self._vocab(self._new_ids(list(tokens)))  # the group's new ids, one decode
         if vocab:
             custom[VOCAB_KEY] = json.dumps(vocab)
         self._writer.write_batch(batch, custom_metadata=custom)
