@@ -436,3 +436,47 @@ def test_a_samplers_held_steps_reach_the_disk_by_group_time_and_bytes(tmp_path, 
     assert on_disk_after_each_step(tmp_path / "c.arrow", flush_seconds=3600)[1] == [0, 2, 2, 4, 4]
     monkeypatch.setattr(writer, "FLUSH_BYTES", int(0.5 * step_bytes))
     assert on_disk_after_each_step(tmp_path / "d.arrow", flush_seconds=3600)[1] == [1, 2, 3, 4, 5]
+
+
+KILLED_RUN = """
+import sys, time
+import torch
+import sinklens
+from sinklens.experiments.twins import LOAD, dlm_sampler, heldout_prompt
+from sinklens.trace import TraceWriter
+
+def hook(event):  # runs before the writer sees the step
+    print(event.step, flush=True)
+    if event.step == 9:
+        time.sleep(600)
+
+m = sinklens.load("tiny-dlm", **LOAD)
+writer = TraceWriter(sys.argv[1], flush_steps=4, flush_seconds=3600)
+m.generate(torch.tensor([m.apply_chat_template(heldout_prompt(0))]), trace=writer, hook=hook, **dlm_sampler())
+"""
+
+
+def test_a_killed_generation_keeps_every_written_group(tmp_path):
+    """kill -9 in the middle of a traced generation (groups of 4 steps; the writer has held steps 0-8
+    when the run stops at step 9): the file holds the two finished groups, steps 0-7, and reads as
+    truncated; only the group still held (step 8) is lost."""
+    import os
+    import signal
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    path = tmp_path / "killed.arrow"
+    env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[1]), "OMP_NUM_THREADS": "1"}
+    child = subprocess.Popen([sys.executable, "-c", KILLED_RUN, str(path)], stdout=subprocess.PIPE, text=True, env=env)
+    try:
+        for line in child.stdout:
+            if line.strip() == "9":
+                break
+        os.kill(child.pid, signal.SIGKILL)
+    finally:
+        child.kill()
+        child.wait()
+    t = open_trace(path)
+    assert t.truncated and t.steps == list(range(8))
+    assert t.meta["family"] == "llada" and t.received_groups(7).shape[0] == 2
