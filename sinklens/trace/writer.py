@@ -349,14 +349,12 @@ class TraceWriter:
             ids = ids[where]
         if ids.size and int(ids.max()) >= len(self._seen):  # grow the table to the largest id seen
             self._seen = np.concatenate([self._seen, np.zeros(int(ids.max()) + 1 - len(self._seen), dtype=bool)])
-        if len(tokens) == 1:  # one step: its new ids, ascending
-            new = np.unique(ids[~self._seen[ids]]).tolist()  # a step mostly repeats the last one's ids: a lookup
-        else:
-            unique, first = np.unique(ids, return_index=True)
-            fresh = ~self._seen[unique]
-            unique, first = unique[fresh], first[fresh]
-            step = np.searchsorted(starts, first if where is None else where[first], side="right")
-            new = unique[np.lexsort((unique, step))].tolist()
+        fresh = np.flatnonzero(~self._seen[ids])  # a step mostly repeats the last one's ids: a lookup, no sets
+        if not fresh.size:
+            return []
+        unique, first = np.unique(ids[fresh], return_index=True)
+        first = fresh[first] if where is None else where[fresh[first]]  # where each new id first occurs
+        new = unique[np.lexsort((unique, np.searchsorted(starts, first, side="right")))].tolist()
         self._seen[new] = True
         return new
 
