@@ -384,25 +384,29 @@ def test_a_samplers_steps_are_written_as_write_step_writes_them(tmp_path, flush_
 def test_a_held_step_is_not_changed_by_the_sampler_changing_its_tensors(tmp_path):
     """A step waits in memory for its group, but a sampler may change its canvas (and a hook its
     request) in place at the next step: the trace holds what the step had."""
+    import torch
+
     events = _events(seed=1, steps=2)
     with TraceWriter(tmp_path / "t.arrow", {}) as w:
         for e in events:
             w.after_step(e)
             snapshot = {name: getattr(e, name).clone() for name in ("tokens", "is_masked", "revealed", "attention_mask")}
-            received = e.attention.received.clone()
+            received, groups = e.attention.received.clone(), e.attention.received_groups.clone()
             for name in snapshot:
                 getattr(e, name).fill_(1)
             e.query_positions[0].fill_(0)
             e.attention.blocked.fill_(True)
-            for layer in range(L):          # a request reused for the next forward, recorded anew in place
-                e.attention._received[layer].fill_(7)
-            e.snapshot, e.received_at_step = snapshot, received
+            for layer in range(L):          # a request reused: the next forward records anew into it
+                e.attention.record(layer, received=torch.full((B, H, S), 7.0), groups=torch.ones(B, G, H, S))
+            e.snapshot, e.received_at_step, e.groups_at_step = snapshot, received, groups
     t = open_trace(tmp_path / "t.arrow")
     for e in events:
         for name, value in e.snapshot.items():
             np.testing.assert_array_equal(getattr(t, name)(e.step, 0), value[0].numpy())
         np.testing.assert_array_equal(t.query_positions(e.step, 0), np.arange(2, S))
         assert len(t.blocked(e.step, 1)) < L * H * S
+        np.testing.assert_array_equal(t.received_groups(e.step, 1), e.groups_at_step[:, 1].transpose(0, 1)
+                                      .numpy().astype(np.float16).astype(np.float32))
         if e.step % 2:  # stored (not the groups' sum): the values of the step
             np.testing.assert_array_equal(t.received(e.step, 1),
                                           e.received_at_step[:, 1].numpy().astype(np.float16).astype(np.float32))
