@@ -110,37 +110,63 @@ def test_replicate_writes_table_and_dynamics(tmp_path):
 
 @pytest.mark.parametrize("name", ["tiny-dlm", "tiny-arm"])
 def test_trace_reads_back_what_the_capture_recorded(tmp_path, name):
-    """What a traced twin generation writes reads back as the capture of each step (float16
-    rounding): received (which the file leaves out where the masked / unmasked groups sum to it),
-    the groups, the tokens; and the traced tokens are the untraced ones."""
+    """What a traced twin generation writes reads back, step by step and column by column, as what
+    the sampler handed over at that step (float16 rounding for the attention): the canvas, mask
+    state, revealed and real positions, the query rows, received (which the file leaves out where
+    the masked / unmasked groups sum to it), the groups. The writer holds a sampler's steps and
+    converts them a group at a time (here groups of 5 steps, a batch of 2 left-padded prompts): its
+    file holds what `write_step` writes from each step converted at once. And the traced tokens are
+    the untraced ones."""
     import numpy as np
+    import pyarrow as pa
+
+    from sinklens.trace.writer import TraceWriter, event_arrays
 
     class Keep:
         wants_attention = True
 
-        def __init__(self):
+        def __init__(self, path):
             self.steps = []
+            self.each = TraceWriter(path, {})  # the same steps, each converted and written as it ends
 
         def after_step(self, e):
             groups = e.attention.received_groups
-            self.steps.append((e.tokens.clone(), e.attention.received.clone(),
-                               None if groups is None else groups.clone()))
+            self.steps.append(dict(
+                tokens=e.tokens.clone(), is_masked=e.is_masked.clone(), revealed=e.revealed.clone(),
+                attention_mask=e.attention_mask.clone(), received=e.attention.received.clone(),
+                groups=None if groups is None else groups.clone(),
+                query_positions=None if e.query_positions is None else [q.clone() for q in e.query_positions]))
+            self.each.write_step(e.step, **event_arrays(e))
 
     m = sinklens.load(name, **LOAD)
     sampler = dlm_sampler() if m.is_diffusion else arm_sampler()
-    ids = torch.tensor([m.apply_chat_template(heldout_problems(3)[2].question)])
-    keep = Keep()
+    questions = [p.question for p in heldout_problems(N_PROBLEMS)]
+    short, long = min(questions, key=len), max(questions, key=len)
+    ids, am = encode_prompts(m.tokenizer, [short, long])
+    assert not am.all()  # left padding: the real positions differ from row to row
+    keep = Keep(tmp_path / "each.arrow")
     path = tmp_path / "t.arrow"
-    traced = m.generate(ids, trace=path, hook=keep, **sampler)
-    assert torch.equal(traced.sequences, m.generate(ids, **sampler).sequences)
+    writer = TraceWriter(path, flush_steps=5, flush_seconds=3600)
+    traced = m.generate(ids, attention_mask=am, trace=writer, hook=keep, **sampler)
+    writer.close()
+    keep.each.close()
+    assert torch.equal(traced.sequences, m.generate(ids, attention_mask=am, **sampler).sequences)
     t = sinklens.open_trace(path)
     assert t.steps == list(range(len(keep.steps)))
+    with pa.OSFile(str(path), "rb") as f:  # a record batch per group of 5 steps
+        assert sum(1 for _ in pa.ipc.open_stream(f)) == -(-len(keep.steps) // 5)
+    assert t.table().equals(sinklens.open_trace(keep.each.path).table())
     f16 = lambda x: x.half().float().numpy()  # noqa: E731
-    for step, (tokens, received, groups) in enumerate(keep.steps):
-        np.testing.assert_array_equal(t.tokens(step), tokens[0].numpy())
-        np.testing.assert_allclose(t.received(step), received[:, 0].numpy(), rtol=2e-3, atol=2e-3)
-        if groups is not None:
-            np.testing.assert_array_equal(t.received_groups(step), f16(groups[:, 0].transpose(0, 1)))
+    for step, kept in enumerate(keep.steps):
+        for row in range(2):
+            for column in ("tokens", "is_masked", "revealed", "attention_mask"):
+                np.testing.assert_array_equal(getattr(t, column)(step, row), kept[column][row].numpy())
+            rows = kept["query_positions"]
+            np.testing.assert_array_equal(t.query_positions(step, row), np.flatnonzero(kept["attention_mask"][row])
+                                          if rows is None else rows[row].numpy())
+            np.testing.assert_allclose(t.received(step, row), kept["received"][:, row].numpy(), rtol=2e-3, atol=2e-3)
+            if kept["groups"] is not None:
+                np.testing.assert_array_equal(t.received_groups(step, row), f16(kept["groups"][:, row].transpose(0, 1)))
     if m.is_diffusion:  # the split covers every row: received is not stored, the reader sums the groups
         table = t.table()
         assert table.column("received").null_count == table.num_rows

@@ -307,3 +307,180 @@ def test_a_trace_holds_only_the_readout_columns_its_run_records(tmp_path):
     late.write_step(0, steps[0]["tokens"], received=steps[0]["received"])
     with pytest.raises(ValueError, match=r"\['diagonal'\] were not recorded at the first step"):
         late.write_step(1, steps[1]["tokens"], received=steps[1]["received"], readouts={"diagonal": diag})
+
+
+# ---- a sampler's steps (the writer as the sampler's hook: `after_step`) --------------------------
+
+def _events(seed=0, steps=T):
+    """StepEvents as a sampler hands them over: (B, S) canvas tensors, a request whose captures were
+    recorded layer by layer (received, the masked / unmasked groups, what blocking took, maps, a
+    learned sink, two readouts), padding in row 0, the query rows named per row."""
+    import torch
+
+    from sinklens.attention.request import AttentionRequest
+    from sinklens.samplers.base import StepEvent, masked_unmasked_groups
+
+    g = torch.Generator().manual_seed(seed)
+    out = []
+    for t in range(steps):
+        real = torch.tensor([[False] * 2 + [True] * (S - 2), [True] * S])
+        is_masked = torch.rand(B, S, generator=g) < 0.5
+        # every other step a query row is in no group: received is then not the groups' sum and is
+        # stored; else the file leaves it out
+        query_groups = masked_unmasked_groups(is_masked, real)
+        query_groups[1, -1] = -1 if t % 2 else query_groups[1, -1]
+        req = AttentionRequest(capture=True, map_slices=((1, 2),), query_mask=real, query_groups=query_groups,
+                               num_groups=G)
+        req.blocked = torch.rand(L, B, H, S, generator=g) < 0.1
+        for layer in range(L):
+            groups = torch.rand(B, G, H, S, generator=g)
+            received = groups.sum(1) + (0.5 if t % 2 else 0.0)
+            req.record(layer, received=received, unblocked=received + 1, groups=groups,
+                       maps={2: torch.rand(B, S, S, generator=g)} if layer == 1 else None,
+                       learned_sink=torch.rand(B, H, generator=g))
+            req.record_readout("value_norm", layer, torch.rand(B, H, S, generator=g))
+            req.record_readout("diagonal", layer, torch.rand(B, H, generator=g), aligned=False)
+        out.append(StepEvent(step=t, tokens=torch.randint(0, 500, (B, S), generator=g),
+                             is_masked=is_masked, revealed=torch.rand(B, S, generator=g) < 0.2,
+                             logits=None, attention=req, attention_mask=real,
+                             query_positions=[torch.nonzero(r).squeeze(1) for r in real],
+                             edited=torch.rand(B, S, generator=g) < 0.1))
+    return out
+
+
+def _traced(path, events, hook=True, **writer_args):
+    from sinklens.trace.writer import event_arrays
+
+    meta = {"family": "llada", "query_groups": ["masked", "unmasked"], "readouts": {"value_norms": True, "diagonal": True}}
+    with TraceWriter(path, meta, decode=lambda ids: [f"tok{i}" for i in ids], **writer_args) as w:
+        for e in events:
+            w.after_step(e) if hook else w.write_step(e.step, **event_arrays(e))
+    return path
+
+
+@pytest.mark.parametrize("flush_steps", [1, 2, T])
+def test_a_samplers_steps_are_written_as_write_step_writes_them(tmp_path, flush_steps):
+    """The hook holds a sampler's tensors and converts a whole group when it writes it; the file is
+    the one `write_step` writes from the same steps converted one by one, byte for byte: every
+    column (received left out exactly where it is the groups' sum), the token strings, the
+    record batches and their checksums."""
+    events = _events()
+    held = _traced(tmp_path / "held.arrow", events, flush_steps=flush_steps)
+    each = _traced(tmp_path / "each.arrow", events, hook=False, flush_steps=flush_steps)
+    assert held.read_bytes() == each.read_bytes()
+    t = open_trace(held)
+    t.verify()
+    assert t.table().column("received").null_count == B * len(range(0, T, 2))  # the steps where it is the sum
+    e = events[3]
+    np.testing.assert_array_equal(t.received_groups(3, 1), e.attention.received_groups[:, 1].transpose(0, 1)
+                                  .numpy().astype(np.float16).astype(np.float32))
+    np.testing.assert_array_equal(t.blocked(3, 0), np.argwhere(e.attention.blocked[:, 0].numpy()))
+    np.testing.assert_array_equal(t.query_positions(3, 0), np.arange(2, S))
+    np.testing.assert_array_equal(t.edited(3, 1), e.edited[1].numpy())
+    np.testing.assert_array_equal(t.readout("diagonal", 3, 1), e.attention.readout("diagonal")[:, 1].numpy())
+    np.testing.assert_array_equal(t.map(3, 1, 2, 1), e.attention.maps[(1, 2)][1].numpy())
+
+
+def test_a_held_step_is_not_changed_by_the_sampler_changing_its_tensors(tmp_path):
+    """A step waits in memory for its group, but a sampler may change its canvas (and a hook its
+    request) in place at the next step: the trace holds what the step had."""
+    import torch
+
+    events = _events(seed=1, steps=2)
+    with TraceWriter(tmp_path / "t.arrow", {}) as w:
+        for e in events:
+            w.after_step(e)
+            snapshot = {name: getattr(e, name).clone() for name in ("tokens", "is_masked", "revealed", "attention_mask")}
+            received, groups = e.attention.received.clone(), e.attention.received_groups.clone()
+            for name in snapshot:
+                getattr(e, name).fill_(1)
+            e.query_positions[0].fill_(0)
+            e.attention.blocked.fill_(True)
+            for layer in range(L):          # a request reused: the next forward records anew into it
+                e.attention.record(layer, received=torch.full((B, H, S), 7.0), groups=torch.ones(B, G, H, S))
+            e.snapshot, e.received_at_step, e.groups_at_step = snapshot, received, groups
+    t = open_trace(tmp_path / "t.arrow")
+    for e in events:
+        for name, value in e.snapshot.items():
+            np.testing.assert_array_equal(getattr(t, name)(e.step, 0), value[0].numpy())
+        np.testing.assert_array_equal(t.query_positions(e.step, 0), np.arange(2, S))
+        assert len(t.blocked(e.step, 1)) < L * H * S
+        np.testing.assert_array_equal(t.received_groups(e.step, 1), e.groups_at_step[:, 1].transpose(0, 1)
+                                      .numpy().astype(np.float16).astype(np.float32))
+        if e.step % 2:  # stored (not the groups' sum): the values of the step
+            np.testing.assert_array_equal(t.received(e.step, 1),
+                                          e.received_at_step[:, 1].numpy().astype(np.float16).astype(np.float32))
+
+
+def test_a_samplers_held_steps_reach_the_disk_by_group_time_and_bytes(tmp_path, monkeypatch):
+    """What is on disk while a run goes on (what a kill -9 leaves): every finished group; each step at
+    once where steps are slower than flush_seconds or where the held captures pass FLUSH_BYTES; an
+    error writes the steps still held."""
+    from sinklens.trace import writer
+
+    events = _events(seed=2)
+
+    def on_disk_after_each_step(path, **writer_args):
+        w, seen = TraceWriter(path, {}, **writer_args), []
+        for e in events:
+            w.after_step(e)
+            seen.append(open_trace(path).num_steps if path.stat().st_size else 0)
+        return w, seen
+
+    w, seen = on_disk_after_each_step(tmp_path / "a.arrow", flush_steps=2, flush_seconds=3600)
+    assert seen == [0, 2, 2, 4, 4]
+    w.abandon()
+    t = open_trace(tmp_path / "a.arrow")
+    assert t.truncated and t.steps == list(range(T))
+    assert on_disk_after_each_step(tmp_path / "b.arrow", flush_seconds=0.0)[1] == [1, 2, 3, 4, 5]
+    req = events[0].attention   # what a step holds: its captures (the canvas is a few bytes)
+    step_bytes = sum(x.nbytes for x in (req.received, req.received_groups, req.received_unblocked, req.blocked,
+                                        req.learned_sink, *map(req.readout, req.readout_names), *req.maps.values()))
+    monkeypatch.setattr(writer, "FLUSH_BYTES", int(1.5 * step_bytes))   # passed with the second step held
+    assert on_disk_after_each_step(tmp_path / "c.arrow", flush_seconds=3600)[1] == [0, 2, 2, 4, 4]
+    monkeypatch.setattr(writer, "FLUSH_BYTES", int(0.5 * step_bytes))
+    assert on_disk_after_each_step(tmp_path / "d.arrow", flush_seconds=3600)[1] == [1, 2, 3, 4, 5]
+
+
+KILLED_RUN = """
+import sys, time
+import torch
+import sinklens
+from sinklens.experiments.twins import LOAD, dlm_sampler, heldout_prompt
+from sinklens.trace import TraceWriter
+
+def hook(event):  # runs before the writer sees the step
+    print(event.step, flush=True)
+    if event.step == 9:
+        time.sleep(600)
+
+m = sinklens.load("tiny-dlm", **LOAD)
+writer = TraceWriter(sys.argv[1], flush_steps=4, flush_seconds=3600)
+m.generate(torch.tensor([m.apply_chat_template(heldout_prompt(0))]), trace=writer, hook=hook, **dlm_sampler())
+"""
+
+
+def test_a_killed_generation_keeps_every_written_group(tmp_path):
+    """kill -9 in the middle of a traced generation (groups of 4 steps; the writer has held steps 0-8
+    when the run stops at step 9): the file holds the two finished groups, steps 0-7, and reads as
+    truncated; only the group still held (step 8) is lost."""
+    import os
+    import signal
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    path = tmp_path / "killed.arrow"
+    env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[1]), "OMP_NUM_THREADS": "1"}
+    child = subprocess.Popen([sys.executable, "-c", KILLED_RUN, str(path)], stdout=subprocess.PIPE, text=True, env=env)
+    try:
+        for line in child.stdout:
+            if line.strip() == "9":
+                break
+        os.kill(child.pid, signal.SIGKILL)
+    finally:
+        child.kill()
+        child.wait()
+    t = open_trace(path)
+    assert t.truncated and t.steps == list(range(8))
+    assert t.meta["family"] == "llada" and t.received_groups(7).shape[0] == 2

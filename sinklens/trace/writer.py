@@ -11,14 +11,22 @@ then. `close()` writes the end-of-stream marker; a run that dies inside the `wit
 left without it (its finished steps written), so readers report it as truncated and load its
 finished steps. Steps reach the disk in groups: a kill -9 loses at most the last second of
 steps (FLUSH_SECONDS; a step slower than that, any large model's, is written when it ends).
+
+The work is done when a group is written, not while the sampler waits: at a step the hook keeps
+the step's tensors (a copy of the canvas, which a sampler may change in place later; the captures
+as the request stacks them, layer first, moved off an accelerator); the group's write turns each
+column into one array for all its steps (one stack, one cast), decides for all of them at once
+where `received` is the sum of the groups, and finds the group's new token ids in one pass.
 """
 from __future__ import annotations
 
 import json
 import os
+import sys
 import time
 import zlib
-from typing import Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Callable, Iterable, Mapping
 
 import numpy as np
 import pyarrow as pa
@@ -35,14 +43,15 @@ from sinklens.trace.schema import CHECKSUM_KEY, SCHEMA_VERSION, UNITS, VOCAB_KEY
 FLUSH_STEPS = 64
 FLUSH_SECONDS = 1.0
 FLUSH_BYTES = 64 * 2**20
-COLUMNS_SET = frozenset(COLUMN_NAMES)
 
 
 def _np(x) -> np.ndarray | None:
     """A numpy view of a tensor / array / list (None passes through)."""
-    if x is None:
-        return None
+    if x is None or type(x) is np.ndarray:
+        return x
     if hasattr(x, "detach"):  # torch.Tensor, without importing torch here
+        if x.is_cpu and not x.requires_grad and str(x.dtype) != "torch.bfloat16":
+            return x.numpy()
         x = x.detach().to("cpu")
         if str(x.dtype) == "torch.bfloat16":
             x = x.float()
@@ -67,6 +76,35 @@ def _own(x):
     if isinstance(x, list):
         return [_own(a) for a in x]
     return np.array(x, copy=True)
+
+
+def _held(x, copy: bool = False):
+    """A sampler's tensor kept until its group is written, on the CPU: one on an accelerator is
+    copied now (its device memory is not held); a CPU tensor is kept as it is, or copied with `copy`
+    (a canvas the sampler may change in place after the step). None passes through."""
+    if x is None or not hasattr(x, "detach"):
+        return np.array(x, copy=True) if copy and x is not None else x
+    if not x.is_cpu:
+        return x.to("cpu")
+    return x.clone() if copy else x
+
+
+def _batch_first(x: np.ndarray, layer_axis: int, lead: int = 0) -> np.ndarray:
+    """A view of a capture held layer first ([T,] L, B, ...) with its layer axis moved `layer_axis`
+    places on (1: (B, L, ...); 2: groups (L, B, G, ...) -> (B, G, L, ...)); `lead`: leading axes (steps)."""
+    if layer_axis == 1:
+        return x.swapaxes(lead, lead + 1)
+    return np.moveaxis(x, lead, lead + layer_axis)
+
+
+def _stack(xs: list) -> np.ndarray | None:
+    """One (T, ...) numpy array of T arrays or tensors of one shape (None where the shapes differ): a
+    sampler's tensors in one torch.stack and one conversion (torch is loaded where there are tensors)."""
+    torch = sys.modules.get("torch")
+    if torch is not None and all(isinstance(x, torch.Tensor) for x in xs):
+        return _np(torch.stack(xs)) if len({x.shape for x in xs}) == 1 else None
+    arrays = [_np(x) for x in xs]
+    return np.stack(arrays) if len({a.shape for a in arrays}) == 1 else None
 
 
 def _is_sum_of(received: np.ndarray, groups: np.ndarray) -> bool:
@@ -100,16 +138,63 @@ def _list_column(rows: list[np.ndarray | None], value_type: pa.DataType) -> pa.A
     np.cumsum(lengths, out=offsets[1:])
     flat = [r.reshape(-1) for r in rows if r is not None]
     values = np.concatenate(flat) if flat else np.zeros(0)
-    if value_type == pa.float16():
-        values = values.astype(np.float16)
-    elif value_type == pa.float32():
-        values = values.astype(np.float32)
-    elif value_type == pa.int32():
-        values = values.astype(np.int32)
-    elif value_type == pa.bool_():
-        values = values.astype(bool)
+    values = _as(values, _NUMPY[value_type])
     mask = pa.array([r is None for r in rows]) if any(r is None for r in rows) else None
     return pa.ListArray.from_arrays(pa.array(offsets), pa.array(values, type=value_type), mask=mask)
+
+
+_NUMPY = {pa.float16(): np.float16, pa.float32(): np.float32, pa.int32(): np.int32, pa.bool_(): np.bool_}
+
+
+def _as(values: np.ndarray, dtype) -> np.ndarray:
+    """values (flat) as `dtype`. float32 -> float16 goes through torch where a sampler has loaded it:
+    numpy's cast costs ~2 ns a value and ~100 ns for one below float16's normal range (9 % of the tiny
+    twins' group sums: 10 ns a value on average), torch's ~0.1 ns. The bits are the same for every
+    float32 but signalling NaNs (NaN either way; checked over all 2^32 patterns)."""
+    torch = sys.modules.get("torch")
+    if dtype is np.float16 and values.dtype == np.float32 and torch is not None:
+        return torch.from_numpy(np.ascontiguousarray(values)).half().numpy()
+    return values.astype(dtype, copy=False)
+
+
+def _sums_of_groups(received: np.ndarray, groups: np.ndarray) -> np.ndarray:
+    """(T,) bool: `_is_sum_of` for each step of received (T, B, L, H, S) and groups (T, B, G, L, H, S),
+    in one test."""
+    total = groups.astype(np.float32, copy=False).sum(axis=2)
+    if total.shape != received.shape:
+        return np.zeros(len(received), dtype=bool)
+    ok = (np.abs(total - received) <= 1e-5 + 1e-4 * np.abs(received)).reshape(len(received), -1).all(axis=1)
+    for t in np.flatnonzero(~ok):  # what the fast test refuses gets `_is_sum_of`'s own answer (inf, nan)
+        ok[t] = _is_sum_of(received[t], groups[t])
+    return ok
+
+
+def _column(parts, rows: list[int], value_type: pa.DataType) -> pa.Array:
+    """A list<value_type> column of a group, one cell per (step, row). parts: one (T, B, ...) array
+    (a diffusion run's steps have one shape: one cast for the group), or per step a (B, ...) array
+    (a cell per row, flat row-major), a list of its rows (None: a null cell) or None (null cells)."""
+    if type(parts) is np.ndarray:
+        values = parts.reshape(-1)
+        offsets = np.arange(sum(rows) + 1, dtype=np.int32) * (values.size // sum(rows))
+        return pa.ListArray.from_arrays(pa.array(offsets), pa.array(_as(values, _NUMPY[value_type]), type=value_type))
+    if all(p is None for p in parts):
+        return pa.nulls(sum(rows), pa.list_(value_type))
+    cells = []
+    for p, b in zip(parts, rows):
+        cells.extend([None] * b if p is None else p)
+    return _list_column(cells, value_type)
+
+
+def _real_positions(masks) -> pa.Array:
+    """The query_positions column where no step names them: each row's real positions (its
+    attention mask's). masks: (T, B, S) in one pass, or per step (B, S)."""
+    if type(masks) is not np.ndarray:
+        return _list_column([np.flatnonzero(row) for m in masks for row in m], pa.int32())
+    real = masks.reshape(-1, masks.shape[-1])  # (T * B, S)
+    row, position = np.nonzero(real)
+    offsets = np.zeros(len(real) + 1, dtype=np.int32)
+    np.cumsum(np.bincount(row, minlength=len(real)), out=offsets[1:])
+    return pa.ListArray.from_arrays(pa.array(offsets), pa.array(position.astype(np.int32), type=pa.int32()))
 
 
 def event_arrays(event) -> dict:
@@ -192,6 +277,25 @@ def read_back(arrays: dict, received_dtype: str = "float16", row: int = 0) -> di
                 edited=None if edited is None else edited[row].astype(bool), readouts=readouts)
 
 
+# Where the layer axis of a sampler's captures goes (the request stacks them layer first): the
+# file's cells are batch first, (B, L, H, S) and the groups (B, G, L, H, S). Readouts: 1 too.
+REQUEST_LAYER_AXIS = {"received": 1, "received_groups": 2, "received_unblocked": 1, "blocked": 1, "learned_sink": 1}
+CANVAS = ("tokens", "is_masked", "revealed", "attention_mask", "edited")  # (B, S) per step
+
+
+@dataclass
+class HeldStep:
+    """One step waiting for its group's write. cells: column -> numpy array batch first (from
+    `write_step`), a sampler's tensor (captures layer first: `layer_axis` says where their layer
+    axis goes), a list of per-row arrays (query_positions, blocked) or None (null cells / defaults)."""
+
+    step: int
+    rows: int  # B
+    cells: dict
+    layer_axis: Mapping[str, int] = field(default_factory=dict)
+    maps: Mapping[tuple[int, int], object] | None = None
+
+
 class TraceWriter:
     """Append-only writer of one trace file.
 
@@ -221,7 +325,7 @@ class TraceWriter:
         self._schema: pa.Schema | None = None
         self.closed = False
         self.flush_steps, self.flush_seconds = flush_steps, flush_seconds
-        self._pending: list[dict] = []  # steps accepted but not yet written (see FLUSH_STEPS)
+        self._pending: list[HeldStep] = []  # steps accepted but not yet written (see FLUSH_STEPS)
         self._pending_bytes = 0
         self._flushed_at = time.monotonic()
 
@@ -232,18 +336,25 @@ class TraceWriter:
             raise RuntimeError("the trace metadata is written with the first step; update it before write_step")
         self.meta.update(fields)
 
-    def _new_ids(self, tokens: np.ndarray) -> list[int]:
-        """Token ids of `tokens` whose strings are not stored yet (they are decoded when written)."""
+    def _new_ids(self, tokens: list[np.ndarray]) -> list[int]:
+        """Token ids of steps' `tokens` whose strings are not stored yet (decoded when written), in one
+        pass: by the step that first holds them, ascending within a step (a step at a time's order)."""
         if self.decode is None:
             return []
-        ids = tokens.reshape(-1)
-        ids = ids[ids >= 0] if ids.size and int(ids.min()) < 0 else ids  # no string for a negative id
+        ids = np.concatenate([t.reshape(-1) for t in tokens])
+        starts = np.cumsum([0] + [t.size for t in tokens[:-1]])  # where each step's ids begin
+        where = None
+        if ids.size and int(ids.min()) < 0:  # no string for a negative id
+            where = np.flatnonzero(ids >= 0)
+            ids = ids[where]
         if ids.size and int(ids.max()) >= len(self._seen):  # grow the table to the largest id seen
             self._seen = np.concatenate([self._seen, np.zeros(int(ids.max()) + 1 - len(self._seen), dtype=bool)])
-        fresh = ids[~self._seen[ids]]  # a step mostly repeats the ids of the last one: look them up, no sets
+        fresh = np.flatnonzero(~self._seen[ids])  # a step mostly repeats the last one's ids: a lookup, no sets
         if not fresh.size:
             return []
-        new = [int(i) for i in np.unique(fresh)]
+        unique, first = np.unique(ids[fresh], return_index=True)
+        first = fresh[first] if where is None else where[fresh[first]]  # where each new id first occurs
+        new = unique[np.lexsort((unique, np.searchsorted(starts, first, side="right")))].tolist()
         self._seen[new] = True
         return new
 
@@ -251,23 +362,24 @@ class TraceWriter:
         """id -> string of `ids`, decoded in one call."""
         return {str(i): s for i, s in zip(ids, self.decode(ids))} if ids else {}
 
-    def _readout_columns(self, first: Mapping[str, object]) -> tuple[str, ...]:
+    def _readout_columns(self, first: Iterable[str]) -> tuple[str, ...]:
         """The readout columns of this trace: those of the options the metadata declares (its
         `readouts`) and any the first step records."""
         declared = [c.name for option in (self.meta.get("readouts") or {}) for c in COLUMNS.get(option, ())]
-        return tuple(n for n in COLUMN_NAMES if n in declared or first.get(n) is not None)
+        return tuple(n for n in COLUMN_NAMES if n in declared or n in first)
 
-    def _start(self, tokens: np.ndarray, received: np.ndarray | None, vocab: dict,
-               readouts: Mapping[str, object] | None = None) -> None:
+    def _start(self, tokens: np.ndarray, layers_heads: tuple[int, int] | None, readouts: Iterable[str]) -> None:
+        """Write the schema with the run metadata: at the first step, whose token strings it holds."""
+        vocab = self._vocab(self._new_ids([tokens]))
         self.meta.setdefault("batch_size", int(tokens.shape[0]))
         self.meta.setdefault("seq_len", int(tokens.shape[1]))
-        if received is not None:  # (B, L, H, S)
-            self.meta.setdefault("num_layers", int(received.shape[-3]))
-            self.meta.setdefault("num_heads", int(received.shape[-2]))
+        if layers_heads is not None:
+            self.meta.setdefault("num_layers", int(layers_heads[0]))
+            self.meta.setdefault("num_heads", int(layers_heads[1]))
         if vocab:
             self.meta["tokens_vocab"] = {**self.meta.get("tokens_vocab", {}), **vocab}
         try:
-            self._schema = build_schema(self.meta, self.received_dtype, self._readout_columns(readouts or {}))
+            self._schema = build_schema(self.meta, self.received_dtype, self._readout_columns(readouts))
         except TypeError as e:
             raise TypeError(f"trace metadata must be JSON-serialisable: {e}") from None
         self._writer = pa.ipc.new_stream(self._sink, self._schema)
@@ -316,17 +428,14 @@ class TraceWriter:
             raise ValueError(f"received must have shape (B={B}, L, H, S={S}), got {received.shape}")
         if received_groups is not None and (received_groups.shape[0] != B or received_groups.shape[-1] != S):
             raise ValueError(f"received_groups must have shape (B={B}, G, L, H, S={S}), got {received_groups.shape}")
-        stored = received
-        if received is not None and received_groups is not None and _is_sum_of(received, received_groups):
-            stored = None  # derivable: the reader sums the groups (schema 2); None with groups means the same
         if query_positions is None:
-            qpos = [np.flatnonzero(attention_mask[b]) for b in range(B)]
+            qpos = None  # the real positions, found for the whole group when it is written
         elif isinstance(query_positions, (list, tuple)):
             qpos = [_np(q).reshape(-1) for q in query_positions]
         else:
             qpos = list(_batched(query_positions, 2))
         if blocked is None:
-            blocked_rows = [None] * B
+            blocked_rows = None
         elif isinstance(blocked, (list, tuple)):
             blocked_rows = [None if b is None else _np(b).reshape(-1, 3) for b in blocked]
         else:
@@ -342,15 +451,13 @@ class TraceWriter:
             if arr is not None and arr.shape[0] != B:
                 raise ValueError(f"readout {name} must be batch first with {B} rows, got shape {arr.shape}")
 
-        new_ids = self._new_ids(tokens)
         if self._writer is None:
-            self._start(tokens, received if received is not None else received_groups, self._vocab(new_ids), readouts)
-            new_ids = []  # in the schema's metadata
+            first = received if received is not None else received_groups  # (B, [G,] L, H, S)
+            self._start(tokens, None if first is None else first.shape[-3:-1], readouts)
         absent = sorted(set(readouts) - set(self._schema.names))
         if absent:
             raise ValueError(f"readout column(s) {absent} were not recorded at the first step, so the trace has no "
                              "column for them: declare their options in the metadata's 'readouts'")
-        readouts = {name: readouts.get(name) for name in self._schema.names if name in COLUMNS_SET}
         L = self.meta.get("num_layers")
         H = self.meta.get("num_heads")
         for name, arr in (("received", received), ("received_groups", received_groups)):
@@ -359,79 +466,157 @@ class TraceWriter:
         if learned_sink is not None and learned_sink.shape != (B, L, H):
             raise ValueError(f"learned_sink must have shape (B, L, H) = {(B, L, H)}, got {learned_sink.shape}")
 
-
-        arrays = dict(tokens=tokens, is_masked=is_masked, revealed=revealed, attention_mask=attention_mask,
-                      query_positions=qpos, received=stored, received_groups=received_groups, blocked=blocked_rows,
-                      received_unblocked=received_unblocked, learned_sink=learned_sink, edited=edited, **readouts)
-        self._pending_bytes += sum(a.nbytes for a in (stored, received_groups, received_unblocked, *readouts.values())
-                                   if a is not None)
-        self._pending_bytes += sum(_np(m).nbytes for m in (maps or {}).values())
-        self.num_steps += 1
-        due = (len(self._pending) + 1 >= self.flush_steps or time.monotonic() - self._flushed_at >= self.flush_seconds
-               or self._pending_bytes >= FLUSH_BYTES)
+        cells = dict(tokens=tokens, is_masked=is_masked, revealed=revealed, attention_mask=attention_mask,
+                     query_positions=qpos, received=received, received_groups=received_groups, blocked=blocked_rows,
+                     received_unblocked=received_unblocked, learned_sink=learned_sink, edited=edited, **readouts)
+        nbytes = sum(a.nbytes for a in (received, received_groups, received_unblocked, *readouts.values())
+                     if a is not None)
+        due = self._due(nbytes + sum(_np(m).nbytes for m in (maps or {}).values()))
         if not due:  # held past this call: own copies, the caller may reuse its buffers (a tensor's .numpy() is one)
-            arrays = {k: _own(v) for k, v in arrays.items()}
+            cells = {k: _own(v) for k, v in cells.items()}
             maps = {k: _np(m).copy() for k, m in maps.items()} if maps else maps
-        self._pending.append(dict(step=step, B=B, maps=maps, new_ids=new_ids,
-                                  **arrays))
+        self._hold(HeldStep(step, B, cells, maps=maps), due)
+
+    def _due(self, nbytes: int) -> bool:
+        """Count a step's `nbytes` held bytes; True when its group is to be written with it."""
+        self._pending_bytes += nbytes
+        return (len(self._pending) + 1 >= self.flush_steps or time.monotonic() - self._flushed_at >= self.flush_seconds
+                or self._pending_bytes >= FLUSH_BYTES)
+
+    def _hold(self, held: HeldStep, due: bool) -> None:
+        self.num_steps += 1
+        self._pending.append(held)
         if due:
             self.flush()
 
+    # ---- hook interface (see sinklens/samplers/base.py) -----------------------------------
+    def after_step(self, event) -> None:
+        """Hold a sampler's StepEvent for its group's write (module docstring): all the sampler
+        waits for is a copy of the canvas and the request's captures, stacked as it holds them."""
+        if self.closed:
+            raise RuntimeError(f"trace {self.path} is closed")
+        cells = {name: _held(getattr(event, name, None), copy=True) for name in CANVAS}
+        positions = getattr(event, "query_positions", None)  # per row: a 1-D tensor
+        cells["query_positions"] = None if positions is None else [_held(q, copy=True) for q in positions]
+        layer_axis, maps = REQUEST_LAYER_AXIS, None
+        req = event.attention
+        if req is not None:
+            # received is kept beside the groups: where they sum to it (the masked / unmasked split)
+            # the group's write leaves it out, for all the group's steps in one test
+            cells["received"] = _held(req.received) if req.has_received else None
+            cells["received_groups"] = _held(req.received_groups)
+            if req.blocked is not None:
+                cells["blocked"] = _held(req.blocked, copy=True)  # a hook's instruction: it may reuse it
+                if req.has_received_unblocked:
+                    cells["received_unblocked"] = _held(req.received_unblocked)
+            cells["learned_sink"] = _held(req.learned_sink)
+            maps = {k: _held(m) for k, m in req.maps.items()} or None
+            names = req.readout_names
+            if names:
+                layer_axis = {**REQUEST_LAYER_AXIS, **dict.fromkeys(names, 1)}
+                cells.update((name, _held(req.readout(name))) for name in names)
+            if req.lens is not None:  # batch first
+                cells.update(lens_positions=_held(req.lens["positions"]), lens_tokens=_held(req.lens["tokens"]),
+                             lens_probs=_held(req.lens["probs"]))
+        if self._writer is None:
+            self._start_from(cells)
+        nbytes = sum(x.nbytes for name, x in cells.items() if name not in CANVAS and hasattr(x, "nbytes"))
+        nbytes += sum(m.nbytes for m in (maps or {}).values())
+        self._hold(HeldStep(event.step, cells["tokens"].shape[0], cells, layer_axis, maps), self._due(nbytes))
+
+    def _start_from(self, cells: dict) -> None:
+        """`_start` at a sampler's first step: (L, H) from its captures, held layer first."""
+        received, groups = cells.get("received"), cells.get("received_groups")
+        if received is not None:
+            layers_heads = (received.shape[0], received.shape[2])  # (L, B, H, S)
+        elif groups is not None:
+            layers_heads = (groups.shape[0], groups.shape[3])      # (L, B, G, H, S)
+        else:
+            layers_heads = None
+        self._start(_np(cells["tokens"]), layers_heads, [n for n in COLUMN_NAMES if cells.get(n) is not None])
+
+    # ---- the group's write ----------------------------------------------------------------
+    def _parts(self, steps: list[HeldStep], name: str):
+        """Column `name` of the group's steps, batch first: one (T, B, ...) array where every step
+        holds an array of one shape (one stack and one transpose for the group), else a part per step
+        (a (B, ...) array, a list of per-row arrays, or None)."""
+        held = [s.cells.get(name) for s in steps]
+        if all(x is None for x in held):
+            return held
+        axes = {s.layer_axis.get(name) for s in steps}
+        if len(axes) == 1 and not any(x is None or isinstance(x, list) for x in held):
+            block = _stack(held)  # (T, [L,] B, ...)
+            if block is not None:
+                axis = axes.pop()
+                return block if axis is None else _batch_first(block, axis, lead=1)
+        parts = []
+        for s, x in zip(steps, held):
+            if x is None or isinstance(x, list):
+                parts.append(x if x is None else [_np(r) for r in x])
+                continue
+            axis = s.layer_axis.get(name)
+            parts.append(_np(x) if axis is None else _batch_first(_np(x), axis))
+        return parts
+
     def flush(self) -> None:
-        """Write the steps held in memory (one record batch each) and flush the file."""
+        """Write the steps held in memory (one record batch for the group) and flush the file."""
         if not self._pending:
             return
         steps, self._pending, self._pending_bytes = self._pending, [], 0
-        # One Arrow array per column for all pending steps: the per-step cost is Python, not bytes.
-        rows = lambda name: [r for s in steps for r in (s[name] if s[name] is not None else [None] * s["B"])]  # noqa: E731
+        rows = [s.rows for s in steps]
         value_type = lambda name: self._schema.field(name).type.value_type  # noqa: E731
-        columns = {
-            "step": pa.array(np.concatenate([np.full(s["B"], s["step"], np.int32) for s in steps])),
-            "row": pa.array(np.concatenate([np.arange(s["B"], dtype=np.int32) for s in steps])),
-            "tokens": _list_column(rows("tokens"), pa.int32()),
-            "is_masked": _list_column(rows("is_masked"), pa.bool_()),
-            "revealed": _list_column(rows("revealed"), pa.bool_()),
-            "attention_mask": _list_column(rows("attention_mask"), pa.bool_()),
-            "query_positions": _list_column(rows("query_positions"), pa.int32()),
-            "received": _list_column(rows("received"), value_type("received")),
-            "received_groups": _list_column(rows("received_groups"), value_type("received_groups")),
-            "blocked": _list_column(rows("blocked"), pa.int32()),
-            "received_unblocked": _list_column(rows("received_unblocked"), value_type("received_unblocked")),
-            "maps": self._maps_column(steps),
-            "learned_sink": _list_column(rows("learned_sink"), pa.float32()),
-            "edited": _list_column(rows("edited"), pa.bool_()),
-        }
+        parts = {name: self._parts(steps, name) for name in self._schema.names if name not in ("step", "row", "maps")}
+        tokens = parts["tokens"]
+        for name, fill in (("is_masked", False), ("revealed", False), ("attention_mask", True)):  # the defaults
+            if type(parts[name]) is not np.ndarray:
+                parts[name] = [np.full(t.shape, fill) if p is None else p for p, t in zip(parts[name], tokens)]
+        # received is left out (null: the reader sums the groups, schema 2) where it is their sum
+        received, groups = parts["received"], parts["received_groups"]
+        if type(received) is np.ndarray and type(groups) is np.ndarray:  # every step holds both: one test
+            derivable = _sums_of_groups(received, groups)
+        else:
+            derivable = [r is not None and g is not None and _is_sum_of(r, g) for r, g in zip(received, groups)]
+        if all(derivable):
+            parts["received"] = [None] * len(steps)
+        elif any(derivable):
+            parts["received"] = [None if d else r for d, r in zip(derivable, received)]
+        # a sampler's blocked keys arrive as (B, L, H, S) bool: the file holds (layer, head, position) triples
+        parts["blocked"] = [[np.argwhere(row) for row in b] if type(b) is np.ndarray else b for b in parts["blocked"]]
+        if all(q is None for q in parts["query_positions"]):
+            columns = {"query_positions": _real_positions(parts["attention_mask"])}
+        else:
+            columns = {"query_positions": _column([[np.flatnonzero(r) for r in m] if q is None else q for q, m in
+                                                   zip(parts["query_positions"], parts["attention_mask"])],
+                                                  rows, pa.int32())}
+        columns.update(step=pa.array(np.repeat(np.array([s.step for s in steps], dtype=np.int32), rows)),
+                       row=pa.array(np.concatenate([np.arange(b, dtype=np.int32) for b in rows])),
+                       maps=self._maps_column(steps))
         for name in self._schema.names:
-            if name in COLUMNS_SET:
-                columns[name] = _list_column(rows(name), value_type(name))
+            if name not in columns:
+                columns[name] = _column(parts[name], rows, value_type(name))
         batch = pa.record_batch([columns[f.name] for f in self._schema], schema=self._schema)
         # One record batch for the group (schema 3): Arrow's per-batch cost (buffers and metadata
         # per column, the checksum's serialisation) is paid once per group, not once per step. A
         # checksum of the batch's serialised bytes lets the reader tell damaged steps from good
         # ones (Arrow itself has none); the reader verifies a batch when it first reads a step of it.
         custom = {CHECKSUM_KEY: str(zlib.crc32(batch.serialize()))}
-        vocab = self._vocab([i for s in steps for i in s["new_ids"]])  # the group's new ids, one decode
+        vocab = self._vocab(self._new_ids(list(tokens)))  # the group's new ids, one decode
         if vocab:
             custom[VOCAB_KEY] = json.dumps(vocab)
         self._writer.write_batch(batch, custom_metadata=custom)
         self._sink.flush()
         self._flushed_at = time.monotonic()
 
-    def _maps_column(self, steps: list[dict]) -> pa.Array:
+    def _maps_column(self, steps: list[HeldStep]) -> pa.Array:
         struct_type = self._schema.field("maps").type
-        if not any(s["maps"] for s in steps):
-            return pa.nulls(sum(s["B"] for s in steps), struct_type)
+        if not any(s.maps for s in steps):
+            return pa.nulls(sum(s.rows for s in steps), struct_type)
         rows = []
         for s in steps:
-            for b in range(s["B"]):
+            for b in range(s.rows):
                 rows.append([{"layer": int(l), "head": int(h), "values": _np(m)[b].astype(np.float32).reshape(-1)}
-                             for (l, h), m in sorted(s["maps"].items())] if s["maps"] else None)
+                             for (l, h), m in sorted(s.maps.items())] if s.maps else None)
         return pa.array(rows, type=struct_type)
-
-    # ---- hook interface (see sinklens/samplers/base.py) -----------------------------------
-    def after_step(self, event) -> None:
-        """Write a sampler's StepEvent (attention arrives layer-first and is reordered here)."""
-        self.write_step(event.step, **event_arrays(event))
 
     # ---- closing --------------------------------------------------------------------------
     def close(self) -> None:
@@ -439,7 +624,7 @@ class TraceWriter:
         if self.closed:
             return
         if self._writer is None:
-            self._schema = build_schema(self.meta, self.received_dtype, self._readout_columns({}))
+            self._schema = build_schema(self.meta, self.received_dtype, self._readout_columns(()))
             self._writer = pa.ipc.new_stream(self._sink, self._schema)
         self.flush()
         self._writer.close()
