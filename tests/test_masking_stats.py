@@ -100,3 +100,17 @@ def test_bytes_bound_the_held_steps(monkeypatch):
         st.add(sel, tokens, masked, prompt, real)
         assert len(st._held) <= 1
     assert st.steps_masked == 9
+
+
+def test_the_record_counts_the_sinks_each_selection_names():
+    """The counted Eq. 3 sinks are those of each step's own Selection.sinks, whether counted for
+    several steps at once (steps of one shape) or step by step (an ARM's growing steps)."""
+    for grow in (False, True):
+        rng = np.random.default_rng(7)
+        steps = _steps(rng, grow=grow)
+        st = MaskingStats()
+        for sel, tokens, masked, prompt, real, _ in steps:
+            st.add(sel, tokens, masked, prompt, real)
+        st.flush()
+        want = sum(int((s.sinks.numpy() & s.blocked.numpy()).sum()) for s, *_ in steps)
+        assert st.sinks == want and want > 0

@@ -16,6 +16,7 @@ from typing import Callable
 
 import numpy as np
 
+from sinklens.rule import np_rule
 
 # Steps are counted in batches: a step's selection and the tokens it was blocked on are held (a
 # copy of the canvas, references to the rest) until FOLD_STEPS steps or FOLD_BYTES of held arrays,
@@ -32,6 +33,23 @@ def _pad(a: np.ndarray, S: int) -> np.ndarray:
     out = np.zeros(a.shape[:-1] + (S,), a.dtype)
     out[..., :a.shape[-1]] = a
     return out
+
+
+def _sinks(held: list[tuple], S: int) -> np.ndarray:
+    """(T, L, B, H, S) bool Eq. 3 sinks of the held steps' ranking sources: those the selections already
+    computed, else one call of the rule for all the steps (a diffusion run's have one shape). The
+    same sinks as each step's own `Selection.sinks`."""
+    if all(sel._sinks is not None for sel, *_ in held):
+        return np.stack([_pad(sel._sinks, S) for sel, *_ in held])
+    eps = {sel.eps for sel, *_ in held}
+    shapes = {sel.scores.shape for sel, *_ in held}
+    if len(eps) > 1 or len(shapes) > 1:
+        # step by step: an ARM's steps differ in length, and a sum over a padded row may round
+        # differently from the step's own (one policy has one ε)
+        return np.stack([_pad(sel.sink_array, S) for sel, *_ in held])
+    scores = np.stack([sel.scores for sel, *_ in held])                         # (T, L, B, H, S)
+    visible = np.stack([sel.visible for sel, *_ in held])                       # (T, L, B, 1, S)
+    return _pad(np_rule.is_sink(scores, visible, eps.pop()), S)
 
 
 class MaskingStats:
@@ -75,7 +93,7 @@ class MaskingStats:
             return
         S = max(h[1].shape[-1] for h in held)
         blocked = np.stack([_pad(sel.blocked.numpy(), S) for sel, *_ in held])      # (T, L, B, H, S)
-        sinks = np.stack([_pad(sel.sink_array, S) for sel, *_ in held])
+        sinks = _sinks(held, S)                                                     # (T, L, B, H, S)
         tokens, is_masked, prompt, real = (np.stack([_pad(np.asarray(h[i]), S) for h in held]) for i in (1, 2, 3, 4))
         T, L, B, H, _ = blocked.shape
         t, _, b, _, k = np.nonzero(blocked)                                        # one per blocked entry
