@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+import numpy as np
 import torch
 
 
@@ -108,10 +109,15 @@ class AttentionRequest:
         op counts) and remade if `blocked` is replaced or edited in place."""
         cached = self._blocked_cache
         if cached is None or cached[0] is not self.blocked or cached[1] != self.blocked._version:
-            kept = (~self.blocked).float().unsqueeze(-2)                          # (L, B, H, 1, S)
+            if self.blocked.device.type == "cpu":   # numpy's calls on arrays this small cost less than torch's
+                b = self.blocked.numpy()
+                any_key = b.reshape(len(b), -1).any(1).tolist()
+                kept = torch.from_numpy((~b).astype(np.float32)[..., None, :])   # (L, B, H, 1, S)
+            else:
+                kept = (~self.blocked).float().unsqueeze(-2)
+                any_key = (kept.flatten(1).amin(1) < 1).tolist()
             cached = self._blocked_cache = (self.blocked, self.blocked._version,
-                                            ((kept.flatten(1).amin(1) < 1).tolist(), self.blocked.unbind(0),
-                                             kept.unbind(0)))
+                                            (any_key, self.blocked.unbind(0), kept.unbind(0)))
         return cached[2]
 
     # --- filled by the attention function, one layer at a time ----------------------------

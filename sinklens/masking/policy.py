@@ -209,7 +209,7 @@ class SinkMaskingPolicy:
         source = req.received_unblocked  # (L, B, H, S): what the keys would have received
         _, B, _, S = source.shape
         mask = getattr(event, "attention_mask", None)
-        real = np.ones((B, S), bool) if mask is None else _np(mask).astype(bool)
+        real = np.ones((B, S), bool) if mask is None else _np(mask).astype(bool, copy=False)
         queries = self._queries(B, S, real, getattr(event, "query_positions", None))
         # the step's own layout when the sampler states it (SDAR: blocks of its block_length, the
         # active block's rows), so masking and the report see the same keys; else the model's facts
