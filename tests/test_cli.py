@@ -175,7 +175,14 @@ def _cases(d, fx):
         (["report", str(d / "corrupt.arrow"), "--out", str(d / "r2")], 2, "corrupt.arrow"),
         (["report", str(d / "ok.arrow"), "--out", str(d / "r3"), "--heads", "99:0"], 2, "layer 99 out of range"),
         (["report", str(d / "ok.arrow"), "--out", str(d / "r4"), "--heads", "0-1"], 2, "argument --heads"),
-        (["report", str(d / "ok.arrow"), "--out", str(d / "file.txt")], 2, "file.txt"),
+        (["report", str(d / "ok.arrow"), "--out", str(d / "file.txt")], 2, "--out"),
+        (["report", str(d / "ok.arrow"), "--out", str(d / "file.txt" / "r")], 2, "file.txt' is a file, not a folder"),
+        (["demo", "--out", str(d / "file.txt")], 2, "--out"),
+        (["replicate", "--out", str(d / "file.txt")], 2, "--out"),
+        (["train", "--kind", "dlm", "--out", str(d / "file.txt")], 2, "--out"),
+        (["trace", "--model", llada, *ids, "--out", str(d / "file.txt" / "t.arrow")], 2, "is a file, not a folder"),
+        (["trace", "--model", llada, *ids, "--out", str(d / "file.txt")], 2, "is not a trace; not overwriting"),
+        (["generate", "--model", llada, "--prompt", " "], 2, "--prompt is empty"),
         (["generate", "--model", "no-such-model-anywhere", "--prompt", "hi"], 2, "no-such-model-anywhere"),
         (["generate", "--model", str(d / "broken-llada"), *ids], 2, "model.safetensors is not a readable safetensors"),
         (["generate", "--model", llada, *ids, "--steps", "0"], 2, "argument --steps: must be a positive integer"),
@@ -219,6 +226,49 @@ def test_bad_input_is_one_line_with_the_right_exit_status(bad_inputs, fixtures_d
         if code != status or len(err) != 1 or not err[0].startswith(prefix) or text not in err[0]:
             failures.append(f"{argv} -> exit {code}, stderr {err}")
     assert not failures, "\n".join(failures)
+
+
+def test_bad_input_writes_nothing(bad_inputs, fixtures_dir, capsys):
+    """The refused commands of the table above leave the files they named as they were."""
+    before = {p: p.read_bytes() for p in bad_inputs.rglob("*") if p.is_file()}
+    for argv, _, _ in _cases(bad_inputs, fixtures_dir):
+        try:
+            main(argv)
+        except SystemExit:
+            pass
+    capsys.readouterr()
+    assert {p: p.read_bytes() for p in before} == before
+    assert (bad_inputs / "file.txt").read_text() == "x"   # never overwritten by a trace, whatever ran first
+
+
+def test_python_m_sinklens_is_the_command_line():
+    run = subprocess.run([sys.executable, "-m", "sinklens", "--version"], env=_env(), capture_output=True, text=True,
+                         timeout=60)
+    from sinklens._version import __version__
+    assert run.returncode == 0 and run.stdout.strip() == __version__, run.stderr
+
+
+def test_report_says_a_trace_is_truncated(tmp_path, capsys):
+    """A trace cut short is reported on its finished steps, and the command says so (and --json)."""
+    import numpy as np
+
+    from sinklens.trace import TraceWriter, open_trace
+
+    whole, rng = tmp_path / "whole.arrow", np.random.default_rng(0)
+    with TraceWriter(whole, {"family": "llada", "causal": False}, flush_steps=1) as w:   # a record batch per step
+        for t in range(6):
+            w.write_step(t, rng.integers(0, 50, 8), received=rng.random((2, 2, 8)) * 8)
+    data = whole.read_bytes()
+    cut = tmp_path / "cut.arrow"
+    cut.write_bytes(data[:len(data) * 2 // 3])
+    steps = open_trace(cut).num_steps
+    assert 0 < steps < open_trace(whole).num_steps
+    assert main(["report", str(cut), "--out", str(tmp_path / "r")]) == 0
+    assert f"cut: the trace is truncated (its run was interrupted): only its {steps} finished steps" in capsys.readouterr().out
+    assert main(["report", str(whole), "--out", str(tmp_path / "w")]) == 0
+    assert "truncated" not in capsys.readouterr().out
+    assert main(["report", str(cut), "--out", str(tmp_path / "j"), "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["traces"][0]["truncated"] is True
 
 
 def test_mistakes_are_answered_before_torch_is_imported(tmp_path):
@@ -359,6 +409,22 @@ def test_ctrl_c_in_trace_keeps_the_finished_steps(tmp_path, monkeypatch, capsys)
     assert last.startswith("sinklens trace: interrupted after 3 of up to 16 steps;") and "keeps the finished" in last
     t = open_trace(str(path))
     assert t.truncated and t.num_steps >= 2
+
+
+def test_ctrl_c_before_the_first_step_leaves_no_empty_trace(tmp_path, monkeypatch, capsys):
+    """Stopped before any step was written: no 0-byte file that `sinklens report` would call corrupt."""
+    from sinklens.models.wrapper import SinkModel
+
+    def generate(self, ids, trace=None, **kwargs):
+        open(trace, "wb").close()    # the writer had opened the file, nothing written yet
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(SinkModel, "generate", generate)
+    path = tmp_path / "run.arrow"
+    assert main(["trace", "--model", "tiny-dlm", "--prompt", TOM, "--out", str(path)]) == 130
+    last = capsys.readouterr().err.strip().splitlines()[-1]
+    assert last == f"sinklens trace: interrupted before the first step finished; no trace written to {path}"
+    assert not path.exists()
 
 
 def test_generate_on_an_encoder_says_what_it_does_instead(capsys):

@@ -514,3 +514,15 @@ def test_documented_plain_pyarrow_recipe_gives_received(tmp_path, summable):
     scope = {}
     exec(code, scope)
     np.testing.assert_array_equal(scope["received"], open_trace(path).received(10))
+
+
+def test_an_empty_file_and_a_step_that_is_not_a_number_say_so(tmp_path):
+    empty = tmp_path / "empty.arrow"
+    empty.write_bytes(b"")
+    with pytest.raises(TraceFormatError, match="is empty .0 bytes.: the run writing it stopped before its first step"):
+        open_trace(empty)
+    _write(tmp_path / "t.arrow", _steps())
+    t = open_trace(tmp_path / "t.arrow")
+    with pytest.raises(TypeError, match="step must be an int.*got '3'"):
+        t.received("3")
+    assert t.received(np.int64(3)).shape == (L, H, S)

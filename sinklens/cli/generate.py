@@ -128,6 +128,8 @@ def check_run_flags(args) -> None:
     """The model's name, --dtype and the sampler flags, answered before torch is imported."""
     from sinklens.cli import precheck
 
+    if getattr(args, "prompt", None) is not None and not args.prompt.strip():
+        raise CliError("--prompt is empty: expected the text to generate from (or --input-ids 1,2,3)")
     precheck.model_name(args.model)
     precheck.dtype(args.dtype)
     precheck.sampler_name(args.sampler)

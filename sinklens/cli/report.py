@@ -52,6 +52,10 @@ def run(args: argparse.Namespace) -> int:
     print(f"wrote {n_fig} figures/tables, {rep.summary_md}, {rep.summary_json} and {rep.html} "
           f"({rep.html.stat().st_size / 1e6:.1f} MB)")
     for r in rep.traces:
+        a = r.analyses[0]
+        if a.source.truncated:  # said here too: a report of part of a run must not pass for the whole run
+            print(f"  {r.label}: the trace is truncated (its run was interrupted): only its {a.num_steps} "
+                  "finished steps are analysed")
         for name, why in r.skipped.items():
             print(f"  {r.label}: {name} not drawn: {why}")
     return 0
@@ -95,7 +99,8 @@ def _headline(r) -> dict:
     """A trace's headline numbers (every number: summary.json)."""
     d = r.analyses[0].to_dict()
     keys = ("units", "sink_eps", "shape", "sinks_total", "fraction_heads_steps_with_sink", "track_kinds")
-    return {"label": r.label, "folder": r.folder, **{k: d.get(k) for k in keys}, "figures": r.figures,
+    return {"label": r.label, "folder": r.folder, "truncated": r.analyses[0].source.truncated,
+            **{k: d.get(k) for k in keys}, "figures": r.figures,
             "figures_skipped": r.skipped}
 
 

@@ -52,6 +52,9 @@ def cmd_trace(args) -> int:
 
     if os.path.isdir(args.out) and args.prompts is None:
         raise CliError(f"--out {args.out!r} is a folder; expected a trace file path such as run.arrow")
+    if args.prompts is None and os.path.isfile(args.out) and not _is_arrow_stream(args.out):
+        raise CliError(f"--out {args.out!r} exists and is not a trace; not overwriting it (choose another "
+                       "path such as run.arrow, or remove the file)")
     capture = CaptureOptions(query_groups=False if args.no_groups else None, map_slices=args.map_slices,
                              capture_prefix=args.capture_prefix, query_chunk=args.query_chunk, route=args.route,
                              received_dtype="float32" if args.float32 else "float16",
@@ -71,6 +74,12 @@ def cmd_trace(args) -> int:
     try:
         model, ids, config, out = run(args, trace=args.out, capture=capture, check=check)
     except Interrupted as e:
+        if os.path.isfile(args.out) and os.path.getsize(args.out) == 0:
+            os.remove(args.out)   # stopped before a step was written: no empty file left for `report` to trip on
+        if not os.path.isfile(args.out):
+            print(f"sinklens trace: interrupted before the first step finished; no trace written to {args.out}",
+                  file=sys.stderr)
+            return 130
         print(f"sinklens trace: interrupted after {e.progress.done} of up to {e.progress.steps} steps; {args.out} "
               "keeps the finished steps (a truncated trace: `sinklens report` reads them)", file=sys.stderr)
         return 130
@@ -80,6 +89,13 @@ def cmd_trace(args) -> int:
          f"({size / max(out.num_steps, 1) / 1e3:.1f} kB per step)")
     print(new_text(ids, out))
     return 0
+
+
+def _is_arrow_stream(path: str) -> bool:
+    """An Arrow IPC stream (a trace, maybe cut short) or an empty file: what `--out` may replace."""
+    with open(path, "rb") as f:
+        head = f.read(4)
+    return head in (b"", b"\xff\xff\xff\xff")   # the stream's first message starts with this marker
 
 
 def _check_corpus_flags(args) -> None:
@@ -135,4 +151,4 @@ def register(sub) -> None:
                         "an untraced run), triton (fused kernel, extra gpu; falls back to lse where it does not "
                         "apply); auto = lse on CUDA and in bfloat16/float16, exact for float32 on CPU (measured faster there)")
     add_config_flags(t.add_argument_group("mechanism readouts (off by default; docs/analysis.md)"), ReadoutOptions)
-    t.set_defaults(func=cmd_trace)
+    t.set_defaults(func=cmd_trace, out_is="file")   # a folder with --prompts: cmd_trace checks which
