@@ -293,6 +293,7 @@ def test_mistakes_are_answered_before_torch_is_imported(tmp_path):
         (["eval", "--model", "nope", "--task", "gsm8k", "--data", gsm8k, "--out", out], "neither an alias"),
         (["eval", "--model", "tiny-dlm", "--task", "gsm8k", "--data", "no.jsonl", "--out", out], "no.jsonl"),
         (["eval", "--model", "tiny-dlm", "--task", "gsm8k", "--out", out], "not available offline"),
+        (["eval", "--model", "tiny-dlm", "--task", "gsm8k", "--out", out], "github.com/openai/grade-school-math"),
     ]
     probe = ("import sys, time\n"
              "from sinklens.cli import main\n"
