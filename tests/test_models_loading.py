@@ -320,3 +320,5 @@ def test_bad_forward_inputs(fixtures_dir):
         m.forward_logits(torch.tensor([[1, 2, 3]]), attention_mask=torch.ones(1, 4))
     with pytest.raises(ValueError, match="ships no tokenizer"):
         m.apply_chat_template("hi")
+    with pytest.raises(TypeError, match=r"input_ids must be token ids .* got text: tokenize it first"):
+        m.generate("What is 2 + 3?")
