@@ -294,6 +294,19 @@ def test_unknown_device(fixtures_dir):
         sinklens.load(fixtures_dir / "llada", device="gpu0")
 
 
+def test_a_device_this_machine_lacks_is_one_clear_error(fixtures_dir, monkeypatch):
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    monkeypatch.setattr(torch.backends.mps, "is_available", lambda: False)
+    with pytest.raises(ValueError, match="device 'cuda': this torch sees no CUDA GPU"):
+        sinklens.load(fixtures_dir / "llada", device="cuda")
+    with pytest.raises(ValueError, match="device 'mps': MPS .* is not available"):
+        sinklens.load(fixtures_dir / "llada", device="mps")
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: 1)
+    with pytest.raises(ValueError, match="device 'cuda:3': this machine has 1 CUDA GPU"):
+        sinklens.load(fixtures_dir / "llada", device="cuda:3")
+
+
 def test_dtype_strings_and_stored_default(fixtures_dir):
     assert sinklens.load(fixtures_dir / "dream").dtype == torch.float32  # stored as fp32
     assert sinklens.load(fixtures_dir / "dream", dtype="bf16").dtype == torch.bfloat16

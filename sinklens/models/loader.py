@@ -266,9 +266,19 @@ def check_args(dtype: Any, device: Any) -> torch.device | None:
     if device is None:
         return None
     try:
-        return torch.device(device)
+        dev = torch.device(device)
     except (RuntimeError, TypeError) as err:
         raise ValueError(f"unknown device {device!r}; expected e.g. 'cpu', 'cuda', 'cuda:1', 'mps'") from err
+    # said here, before any weight is read, instead of torch's assertion deep inside the load
+    if dev.type == "cuda" and not torch.cuda.is_available():
+        raise ValueError(f"device {device!r}: this torch sees no CUDA GPU (a CPU build of torch, or no GPU / "
+                         "driver); use 'cpu'")
+    if dev.type == "cuda" and dev.index is not None and dev.index >= torch.cuda.device_count():
+        raise ValueError(f"device {device!r}: this machine has {torch.cuda.device_count()} CUDA GPU(s), "
+                         f"cuda:0..cuda:{torch.cuda.device_count() - 1}")
+    if dev.type == "mps" and not torch.backends.mps.is_available():
+        raise ValueError(f"device {device!r}: MPS (Apple GPU) is not available here; use 'cpu'")
+    return dev
 
 
 # ---------------------------------------------------------------------------------------
