@@ -428,6 +428,39 @@ def test_ctrl_c_before_the_first_step_leaves_no_empty_trace(tmp_path, monkeypatc
     assert not path.exists()
 
 
+@pytest.mark.parametrize("command", ["trace", "eval"])
+def test_ctrl_c_in_a_run_that_resumes_says_so_and_the_same_command_resumes(command, tmp_path, monkeypatch, capsys):
+    """Ctrl-C in a corpus run or an eval: exit 130, one line saying what is kept and how to go on;
+    the finished prompts / samples are kept and the same command finishes the rest."""
+    import sinklens.eval.corpus as corpus
+    import sinklens.eval.runner as runner
+
+    module, name = (corpus, "_run_prompt") if command == "trace" else (runner, "_run_sample")
+    original, calls = getattr(module, name), []
+
+    def stop_at_third(*args, **kwargs):
+        calls.append(1)
+        if len(calls) == 3:
+            raise KeyboardInterrupt
+        return original(*args, **kwargs)
+
+    prompts = tmp_path / "p.jsonl"
+    prompts.write_text("".join(json.dumps({"prompt": f"Tom has {i} apples. How many?"}) + "\n" for i in range(4)))
+    out = tmp_path / "out"
+    argv = (["trace", "--model", "tiny-dlm", "--prompts", str(prompts)] if command == "trace" else
+            ["eval", "--model", "tiny-dlm", "--task", "arith", "--limit", "4"]) + ["--out", str(out), "-q"]
+    monkeypatch.setattr(module, name, stop_at_third)
+    assert main(argv) == 130
+    last = capsys.readouterr().err.strip().splitlines()[-1]
+    assert last == (f"sinklens {command}: interrupted; the finished {'prompts' if command == 'trace' else 'samples'} "
+                    f"are kept in {out}: the same command resumes from them")
+    kept = [p for p in out.rglob("samples.rank0.jsonl")]
+    assert len(kept) == 1 and len(kept[0].read_text().splitlines()) == 2
+    monkeypatch.setattr(module, name, original)
+    assert main(argv) == 0
+    assert len(kept[0].read_text().splitlines()) == 4
+
+
 def test_generate_on_an_encoder_says_what_it_does_instead(capsys):
     assert main(["generate", "--model", "all-minilm-l6-v2", "--prompt", "hello"]) == 2
     out, err = capsys.readouterr()

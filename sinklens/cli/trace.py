@@ -119,7 +119,12 @@ def cmd_corpus(args, capture) -> int:
                        sampler_args=sampler_args(args, args.sampler_fields),
                        dtype=args.dtype, device=args.device, load_args=load_args(args), capture=capture,
                        progress=args.progress)
-    path = run_corpus(cfg)
+    try:
+        path = run_corpus(cfg)
+    except KeyboardInterrupt:
+        print(f"sinklens trace: interrupted; the finished prompts are kept in {args.out}: the same command "
+              "resumes from them", file=sys.stderr)
+        return 130
     if path is not None:
         from sinklens.analysis.corpus import open_corpus
 
