@@ -320,6 +320,16 @@ def test_resolve_gguf_file_and_folder(tmp_path):
     assert loader.resolve(tmp_path).gguf_file is None
 
 
+def test_a_training_run_folder_names_its_export(tmp_path):
+    (tmp_path / "ckpt").mkdir()
+    (tmp_path / "export").mkdir()
+    (tmp_path / "export" / "config.json").write_text("{}")
+    (tmp_path / "config.json").write_text('{"kind": "dlm"}')   # the training config, not a model's
+    with pytest.raises(ValueError, match=r"is a `sinklens train` run folder; its model is the exported checkpoint "
+                                         r"'.*export': load that"):
+        sinklens.load(tmp_path)
+
+
 def test_unknown_name(tmp_path):
     with pytest.raises(FileNotFoundError, match="neither an alias"):
         sinklens.load(str(tmp_path / "does-not-exist"))

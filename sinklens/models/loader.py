@@ -173,6 +173,10 @@ def resolve(name_or_path: str | Path, revision: str | None = None) -> Resolved:
         return ALIASES[name]()
     path = Path(name).expanduser()
     if path.is_dir():
+        if (path / "ckpt").is_dir() and (path / "export" / "config.json").is_file():
+            # `sinklens train`'s run folder: its config.json is the training config, the model is in export/
+            raise ValueError(f"name_or_path={name!r} is a `sinklens train` run folder; its model is the exported "
+                             f"checkpoint {str(path / 'export')!r}: load that")
         ggufs = sorted(p.name for p in path.glob("*.gguf"))
         if not (path / "config.json").exists() and len(ggufs) == 1:
             return Resolved(path.resolve(), ggufs[0], "local")  # a folder holding one GGUF
