@@ -26,9 +26,26 @@ def options(args: argparse.Namespace):
     return ReportOptions(**flag_values(ReportOptions, args), page=page, progress=args.progress)
 
 
+WANTED = "expected a trace .arrow of `sinklens trace`, or the corpus.jsonl of `sinklens trace --prompts`"
+
+
+def check_inputs(paths: list[str]) -> None:
+    """Each input named in one line when it cannot be what `report` reads, before any work."""
+    from sinklens.cli.types import CliError
+
+    for p in paths:
+        if os.path.isdir(p):
+            inside = os.path.join(p, "corpus.jsonl")
+            hint = f"; its corpus file is {inside}" if os.path.isfile(inside) else ""
+            raise CliError(f"{p!r} is a folder; {WANTED}{hint}")
+        if not os.path.isfile(p):
+            raise CliError(f"{p!r}: no such file; {WANTED}")
+
+
 def run(args: argparse.Namespace) -> int:
     from sinklens.analysis.corpus import is_corpus_file
 
+    check_inputs(args.traces)
     corpora = [p for p in args.traces if is_corpus_file(p)]
     if args.control is not None and not os.path.isfile(args.control):
         from sinklens.cli.types import CliError
