@@ -462,6 +462,22 @@ def test_ctrl_c_in_a_run_that_resumes_says_so_and_the_same_command_resumes(comma
     assert len(kept[0].read_text().splitlines()) == 4
 
 
+def test_empty_generated_text_is_explained(capsys):
+    """A model that puts an end token first prints no text: the command says why instead of a bare empty line."""
+    from types import SimpleNamespace
+
+    import torch
+
+    from sinklens.cli.generate import new_text
+
+    ids = torch.tensor([[5, 6, 7]])
+    out = SimpleNamespace(text=[""], sequences=torch.tensor([[5, 6, 7, 1, 9, 9, 1]]))
+    assert new_text(ids, out) == ""
+    assert "the generated text is empty: it stops at the first end token" in capsys.readouterr().err
+    out = SimpleNamespace(text=["42"], sequences=torch.tensor([[5, 6, 7, 9, 9, 1]]))
+    assert new_text(ids, out) == "42" and capsys.readouterr().err == ""
+
+
 def test_generate_on_an_encoder_says_what_it_does_instead(capsys):
     assert main(["generate", "--model", "all-minilm-l6-v2", "--prompt", "hello"]) == 2
     out, err = capsys.readouterr()

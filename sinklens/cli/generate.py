@@ -253,10 +253,17 @@ def load_args(args) -> dict:
 
 
 def new_text(ids, out) -> str:
-    """The generated text (token ids when the model has no tokenizer)."""
-    if out.text is not None:
-        return out.text[0]
-    return " ".join(map(str, out.sequences[0, ids.shape[1]:].tolist()))
+    """The generated text (token ids when the model has no tokenizer). Empty text gets a note on
+    stderr: the text stops at the first end token, which a model may put first."""
+    if out.text is None:
+        return " ".join(map(str, out.sequences[0, ids.shape[1]:].tolist()))
+    if not out.text[0].strip():
+        from sinklens.cli.logs import note
+
+        note(f"the generated text is empty: it stops at the first end token, and the model put one first (or "
+             f"made only special tokens); `sinklens generate --json` lists all {out.sequences.shape[1] - ids.shape[1]} "
+             "generated ids")
+    return out.text[0]
 
 
 def _check_generates(model) -> None:
