@@ -324,8 +324,10 @@ def test_precheck_knows_the_loaders_aliases_and_dtypes():
 
 
 def test_debug_shows_the_traceback(bad_inputs):
-    with pytest.raises(FileNotFoundError):
-        main(["report", str(bad_inputs / "missing.arrow"), "--out", str(bad_inputs / "r9"), "--debug"])
+    from sinklens.trace import TraceFormatError
+
+    with pytest.raises(TraceFormatError):
+        main(["report", str(bad_inputs / "corrupt.arrow"), "--out", str(bad_inputs / "r9"), "--debug"])
 
 
 def test_generate_defaults_fit_the_shipped_twin_and_json_has_the_text(capsys):
@@ -462,13 +464,16 @@ def test_ctrl_c_in_a_run_that_resumes_says_so_and_the_same_command_resumes(comma
     assert len(kept[0].read_text().splitlines()) == 4
 
 
-def test_empty_generated_text_is_explained(capsys):
+def test_empty_generated_text_is_explained(monkeypatch, capsys):
     """A model that puts an end token first prints no text: the command says why instead of a bare empty line."""
     from types import SimpleNamespace
 
     import torch
 
+    from sinklens.cli import logs
     from sinklens.cli.generate import new_text
+
+    monkeypatch.setitem(logs._LEVEL, "quiet", False)   # as a command without -q leaves it
 
     ids = torch.tensor([[5, 6, 7]])
     out = SimpleNamespace(text=[""], sequences=torch.tensor([[5, 6, 7, 1, 9, 9, 1]]))
