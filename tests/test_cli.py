@@ -208,6 +208,7 @@ def _cases(d, fx):
         (["lm-eval-task", "--data", str(d / "file.txt"), "--out", str(d / "file.txt")], 2, "is a file"),
         (["replicate", "--mask-topk", "-1"], 2, "argument --mask-topk"),
         (["study", "--run", "nolabel"], 2, "expected LABEL=FOLDER"),
+        (["study", "--run", "../../x=tiny-arm", "--out", str(d / "st")], 2, "a label names files under --out"),
         (["generate", "--model", llada, *ids, "--quiet", "--verbose"], 2, "exclude each other"),
         (["trace", "--model", llada, *ids, "--out", str(d / "t.arrow"), "--heads", "1"], 2,
          "unrecognized arguments: --heads 1"),
