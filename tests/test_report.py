@@ -114,6 +114,13 @@ def test_bad_inputs(tmp_path, capsys):
     TraceWriter(empty, {"family": "llada"}).close()
     with pytest.raises(AnalysisInputError, match="is empty"):
         analyze(empty)
+    for eps in (0, -1, float("nan"), "3"):            # the command line refuses these; the API too
+        with pytest.raises(ValueError, match="sink_eps must be a number > 0"):
+            analyze(p, sink_eps=eps)
+    from sinklens.report.report import build_report
+
+    one = build_report(str(p), tmp_path / "one")      # one path, not its characters
+    assert [r.label for r in one.traces] == ["nomaps"]
     with pytest.raises(SystemExit):
         main(["report", str(p), "--out", str(tmp_path / "x"), "--heads", "0-1"])
     assert main(["report", str(p), "--out", str(tmp_path / "x"), "--heads", "0:7", "--quiet"]) == 2
