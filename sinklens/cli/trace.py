@@ -55,6 +55,8 @@ def cmd_trace(args) -> int:
     if args.prompts is None and os.path.isfile(args.out) and not _is_arrow_stream(args.out):
         raise CliError(f"--out {args.out!r} exists and is not a trace; not overwriting it (choose another "
                        "path such as run.arrow, or remove the file)")
+    if args.prompts is None and os.path.dirname(args.out):
+        os.makedirs(os.path.dirname(args.out), exist_ok=True)   # made now, as report and eval make theirs, not after the load
     capture = CaptureOptions(query_groups=False if args.no_groups else None, map_slices=args.map_slices,
                              capture_prefix=args.capture_prefix, query_chunk=args.query_chunk, route=args.route,
                              received_dtype="float32" if args.float32 else "float16",
