@@ -416,12 +416,13 @@ def test_ctrl_c_in_trace_keeps_the_finished_steps(tmp_path, monkeypatch, capsys)
     assert t.truncated and t.num_steps >= 2
 
 
-def test_trace_makes_the_folder_of_its_out_file(tmp_path, capsys):
+def test_trace_makes_the_folder_of_its_out_file_and_says_what_next(tmp_path, capsys):
     path = tmp_path / "new" / "sub" / "run.arrow"
     assert main(["trace", "--model", "tiny-dlm", "--prompt", TOM, "--steps", "4", "--gen-length", "4",
-                 "--block-length", "4", "--out", str(path), "-q"]) == 0
+                 "--block-length", "4", "--out", str(path)]) == 0
     from sinklens.trace import open_trace
     assert open_trace(path).num_steps == 4
+    assert f"; next: sinklens report {path} --out report/" in capsys.readouterr().err
 
 
 def test_ctrl_c_before_the_first_step_leaves_no_empty_trace(tmp_path, monkeypatch, capsys):

@@ -88,7 +88,7 @@ def cmd_trace(args) -> int:
     layers, heads = model.num_layers, model.num_heads
     size = os.path.getsize(args.out)
     note(f"wrote {args.out}: {out.num_steps} steps x {layers} layers x {heads} heads, {size / 1e6:.2f} MB "
-         f"({size / max(out.num_steps, 1) / 1e3:.1f} kB per step)")
+         f"({size / max(out.num_steps, 1) / 1e3:.1f} kB per step); next: sinklens report {args.out} --out report/")
     print(new_text(ids, out))
     return 0
 
@@ -132,7 +132,8 @@ def cmd_corpus(args, capture) -> int:
 
         c = open_corpus(path)
         note(f"wrote {path}: {c.num_prompts} prompts, {c.meta['num_layers']} layers x {c.meta['num_heads']} heads, "
-             f"{os.path.getsize(path) / 1e6:.2f} MB; skipped {len(c.meta['skipped'])}")
+             f"{os.path.getsize(path) / 1e6:.2f} MB; skipped {len(c.meta['skipped'])}; next: sinklens report {path} "
+             "--out report/")
         print(path)
     return 0
 
