@@ -101,6 +101,12 @@ def test_bad_inputs(tmp_path, capsys):
         F.sink_positions(a, [(0, 9)])
     with pytest.raises(AnalysisInputError, match="layer 5 out of range"):
         F.received_over_steps(a, 5, 0)
+    with pytest.raises(AnalysisInputError, match="layer must be an int .0-based., got '1'"):
+        F.received_over_steps(a, "1", 0)
+    with pytest.raises(AnalysisInputError, match="head must be an int .0-based., got 1.5"):
+        F.received_over_steps(a, 1, 1.5)
+    with pytest.raises(AnalysisInputError, match=r"heads must be \(layer, head\) pairs"):
+        F.sink_positions(a, [1, 2])
     with pytest.raises(AnalysisInputError, match="step index 40 out of range"):
         F.attention_maps(analyze(write_planted(tmp_path / "m.arrow")), [40], 1, 0)
     with pytest.raises(AnalysisInputError, match=r"no map for step index 1"):
