@@ -179,6 +179,7 @@ def _cases(d, fx):
         (["report", str(d), "--out", str(d / "r5")], 2, "is a folder; expected a trace .arrow"),
         (["report", str(d / "ok.arrow"), "--out", str(d / "file.txt" / "r")], 2, "file.txt' is a file, not a folder"),
         (["demo", "--out", str(d / "file.txt")], 2, "--out"),
+        (["demo", "--prompt", "", "--out", str(d / "demo")], 2, "--prompt is empty"),
         (["replicate", "--out", str(d / "file.txt")], 2, "--out"),
         (["train", "--kind", "dlm", "--out", str(d / "file.txt")], 2, "--out"),
         (["trace", "--model", llada, *ids, "--out", str(d / "file.txt" / "t.arrow")], 2, "is a file, not a folder"),
