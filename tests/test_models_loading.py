@@ -345,3 +345,20 @@ def test_bad_forward_inputs(fixtures_dir):
         m.apply_chat_template("hi")
     with pytest.raises(TypeError, match=r"input_ids must be token ids .* got text: tokenize it first"):
         m.generate("What is 2 + 3?")
+    with pytest.raises(TypeError, match="capture must be a CaptureOptions .* got str"):
+        m.generate([1, 2, 3], capture="yes")
+    with pytest.raises(TypeError, match="trace must be a file path .* got int"):
+        m.generate([1, 2, 3], trace=5)
+
+
+def test_generate_never_overwrites_a_file_that_is_not_a_trace(fixtures_dir, tmp_path):
+    m = sinklens.load(fixtures_dir / "llada")
+    notes = tmp_path / "notes.txt"
+    notes.write_text("precious")
+    with pytest.raises(ValueError, match="exists and is not a trace; not overwriting it"):
+        m.generate([1, 2, 3], trace=notes, steps=2, gen_length=2, block_length=2)
+    assert notes.read_text() == "precious"
+    run = tmp_path / "run.arrow"
+    for _ in range(2):   # a trace is replaced by the next run's
+        m.generate([1, 2, 3], trace=run, steps=2, gen_length=2, block_length=2)
+    assert sinklens.open_trace(run).num_steps == 2

@@ -49,10 +49,11 @@ def cmd_trace(args) -> int:
     if args.prompts is not None:
         _check_corpus_flags(args)
     from sinklens.samplers.base import CaptureOptions
+    from sinklens.trace.schema import replaceable
 
     if os.path.isdir(args.out) and args.prompts is None:
         raise CliError(f"--out {args.out!r} is a folder; expected a trace file path such as run.arrow")
-    if args.prompts is None and os.path.isfile(args.out) and not _is_arrow_stream(args.out):
+    if args.prompts is None and os.path.isfile(args.out) and not replaceable(args.out):
         raise CliError(f"--out {args.out!r} exists and is not a trace; not overwriting it (choose another "
                        "path such as run.arrow, or remove the file)")
     if args.prompts is None and os.path.dirname(args.out):
@@ -91,13 +92,6 @@ def cmd_trace(args) -> int:
          f"({size / max(out.num_steps, 1) / 1e3:.1f} kB per step); next: sinklens report {args.out} --out report/")
     print(new_text(ids, out))
     return 0
-
-
-def _is_arrow_stream(path: str) -> bool:
-    """An Arrow IPC stream (a trace, maybe cut short) or an empty file: what `--out` may replace."""
-    with open(path, "rb") as f:
-        head = f.read(4)
-    return head in (b"", b"\xff\xff\xff\xff")   # the stream's first message starts with this marker
 
 
 def _check_corpus_flags(args) -> None:
