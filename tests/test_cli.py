@@ -175,7 +175,16 @@ def _cases(d, fx):
         (["report", str(d / "corrupt.arrow"), "--out", str(d / "r2")], 2, "corrupt.arrow"),
         (["report", str(d / "ok.arrow"), "--out", str(d / "r3"), "--heads", "99:0"], 2, "layer 99 out of range"),
         (["report", str(d / "ok.arrow"), "--out", str(d / "r4"), "--heads", "0-1"], 2, "argument --heads"),
-        (["report", str(d / "ok.arrow"), "--out", str(d / "file.txt")], 2, "file.txt"),
+        (["report", str(d / "ok.arrow"), "--out", str(d / "file.txt")], 2, "--out"),
+        (["report", str(d), "--out", str(d / "r5")], 2, "is a folder; expected a trace .arrow"),
+        (["report", str(d / "ok.arrow"), "--out", str(d / "file.txt" / "r")], 2, "file.txt' is a file, not a folder"),
+        (["demo", "--out", str(d / "file.txt")], 2, "--out"),
+        (["demo", "--prompt", "", "--out", str(d / "demo")], 2, "--prompt is empty"),
+        (["replicate", "--out", str(d / "file.txt")], 2, "--out"),
+        (["train", "--kind", "dlm", "--out", str(d / "file.txt")], 2, "--out"),
+        (["trace", "--model", llada, *ids, "--out", str(d / "file.txt" / "t.arrow")], 2, "is a file, not a folder"),
+        (["trace", "--model", llada, *ids, "--out", str(d / "file.txt")], 2, "is not a trace; not overwriting"),
+        (["generate", "--model", llada, "--prompt", " "], 2, "--prompt is empty"),
         (["generate", "--model", "no-such-model-anywhere", "--prompt", "hi"], 2, "no-such-model-anywhere"),
         (["generate", "--model", str(d / "broken-llada"), *ids], 2, "model.safetensors is not a readable safetensors"),
         (["generate", "--model", llada, *ids, "--steps", "0"], 2, "argument --steps: must be a positive integer"),
@@ -200,6 +209,7 @@ def _cases(d, fx):
         (["lm-eval-task", "--data", str(d / "file.txt"), "--out", str(d / "file.txt")], 2, "is a file"),
         (["replicate", "--mask-topk", "-1"], 2, "argument --mask-topk"),
         (["study", "--run", "nolabel"], 2, "expected LABEL=FOLDER"),
+        (["study", "--run", "../../x=tiny-arm", "--out", str(d / "st")], 2, "a label names files under --out"),
         (["generate", "--model", llada, *ids, "--quiet", "--verbose"], 2, "exclude each other"),
         (["trace", "--model", llada, *ids, "--out", str(d / "t.arrow"), "--heads", "1"], 2,
          "unrecognized arguments: --heads 1"),
@@ -219,6 +229,49 @@ def test_bad_input_is_one_line_with_the_right_exit_status(bad_inputs, fixtures_d
         if code != status or len(err) != 1 or not err[0].startswith(prefix) or text not in err[0]:
             failures.append(f"{argv} -> exit {code}, stderr {err}")
     assert not failures, "\n".join(failures)
+
+
+def test_bad_input_writes_nothing(bad_inputs, fixtures_dir, capsys):
+    """The refused commands of the table above leave the files they named as they were."""
+    before = {p: p.read_bytes() for p in bad_inputs.rglob("*") if p.is_file()}
+    for argv, _, _ in _cases(bad_inputs, fixtures_dir):
+        try:
+            main(argv)
+        except SystemExit:
+            pass
+    capsys.readouterr()
+    assert {p: p.read_bytes() for p in before} == before
+    assert (bad_inputs / "file.txt").read_text() == "x"   # never overwritten by a trace, whatever ran first
+
+
+def test_python_m_sinklens_is_the_command_line():
+    run = subprocess.run([sys.executable, "-m", "sinklens", "--version"], env=_env(), capture_output=True, text=True,
+                         timeout=60)
+    from sinklens._version import __version__
+    assert run.returncode == 0 and run.stdout.strip() == __version__, run.stderr
+
+
+def test_report_says_a_trace_is_truncated(tmp_path, capsys):
+    """A trace cut short is reported on its finished steps, and the command says so (and --json)."""
+    import numpy as np
+
+    from sinklens.trace import TraceWriter, open_trace
+
+    whole, rng = tmp_path / "whole.arrow", np.random.default_rng(0)
+    with TraceWriter(whole, {"family": "llada", "causal": False}, flush_steps=1) as w:   # a record batch per step
+        for t in range(6):
+            w.write_step(t, rng.integers(0, 50, 8), received=rng.random((2, 2, 8)) * 8)
+    data = whole.read_bytes()
+    cut = tmp_path / "cut.arrow"
+    cut.write_bytes(data[:len(data) * 2 // 3])
+    steps = open_trace(cut).num_steps
+    assert 0 < steps < open_trace(whole).num_steps
+    assert main(["report", str(cut), "--out", str(tmp_path / "r")]) == 0
+    assert f"cut: the trace is truncated (its run was interrupted): only its {steps} finished steps" in capsys.readouterr().out
+    assert main(["report", str(whole), "--out", str(tmp_path / "w")]) == 0
+    assert "truncated" not in capsys.readouterr().out
+    assert main(["report", str(cut), "--out", str(tmp_path / "j"), "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["traces"][0]["truncated"] is True
 
 
 def test_mistakes_are_answered_before_torch_is_imported(tmp_path):
@@ -243,6 +296,7 @@ def test_mistakes_are_answered_before_torch_is_imported(tmp_path):
         (["eval", "--model", "nope", "--task", "gsm8k", "--data", gsm8k, "--out", out], "neither an alias"),
         (["eval", "--model", "tiny-dlm", "--task", "gsm8k", "--data", "no.jsonl", "--out", out], "no.jsonl"),
         (["eval", "--model", "tiny-dlm", "--task", "gsm8k", "--out", out], "not available offline"),
+        (["eval", "--model", "tiny-dlm", "--task", "gsm8k", "--out", out], "github.com/openai/grade-school-math"),
     ]
     probe = ("import sys, time\n"
              "from sinklens.cli import main\n"
@@ -272,8 +326,10 @@ def test_precheck_knows_the_loaders_aliases_and_dtypes():
 
 
 def test_debug_shows_the_traceback(bad_inputs):
-    with pytest.raises(FileNotFoundError):
-        main(["report", str(bad_inputs / "missing.arrow"), "--out", str(bad_inputs / "r9"), "--debug"])
+    from sinklens.trace import TraceFormatError
+
+    with pytest.raises(TraceFormatError):
+        main(["report", str(bad_inputs / "corrupt.arrow"), "--out", str(bad_inputs / "r9"), "--debug"])
 
 
 def test_generate_defaults_fit_the_shipped_twin_and_json_has_the_text(capsys):
@@ -359,6 +415,83 @@ def test_ctrl_c_in_trace_keeps_the_finished_steps(tmp_path, monkeypatch, capsys)
     assert last.startswith("sinklens trace: interrupted after 3 of up to 16 steps;") and "keeps the finished" in last
     t = open_trace(str(path))
     assert t.truncated and t.num_steps >= 2
+
+
+def test_trace_makes_the_folder_of_its_out_file_and_says_what_next(tmp_path, capsys):
+    path = tmp_path / "new" / "sub" / "run.arrow"
+    assert main(["trace", "--model", "tiny-dlm", "--prompt", TOM, "--steps", "4", "--gen-length", "4",
+                 "--block-length", "4", "--out", str(path)]) == 0
+    from sinklens.trace import open_trace
+    assert open_trace(path).num_steps == 4
+    assert f"; next: sinklens report {path} --out report/" in capsys.readouterr().err
+
+
+def test_ctrl_c_before_the_first_step_leaves_no_empty_trace(tmp_path, monkeypatch, capsys):
+    """Stopped before any step was written: no 0-byte file that `sinklens report` would call corrupt."""
+    from sinklens.models.wrapper import SinkModel
+
+    def generate(self, ids, trace=None, **kwargs):
+        open(trace, "wb").close()    # the writer had opened the file, nothing written yet
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(SinkModel, "generate", generate)
+    path = tmp_path / "run.arrow"
+    assert main(["trace", "--model", "tiny-dlm", "--prompt", TOM, "--out", str(path)]) == 130
+    last = capsys.readouterr().err.strip().splitlines()[-1]
+    assert last == f"sinklens trace: interrupted before the first step finished; no trace written to {path}"
+    assert not path.exists()
+
+
+@pytest.mark.parametrize("command", ["trace", "eval"])
+def test_ctrl_c_in_a_run_that_resumes_says_so_and_the_same_command_resumes(command, tmp_path, monkeypatch, capsys):
+    """Ctrl-C in a corpus run or an eval: exit 130, one line saying what is kept and how to go on;
+    the finished prompts / samples are kept and the same command finishes the rest."""
+    import sinklens.eval.corpus as corpus
+    import sinklens.eval.runner as runner
+
+    module, name = (corpus, "_run_prompt") if command == "trace" else (runner, "_run_sample")
+    original, calls = getattr(module, name), []
+
+    def stop_at_third(*args, **kwargs):
+        calls.append(1)
+        if len(calls) == 3:
+            raise KeyboardInterrupt
+        return original(*args, **kwargs)
+
+    prompts = tmp_path / "p.jsonl"
+    prompts.write_text("".join(json.dumps({"prompt": f"Tom has {i} apples. How many?"}) + "\n" for i in range(4)))
+    out = tmp_path / "out"
+    argv = (["trace", "--model", "tiny-dlm", "--prompts", str(prompts)] if command == "trace" else
+            ["eval", "--model", "tiny-dlm", "--task", "arith", "--limit", "4"]) + ["--out", str(out), "-q"]
+    monkeypatch.setattr(module, name, stop_at_third)
+    assert main(argv) == 130
+    last = capsys.readouterr().err.strip().splitlines()[-1]
+    assert last == (f"sinklens {command}: interrupted; the finished {'prompts' if command == 'trace' else 'samples'} "
+                    f"are kept in {out}: the same command resumes from them")
+    kept = [p for p in out.rglob("samples.rank0.jsonl")]
+    assert len(kept) == 1 and len(kept[0].read_text().splitlines()) == 2
+    monkeypatch.setattr(module, name, original)
+    assert main(argv) == 0
+    assert len(kept[0].read_text().splitlines()) == 4
+
+
+def test_empty_generated_text_is_explained(monkeypatch, capsys):
+    """A model that puts an end token first prints no text: the command says why instead of a bare empty line."""
+    from types import SimpleNamespace
+
+    import torch
+
+    from sinklens.cli import logs
+    from sinklens.cli.generate import new_text
+
+    monkeypatch.setitem(logs._LEVEL, "quiet", False)   # as a command without -q leaves it
+
+    ids = torch.tensor([[5, 6, 7]])
+    out = SimpleNamespace(text=[""], sequences=torch.tensor([[5, 6, 7, 1, 9, 9, 1]]))
+    assert new_text(ids, out) == ""
+    assert "the generated text is empty: it stops at the first end token" in capsys.readouterr().err
+    out = SimpleNamespace(text=["42"], sequences=torch.tensor([[5, 6, 7, 9, 9, 1]]))
+    assert new_text(ids, out) == "42" and capsys.readouterr().err == ""
 
 
 def test_generate_on_an_encoder_says_what_it_does_instead(capsys):

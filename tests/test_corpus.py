@@ -156,16 +156,18 @@ def test_readout_totals_equal_the_kept_traces_pooled(dlm, tmp_path):
 def test_bad_lines_and_long_prompts_are_skipped_with_file_and_line(tmp_path, capsys):
     prompts = write_prompts(tmp_path / "p.jsonl", 3, ("{not json", json.dumps({"prompt": 3}),
                                                       json.dumps({"id": "p0", "prompt": "again"}),
-                                                      json.dumps({"prompt": "x " * 400})))
+                                                      json.dumps({"prompt": "x " * 400}),
+                                                      json.dumps({"prompt": "  "})))
     rc = main(["trace", "--model", "tiny-dlm", "--prompts", str(prompts), "--out", str(tmp_path / "run"),
                "--steps", "2", "--gen-length", "4", "--block-length", "4", "-q"])
     assert rc == 0
     err = capsys.readouterr().err
-    for line in (4, 5, 6, 7):
+    for line in (4, 5, 6, 7, 8):
         assert f"p.jsonl:{line}:" in err
     c = open_corpus(tmp_path / "run" / "corpus.jsonl")
-    assert c.num_prompts == 3 and len(c.meta["skipped"]) == 4
-    assert "exceeds the context" in c.meta["skipped"][3] and "duplicate id 'p0'" in c.meta["skipped"][2]
+    assert c.num_prompts == 3 and len(c.meta["skipped"]) == 5
+    assert any(s.endswith("p.jsonl:8: the prompt is empty") for s in c.meta["skipped"])
+    assert "exceeds the context" in c.meta["skipped"][-1] and "duplicate id 'p0'" in c.meta["skipped"][-2]
 
 
 @pytest.mark.parametrize("argv, expected", [

@@ -190,3 +190,20 @@ def test_humaneval_exit_tricks_score_zero_through_run_eval(tiny_dlm, tmp_path, m
     with open(tmp_path / "out" / "summary.csv") as f:
         rows = list(csv.DictReader(f))
     assert len(rows) == 1 and float(rows[0]["accuracy"]) == 0.25, rows      # pass@1 in summary.md
+
+
+@pytest.mark.parametrize("name", [".", ".."])
+def test_a_model_named_dot_or_dotdot_keeps_its_runs_inside_out(tiny_dlm, tmp_path, monkeypatch, name):
+    """`--model ..` from inside the model's folder: the runs go to OUT/<the folder's name>/, never
+    OUT/../ (beside OUT) as the bare path part would put them."""
+    work = tmp_path / "work"
+    shutil.copytree(tiny_dlm, work / "mymodel")
+    here = work / "mymodel" / "sub" if name == ".." else work / "mymodel"
+    here.mkdir(exist_ok=True)
+    monkeypatch.chdir(here)
+    out = tmp_path / "out"
+    (run_dir,) = run_eval(EvalConfig(**{**reference_cfg(name, str(out)), "limit": 1, "mask_topk": (0,)}))
+    assert Path(run_dir).resolve().parts[:len(out.parts) + 1] == (*out.parts, "mymodel")
+    outside = [p for p in tmp_path.rglob("*") if p.is_file() and out not in p.parents]
+    assert sorted(p.relative_to(work / "mymodel") for p in outside) == \
+        sorted(p.relative_to(tiny_dlm) for p in Path(tiny_dlm).rglob("*") if p.is_file())

@@ -28,6 +28,7 @@ LAYERS: list[tuple[str, ...]] = [
     ("eval",),
     ("experiments",),             # demo, replicate, study, score: built on everything above
     ("cli",),                     # the entry point and every sub-command's registration
+    ("__main__",),                # `python -m sinklens`: calls the cli
 ]
 RANK = {pkg: r for r, peers in enumerate(LAYERS) for pkg in peers}
 

@@ -294,6 +294,19 @@ def test_unknown_device(fixtures_dir):
         sinklens.load(fixtures_dir / "llada", device="gpu0")
 
 
+def test_a_device_this_machine_lacks_is_one_clear_error(fixtures_dir, monkeypatch):
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    monkeypatch.setattr(torch.backends.mps, "is_available", lambda: False)
+    with pytest.raises(ValueError, match="device 'cuda': this torch sees no CUDA GPU"):
+        sinklens.load(fixtures_dir / "llada", device="cuda")
+    with pytest.raises(ValueError, match="device 'mps': MPS .* is not available"):
+        sinklens.load(fixtures_dir / "llada", device="mps")
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: 1)
+    with pytest.raises(ValueError, match="device 'cuda:3': this machine has 1 CUDA GPU"):
+        sinklens.load(fixtures_dir / "llada", device="cuda:3")
+
+
 def test_dtype_strings_and_stored_default(fixtures_dir):
     assert sinklens.load(fixtures_dir / "dream").dtype == torch.float32  # stored as fp32
     assert sinklens.load(fixtures_dir / "dream", dtype="bf16").dtype == torch.bfloat16
@@ -305,6 +318,16 @@ def test_resolve_gguf_file_and_folder(tmp_path):
     assert loader.resolve(tmp_path).gguf_file == "m.gguf"  # a folder with one GGUF and no config
     (tmp_path / "config.json").write_text("{}")
     assert loader.resolve(tmp_path).gguf_file is None
+
+
+def test_a_training_run_folder_names_its_export(tmp_path):
+    (tmp_path / "ckpt").mkdir()
+    (tmp_path / "export").mkdir()
+    (tmp_path / "export" / "config.json").write_text("{}")
+    (tmp_path / "config.json").write_text('{"kind": "dlm"}')   # the training config, not a model's
+    with pytest.raises(ValueError, match=r"is a `sinklens train` run folder; its model is the exported checkpoint "
+                                         r"'.*export': load that"):
+        sinklens.load(tmp_path)
 
 
 def test_unknown_name(tmp_path):
@@ -320,3 +343,22 @@ def test_bad_forward_inputs(fixtures_dir):
         m.forward_logits(torch.tensor([[1, 2, 3]]), attention_mask=torch.ones(1, 4))
     with pytest.raises(ValueError, match="ships no tokenizer"):
         m.apply_chat_template("hi")
+    with pytest.raises(TypeError, match=r"input_ids must be token ids .* got text: tokenize it first"):
+        m.generate("What is 2 + 3?")
+    with pytest.raises(TypeError, match="capture must be a CaptureOptions .* got str"):
+        m.generate([1, 2, 3], capture="yes")
+    with pytest.raises(TypeError, match="trace must be a file path .* got int"):
+        m.generate([1, 2, 3], trace=5)
+
+
+def test_generate_never_overwrites_a_file_that_is_not_a_trace(fixtures_dir, tmp_path):
+    m = sinklens.load(fixtures_dir / "llada")
+    notes = tmp_path / "notes.txt"
+    notes.write_text("precious")
+    with pytest.raises(ValueError, match="exists and is not a trace; not overwriting it"):
+        m.generate([1, 2, 3], trace=notes, steps=2, gen_length=2, block_length=2)
+    assert notes.read_text() == "precious"
+    run = tmp_path / "run.arrow"
+    for _ in range(2):   # a trace is replaced by the next run's
+        m.generate([1, 2, 3], trace=run, steps=2, gen_length=2, block_length=2)
+    assert sinklens.open_trace(run).num_steps == 2

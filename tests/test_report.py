@@ -101,6 +101,12 @@ def test_bad_inputs(tmp_path, capsys):
         F.sink_positions(a, [(0, 9)])
     with pytest.raises(AnalysisInputError, match="layer 5 out of range"):
         F.received_over_steps(a, 5, 0)
+    with pytest.raises(AnalysisInputError, match="layer must be an int .0-based., got '1'"):
+        F.received_over_steps(a, "1", 0)
+    with pytest.raises(AnalysisInputError, match="head must be an int .0-based., got 1.5"):
+        F.received_over_steps(a, 1, 1.5)
+    with pytest.raises(AnalysisInputError, match=r"heads must be \(layer, head\) pairs"):
+        F.sink_positions(a, [1, 2])
     with pytest.raises(AnalysisInputError, match="step index 40 out of range"):
         F.attention_maps(analyze(write_planted(tmp_path / "m.arrow")), [40], 1, 0)
     with pytest.raises(AnalysisInputError, match=r"no map for step index 1"):
@@ -114,6 +120,13 @@ def test_bad_inputs(tmp_path, capsys):
     TraceWriter(empty, {"family": "llada"}).close()
     with pytest.raises(AnalysisInputError, match="is empty"):
         analyze(empty)
+    for eps in (0, -1, float("nan"), "3"):            # the command line refuses these; the API too
+        with pytest.raises(ValueError, match="sink_eps must be a number > 0"):
+            analyze(p, sink_eps=eps)
+    from sinklens.report.report import build_report
+
+    one = build_report(str(p), tmp_path / "one")      # one path, not its characters
+    assert [r.label for r in one.traces] == ["nomaps"]
     with pytest.raises(SystemExit):
         main(["report", str(p), "--out", str(tmp_path / "x"), "--heads", "0-1"])
     assert main(["report", str(p), "--out", str(tmp_path / "x"), "--heads", "0:7", "--quiet"]) == 2

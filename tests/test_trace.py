@@ -484,3 +484,45 @@ def test_a_killed_generation_keeps_every_written_group(tmp_path):
     t = open_trace(path)
     assert t.truncated and t.steps == list(range(8))
     assert t.meta["family"] == "llada" and t.received_groups(7).shape[0] == 2
+
+
+def _doc_block(doc: str, after: str) -> str:
+    """The first ```python block of docs/`doc` after the line containing `after`."""
+    from pathlib import Path
+
+    text = (Path(__file__).resolve().parents[1] / "docs" / doc).read_text()
+    rest = text[text.index(after):]
+    start = rest.index("```python\n") + len("```python\n")
+    return rest[start:rest.index("```", start)]
+
+
+@pytest.mark.parametrize("summable", [True, False], ids=["groups-only", "received-stored"])
+def test_documented_plain_pyarrow_recipe_gives_received(tmp_path, summable):
+    """docs/samplers.md's plain-pyarrow recipe, run as written, reads what `t.received` reads, both
+    when the writer stores `received` and when it stores only the groups (what a DLM run writes:
+    `received` is their sum, left null in the file)."""
+    rng = np.random.default_rng(3)
+    path = tmp_path / "run.arrow"
+    w = TraceWriter(path, {"family": "llada", "query_groups": ["masked", "unmasked"]})
+    for t in range(12):
+        groups = rng.random((1, G, L, H, S)).astype(np.float16).astype(np.float32)
+        received = groups.sum(axis=1) if summable else rng.random((1, L, H, S))
+        w.write_step(t, rng.integers(0, 50, (1, S)), received=received, received_groups=groups)
+    w.close()
+    assert pa.ipc.open_stream(str(path)).read_all()["received"][10].is_valid is not summable
+    code = _doc_block("samplers.md", "Reading with plain pyarrow").replace('"run.arrow"', repr(str(path)))
+    scope = {}
+    exec(code, scope)
+    np.testing.assert_array_equal(scope["received"], open_trace(path).received(10))
+
+
+def test_an_empty_file_and_a_step_that_is_not_a_number_say_so(tmp_path):
+    empty = tmp_path / "empty.arrow"
+    empty.write_bytes(b"")
+    with pytest.raises(TraceFormatError, match="is empty .0 bytes.: the run writing it stopped before its first step"):
+        open_trace(empty)
+    _write(tmp_path / "t.arrow", _steps())
+    t = open_trace(tmp_path / "t.arrow")
+    with pytest.raises(TypeError, match="step must be an int.*got '3'"):
+        t.received("3")
+    assert t.received(np.int64(3)).shape == (L, H, S)

@@ -343,6 +343,9 @@ def analyze(source, config: AnalysisConfig | None = None, *, row: int = 0, label
         overrides["sink_eps"] = overrides.pop("eps")
     config = dataclasses.replace(config, **overrides)       # never mutate the caller's config
     check_units(config.units)
+    eps = config.sink_eps
+    if isinstance(eps, bool) or not isinstance(eps, (int, float, np.floating)) or not np.isfinite(eps) or eps <= 0:
+        raise ValueError(f"sink_eps must be a number > 0 (Eq. 3's ε, in units {config.units}), got {eps!r}")
     src = as_source(source, row=row, label=label)
     L, H = src.num_layers, src.num_heads
     accumulators = [acc.for_analysis(src, config) for acc in accumulator_classes(extra)]

@@ -104,6 +104,9 @@ class Source:
                 f"(step index, layer, head): {self.map_slices()}")
 
     def check_layer_head(self, layer: int | None, head: int | None) -> None:
+        for name, x in (("layer", layer), ("head", head)):   # '1' or 1.5 would fail later as numpy's index error
+            if x is not None and (isinstance(x, bool) or not isinstance(x, (int, np.integer))):
+                raise AnalysisInputError(f"{name} must be an int (0-based), got {x!r}")
         if layer is not None and not 0 <= int(layer) < self.num_layers:
             raise AnalysisInputError(f"layer {layer} out of range: trace '{self.label}' has "
                                      f"{self.num_layers} layers (0..{self.num_layers - 1})")

@@ -14,7 +14,7 @@ import argparse
 import importlib
 import sys
 
-from sinklens.cli.types import CliError, OneLineParser, add_common_flags
+from sinklens.cli.types import CliError, OneLineParser, add_common_flags, check_out
 
 # sub-command -> (module in sinklens/cli/, one-line help). The module's `register(sub)` adds the full parser.
 COMMANDS = {
@@ -72,6 +72,7 @@ def main(argv: list[str] | None = None) -> int:
     from sinklens.cli import logs
     args.debug = bool(getattr(args, "debug", False))
     try:
+        check_out(getattr(args, "out", None), folder=getattr(args, "out_is", "folder") == "folder")
         logs.setup(args)
         from sinklens.cli.launch import maybe_relaunch
         relaunched = maybe_relaunch(args.command, argv)

@@ -6,6 +6,10 @@ from __future__ import annotations
 def run(args) -> int:
     from sinklens.experiments.demo import run_demo
 
+    if args.prompt is not None and not args.prompt.strip():   # else the default would run in its place, unsaid
+        from sinklens.cli.types import CliError
+        raise CliError("--prompt is empty: expected the text to trace (leave --prompt out for the default problem)")
+
     run_demo(args.out, prompt=args.prompt, quiet=not args.progress)
     return 0
 

@@ -7,6 +7,7 @@
 from __future__ import annotations
 
 import os
+import sys
 
 from sinklens.cli.fields import add_config_flags, flag_values
 from sinklens.cli.generate import add_sampler_flags, sampler_args
@@ -63,6 +64,10 @@ def _eval(args) -> int:
         run_dirs = run_eval(cfg)
     except RunDirBusy as e:  # another process writes the same run: an input problem (exit 2)
         raise CliError(str(e)) from None
+    except KeyboardInterrupt:
+        print(f"sinklens eval: interrupted; the finished samples are kept in {args.out}: the same command "
+              "resumes from them", file=sys.stderr)
+        return 130
     summary = os.path.join(args.out, "summary.md")
     if args.json and env_world()[0] == 0:
         from sinklens.cli.logs import print_json

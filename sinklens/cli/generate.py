@@ -128,6 +128,8 @@ def check_run_flags(args) -> None:
     """The model's name, --dtype and the sampler flags, answered before torch is imported."""
     from sinklens.cli import precheck
 
+    if getattr(args, "prompt", None) is not None and not args.prompt.strip():
+        raise CliError("--prompt is empty: expected the text to generate from (or --input-ids 1,2,3)")
     precheck.model_name(args.model)
     precheck.dtype(args.dtype)
     precheck.sampler_name(args.sampler)
@@ -251,10 +253,17 @@ def load_args(args) -> dict:
 
 
 def new_text(ids, out) -> str:
-    """The generated text (token ids when the model has no tokenizer)."""
-    if out.text is not None:
-        return out.text[0]
-    return " ".join(map(str, out.sequences[0, ids.shape[1]:].tolist()))
+    """The generated text (token ids when the model has no tokenizer). Empty text gets a note on
+    stderr: the text stops at the first end token, which a model may put first."""
+    if out.text is None:
+        return " ".join(map(str, out.sequences[0, ids.shape[1]:].tolist()))
+    if not out.text[0].strip():
+        from sinklens.cli.logs import note
+
+        note(f"the generated text is empty: it stops at the first end token, and the model put one first (or "
+             f"made only special tokens); `sinklens generate --json` lists all {out.sequences.shape[1] - ids.shape[1]} "
+             "generated ids")
+    return out.text[0]
 
 
 def _check_generates(model) -> None:

@@ -26,9 +26,26 @@ def options(args: argparse.Namespace):
     return ReportOptions(**flag_values(ReportOptions, args), page=page, progress=args.progress)
 
 
+WANTED = "expected a trace .arrow of `sinklens trace`, or the corpus.jsonl of `sinklens trace --prompts`"
+
+
+def check_inputs(paths: list[str]) -> None:
+    """Each input named in one line when it cannot be what `report` reads, before any work."""
+    from sinklens.cli.types import CliError
+
+    for p in paths:
+        if os.path.isdir(p):
+            inside = os.path.join(p, "corpus.jsonl")
+            hint = f"; its corpus file is {inside}" if os.path.isfile(inside) else ""
+            raise CliError(f"{p!r} is a folder; {WANTED}{hint}")
+        if not os.path.isfile(p):
+            raise CliError(f"{p!r}: no such file; {WANTED}")
+
+
 def run(args: argparse.Namespace) -> int:
     from sinklens.analysis.corpus import is_corpus_file
 
+    check_inputs(args.traces)
     corpora = [p for p in args.traces if is_corpus_file(p)]
     if args.control is not None and not os.path.isfile(args.control):
         from sinklens.cli.types import CliError
@@ -52,6 +69,10 @@ def run(args: argparse.Namespace) -> int:
     print(f"wrote {n_fig} figures/tables, {rep.summary_md}, {rep.summary_json} and {rep.html} "
           f"({rep.html.stat().st_size / 1e6:.1f} MB)")
     for r in rep.traces:
+        a = r.analyses[0]
+        if a.source.truncated:  # said here too: a report of part of a run must not pass for the whole run
+            print(f"  {r.label}: the trace is truncated (its run was interrupted): only its {a.num_steps} "
+                  "finished steps are analysed")
         for name, why in r.skipped.items():
             print(f"  {r.label}: {name} not drawn: {why}")
     return 0
@@ -95,7 +116,8 @@ def _headline(r) -> dict:
     """A trace's headline numbers (every number: summary.json)."""
     d = r.analyses[0].to_dict()
     keys = ("units", "sink_eps", "shape", "sinks_total", "fraction_heads_steps_with_sink", "track_kinds")
-    return {"label": r.label, "folder": r.folder, **{k: d.get(k) for k in keys}, "figures": r.figures,
+    return {"label": r.label, "folder": r.folder, "truncated": r.analyses[0].source.truncated,
+            **{k: d.get(k) for k in keys}, "figures": r.figures,
             "figures_skipped": r.skipped}
 
 

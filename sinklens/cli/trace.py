@@ -49,9 +49,15 @@ def cmd_trace(args) -> int:
     if args.prompts is not None:
         _check_corpus_flags(args)
     from sinklens.samplers.base import CaptureOptions
+    from sinklens.trace.schema import replaceable
 
     if os.path.isdir(args.out) and args.prompts is None:
         raise CliError(f"--out {args.out!r} is a folder; expected a trace file path such as run.arrow")
+    if args.prompts is None and os.path.isfile(args.out) and not replaceable(args.out):
+        raise CliError(f"--out {args.out!r} exists and is not a trace; not overwriting it (choose another "
+                       "path such as run.arrow, or remove the file)")
+    if args.prompts is None and os.path.dirname(args.out):
+        os.makedirs(os.path.dirname(args.out), exist_ok=True)   # made now, as report and eval make theirs, not after the load
     capture = CaptureOptions(query_groups=False if args.no_groups else None, map_slices=args.map_slices,
                              capture_prefix=args.capture_prefix, query_chunk=args.query_chunk, route=args.route,
                              received_dtype="float32" if args.float32 else "float16",
@@ -71,13 +77,19 @@ def cmd_trace(args) -> int:
     try:
         model, ids, config, out = run(args, trace=args.out, capture=capture, check=check)
     except Interrupted as e:
+        if os.path.isfile(args.out) and os.path.getsize(args.out) == 0:
+            os.remove(args.out)   # stopped before a step was written: no empty file left for `report` to trip on
+        if not os.path.isfile(args.out):
+            print(f"sinklens trace: interrupted before the first step finished; no trace written to {args.out}",
+                  file=sys.stderr)
+            return 130
         print(f"sinklens trace: interrupted after {e.progress.done} of up to {e.progress.steps} steps; {args.out} "
               "keeps the finished steps (a truncated trace: `sinklens report` reads them)", file=sys.stderr)
         return 130
     layers, heads = model.num_layers, model.num_heads
     size = os.path.getsize(args.out)
     note(f"wrote {args.out}: {out.num_steps} steps x {layers} layers x {heads} heads, {size / 1e6:.2f} MB "
-         f"({size / max(out.num_steps, 1) / 1e3:.1f} kB per step)")
+         f"({size / max(out.num_steps, 1) / 1e3:.1f} kB per step); next: sinklens report {args.out} --out report/")
     print(new_text(ids, out))
     return 0
 
@@ -103,13 +115,19 @@ def cmd_corpus(args, capture) -> int:
                        sampler_args=sampler_args(args, args.sampler_fields),
                        dtype=args.dtype, device=args.device, load_args=load_args(args), capture=capture,
                        progress=args.progress)
-    path = run_corpus(cfg)
+    try:
+        path = run_corpus(cfg)
+    except KeyboardInterrupt:
+        print(f"sinklens trace: interrupted; the finished prompts are kept in {args.out}: the same command "
+              "resumes from them", file=sys.stderr)
+        return 130
     if path is not None:
         from sinklens.analysis.corpus import open_corpus
 
         c = open_corpus(path)
         note(f"wrote {path}: {c.num_prompts} prompts, {c.meta['num_layers']} layers x {c.meta['num_heads']} heads, "
-             f"{os.path.getsize(path) / 1e6:.2f} MB; skipped {len(c.meta['skipped'])}")
+             f"{os.path.getsize(path) / 1e6:.2f} MB; skipped {len(c.meta['skipped'])}; next: sinklens report {path} "
+             "--out report/")
         print(path)
     return 0
 
@@ -135,4 +153,4 @@ def register(sub) -> None:
                         "an untraced run), triton (fused kernel, extra gpu; falls back to lse where it does not "
                         "apply); auto = lse on CUDA and in bfloat16/float16, exact for float32 on CPU (measured faster there)")
     add_config_flags(t.add_argument_group("mechanism readouts (off by default; docs/analysis.md)"), ReadoutOptions)
-    t.set_defaults(func=cmd_trace)
+    t.set_defaults(func=cmd_trace, out_is="file")   # a folder with --prompts: cmd_trace checks which

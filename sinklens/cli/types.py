@@ -6,6 +6,7 @@ reject `--steps 0` before torch is imported.
 from __future__ import annotations
 
 import argparse
+from pathlib import Path
 
 
 class HelpFormatter(argparse.RawDescriptionHelpFormatter):
@@ -54,6 +55,21 @@ def nonneg_int(text: str) -> int:
 
 class CliError(ValueError):
     """Bad input found by a command after parsing: `sinklens.cli.main` prints it as one line, exit status 2."""
+
+
+def check_out(path: str | None, folder: bool) -> None:
+    """`--out` refused before any work when it cannot be written: a file where a folder is wanted,
+    or a file standing where a folder on its way should be (`--out notes.txt/run.arrow`)."""
+    if not path:
+        return
+    p = Path(path)
+    if folder and p.exists() and not p.is_dir():
+        raise CliError(f"--out {path!r} is a file; expected a folder (a new or existing one)")
+    for parent in p.parents:
+        if parent.exists():
+            if not parent.is_dir():
+                raise CliError(f"--out {path!r}: {str(parent)!r} is a file, not a folder")
+            return
 
 
 def add_common_flags(p: argparse.ArgumentParser) -> None:

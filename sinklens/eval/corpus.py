@@ -76,7 +76,8 @@ def run_corpus(cfg: CorpusConfig, model=None) -> str | None:
     from tqdm import tqdm
 
     # 1. Everything that can be wrong with the inputs is found before any file is written.
-    items, errors = read_jsonl(cfg.prompts, required=("prompt",))
+    items, errors = read_jsonl(cfg.prompts, required=("prompt",),
+                               check=lambda r: None if r["prompt"].strip() else "the prompt is empty")
     errors = [str(e) for e in errors]
     if os.path.exists(cfg.out) and not os.path.isdir(cfg.out):
         raise ValueError(f"--out {cfg.out!r} is a file; with --prompts it is the run folder")

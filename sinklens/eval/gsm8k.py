@@ -86,8 +86,8 @@ def load(data: str | None = None, limit: int | None = None) -> tuple[list[dict],
 
 
 HUB_DATASET = "openai/gsm8k"
-NEEDS_DATA = ("pass --data PATH to a local GSM8K test.jsonl (one {\"question\", \"answer\"} object per line, "
-              "e.g. ../shared/data/gsm8k/test.jsonl)")
+NEEDS_DATA = ("pass --data PATH to a local GSM8K test.jsonl (one {\"question\", \"answer\"} object per line: "
+              "grade_school_math/data/test.jsonl of github.com/openai/grade-school-math)")
 
 
 def check_source(data: str | None) -> None:

@@ -61,7 +61,13 @@ def run_sampler(m, cfg: EvalConfig) -> str:
 
 
 def model_slug(name: str) -> str:
-    return re.sub(r"[^A-Za-z0-9_.-]+", "__", os.path.basename(str(name).rstrip("/")) or str(name))
+    """The folder under --out that holds a model's runs: its name, made safe. `.` and `..` (a model
+    folder named relative to the working directory) take the folder's own name: as a path part they
+    would put the runs beside --out or above it."""
+    base = os.path.basename(str(name).rstrip("/")) or str(name)
+    if base in (".", ".."):
+        base = os.path.basename(os.path.abspath(str(name))) or "model"
+    return re.sub(r"[^A-Za-z0-9_.-]+", "__", base)
 
 
 def _prompt(m, task, item, cfg: EvalConfig) -> tuple[list[int], bool]:

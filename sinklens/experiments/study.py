@@ -266,6 +266,10 @@ def study(runs: dict[str, str], out: str | Path, n: int = 50, n_traces: int = 20
     from sinklens.experiments.replicate import dynamics_over_problems
     from sinklens.train.data import DataConfig, generate
     out = Path(out)
+    for label in runs:   # a label names files under out (configs/<label>.json, traces/<label>-k.arrow)
+        if label in ("", ".", "..") or "/" in label or "\\" in label:
+            raise ValueError(f"--run {label}=...: a label names files under --out; expected a plain name "
+                             "without '/' or '\\' (e.g. arm, dlm-9)")
     twins = {label: twin_files(r) for label, r in runs.items()}
     run_evals(_eval_configs(twins, out, n, mask_topk, control, progress), workers)
     md, csv = write_summary([str(out / "eval")], str(out / "eval"))

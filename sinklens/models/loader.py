@@ -173,6 +173,10 @@ def resolve(name_or_path: str | Path, revision: str | None = None) -> Resolved:
         return ALIASES[name]()
     path = Path(name).expanduser()
     if path.is_dir():
+        if (path / "ckpt").is_dir() and (path / "export" / "config.json").is_file():
+            # `sinklens train`'s run folder: its config.json is the training config, the model is in export/
+            raise ValueError(f"name_or_path={name!r} is a `sinklens train` run folder; its model is the exported "
+                             f"checkpoint {str(path / 'export')!r}: load that")
         ggufs = sorted(p.name for p in path.glob("*.gguf"))
         if not (path / "config.json").exists() and len(ggufs) == 1:
             return Resolved(path.resolve(), ggufs[0], "local")  # a folder holding one GGUF
@@ -266,9 +270,19 @@ def check_args(dtype: Any, device: Any) -> torch.device | None:
     if device is None:
         return None
     try:
-        return torch.device(device)
+        dev = torch.device(device)
     except (RuntimeError, TypeError) as err:
         raise ValueError(f"unknown device {device!r}; expected e.g. 'cpu', 'cuda', 'cuda:1', 'mps'") from err
+    # said here, before any weight is read, instead of torch's assertion deep inside the load
+    if dev.type == "cuda" and not torch.cuda.is_available():
+        raise ValueError(f"device {device!r}: this torch sees no CUDA GPU (a CPU build of torch, or no GPU / "
+                         "driver); use 'cpu'")
+    if dev.type == "cuda" and dev.index is not None and dev.index >= torch.cuda.device_count():
+        raise ValueError(f"device {device!r}: this machine has {torch.cuda.device_count()} CUDA GPU(s), "
+                         f"cuda:0..cuda:{torch.cuda.device_count() - 1}")
+    if dev.type == "mps" and not torch.backends.mps.is_available():
+        raise ValueError(f"device {device!r}: MPS (Apple GPU) is not available here; use 'cpu'")
+    return dev
 
 
 # ---------------------------------------------------------------------------------------

@@ -379,6 +379,8 @@ def sink_positions(a: Analysis, heads=None, *, show_frontier: bool = True) -> Fi
     (None in place of a head = mean over heads); gaps where the head has no sink. The masked
     region (unmasking frontier) is shaded."""
     heads = heads or a.pick_heads()
+    if not all(isinstance(p, (tuple, list)) and len(p) == 2 for p in heads):
+        raise AnalysisInputError(f"heads must be (layer, head) pairs, e.g. [(1, 3), (2, None)], got {heads!r}")
     for l, h in heads:
         a.source.check_layer_head(l, h)
     fig = NotebookFigure(figsize=(9, min(4 + a.tokens.shape[1] / 40, 9)), layout="constrained")

@@ -135,7 +135,7 @@ def build_report(traces, out: str | os.PathLike, *, labels: list[str] | None = N
                  options: ReportOptions | None = None) -> Report:
     """Analyse every trace (path, Trace or Source) and write the report into `out`."""
     opts = options or ReportOptions()
-    traces = list(traces)
+    traces = [traces] if isinstance(traces, (str, os.PathLike)) else list(traces)   # one path is one trace
     if not traces:
         raise AnalysisInputError("give at least one trace to report on")
     if labels is not None and len(labels) != len(traces):

@@ -43,6 +43,9 @@ def generate(model, input_ids, attention_mask=None, *, trace=None, hook=None, ca
     see `sinklens.samplers.lengths`."""
     import torch
 
+    if isinstance(input_ids, (str, bytes)):
+        raise TypeError("input_ids must be token ids (a list or a (B, P) tensor), got text: tokenize it first, "
+                        "m.apply_chat_template(text) or m.tokenizer.encode(text)")
     if config is not None:
         if sampler_kwargs:
             raise TypeError(f"pass either config= or sampler arguments, not both (got {sorted(sampler_kwargs)})")

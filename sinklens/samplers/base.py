@@ -210,6 +210,11 @@ def open_trace_writer(trace, model, sampler: str, args: dict, input_ids: torch.T
     if tok is not None:
         decode = lambda ids: [t or "" for t in tok.convert_ids_to_tokens([int(i) for i in ids])]  # noqa: E731
     if isinstance(trace, (str, os.PathLike)):
+        from sinklens.trace.schema import replaceable
+
+        if not replaceable(trace):
+            raise ValueError(f"trace={os.fspath(trace)!r} exists and is not a trace; not overwriting it (choose "
+                             "another path such as run.arrow, or remove the file)")
         writer = TraceWriter(trace, received_dtype=capture.received_dtype, decode=decode)
     else:
         writer = trace
@@ -324,6 +329,11 @@ def setup_hooks(hook, trace, capture: CaptureOptions | None, diffusion: bool):
     every hook that reads the attention says it does not use the split (`wants_query_groups = False`:
     the masking policy, which ranks on all rows)."""
     hooks = Hooks(hook if isinstance(hook, (list, tuple)) else [hook])
+    if capture is not None and not isinstance(capture, CaptureOptions):
+        raise TypeError(f"capture must be a CaptureOptions (sinklens.samplers.CaptureOptions(...)) or None, got "
+                        f"{type(capture).__name__}")
+    if trace is not None and not isinstance(trace, (str, os.PathLike)) and not hasattr(trace, "decode"):  # a writer
+        raise TypeError(f"trace must be a file path (e.g. 'run.arrow'), a TraceWriter or None, got {type(trace).__name__}")
     if capture is None and (trace is not None or hooks.want_attention):
         capture = CaptureOptions()
     if capture is not None and capture.query_groups is None:

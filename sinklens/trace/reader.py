@@ -41,6 +41,9 @@ class Trace:
         self.path = os.fspath(path)
         if not os.path.exists(self.path):
             raise FileNotFoundError(f"no trace file at {self.path}")
+        if os.path.getsize(self.path) == 0:
+            raise TraceFormatError(f"{self.path} is empty (0 bytes): the run writing it stopped before its first "
+                                   "step was written")
         closed_properly = _file_ends_with_eos(self.path)
         try:
             # Python's mmap (not pyarrow's) so that pages already read can be given back: see release_pages
@@ -156,6 +159,8 @@ class Trace:
 
     def _cell(self, column: str, step: int, row: int) -> np.ndarray | None:
         """Zero-copy numpy view of one list cell (None when null)."""
+        if not isinstance(step, (int, np.integer)) or isinstance(step, bool):
+            raise TypeError(f"step must be an int, one of this trace's step numbers (t.steps), got {step!r}")
         if step not in self._index:
             raise KeyError(f"step {step} is not in this trace (steps {self.steps[:3]}...{self.steps[-3:]})"
                            if self._index else f"step {step}: this trace has no steps")

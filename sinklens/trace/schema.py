@@ -32,6 +32,20 @@ RECEIVED_DTYPES = {"float16": pa.float16(), "float32": pa.float32()}
 # The 8-byte end-of-stream marker (continuation token 0xFFFFFFFF + zero length) that a
 # closed Arrow IPC stream ends with. A file without it was not closed: it is truncated.
 EOS_MARKER = b"\xff\xff\xff\xff\x00\x00\x00\x00"
+# Every message of the stream (the schema first) starts with the continuation token.
+STREAM_START = b"\xff\xff\xff\xff"
+
+
+def replaceable(path) -> bool:
+    """True when a new trace may be written at `path`: nothing there, an empty file, or an Arrow
+    stream (an earlier trace, maybe cut short). Any other file is someone's data: never overwritten."""
+    try:
+        with open(path, "rb") as f:
+            return f.read(len(STREAM_START)) in (b"", STREAM_START)
+    except FileNotFoundError:
+        return True
+    except IsADirectoryError:
+        return False
 
 
 class TraceFormatError(ValueError):
