@@ -10,8 +10,9 @@ from sinklens.samplers.configs import SamplerConfig, cache_param, param, registe
 @register("dream")
 @dataclass
 class DreamConfig(SamplerConfig):
-    """Dream `diffusion_generate()`; defaults as the official function runs them, except max_new_tokens.
-    Left out, `temperature` / `top_k` are 1.0 / 50 there, not the 0.0 / None that Dream's
+    """Dream `diffusion_generate()`; defaults as the official function runs them. Left out,
+    `max_new_tokens` is 20 there (its default `max_length=20` counts the new tokens when neither is
+    given), and `temperature` / `top_k` are 1.0 / 50 there, not the 0.0 / None that Dream's
     DreamGenerationConfig and README give: without a generation_config argument the function builds
     one from the *model* config, and under transformers 4 (which the official code needs) that
     config carries transformers' legacy generation defaults (temperature 1.0, top_k 50, top_p 1.0).
@@ -26,7 +27,7 @@ class DreamConfig(SamplerConfig):
     RENAMED: ClassVar[dict] = {"eps": "time_eps"}
 
     steps: int = param(512, int, "denoising steps", min=1)
-    max_new_tokens: int = param(128, int, "tokens to generate", min=1)
+    max_new_tokens: int = param(20, int, "tokens to generate (official default 20)", min=1)
     time_eps: float = param(1e-3, float, "final time of the schedule linspace(1, time_eps, steps + 1) (Dream's eps)",
                             gt=0, lt=1)
     alg: str = param("origin", str, "which masked positions are revealed",
