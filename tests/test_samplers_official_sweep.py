@@ -2,8 +2,8 @@
 over argument combinations the shared reference cases leave out: sampling temperatures with Gumbel
 noise / top-p / top-k, random remasking, CFG with sampling and padding, block / step layouts, batches
 of three with different left padding, alg_temp, eps, max_length, the EOS options. Every case token
-for token, per-step history included (tests/fixtures/official_sweep: README.md says how the official
-code ran; make_fixtures.py wrote cases.json)."""
+for token, per-step history included, with and without attention capture (tests/fixtures/official_sweep:
+README.md says how the official code ran; make_fixtures.py wrote cases.json)."""
 import json
 from pathlib import Path
 
@@ -11,6 +11,7 @@ import pytest
 import torch
 
 import sinklens
+from sinklens.samplers import CaptureOptions
 
 torch.set_num_threads(1)  # tiny models: threads only contend on the shared 2-core machine
 
@@ -44,13 +45,17 @@ def sinklens_kwargs(case) -> dict:
     return args
 
 
+@pytest.mark.parametrize("capture", [False, True], ids=["plain", "capture"])  # a trace must not change a token
 @pytest.mark.parametrize("case", [
     pytest.param(c, marks=pytest.mark.xfail(strict=True, reason=KNOWN[c["family"], c["name"]]))
     if (c["family"], c["name"]) in KNOWN else c for c in CASES], ids=[f"{c['family']}-{c['name']}" for c in CASES])
-def test_equals_official_sampler(models, case):
+def test_equals_official_sampler(models, case, capture):
     am = None if case["attention_mask"] is None else torch.tensor(case["attention_mask"])
+    kwargs = sinklens_kwargs(case)
+    if capture:
+        kwargs["capture"] = CaptureOptions(map_slices=((1, 2),), map_steps=(0,))
     torch.manual_seed(case["seed"])  # the official call ran right after this seed
-    out = models[case["family"]].generate(torch.tensor(case["input_ids"]), am, **sinklens_kwargs(case))
+    out = models[case["family"]].generate(torch.tensor(case["input_ids"]), am, **kwargs)
     history = [h.tolist() for h in out.history]
     first = next((s for s, (a, b) in enumerate(zip(history, case["history"])) if a != b), None)
     assert first is None, f"step {first} differs from the official sampler"
