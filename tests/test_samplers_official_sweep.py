@@ -15,7 +15,8 @@ from sinklens.samplers import CaptureOptions
 
 torch.set_num_threads(1)  # tiny models: threads only contend on the shared 2-core machine
 
-CASES = json.loads((Path(__file__).resolve().parent / "fixtures" / "official_sweep" / "cases.json").read_text())["cases"]
+FIXTURE = Path(__file__).resolve().parent / "fixtures" / "official_sweep"
+CASES = json.loads((FIXTURE / "cases.json").read_text())["cases"]
 EOT = 298  # the id the official code's hard-coded EoT (126348) became for this vocabulary (README.md)
 # Known divergences, each explained in docs/samplers.md; strict: a fix makes the test fail until this is removed.
 KNOWN = {

@@ -23,7 +23,8 @@ class DreamConfig(SamplerConfig):
     TASK_LENGTHS: ClassVar[dict] = {"gsm8k": 256, "humaneval": 768}
     # Dream's evaluation (its eval.py passes top_k=None)
     PAPER: ClassVar[dict] = dict(temperature=0.1, top_p=0.9, top_k=None, alg="entropy", alg_temp=0.0)
-    TRAINED: ClassVar[dict] = dict(temperature=0.0, top_k=None, alg="maskgit_plus", alg_temp=0.0)  # the dlm-shift twins' scoring
+    # the dlm-shift twins' scoring
+    TRAINED: ClassVar[dict] = dict(temperature=0.0, top_k=None, alg="maskgit_plus", alg_temp=0.0)
     RENAMED: ClassVar[dict] = {"eps": "time_eps"}
 
     steps: int = param(512, int, "denoising steps", min=1)
