@@ -17,6 +17,7 @@ torch.set_num_threads(1)  # tiny models: threads only contend on the shared 2-co
 
 FIXTURE = Path(__file__).resolve().parent / "fixtures" / "official_sweep"
 CASES = json.loads((FIXTURE / "cases.json").read_text())["cases"]
+CASES16 = json.loads((FIXTURE / "cases_bf16.json").read_text())["cases"]
 EOT = 298  # the id the official code's hard-coded EoT (126348) became for this vocabulary (README.md)
 # Known divergences, each explained in docs/samplers.md; strict: a fix makes the test fail until this is removed.
 KNOWN = {
@@ -32,6 +33,14 @@ def models(fixtures_dir):
     loaded = {f: sinklens.load(fixtures_dir / f) for f in ("llada", "dream")}
     loaded["llada"].eot_id = EOT
     return loaded
+
+
+@pytest.fixture(scope="module")
+def models16(request):
+    """bfloat16, loaded as the official models were: LLaDA's sampler on the committed LLaDA-MoE fixture
+    (its bf16 logits are the official ones to the bit; LLaDA's own file rotates in float32), Dream on
+    the shared one (needs ../shared: requested only by the Dream cases)."""
+    return {"lladamoe": sinklens.load(Path(__file__).resolve().parent / "fixtures" / "lladamoe", dtype="bfloat16")}
 
 
 def sinklens_kwargs(case) -> dict:
@@ -61,4 +70,20 @@ def test_equals_official_sampler(models, case, capture):
     first = next((s for s, (a, b) in enumerate(zip(history, case["history"])) if a != b), None)
     assert first is None, f"step {first} differs from the official sampler"
     assert len(history) == len(case["history"])
+    assert out.sequences.tolist() == case["expected_output_ids"]
+
+
+@pytest.mark.parametrize("case", CASES16, ids=[f"{c['family']}-{c['name']}" for c in CASES16])
+def test_bf16_equals_official_sampler(models16, request, case):
+    """The official samplers compute in the dtype of the model's logits: CFG's mix, the softmax, top-p's
+    cumulative sum and the confidences round in bfloat16, and their ties decide which positions commit."""
+    if case["family"] not in models16:
+        models16[case["family"]] = sinklens.load(request.getfixturevalue("fixtures_dir") / case["family"],
+                                                 dtype="bfloat16")
+    m = models16[case["family"]]
+    assert m.dtype == torch.bfloat16
+    am = None if case["attention_mask"] is None else torch.tensor(case["attention_mask"])
+    torch.manual_seed(case["seed"])
+    out = m.generate(torch.tensor(case["input_ids"]), am, **sinklens_kwargs(case))
+    assert [h.tolist() for h in out.history] == case["history"]
     assert out.sequences.tolist() == case["expected_output_ids"]
