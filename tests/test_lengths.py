@@ -59,7 +59,7 @@ TABLE = [
     ("dream", (None, None), SHIFT, ("arith", 16), {}, (24, 24, None), dict(alg="maskgit_plus", temperature=0.0), None),
     ("dream", (None, None), None, (None, None), dict(fallback="official", overrides=dict(max_new_tokens=16)),
      (16, 512, None), {}, None),
-    ("dream", (None, None), None, (None, None), dict(fallback="official", overrides=dict(eps=0.01)), (128, 512, None),
+    ("dream", (None, None), None, (None, None), dict(fallback="official", overrides=dict(eps=0.01)), (20, 512, None),
      dict(time_eps=0.01), "--eps of the dream sampler is deprecated; use --time-eps"),
     # ARM: no steps
     ("arm", (128, 120), None, (None, None), {}, (8, None, None), dict(do_sample=False),

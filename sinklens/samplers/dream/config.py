@@ -10,26 +10,35 @@ from sinklens.samplers.configs import SamplerConfig, cache_param, param, registe
 @register("dream")
 @dataclass
 class DreamConfig(SamplerConfig):
-    """Dream `diffusion_generate()`; defaults as Dream's generation config, except max_new_tokens.
+    """Dream `diffusion_generate()`; defaults as the official function runs them. Left out,
+    `max_new_tokens` is 20 there (its default `max_length=20` counts the new tokens when neither is
+    given), and `temperature` / `top_k` are 1.0 / 50 there, not the 0.0 / None that Dream's
+    DreamGenerationConfig and README give: without a generation_config argument the function builds
+    one from the *model* config, and under transformers 4 (which the official code needs) that
+    config carries transformers' legacy generation defaults (temperature 1.0, top_k 50, top_p 1.0).
     `time_eps` is Dream's `eps` (the end of the time schedule), renamed so that it is not read as
     Eq. 3's margin; `eps=` / `--eps` still work, with a deprecation note."""
 
     steps_field: ClassVar[str] = "steps"
     TASK_LENGTHS: ClassVar[dict] = {"gsm8k": 256, "humaneval": 768}
-    PAPER: ClassVar[dict] = dict(temperature=0.1, top_p=0.9, alg="entropy", alg_temp=0.0)  # Dream's evaluation
-    TRAINED: ClassVar[dict] = dict(temperature=0.0, alg="maskgit_plus", alg_temp=0.0)  # the dlm-shift twins' scoring
+    # Dream's evaluation (its eval.py passes top_k=None)
+    PAPER: ClassVar[dict] = dict(temperature=0.1, top_p=0.9, top_k=None, alg="entropy", alg_temp=0.0)
+    # the dlm-shift twins' scoring
+    TRAINED: ClassVar[dict] = dict(temperature=0.0, top_k=None, alg="maskgit_plus", alg_temp=0.0)
     RENAMED: ClassVar[dict] = {"eps": "time_eps"}
 
     steps: int = param(512, int, "denoising steps", min=1)
-    max_new_tokens: int = param(128, int, "tokens to generate", min=1)
+    max_new_tokens: int = param(20, int, "tokens to generate (official default 20)", min=1)
     time_eps: float = param(1e-3, float, "final time of the schedule linspace(1, time_eps, steps + 1) (Dream's eps)",
                             gt=0, lt=1)
     alg: str = param("origin", str, "which masked positions are revealed",
                      choices=("origin", "maskgit_plus", "topk_margin", "entropy"))
     alg_temp: float | None = param(None, float, "temperature of the position sampling (None/0 = top-k)", min=0)
-    temperature: float = param(0.0, float, "token sampling temperature (0 = greedy)", min=0)
-    top_p: float | None = param(None, float, "nucleus sampling mass", gt=0, max=1)
-    top_k: int | None = param(None, int, "sample among the top-k tokens", min=1)
+    temperature: float = param(1.0, float, "token sampling temperature (0 = greedy; official default 1.0, see above)",
+                               min=0)
+    top_p: float | None = param(None, float, "nucleus sampling mass (None = 1 = off)", gt=0, max=1)
+    top_k: int | None = param(50, int, "sample among the top-k tokens (official default 50, see above; None or at "
+                              "least the vocabulary size = off)", min=1)
     mask_id: int | None = param(None, int, "mask token id (default: the model's)", min=0)
     # Fast-dLLM (NVlabs/Fast-dLLM dream/model/generation_utils_block.py): cached block decoding
     cache: str = cache_param()

@@ -148,7 +148,7 @@ def sample_fast(model, input_ids, config: DreamConfig, attention_mask=None, *, t
                 if not first:
                     cache.read_at(start)
                 raw = model.forward_cached(rows, None, torch.arange(r0, r1, device=device)[None].expand(B, -1), cache,
-                                           attention=req, first_row=r0).float()  # (B, L, V)
+                                           attention=req, first_row=r0).to(model.dtype)  # (B, L, V) as the official
                 logits = shift(raw)
                 mask_index = rows == mask_id  # (B, L)
                 transfer = torch.zeros_like(rows, dtype=torch.bool)
@@ -173,7 +173,7 @@ def sample_fast(model, input_ids, config: DreamConfig, attention_mask=None, *, t
                 if all_hooks:
                     all_hooks.after_step(base.StepEvent(
                         step=step, tokens=tokens_in, is_masked=is_masked, revealed=F.pad(transfer, (r0, S - r1)),
-                        logits=logits, attention=req, block=(start, end), attention_mask=real,
+                        logits=logits.float(), attention=req, block=(start, end), attention_mask=real,
                         query_positions=[torch.arange(r0, r1)] * B, layout=layout))
                 step += 1
                 if bar is not None:

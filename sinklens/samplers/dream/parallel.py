@@ -62,7 +62,7 @@ def sample_parallel(model, input_ids, config: DreamConfig, attention_mask=None, 
             groups = base.masked_unmasked_groups(mask_index, real) if capture and capture.query_groups else None
             req = base.build_request(all_hooks.before_step(i, x, mask_index, real), capture, i, real, groups)
             tokens_in = x.clone()
-            raw = model.forward_logits(x, attention=req)  # (1, S, V)
+            raw = model.forward_logits(x, attention=req).to(model.dtype)  # (1, S, V) in the logits' dtype (official)
             logits = torch.cat([raw[:, :1], raw[:, :-1]], dim=1)  # position j predicted from j - 1
             confidence, x0 = sample_tokens(logits[mask_index], c.temperature, c.top_p, c.top_k)
             candidates = torch.full_like(x, mask_id)
@@ -82,7 +82,7 @@ def sample_parallel(model, input_ids, config: DreamConfig, attention_mask=None, 
             history.append(x.clone())
             if all_hooks:
                 all_hooks.after_step(base.StepEvent(step=i, tokens=tokens_in, is_masked=mask_index, revealed=transfer,
-                                                    logits=logits, attention=req, attention_mask=real))
+                                                    logits=logits.float(), attention=req, attention_mask=real))
             i += 1
             if bar is not None:
                 bar.update(1)

@@ -9,6 +9,8 @@ state i - 1, so the logits are shifted right by one (position 0 keeps its own). 
   positions are revealed (all at the last step), or sampled with softmax(conf / alg_temp).
 
 Kept from the official code on purpose (it decides which tokens come out):
+- the token draw and the confidences in the dtype of the model's logits (bfloat16 in a bfloat16
+  model: top-p's cumulative sum, the softmax and the confidences round there, ties included);
 - n_masked is the masked count *averaged over the batch*, computed in float32. With rows of
   different mask counts a row may get more or fewer reveals than it has masks; top-k may then
   pick non-masked positions and write the mask id over them. This is reproduced for exactness.
@@ -62,6 +64,7 @@ def sample(model, input_ids, config: DreamConfig, attention_mask=None, *, trace=
         attention_mask = position_ids = None
         real = torch.ones_like(x, dtype=torch.bool)
     timesteps = torch.linspace(1, time_eps, steps + 1, device=device)  # float32, as the official grid
+    dtype = getattr(model, "dtype", torch.float32)  # the token draw runs in the model's logits dtype (official)
 
     history = []
     with base.run_context(writer, trace, steps, progress, "dream") as bar:
@@ -70,7 +73,8 @@ def sample(model, input_ids, config: DreamConfig, attention_mask=None, *, trace=
             groups = base.masked_unmasked_groups(mask_index, real) if capture and capture.query_groups else None
             req = base.build_request(all_hooks.before_step(i, x, mask_index, real), capture, i, real, groups)
             tokens_in = x.clone()
-            raw = model.forward_logits(x, attention_mask=attention_mask, position_ids=position_ids, attention=req)
+            raw = model.forward_logits(x, attention_mask=attention_mask, position_ids=position_ids,
+                                       attention=req).to(dtype)  # exact: float32 copies of the model's logits
             logits = torch.cat([raw[:, :1], raw[:, :-1]], dim=1)  # (B, S, V): position j predicted from j - 1
             mask_logits = logits[mask_index]  # (N_masked, V) row-major over the batch
             t, s = timesteps[i], timesteps[i + 1]
@@ -102,7 +106,7 @@ def sample(model, input_ids, config: DreamConfig, attention_mask=None, *, trace=
             history.append(x.clone())
             if all_hooks:
                 all_hooks.after_step(base.StepEvent(step=i, tokens=tokens_in, is_masked=mask_index, revealed=transfer,
-                                                    logits=logits, attention=req, attention_mask=real))
+                                                    logits=logits.float(), attention=req, attention_mask=real))
             if bar is not None:
                 bar.update(1)
     return base.GenerateOutput(sequences=x, history=history, num_steps=steps,

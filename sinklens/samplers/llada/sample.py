@@ -6,6 +6,8 @@ are the argmax of Gumbel-perturbed logits in float64; confidence is the candidat
 probability (`low_confidence`) or uniform noise (`random`); the top-k are committed.
 
 Kept from the official code on purpose (they decide which tokens come out):
+- the arithmetic in the dtype of the model's logits (bfloat16 in a bfloat16 model: CFG's mix and
+  the softmax round there, and their ties decide which positions commit);
 - the RNG draw order per step: `rand_like` over the float64 (B, S, V) logits for the Gumbel
   noise (only when temperature > 0), then `rand((B, S))` for `random` remasking;
 - only positions *after* the current block are excluded from selection (a position of an
@@ -59,6 +61,9 @@ def sample(model, input_ids, config: LLaDAConfig, attention_mask=None, *, trace=
                                                   getattr(model, "max_length", None))
     steps_per_block = steps // num_blocks
     device = input_ids.device
+    # The official sampler computes in the dtype of the model's logits (CFG, softmax: bfloat16 in a bfloat16
+    # model); forward_logits returns them as float32, exactly, and they go back without rounding.
+    dtype = getattr(model, "dtype", torch.float32)
     B = input_ids.shape[0]
 
     hooks, capture = base.setup_hooks(hook, trace, capture, diffusion=True)
@@ -90,12 +95,13 @@ def sample(model, input_ids, config: LLaDAConfig, attention_mask=None, *, trace=
                     un_x[prompt_index] = mask_id
                     am = None if attention_mask is None else torch.cat([attention_mask, attention_mask])
                     both = model.forward_logits(torch.cat([x, un_x]), attention_mask=am,
-                                                attention=base.repeat_rows(req, 2))  # (2B, S, V)
+                                                attention=base.repeat_rows(req, 2)).to(dtype)  # (2B, S, V)
                     cond, un = torch.chunk(both, 2, dim=0)
                     logits = un + (cfg_scale + 1) * (cond - un)
                     req = base.take_rows(req, B)
                 else:
-                    logits = model.forward_logits(x, attention_mask=attention_mask, attention=req)  # (B, S, V)
+                    logits = model.forward_logits(x, attention_mask=attention_mask,
+                                                  attention=req).to(dtype)  # (B, S, V)
 
                 if logits_eos_inf:
                     logits[:, :, eos_id] = -torch.inf
@@ -122,7 +128,7 @@ def sample(model, input_ids, config: LLaDAConfig, attention_mask=None, *, trace=
                 history.append(x.clone())
                 if all_hooks:
                     all_hooks.after_step(base.StepEvent(step=step, tokens=tokens_in, is_masked=mask_index,
-                                                        revealed=transfer, logits=logits, attention=req,
+                                                        revealed=transfer, logits=logits.float(), attention=req,
                                                         block=(start, end), attention_mask=real))
                 if bar is not None:
                     bar.update(1)
