@@ -106,3 +106,13 @@ def test_ship_records_no_machine_path(tmp_path):
     command = (dest / "training" / "command.txt").read_text()
     assert "--init-from runs/teacher --out runs/student" in command
     assert not [m for p in dest.rglob("*") if p.is_file() for m in MACHINE_PATH.finditer(_text(p) or "")]
+
+
+def test_nothing_a_user_reads_points_beside_the_repository():
+    """The package, the README and the docs never send a reader to the development machine's folder
+    beside the repository (its data and fixtures exist there only): the shipped lm-eval task read
+    GSM8K from it."""
+    beside = re.compile(r"\.\./shared\b|\bshared/(?:data|fixtures)\b")
+    hits = [f"{p.relative_to(REPO)}" for p in shipped_files()
+            if p.parts[len(REPO.parts)] != "tests" and beside.search(_text(p) or "")]
+    assert hits == []
