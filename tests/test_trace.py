@@ -526,3 +526,16 @@ def test_an_empty_file_and_a_step_that_is_not_a_number_say_so(tmp_path):
     with pytest.raises(TypeError, match="step must be an int.*got '3'"):
         t.received("3")
     assert t.received(np.int64(3)).shape == (L, H, S)
+
+
+def test_a_trace_path_in_a_new_folder_is_written(tmp_path):
+    """generate(trace="newdir/x.arrow") in Python: the path's folder is made, as the CLI's --out is
+    (it failed with pyarrow's 'Failed to open local file')."""
+    import numpy as np
+
+    from sinklens.trace.writer import TraceWriter
+    path = tmp_path / "new" / "deeper" / "run.arrow"
+    import sinklens
+    with TraceWriter(path, {"family": "test"}) as w:
+        w.write_step(0, tokens=np.arange(4)[None])
+    assert sinklens.open_trace(path).num_steps == 1

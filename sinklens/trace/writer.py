@@ -320,6 +320,9 @@ class TraceWriter:
                          received_dtype=received_dtype)
         self.num_steps = 0
         self._seen = np.zeros(0, dtype=bool)  # token id -> its string is already stored
+        folder = os.path.dirname(self.path)
+        if folder and not os.path.isdir(folder):   # the path's own folder, as the CLI's --out makes it
+            os.makedirs(folder, exist_ok=True)
         self._sink = pa.OSFile(self.path, "wb")  # fail early on an unwritable path
         self._writer: pa.ipc.RecordBatchStreamWriter | None = None
         self._schema: pa.Schema | None = None
