@@ -539,3 +539,18 @@ def test_a_trace_path_in_a_new_folder_is_written(tmp_path):
     with TraceWriter(path, {"family": "test"}) as w:
         w.write_step(0, tokens=np.arange(4)[None])
     assert sinklens.open_trace(path).num_steps == 1
+
+
+def test_a_corpus_file_opened_as_a_trace_says_what_it_is(tmp_path):
+    import pytest
+
+    import sinklens
+    from sinklens.trace.reader import TraceFormatError
+    path = tmp_path / "corpus.jsonl"
+    path.write_text('{"kind": "header"}\n')
+    with pytest.raises(TraceFormatError, match="JSON lines .*open_corpus"):
+        sinklens.open_trace(path)
+    garbage = tmp_path / "x.arrow"
+    garbage.write_bytes(b"\x01\x02not arrow")
+    with pytest.raises(TraceFormatError, match="not an Arrow IPC stream"):
+        sinklens.open_trace(garbage)

@@ -51,6 +51,10 @@ class Trace:
                 self._mmap = mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ)
             reader = pa.ipc.open_stream(pa.BufferReader(pa.py_buffer(self._mmap)))
         except (pa.ArrowInvalid, pa.ArrowIOError, OSError, ValueError) as e:  # ValueError: an empty file
+            if getattr(self, "_mmap", b"")[:1] == b"{":   # a corpus run's JSON lines, not a trace
+                raise TraceFormatError(f"{self.path} holds JSON lines (a corpus run's corpus.jsonl?), not a trace: "
+                                       "read it with sinklens.analysis.corpus.open_corpus, or `sinklens report "
+                                       f"{self.path}`") from None
             raise TraceFormatError(f"{self.path} is not an Arrow IPC stream (corrupt or not a trace): {e}") from None
         raw = (reader.schema.metadata or {}).get(META_KEY)
         if raw is None:
