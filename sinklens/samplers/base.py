@@ -200,6 +200,7 @@ def open_trace_writer(trace, model, sampler: str, args: dict, input_ids: torch.T
     states it, so the analysis never reads a sampler's own argument names."""
     if trace is None:
         return None
+    from sinklens.trace.schema import replaceable  # pyarrow: loaded when a trace is written, not before
     from sinklens.trace.writer import TraceWriter
 
     if hasattr(model, "attention_layout"):  # windows, attention blocks: what the sink rule needs
@@ -210,8 +211,6 @@ def open_trace_writer(trace, model, sampler: str, args: dict, input_ids: torch.T
     if tok is not None:
         decode = lambda ids: [t or "" for t in tok.convert_ids_to_tokens([int(i) for i in ids])]  # noqa: E731
     if isinstance(trace, (str, os.PathLike)):
-        from sinklens.trace.schema import replaceable
-
         if not replaceable(trace):
             raise ValueError(f"trace={os.fspath(trace)!r} exists and is not a trace; not overwriting it (choose "
                              "another path such as run.arrow, or remove the file)")
