@@ -61,6 +61,7 @@ class AttentionRequest:
     # work buffers the layers of one forward reuse instead of each allocating its own (readouts)
     _scratch: dict = field(default_factory=dict, repr=False)
     _blocked_cache: tuple | None = field(default=None, repr=False)  # (blocked, its version, _blocked_facts())
+    _kept_cache: tuple | None = field(default=None, repr=False)  # (blocked, its version, per layer 1 − blocked)
 
     def __post_init__(self) -> None:
         if self.query_chunk is not None and self.query_chunk < 1:
@@ -87,7 +88,7 @@ class AttentionRequest:
             return None
         if layer >= self.blocked.shape[0]:
             raise ValueError(f"blocked has {self.blocked.shape[0]} layers but layer {layer} was run")
-        any_key, rows, kept = self._blocked_facts()
+        any_key, rows = self._blocked_facts()
         blocked = rows[layer]
         if shape is not None:
             if self.num_keys is not None:
@@ -100,24 +101,24 @@ class AttentionRequest:
     def kept_for(self, layer: int, num_keys: int) -> torch.Tensor:
         """(B, H, 1, num_keys) float32: 0.0 at the keys `blocked_for(layer)` blocks, 1.0 elsewhere, with a
         query axis to broadcast over; the last num_keys keys (as `blocked_for`'s reader cuts them)."""
-        kept = self._blocked_facts()[2][layer]
+        cached = self._kept_cache   # only the whole-layer pass reads it: made on its first call of a forward
+        if cached is None or cached[0] is not self.blocked or cached[1] != self.blocked._version:
+            kept = (torch.from_numpy((~self.blocked.numpy()).astype(np.float32)) if self.blocked.device.type == "cpu"
+                    else (~self.blocked).float())
+            cached = self._kept_cache = (self.blocked, self.blocked._version, kept.unsqueeze(-2).unbind(0))
+        kept = cached[2][layer]  # (B, H, 1, S)
         return kept if kept.shape[-1] == num_keys else kept[..., kept.shape[-1] - num_keys:]
 
-    def _blocked_facts(self) -> tuple[list[bool], tuple[torch.Tensor, ...], tuple[torch.Tensor, ...]]:
-        """Per layer: (blocks some key, its (B, H, S) blocked keys, its (B, H, 1, S) float 1 − blocked),
-        made once per forward for every layer (a tiny model's layer is a few dozen µs: each indexing
-        op counts) and remade if `blocked` is replaced or edited in place."""
+    def _blocked_facts(self) -> tuple[list[bool], tuple[torch.Tensor, ...]]:
+        """Per layer: (blocks some key, its (B, H, S) blocked keys), made once per forward for every
+        layer (a tiny model's layer is a few dozen µs: each indexing op counts) and remade if
+        `blocked` is replaced or edited in place."""
         cached = self._blocked_cache
         if cached is None or cached[0] is not self.blocked or cached[1] != self.blocked._version:
-            if self.blocked.device.type == "cpu":   # numpy's calls on arrays this small cost less than torch's
-                b = self.blocked.numpy()
-                any_key = b.reshape(len(b), -1).any(1).tolist()
-                kept = torch.from_numpy((~b).astype(np.float32)[..., None, :])   # (L, B, H, 1, S)
-            else:
-                kept = (~self.blocked).float().unsqueeze(-2)
-                any_key = (kept.flatten(1).amin(1) < 1).tolist()
-            cached = self._blocked_cache = (self.blocked, self.blocked._version,
-                                            (any_key, self.blocked.unbind(0), kept.unbind(0)))
+            flat = self.blocked.flatten(1)
+            # numpy's calls on arrays this small cost less than torch's
+            any_key = (flat.numpy().any(1) if flat.device.type == "cpu" else flat.any(1)).tolist()
+            cached = self._blocked_cache = (self.blocked, self.blocked._version, (any_key, self.blocked.unbind(0)))
         return cached[2]
 
     # --- filled by the attention function, one layer at a time ----------------------------

@@ -52,10 +52,13 @@ _coverages: dict = {}
 
 
 def _np(x) -> np.ndarray:
-    """A numpy view (CPU) of a tensor or array."""
+    """A numpy view (CPU) of a tensor or array (bfloat16, which numpy lacks, as float32)."""
     if not isinstance(x, torch.Tensor):
         return np.asarray(x)
-    return x.numpy() if x.device.type == "cpu" and not x.requires_grad else x.detach().cpu().numpy()
+    if x.device.type != "cpu" or x.requires_grad or x.dtype == torch.bfloat16:
+        x = x.detach().cpu()
+        x = x.float() if x.dtype == torch.bfloat16 else x
+    return x.numpy()
 
 
 class SinkMaskingPolicy:
@@ -122,11 +125,7 @@ class SinkMaskingPolicy:
         visibilities: per layer, which keys a query could see (default: the model's facts).
         Tensors or arrays; the ranking itself runs in numpy (masking/select.py)."""
         L, B, H, S = received.shape
-        if isinstance(received, torch.Tensor):
-            cpu32 = received.device.type == "cpu" and received.dtype == torch.float32 and not received.requires_grad
-            received = received.numpy() if cpu32 else received.detach().float().cpu().numpy()
-        else:
-            received = np.asarray(received, np.float32)
+        received = _np(received).astype(np.float32, copy=False)
         real = np.ones((B, S), bool) if real is None else _np(real).astype(bool, copy=False)
         queries = self._queries(B, S, real) if queries is None else _np(queries).astype(bool, copy=False)
         prompt = self._prompt_mask(B, S) if prompt is None else _np(prompt).astype(bool, copy=False)
