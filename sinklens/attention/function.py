@@ -71,6 +71,8 @@ def choose_route(req: AttentionRequest, query: torch.Tensor) -> str:
     """The request's route; for "auto", "exact" or "lse" (see the module docstring)."""
     if req.route != "auto":
         return req.route
+    if query.dtype == torch.float32 and not query.is_cuda:   # the common CPU case, decided in one test
+        return "exact"
     if not lse_kernel_available(query):
         return "exact"
     # Measured on CPU (docs/benchmarks.md): exact is faster in float32 and in bfloat16 too. But
@@ -261,15 +263,21 @@ class Modifiers:
         return self.softcap is None and self.sinks is None
 
 
+NO_MODIFIERS = Modifiers()
+KNOWN_KWARGS = frozenset(IMPLEMENTED + PASSIVE)
+
+
 def modifiers(module: torch.nn.Module, kwargs: dict) -> Modifiers:
     """The layer's modifiers from the call's kwargs; one line naming any argument we do not implement."""
     for name, val in kwargs.items():
-        if name in IMPLEMENTED or name in PASSIVE or val is None or val is False:
+        if name in KNOWN_KWARGS or val is None or val is False:
             continue
         shown = f"a {type(val).__name__}" if isinstance(val, torch.Tensor) else repr(val)
         raise ValueError(f"{type(module).__name__} (layer {getattr(module, 'layer_idx', '?')}) passes {name}={shown} "
                          "to its attention function, which the sinklens attention does not implement")
-    return Modifiers(softcap=kwargs.get("softcap"), sinks=kwargs.get("s_aux"))
+    softcap, sinks = kwargs.get("softcap"), kwargs.get("s_aux")
+    # every layer of most models: one shared instance (a frozen dataclass costs a tiny model's layer ~1 µs)
+    return NO_MODIFIERS if softcap is None and sinks is None else Modifiers(softcap=softcap, sinks=sinks)
 
 
 def check_window(module: torch.nn.Module, window: int | None, attention_mask: torch.Tensor | None, s_k: int,

@@ -55,7 +55,8 @@ def probs_from_lse_(scores: torch.Tensor, lse: torch.Tensor, ok: torch.Tensor | 
 def _masks_key(req, device) -> tuple:
     """What the query rows' weights depend on: the masks themselves (compared by identity: a request
     reused with other masks gets new weights), their in-place versions (edited masks too), the device."""
-    return (device, req.num_groups, *(None if t is None else t._version for t in (req.query_mask, req.query_groups)))
+    mask, groups = req.query_mask, req.query_groups   # (no generator: this runs in every layer)
+    return (device, req.num_groups, None if mask is None else mask._version, None if groups is None else groups._version)
 
 
 def _cached(req, slot: str, device):

@@ -43,6 +43,7 @@ from sinklens.trace.schema import CHECKSUM_KEY, SCHEMA_VERSION, UNITS, VOCAB_KEY
 FLUSH_STEPS = 64
 FLUSH_SECONDS = 1.0
 FLUSH_BYTES = 64 * 2**20
+SINK_BUFFER = 2**20  # bytes gathered before they reach the file (a group larger than this is written as it comes)
 
 
 def _np(x) -> np.ndarray | None:
@@ -323,7 +324,10 @@ class TraceWriter:
         folder = os.path.dirname(self.path)
         if folder and not os.path.isdir(folder):   # the path's own folder, as the CLI's --out makes it
             os.makedirs(folder, exist_ok=True)
-        self._sink = pa.OSFile(self.path, "wb")  # fail early on an unwritable path
+        # Buffered: Arrow's stream writer issues a small write per buffer of every column (~50 for a
+        # tiny model's group: 60 µs of system calls where the group's bytes take 6 µs to serialise);
+        # each group is flushed to the file as one write.
+        self._sink = pa.BufferedOutputStream(pa.OSFile(self.path, "wb"), buffer_size=SINK_BUFFER)  # fails early
         self._writer: pa.ipc.RecordBatchStreamWriter | None = None
         self._schema: pa.Schema | None = None
         self.closed = False
@@ -386,6 +390,7 @@ class TraceWriter:
         except TypeError as e:
             raise TypeError(f"trace metadata must be JSON-serialisable: {e}") from None
         self._writer = pa.ipc.new_stream(self._sink, self._schema)
+        self._sink.flush()  # the schema is on disk before the first group (a run killed now reads as empty)
 
     # ---- steps ----------------------------------------------------------------------------
     def write_step(self, step: int, tokens, *, is_masked=None, revealed=None, attention_mask=None,
