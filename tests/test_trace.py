@@ -412,6 +412,34 @@ def test_a_held_step_is_not_changed_by_the_sampler_changing_its_tensors(tmp_path
                                           e.received_at_step[:, 1].numpy().astype(np.float16).astype(np.float32))
 
 
+def test_a_canvas_tensor_passed_again_is_held_as_it_was_at_each_step(tmp_path):
+    """Samplers pass some canvas tensors (the padding mask, a canvas edited in place) as the same
+    object step after step; the writer keeps one copy while such a tensor is unchanged, and each
+    step's own values once it changes in place."""
+    import torch
+
+    events = _events(seed=2, steps=4)
+    shared, tokens = events[0].attention_mask.clone(), events[0].tokens.clone()
+    expected_mask, expected_tokens = [], []
+    with TraceWriter(tmp_path / "t.arrow", {}) as w:
+        for t, e in enumerate(events):
+            if t == 2:                     # changed in place between steps
+                shared[0, :3] = True
+                tokens[1, 0] += 1
+            e.attention_mask, e.tokens = shared, tokens
+            expected_mask.append(shared.clone())
+            expected_tokens.append(tokens.clone())
+            w.after_step(e)
+        tokens.fill_(0)                    # after the last step: nothing held may change
+        shared.fill_(False)
+    trace = open_trace(tmp_path / "t.arrow")
+    for t in range(4):
+        for row in range(B):
+            np.testing.assert_array_equal(trace.attention_mask(t, row), expected_mask[t][row].numpy())
+            np.testing.assert_array_equal(trace.tokens(t, row), expected_tokens[t][row].numpy())
+    assert not np.array_equal(trace.attention_mask(1, 0), trace.attention_mask(2, 0))
+
+
 def test_a_samplers_held_steps_reach_the_disk_by_group_time_and_bytes(tmp_path, monkeypatch):
     """What is on disk while a run goes on (what a kill -9 leaves): every finished group; each step at
     once where steps are slower than flush_seconds or where the held captures pass FLUSH_BYTES; an

@@ -132,7 +132,8 @@ class SinkMaskingPolicy:
         scope = real if self.config.scope == "all" else (prompt if self.config.scope == "prompt" else ~prompt) & real
         visibilities = self.visibilities if visibilities is None else visibilities
         covs = [self._coverage(queries[b] & real[b], real[b], visibilities) for b in range(B)]
-        if self.config.sinks == "topk" and self.config.threshold is None and self.config.fraction is None:
+        if self.config.sinks == "topk" and self.config.threshold is None and self.config.fraction is None \
+                and self.config.mask_k > 1:   # every row has a real key: K = 1 always fits
             self.check_num_keys(int(real.sum(-1).min()))
         prio = self._priorities(L, B, H, S) if self.config.control == "random" else None
         return select(received, covs, scope, self.config, prio)

@@ -335,6 +335,7 @@ class TraceWriter:
         self._pending: list[HeldStep] = []  # steps accepted but not yet written (see FLUSH_STEPS)
         self._pending_bytes = 0
         self._flushed_at = time.monotonic()
+        self._canvas: dict = {}  # canvas column -> (the sampler's tensor, its version, the held copy): _canvas_copy
 
     # ---- metadata -------------------------------------------------------------------------
     def update_meta(self, **fields) -> None:
@@ -503,7 +504,7 @@ class TraceWriter:
         waits for is a copy of the canvas and the request's captures, stacked as it holds them."""
         if self.closed:
             raise RuntimeError(f"trace {self.path} is closed")
-        cells = {name: _held(getattr(event, name, None), copy=True) for name in CANVAS}
+        cells = {name: self._canvas_copy(name, getattr(event, name, None)) for name in CANVAS}
         positions = getattr(event, "query_positions", None)  # per row: a 1-D tensor
         cells["query_positions"] = None if positions is None else [_held(q, copy=True) for q in positions]
         layer_axis, maps = REQUEST_LAYER_AXIS, None
@@ -531,6 +532,17 @@ class TraceWriter:
         nbytes = sum(x.nbytes for name, x in cells.items() if name not in CANVAS and hasattr(x, "nbytes"))
         nbytes += sum(m.nbytes for m in (maps or {}).values())
         self._hold(HeldStep(event.step, cells["tokens"].shape[0], cells, layer_axis, maps), self._due(nbytes))
+
+    def _canvas_copy(self, name: str, x):
+        """A held copy of the canvas tensor `x`: the previous step's copy where `x` is the same tensor,
+        unchanged since (a sampler passes its padding mask, and often more, step after step)."""
+        last = self._canvas.get(name)
+        if last is not None and last[0] is x and last[1] is not None and x._version == last[1]:  # a tensor: versioned
+            return last[2]
+        held = _held(x, copy=True)
+        if x is not None:
+            self._canvas[name] = (x, getattr(x, "_version", None), held)
+        return held
 
     def _start_from(self, cells: dict) -> None:
         """`_start` at a sampler's first step: (L, H) from its captures, held layer first."""
