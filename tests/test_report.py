@@ -210,3 +210,16 @@ def test_no_maps_message_names_the_cli_flag_everywhere(tmp_path):
     for said in (src.no_maps_message(), str(e.value), skipped["fig04_attention_maps"],
                  (tmp_path / "r" / "summary.md").read_text()):
         assert "sinklens trace --map-slices LAYER:HEAD" in said and "CaptureOptions map_slices" not in said
+
+
+def test_a_report_that_cannot_read_its_trace_makes_no_folder(tmp_path, capsys):
+    """A garbage or empty trace is refused in one line, and `--out` is not created for nothing."""
+    garbage = tmp_path / "garbage.arrow"
+    garbage.write_bytes(b"this is not an arrow stream")
+    empty = tmp_path / "empty.arrow"
+    TraceWriter(empty, {"family": "llada"}).close()
+    for bad in (garbage, empty):
+        out = tmp_path / f"out_{bad.stem}"
+        assert main(["report", str(bad), "--out", str(out), "--quiet"]) == 2
+        assert "Traceback" not in capsys.readouterr().err
+        assert not out.exists()

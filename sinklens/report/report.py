@@ -141,7 +141,6 @@ def build_report(traces, out: str | os.PathLike, *, labels: list[str] | None = N
     if labels is not None and len(labels) != len(traces):
         raise AnalysisInputError(f"labels: {len(labels)} given for {len(traces)} traces; give one label per trace")
     out = Path(out)
-    out.mkdir(parents=True, exist_ok=True)
     control = None
     if opts.control:                           # the random-init control of the same shape, beside each readout figure
         control = analyze(as_source(opts.control, row=opts.row, label=_label(opts.control, 0, set())),
@@ -167,6 +166,7 @@ def build_report(traces, out: str | os.PathLike, *, labels: list[str] | None = N
         # attention: report the rule's uniform baseline removed too (units uniform_ratio)
         if (src.causal or src.layout.attention_block) and opts.units != BASELINE_UNITS:
             analyses.append(analyze(src, AnalysisConfig(units=BASELINE_UNITS, sink_eps=opts.sink_eps, progress=opts.progress)))
+        out.mkdir(parents=True, exist_ok=True)     # made once a trace has been read: a bad one leaves no folder
         folder = out if len(traces) == 1 else out / _safe_name(label, k, folders)
         rep = TraceReport(label, folder, analyses)
         pngs = {}
