@@ -19,12 +19,6 @@ FIXTURE = Path(__file__).resolve().parent / "fixtures" / "official_sweep"
 CASES = json.loads((FIXTURE / "cases.json").read_text())["cases"]
 CASES16 = json.loads((FIXTURE / "cases_bf16.json").read_text())["cases"]
 EOT = 298  # the id the official code's hard-coded EoT (126348) became for this vocabulary (README.md)
-# Known divergences, each explained in docs/samplers.md; strict: a fix makes the test fail until this is removed.
-KNOWN = {
-    ("dream", "right_padding"): "a pad row right before a [MASK] (right padding): Dream predicts from the pad row, "
-    "whose official 4-D mask hides every key (torch 2.13's sdpa then outputs 0), where sinklens' key-padding mask "
-    "lets it attend to the real keys",
-}
 
 
 @pytest.fixture(scope="module")
@@ -60,9 +54,7 @@ def sinklens_kwargs(case) -> dict:
 
 
 @pytest.mark.parametrize("capture", [False, True], ids=["plain", "capture"])  # a trace must not change a token
-@pytest.mark.parametrize("case", [
-    pytest.param(c, marks=pytest.mark.xfail(strict=True, reason=KNOWN[c["family"], c["name"]]))
-    if (c["family"], c["name"]) in KNOWN else c for c in CASES], ids=[f"{c['family']}-{c['name']}" for c in CASES])
+@pytest.mark.parametrize("case", CASES, ids=[f"{c['family']}-{c['name']}" for c in CASES])
 def test_equals_official_sampler(models, case, capture):
     am = None if case["attention_mask"] is None else torch.tensor(case["attention_mask"])
     kwargs = sinklens_kwargs(case)

@@ -45,7 +45,7 @@ from transformers.masking_utils import AttentionMaskInterface, sdpa_mask
 
 from sinklens.attention import triton_route
 from sinklens.attention.fused import fused_sdpa_with_lse, lse_kernel_available
-from sinklens.attention.masks import additive, allowed_keys, apply_blocking, chunk_view, has_empty_rows, nonempty_rows
+from sinklens.attention.masks import additive, allowed_keys, apply_blocking, chunk_view, empty_rows, has_empty_rows
 from sinklens.attention.readouts import record_vectors
 from sinklens.attention.reduce import LayerSums, probs_from_lse_, row_matrix, softmax_with_sink_
 from sinklens.attention.request import AttentionRequest
@@ -125,8 +125,8 @@ def _capture(
     for start in range(0, s_q, chunk):
         end = min(start + chunk, s_q)
         # keys [k0, k1): the only ones some query of this chunk can see
-        ok, k0, k1 = chunk_view(allowed_unblocked if unblocked else allowed, start, end, s_k)
-        ok = _per_kv_head(ok, h_kv, rep)
+        ok, k0, k1, empty = chunk_view(allowed_unblocked if unblocked else allowed, start, end, s_k)
+        ok, empty = _per_kv_head(ok, h_kv, rep), _per_kv_head(empty, h_kv, rep)  # empty: rows that see no key
         scores = scores_of(start, end, k0, k1)  # (B, H_kv, rep, c, K)
         shape = (b, h, end - start, k1 - k0)
         sink_num = None  # the learned sink's softmax numerator (B, H_kv, rep, c, 1), where there is one
@@ -135,23 +135,26 @@ def _capture(
             # softmax (what the keys would have received) and, after zeroing the blocked keys,
             # the softmax the model actually uses. No extra matmul, no second (c, K) buffer.
             scores, sink_num = softmax_with_sink_(scores, ok, sink)
-            z = scores.sum(dim=-1, keepdim=True) + (0.0 if sink_num is None else sink_num)
+            sink_num = _no_sink_in_empty_rows(sink_num, empty)
+            z = _one_in_empty_rows(scores.sum(dim=-1, keepdim=True) + (0.0 if sink_num is None else sink_num), empty)
             sums.add_unblocked(scores.reshape(shape), 1.0 / z.reshape(shape[:3]), start, end, k0, k1)
-            ok_blocked = _per_kv_head(nonempty_rows(allowed[:, :, start:end, k0:k1]), h_kv, rep)
-            z = scores.masked_fill_(~ok_blocked, 0.0).sum(dim=-1, keepdim=True)
+            ok_blocked = _per_kv_head(allowed[:, :, start:end, k0:k1], h_kv, rep)
+            z = _one_in_empty_rows(scores.masked_fill_(~ok_blocked, 0.0).sum(dim=-1, keepdim=True), empty)
             if bool((z < 1e-30).any()):
                 # A blocked key held (almost) all the mass: the others underflowed relative to its
                 # score. Rare; redo this chunk's softmax over the allowed keys alone, exactly.
                 scores, sink_num = softmax_with_sink_(scores_of(start, end, k0, k1), ok_blocked, sink)
-                z = scores.sum(dim=-1, keepdim=True)
+                sink_num = _no_sink_in_empty_rows(sink_num, empty)
+                z = _one_in_empty_rows(scores.sum(dim=-1, keepdim=True), empty)
             z = z if sink_num is None else z + sink_num
             probs = scores.div_(z)
         elif lse is not None:
             probs = probs_from_lse_(scores, lse[..., start:end], ok)
         else:
             probs, sink_num = softmax_with_sink_(scores, ok, sink)
+            sink_num = _no_sink_in_empty_rows(sink_num, empty)
             z = probs.sum(dim=-1, keepdim=True)
-            z = z if sink_num is None else z + sink_num
+            z = _one_in_empty_rows(z if sink_num is None else z + sink_num, empty)
             probs = probs.div_(z)  # (B, H_kv, rep, c, K) float32
         if out is not None:
             out[:, :, :, start:end] = torch.matmul(probs.to(value.dtype), v[..., k0:k1, :])
@@ -160,6 +163,36 @@ def _capture(
             sums.add_sink((sink_num / z).reshape(shape[:3]), start, end)
         del scores, probs
     sums.store(req, module.layer_idx)
+    if out is not None:
+        _empty_rows_as_plain(out.view(b, h, s_q, d), allowed, value, mods)
+
+
+def _one_in_empty_rows(z: torch.Tensor, empty: torch.Tensor | None) -> torch.Tensor:
+    """A softmax normaliser (..., c, 1) with 1 in the rows that may see no key: their numerators are all
+    0, so their probabilities stay 0 (no 0/0). Every other row's normaliser is >= 1 (its max is exp(0))."""
+    return z if empty is None else z.masked_fill(empty, 1.0)
+
+
+def _no_sink_in_empty_rows(sink_num: torch.Tensor | None, empty: torch.Tensor | None) -> torch.Tensor | None:
+    """A learned sink takes nothing from a row that may see no key: that row is not summed at all."""
+    return sink_num if sink_num is None or empty is None else sink_num.masked_fill(empty, 0.0)
+
+
+def _empty_rows_as_plain(out: torch.Tensor, allowed: torch.Tensor | None, value: torch.Tensor, mods: Modifiers) -> None:
+    """In place: out (B, H, S_q, D) of the rows that may see no key, as the plain route gives them. Their
+    probabilities are 0, so out is 0 there: sdpa's output, and eager's under a learned sink (it takes
+    the whole row). A softcapping model's eager adds finfo.min to every score of such a row: equal
+    logits, uniform over every key."""
+    if mods.softcap is None or mods.sinks is not None:
+        return
+    empty = empty_rows(allowed)
+    if empty is None:
+        return
+    b, h, s_q, d = out.shape
+    h_kv, s_k = value.shape[1], value.shape[2]
+    uniform = torch.full((1, 1, 1, s_k), 1.0 / s_k, dtype=value.dtype, device=value.device)
+    mean = torch.matmul(uniform, value).repeat_interleave(h // h_kv, dim=1)  # (B, H, 1, D): eager's row
+    out.copy_(torch.where(empty, mean, out))
 
 
 def _whole_layer_applies(req: AttentionRequest, mods: Modifiers, query: torch.Tensor, key: torch.Tensor) -> bool:
@@ -187,13 +220,13 @@ def _capture_whole(
     The same probabilities as the chunk loop (a float32 softmax over the allowed keys; blocked keys
     zeroed and each row renormalised over the rest, as there) in fused calls: one matmul, one
     softmax, one batched matmul for every summed row set (all rows, each query group) and one for
-    the output. None (nothing recorded) where the chunk loop must decide: a query that may see no key,
-    a row whose visible keys are all blocked, or a blocked key that held (almost) all of a row's mass."""
+    the output. A query that may see no key has probabilities 0 and the plain route's output (as the
+    chunk loop). None (nothing recorded) where the chunk loop must decide: a row whose visible keys
+    are all blocked, or a blocked key that held (almost) all of a row's mass."""
     b, h, s_q, d = query.shape
     h_kv, s_k = key.shape[1], key.shape[2]
     rep = h // h_kv  # query head i uses kv head i // rep, as transformers' repeat_kv
-    if has_empty_rows(allowed):
-        return None
+    empty = empty_rows(allowed)  # (B|1, 1, S_q, 1) rows that may see no key, or None
     # Query heads grouped by their kv head as rows of one matrix, (B·H_kv, rep·S_q, D) (a view: head
     # i = kv head i // rep), so every product is one batched matmul and no key or value is repeated.
     # (Conversions only where needed: on a tiny model each call is a sizeable share of the layer.)
@@ -205,6 +238,8 @@ def _capture_whole(
     if allowed is not None:
         scores.masked_fill_(~allowed, float("-inf"))
     probs = torch.softmax(scores, dim=-1)  # (B, H, S_q, S_k) float32
+    if empty is not None:
+        probs.masked_fill_(empty, 0.0)  # a row of -inf came out NaN: no key seen, no probabilities
     rows = row_matrix(req, query.device)  # (B, 1, 1 + G, S_q) the summed rows' weights, then each group's
     unblocked = None
     if kept is not None:
@@ -212,7 +247,7 @@ def _capture_whole(
         # model uses: blocked keys zeroed, each row renormalised over what is left
         unblocked = _column_sums(probs, rows) if req.capture else None
         probs = probs * kept  # (B, H, S_q, S_k); kept (B, H, 1, S_k): 1.0 where not blocked
-        z = probs.sum(dim=-1, keepdim=True)  # (B, H, S_q, 1)
+        z = _one_in_empty_rows(probs.sum(dim=-1, keepdim=True), empty)  # (B, H, S_q, 1)
         if float(z.min()) < 1e-30:
             return None
         probs = probs.div_(z)
@@ -226,7 +261,10 @@ def _capture_whole(
         received = sums[:, :, 0] if req.capture else None
         groups = sums[:, :, 1:].transpose(1, 2)  # (B, G, H, S_k)
     req.record(module.layer_idx, received=received, unblocked=unblocked, groups=groups)
-    out = out.view(b, h, s_q, d).transpose(1, 2)  # (B, S_q, H, D)
+    out = out.view(b, h, s_q, d)
+    if empty is not None:
+        _empty_rows_as_plain(out, allowed, value, mods)
+    out = out.transpose(1, 2)  # (B, S_q, H, D)
     return out if s_q == 1 else out.contiguous()  # one query row: already contiguous
 
 
@@ -357,7 +395,7 @@ def sinklens_attention(
         allowed = apply_blocking(allowed, blocked, req.keep_self, s_q, s_k)
     if blocked is not None and route != "exact":
         # Mask only and the lse / triton routes give sdpa the blocked keys as a float additive mask.
-        attention_mask, is_causal = additive(allowed, query.dtype), False
+        attention_mask, is_causal = additive(allowed, query.dtype, sdpa=True), False  # eager: plain() remakes its own
 
     if route == "plain":
         return plain(module, query, key, value, attention_mask, is_causal, mods, dropout=dropout, scaling=scaling, **kwargs)

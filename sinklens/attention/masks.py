@@ -46,10 +46,16 @@ def apply_blocking(
     return torch.where(empty_row, allowed.expand_as(after), after)
 
 
-def additive(allowed: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
-    """The float additive mask sdpa gets for `allowed`: 0 = attend, finfo.min = do not."""
+def additive(allowed: torch.Tensor, dtype: torch.dtype, sdpa: bool = False) -> torch.Tensor:
+    """The float additive mask for `allowed`: 0 = attend, finfo.min = do not (transformers' eager mask).
+
+    sdpa: a row that may see no key gets -inf, as sdpa makes of a bool mask, so that sdpa's output
+    there is 0 as for the bool mask (a row of finfo.min would come out uniform over every key).
+    """
     bias = torch.zeros(allowed.shape, dtype=dtype, device=allowed.device)
-    return bias.masked_fill(~allowed, torch.finfo(dtype).min)
+    bias = bias.masked_fill(~allowed, torch.finfo(dtype).min)
+    empty = empty_rows(allowed) if sdpa else None
+    return bias if empty is None else bias.masked_fill_(empty, float("-inf"))
 
 
 def has_empty_rows(allowed: torch.Tensor | None) -> bool:
@@ -57,27 +63,33 @@ def has_empty_rows(allowed: torch.Tensor | None) -> bool:
     return allowed is not None and not bool(allowed.any(dim=-1).all())
 
 
-def nonempty_rows(ok: torch.Tensor) -> torch.Tensor:
-    """`ok` (..., S_k) with every row that allows no key turned into one that allows every key."""
-    empty = ~ok.any(dim=-1, keepdim=True)
-    return ok | empty if bool(empty.any()) else ok
+def empty_rows(allowed: torch.Tensor | None) -> torch.Tensor | None:
+    """(B|1, 1|H, S_q, 1) bool: the query rows that may see no key (a left pad under a causal mask, a
+    pad's row under Dream's), or None when every row sees one."""
+    if allowed is None:
+        return None
+    empty = ~allowed.any(dim=-1, keepdim=True)
+    return empty if bool(empty.any()) else None
 
 
 def chunk_view(
     allowed: torch.Tensor | None, start: int, end: int, s_k: int
-) -> tuple[torch.Tensor | None, int, int]:
+) -> tuple[torch.Tensor | None, int, int, torch.Tensor | None]:
     """The chunk's rows of `allowed`, cut to the key columns some of its queries can see.
 
-    Returns (ok, k0, k1): keys outside [k0, k1) are invisible to every query of the chunk (the
-    future of a causal chunk, left padding), so they are never multiplied, let alone
+    Returns (ok, k0, k1, empty): keys outside [k0, k1) are invisible to every query of the chunk
+    (the future of a causal chunk, left padding), so they are never multiplied, let alone
     exponentiated. ok is (B|1, 1|H, c, k1 - k0) bool, or None when every key in range is allowed.
-    A query that may see no key at all attends uniformly to every key, as eager attention
-    does with a row of finfo.min (its output is never used; its row must not be 0/0).
+    empty (B|1, 1|H, c, 1) marks the rows that may see no key at all, or is None: such a row has no
+    probabilities (all 0, never 0/0), as sdpa gives it no output; a chunk of such rows alone keeps
+    one key column so that the shapes hold.
     """
     if allowed is None:
-        return None, 0, s_k
-    ok = nonempty_rows(allowed[:, :, start:end])  # (B|1, 1|H, c, S_k)
+        return None, 0, s_k, None
+    ok = allowed[:, :, start:end]  # (B|1, 1|H, c, S_k)
     seen = ok.flatten(0, 2).any(dim=0).nonzero()  # key indices some query of the chunk may see
-    k0, k1 = int(seen[0]), int(seen[-1]) + 1
+    k0, k1 = (int(seen[0]), int(seen[-1]) + 1) if len(seen) else (0, 1)
     ok = ok[..., k0:k1]
-    return (None if bool(ok.all()) else ok), k0, k1
+    if bool(ok.all()):
+        return None, k0, k1, None
+    return ok, k0, k1, empty_rows(ok)

@@ -43,6 +43,7 @@ DREAM = register_family(
         special_tokens=partial(special_tokens_from, mask_token=MASK_TOKEN, eot_tokens=(EOT_TOKEN,)),
         key_mapping=None,  # official names are Qwen2's
         padding="shift_positions",  # diffusion_generate: cumsum(mask) - 1, pads -> 1
+        mask_pad_queries=True,  # its forward: a pad's row sees no key (sdpa gives it 0)
         shifted_logits=True,  # Dream predicts token i from hidden state i - 1
         tokenizer_fallback="Qwen2Tokenizer",  # the hub's DreamTokenizer is remote code
     )

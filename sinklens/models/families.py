@@ -40,6 +40,11 @@ class Family:
     # (LLaDA's official forward); "shift_positions" = position ids cumsum(mask) - 1 with pads
     # set to 1 (Dream's diffusion_generate, and transformers' generate for ARMs).
     padding: str = "key_padding"
+    # Pads hidden as queries too: a pad's row sees no key (Dream's own forward turns a 2-D padding
+    # mask m into m[:, None, :, None] & m[:, None, None, :]), so its output is what attention gives
+    # a row with no key (sdpa: 0). It shows where a pad's logits are read: Dream predicts token i
+    # from row i - 1, so a pad right before a [MASK] (right padding) decides that [MASK]'s token.
+    mask_pad_queries: bool = False
     # Tokenizer class used when the folder's tokenizer_config names a remote-code class.
     tokenizer_fallback: str | None = None
     # Logits at position i predict token i + 1 (ARMs, and Dream, trained from an ARM): scoring a
@@ -89,6 +94,15 @@ class Family:
             return None  # LLaDA: pads are masked as keys only, positions stay 0..S-1
         mask = attention_mask.long()
         return (mask.cumsum(-1) - 1).masked_fill(mask == 0, 1)  # pads get 1 (Dream, transformers' generate)
+
+    def forward_mask(self, attention_mask):
+        """The mask the model gets for a 2-D padding mask (B, S), 1 = real token: the same mask (transformers
+        hides the pads as keys), or with `mask_pad_queries` a (B, 1, S, S) bool mask that also hides
+        every key from a pad's row (transformers hands a 4-D mask to the attention as it is)."""
+        if attention_mask is None or not self.mask_pad_queries or bool(attention_mask.all()):
+            return attention_mask  # no pad: the official forward runs without a mask too
+        real = attention_mask.bool()
+        return real[:, None, :, None] & real[:, None, None, :]  # (B, 1, S_q, S_k)
 
 
 # name -> Family, in registration order (= the order `detect_family` tries them). The first read

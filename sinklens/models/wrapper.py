@@ -142,6 +142,8 @@ class SinkModel:
         if self.family.attention == "block-causal":  # SDAR: the block-causal mask its training used
             attention_mask = self.family.ops.forward_mask(self, input_ids.to(device), attention_mask)
             kernel = self.family.ops.official_kernel(attention_mask)  # the sdpa backend its own code lands on
+        else:
+            attention_mask = self.family.forward_mask(attention_mask)  # Dream: pads hidden as queries too
         with kernel:
             return self.run_model(attention, input_ids=input_ids.to(device),
                                   attention_mask=None if attention_mask is None else attention_mask.to(device),
