@@ -205,3 +205,98 @@ def test_small_layer_whole_equals_the_chunk_loop(kv, causal, pad, s_q, block, gr
         torch.testing.assert_close(r_whole.received_groups, r_loop.received_groups, atol=1e-6, rtol=1e-5)
     if block and not causal:  # a blocked key receives nothing (a causal row left with only blocked keys keeps them)
         assert r_whole.received[0][blocked[0]].abs().max() == 0
+
+
+def _eager_module(kind: str, h: int, h_kv: int, causal: bool, sinks: torch.Tensor | None):
+    """A layer whose plain route is its modeling file's eager function (what transformers runs for
+    softcapping and sink logits): the sinklens attention finds it by the module's class."""
+    import importlib
+
+    name = f"transformers.models.{kind}.modeling_{kind}"
+    importlib.import_module(name)
+    cls = type(f"Fake{kind}", (), {"__module__": name})
+    module = cls()
+    module.num_key_value_groups, module.is_causal, module.layer_idx, module.training = h // h_kv, causal, 0, False
+    module.sinks = sinks
+    return module
+
+
+# (model, causal): sdpa under Dream's mask (a pad's row sees no key) and under a causal mask with left padding
+# (a left pad sees no key); a softcapping model (Gemma2's eager) and one with learned sink logits (gpt-oss')
+EMPTY_MODELS = [("sdpa", False), ("sdpa", True), ("gemma2", False), ("gpt_oss", True)]
+
+
+@pytest.mark.parametrize("route", ["whole", "chunks", "lse", "mask-only"])
+@pytest.mark.parametrize("model,causal", EMPTY_MODELS)
+@pytest.mark.parametrize("blocking", [False, True], ids=["free", "blocked"])
+def test_a_row_with_no_key_gets_the_plain_output_and_adds_nothing(model, causal, route, blocking, monkeypatch):
+    """A query row that may see no key: every capture route (the whole-layer pass, the chunk loop, the
+    lse route) and the masking's blocked path give it what the model's own attention gives it (sdpa: 0,
+    from transformers' sdpa_attention_forward; eager: its modeling file's function under the additive
+    mask transformers' eager mask holds), and it adds nothing to any column sum: received equals the
+    eager maps summed over the rows that see a key, with no query mask to hide the others."""
+    from transformers.models.qwen2.modeling_qwen2 import eager_attention_forward as qwen2_eager
+
+    import sinklens.attention.function as function
+
+    if route == "mask-only" and not blocking:
+        pytest.skip("the masking path is the blocked one")
+    g = torch.Generator().manual_seed(5)
+    h, kv, s, d = 4, 2, 10, 8
+    q = torch.randn(2, h, s, d, generator=g)
+    k, v = (torch.randn(2, kv, s, d, generator=g) for _ in range(2))
+    real = torch.ones(2, s, dtype=torch.bool)
+    real[0, 6:] = False  # right padding
+    real[1, :2] = False  # left padding
+    if causal:  # the left pads of row 1 see no key
+        mask = real[:, None, None, :] & torch.ones(s, s, dtype=torch.bool).tril()
+    else:  # Dream's own mask: every pad's row sees no key
+        mask = real[:, None, :, None] & real[:, None, None, :]
+    empty = ~mask.any(-1)  # (B, 1, S)
+    assert empty.any()
+    blocked = None
+    allowed = mask
+    if blocking:  # keys 3 and 7 in head 1, key 4 in head 2 of row 1: no row loses every key it sees
+        blocked = torch.zeros(1, 2, h, s, dtype=torch.bool)
+        blocked[0, :, 1, [3, 7]] = True
+        blocked[0, 1, 2, 4] = True
+        allowed = mask & ~blocked[0][:, :, None, :]  # (B, H, S, S)
+    sinks = torch.randn(h, generator=g) * 2 if model == "gpt_oss" else None
+    kwargs = {"softcap": 3.0} if model == "gemma2" else {"s_aux": sinks} if model == "gpt_oss" else {}
+    module = fake_module(h, kv, causal) if model == "sdpa" else _eager_module(model, h, kv, causal, sinks)
+    module.training = False  # (the eager functions read it)
+
+    # the plain route's output: the model's own attention over the allowed keys
+    bias = torch.zeros(allowed.shape).masked_fill(~allowed, torch.finfo(torch.float32).min)
+    if model == "sdpa":
+        ref, _ = sdpa_attention_forward(module, q, k, v, allowed, scaling=0.4)
+    else:
+        ref, _ = function.own_eager(module)(module, q, k, v, bias, scaling=0.4, **kwargs)
+    # the probabilities every summed row spends (transformers' eager maps; softcap / sinks as the model has them)
+    eager_of = qwen2_eager if model == "sdpa" else function.own_eager(module)
+    _, maps = eager_of(module, q, k, v, bias, scaling=0.4, **kwargs)
+    _, free_maps = eager_of(module, q, k, v, torch.zeros(mask.shape).masked_fill(~mask, torch.finfo(torch.float32).min),
+                            scaling=0.4, **kwargs)
+    seen = (~empty)[..., None].float()  # (B, 1, S, 1)
+
+    if route == "whole" and model != "gpt_oss":  # learned sinks take the chunk loop
+        monkeypatch.setattr(function, "_capture", lambda *a, **kw: pytest.fail("the whole-layer pass fell back"))
+    req = AttentionRequest(capture=route != "mask-only", blocked=blocked, route="lse" if route == "lse" else "exact",
+                           query_chunk=None if route == "whole" else 4)
+    out, _ = function.sinklens_attention(module, q, k, v, mask, scaling=0.4, sinklens=req, **kwargs)
+
+    rows = empty[:, 0]  # (B, S): the rows that see no key
+    if model == "sdpa":
+        assert torch.equal(out[rows], torch.zeros_like(out[rows]))  # sdpa's own: 0, not uniform, not NaN
+        assert torch.equal(ref[rows], out[rows])
+    else:
+        torch.testing.assert_close(out[rows], ref[rows], atol=1e-6, rtol=1e-5)
+    torch.testing.assert_close(out[~rows], ref[~rows], atol=1e-5, rtol=1e-5)
+    if route == "mask-only":
+        return
+    torch.testing.assert_close(req.received[0], (maps * seen).sum(2), atol=1e-5, rtol=1e-5)
+    # every row that sees a key spends 1 (on keys or on the learned sink); the others spend nothing
+    spent = req.received[0].sum(-1) + (0 if req.learned_sink is None else req.learned_sink[0])
+    torch.testing.assert_close(spent, (~empty[:, 0]).sum(-1, keepdim=True).float().expand(2, h))
+    if blocking:
+        torch.testing.assert_close(req.received_unblocked[0], (free_maps * seen).sum(2), atol=1e-5, rtol=1e-5)
