@@ -65,6 +65,7 @@ def test_chunks_skip_the_blocks_no_query_sees(block):
     allowed = block_causal(s, block)
     for start in range(0, s, 7):
         end = min(start + 7, s)
-        ok, k0, k1 = chunk_view(allowed, start, end, s)
+        ok, k0, k1, empty = chunk_view(allowed, start, end, s)
         assert (k0, k1) == (0, min(s, ((end - 1) // block + 1) * block))
         assert ok is None or tuple(ok.shape[-2:]) == (end - start, k1)
+        assert empty is None  # every query sees its own block
