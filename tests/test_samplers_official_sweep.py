@@ -86,3 +86,50 @@ def test_bf16_equals_official_sampler(models16, request, case):
     else:  # Fast-dLLM's functions return no history: the number of forwards instead
         assert out.num_steps == case["nfe"]
     assert out.sequences.tolist() == case["expected_output_ids"]
+
+
+# A pad right before a [MASK] (cases_padding.json, make_padding_cases.py): Dream predicts the [MASK] from the
+# pad's row, which its official mask lets see no key. Routes: plain; traced with the whole-layer pass (exact),
+# the chunk loop (exact with a map) and lse. bfloat16 takes the route `auto` picks there (lse): the exact route
+# drifts from sdpa by bf16 rounding steps with or without padding (sinklens/attention/function.py, choose_route).
+PADDING = json.loads((FIXTURE / "cases_padding.json").read_text())
+PAD_ROUTES = [(c, r) for c in PADDING["cases"]
+              for r in (("plain", "exact", "exact-map", "lse") if c["dtype"] == "float32" else ("plain", "auto"))]
+
+
+@pytest.fixture(scope="module")
+def dream_models(fixtures_dir):
+    return {dt: sinklens.load(fixtures_dir / "dream", dtype=dt) for dt in ("float32", "bfloat16")}
+
+
+@pytest.mark.parametrize("case,route", PAD_ROUTES, ids=[f"{c['dtype']}-{c['name']}-{r}" for c, r in PAD_ROUTES])
+def test_a_pad_before_a_mask_equals_official(dream_models, case, route):
+    kwargs = sinklens_kwargs(case)
+    if route != "plain":
+        kwargs["capture"] = CaptureOptions(route=route.split("-")[0],
+                                           **({"map_slices": ((1, 2),), "map_steps": (0, 1)} if "map" in route else {}))
+    torch.manual_seed(case["seed"])
+    out = dream_models[case["dtype"]].generate(torch.tensor(case["input_ids"]), torch.tensor(case["attention_mask"]),
+                                               **kwargs)
+    history = [h.tolist() for h in out.history]
+    first = next((s for s, (a, b) in enumerate(zip(history, case["history"])) if a != b), None)
+    assert first is None, f"step {first} differs from the official sampler"
+    assert len(history) == len(case["history"]) and out.sequences.tolist() == case["expected_output_ids"]
+
+
+@pytest.mark.parametrize("route", [None, "exact", "lse"], ids=["plain", "exact", "lse"])
+def test_pad_rows_logits_equal_official(dream_models, route):
+    """The logits of a right-padded canvas' pad rows (what Dream reads for the [MASK] after a pad) are the
+    official forward's, plain and traced."""
+    from sinklens.attention import AttentionRequest
+
+    f = PADDING["forward"]
+    am = torch.tensor(f["attention_mask"])
+    req = None if route is None else AttentionRequest(capture=True, route=route)
+    logits = dream_models["float32"].forward_logits(torch.tensor(f["input_ids"]), am, attention=req)
+    rows = torch.tensor(f["pad_rows"])
+    assert (am[rows[:, 0], rows[:, 1]] == 0).all()
+    got = logits[rows[:, 0], rows[:, 1]]  # (pads, V)
+    assert float((got - torch.tensor(f["logits"])).abs().max()) <= 1e-5
+    if req is not None:  # a pad's row is not a query row: every real row spends 1, the pads nothing
+        torch.testing.assert_close(req.received.sum(-1), am.sum(-1).float()[None, :, None].expand_as(req.received.sum(-1)))
