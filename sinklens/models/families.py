@@ -95,12 +95,12 @@ class Family:
         mask = attention_mask.long()
         return (mask.cumsum(-1) - 1).masked_fill(mask == 0, 1)  # pads get 1 (Dream, transformers' generate)
 
-    def forward_mask(self, attention_mask):
+    def padding_mask(self, attention_mask):
         """The mask the model gets for a 2-D padding mask (B, S), 1 = real token: the same mask (transformers
         hides the pads as keys), or with `mask_pad_queries` a (B, 1, S, S) bool mask that also hides
         every key from a pad's row (transformers hands a 4-D mask to the attention as it is)."""
         if attention_mask is None or not self.mask_pad_queries or bool(attention_mask.all()):
-            return attention_mask  # no pad: the official forward runs without a mask too
+            return attention_mask  # pads hidden as keys only, or no pad at all
         real = attention_mask.bool()
         return real[:, None, :, None] & real[:, None, None, :]  # (B, 1, S_q, S_k)
 

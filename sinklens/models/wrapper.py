@@ -143,7 +143,7 @@ class SinkModel:
             attention_mask = self.family.ops.forward_mask(self, input_ids.to(device), attention_mask)
             kernel = self.family.ops.official_kernel(attention_mask)  # the sdpa backend its own code lands on
         else:
-            attention_mask = self.family.forward_mask(attention_mask)  # Dream: pads hidden as queries too
+            attention_mask = self.family.padding_mask(attention_mask)  # Dream: pads hidden as queries too
         with kernel:
             return self.run_model(attention, input_ids=input_ids.to(device),
                                   attention_mask=None if attention_mask is None else attention_mask.to(device),
