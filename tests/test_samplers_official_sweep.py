@@ -1,9 +1,10 @@
 """The llada / dream samplers against the official LLaDA `generate()` and Dream `diffusion_generate()`
 over argument combinations the shared reference cases leave out: sampling temperatures with Gumbel
 noise / top-p / top-k, random remasking, CFG with sampling and padding, block / step layouts, batches
-of three with different left padding, alg_temp, eps, max_length, the EOS options. Every case token
-for token, per-step history included, with and without attention capture (tests/fixtures/official_sweep:
-README.md says how the official code ran; make_fixtures.py wrote cases.json)."""
+of three with different left padding, alg_temp, eps, max_length, the EOS options, and Dream with a pad
+right before a [MASK]. Every case token for token, per-step history included, with and without attention
+capture (tests/fixtures/official_sweep: README.md says how the official code ran; make_fixtures.py wrote
+cases.json, make_padding_cases.py cases_padding.json)."""
 import json
 from pathlib import Path
 
