@@ -18,7 +18,8 @@ class LLaDA2Config(SamplerConfig):
     block_length: int = param(32, int, "block size of the block-causal mask (blocks counted from position 0)", min=1)
     steps: int = param(32, int, "at most this many denoising steps per block (capped at gen_length // minimal_topk; "
                                 "0 = none: the masks come back, as the official code)", min=0)
-    threshold: float = param(0.95, float, "a masked position whose confidence exceeds this commits", min=0)
+    threshold: float = param(0.95, float, "a masked position whose confidence exceeds this commits (any value, as "
+                                          "the official code: <= 0 commits every masked position)")
     minimal_topk: int = param(1, int, "caps steps at gen_length // minimal_topk", min=1)
     temperature: float = param(0.0, float, "sampling temperature (0 = greedy)", min=0)
     top_p: float | None = param(None, float, "nucleus sampling mass (None = off; 0 keeps only the most likely token, as the official code)", min=0, max=1)
