@@ -1,12 +1,13 @@
 """The llada2 / llada21 / sdar samplers against the official LLaDA2.0 and LLaDA2.1 `generate()` and SDAR's
 `block_diffusion_generate` over argument combinations the reference cases of tests/fixtures/{llada2,sdar}
 leave out: sampling with top-k / top-p (0 and the vocabulary size included), every SDAR remasking
-strategy with blocks of 1-8 and 1..block+2 steps, prompts shorter and longer than a block, gen_length
-off the block grid, steps above the block, thresholds 0 and 1, minimal_topk above gen_length, the EOS
-options with the end token in the prompt, LLaDA2.1's editing threshold / post steps / num_to_transfer,
-stop ids, bfloat16 and (SDAR's script default) float16. Every case token for token, per-step history
-included, with and without attention capture; arguments on which the official call fails must fail
-here in one clear line (tests/fixtures/official_sweep2: README.md says how the official code ran)."""
+strategy with blocks of 1-8 and 1..block+2 steps, prompts shorter and longer than a block, gen_length off
+the block grid, steps above the block, thresholds 0 and 1, minimal_topk above gen_length, the EOS options
+with the end token in the prompt, LLaDA2.1's editing threshold / post steps / num_to_transfer, stop ids,
+bfloat16 and (SDAR's script default) float16, and LLaDA2's weights routed to 4 experts of 8. Every case
+token for token, per-step history included, with and without attention capture; arguments on which the
+official call fails must fail here in one clear line (tests/fixtures/official_sweep2: README.md says how
+the official code ran)."""
 import json
 from pathlib import Path
 
@@ -21,20 +22,29 @@ torch.set_num_threads(1)  # tiny models: threads only contend on the shared 2-co
 HERE = Path(__file__).resolve().parent / "fixtures"
 SWEEP = HERE / "official_sweep2"
 CHECKPOINT = {"llada2": HERE / "llada2", "sdar": HERE / "sdar"}
-FILES = ("llada2", "llada2_bf16", "sdar", "sdar_bf16", "sdar_fp16")
+FILES = ("llada2", "llada2_bf16", "llada2_topk4", "sdar", "sdar_bf16", "sdar_fp16")
 CASES = [(f, c) for f in FILES for c in json.loads((SWEEP / f"{f}.json").read_text())["cases"]]
 RUNS = [(f, c) for f, c in CASES if "error" not in c]
 FAILS = [(f, c) for f, c in CASES if "error" in c]
 
 
 @pytest.fixture(scope="module")
-def models():
+def models(tmp_path_factory):
+    """A loader by (checkpoint, dtype, config changes); a case with `config_changes` runs the committed
+    weights under the changed config (a folder made here: the config changed, the weights linked)."""
     loaded = {}
 
     def get(file: str, case: dict):
-        key = (file.split("_")[0], case.get("dtype", "float32"))
+        changes = case.get("config_changes", {})
+        key = (file.split("_")[0], case.get("dtype", "float32"), json.dumps(changes, sort_keys=True))
         if key not in loaded:
-            loaded[key] = sinklens.load(CHECKPOINT[key[0]], dtype=key[1])
+            folder = CHECKPOINT[key[0]]
+            if changes:
+                folder, original = tmp_path_factory.mktemp("variant"), folder
+                config = json.loads((original / "config.json").read_text())
+                (folder / "config.json").write_text(json.dumps({**config, **changes}))
+                (folder / "model.safetensors").symlink_to(original / "model.safetensors")
+            loaded[key] = sinklens.load(folder, dtype=key[1])
         return loaded[key]
     return get
 
