@@ -22,7 +22,8 @@ class LLaDA2Config(SamplerConfig):
                                           "the official code: <= 0 commits every masked position)")
     minimal_topk: int = param(1, int, "caps steps at gen_length // minimal_topk", min=1)
     temperature: float = param(0.0, float, "sampling temperature (0 = greedy)", min=0)
-    top_p: float | None = param(None, float, "nucleus sampling mass (None = off; 0 keeps only the most likely token, as the official code)", min=0, max=1)
+    top_p: float | None = param(None, float, "nucleus sampling mass (None = off; 0 keeps only the most likely "
+                                             "token, as the official code)", min=0, max=1)
     top_k: int | None = param(None, int, "top-k sampling (None or 0 = off; at most the vocabulary size)", min=0)
     eos_early_stop: bool = param(False, bool, "return as soon as an end token is committed with no mask before it")
     eos_id: int | None = param(None, int, "end token id (default: the model's)", min=0)
