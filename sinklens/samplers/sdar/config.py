@@ -28,7 +28,8 @@ class SDARConfig(SamplerConfig):
                                "size)", min=0)
     top_p: float = param(1.0, float, "nucleus sampling mass (1 = off; 0 keeps only the most likely token, as the "
                                      "official code)", min=0, max=1)
-    remasking_strategy: str = param("low_confidence_dynamic", str, "which masked positions are committed",
+    remasking_strategy: str = param("low_confidence_dynamic", str, "which masked positions are committed (the "
+                                    "official script also lists entropy_bounded, which fails in its function)",
                                     choices=STRATEGIES)
     confidence_threshold: float = param(0.85, float, "low_confidence_dynamic: commit every position whose "
                                         "sampled token has a probability above this")
