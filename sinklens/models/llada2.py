@@ -18,9 +18,9 @@ renormalisation), so only names change: the fused q/k/v rows are split by size (
 transformers 5 stores them (its own glm4_moe conversion), and `key_mapping` renames the rest.
 One computation differs in bfloat16: the official code mixes the chosen experts' outputs in
 float32 and rounds once, Glm4Moe rounds each weighted output; `official_experts` (registered in
-transformers' ExpertsInterface) mixes as the official code. Left as Glm4Moe has it: the expert bias
-stays float32 (the official buffer is rounded to bfloat16), which can only decide a tie between two
-experts closer than that rounding (docs/models.md).
+transformers' ExpertsInterface) mixes as the official code; and the expert bias is rounded to the
+model's dtype as the official buffer is (Glm4Moe keeps it float32), which decides a tie between
+two experts closer than that rounding.
 Checked against the official code on a tiny random checkpoint, float32 and bfloat16: tests/test_llada2.py.
 """
 from __future__ import annotations
@@ -55,7 +55,22 @@ MASK_TOKEN = "<|mask|>"
 
 class LLaDA2MoeForCausalLM(Glm4MoeForCausalLM):
     """Glm4MoeForCausalLM under its own class name, so that the fused-q/k/v split below applies to
-    LLaDA2 checkpoints and to no GLM checkpoint (transformers looks conversions up by class name)."""
+    LLaDA2 checkpoints and to no GLM checkpoint (transformers looks conversions up by class name).
+
+    The expert bias loads in the model's dtype, as the official buffer does (`from_pretrained`
+    rounds it with everything else); Glm4Moe keeps it float32. The router adds it to float32
+    scores either way, so only the bias's rounding differs, and that alone chose another expert
+    in 2 of 300 random bfloat16 generations (tests/fixtures/official_sweep2)."""
+
+    def __init__(self, config):
+        super().__init__(config)
+        for layer in self.model.layers:
+            gate = getattr(layer.mlp, "gate", None)
+            if gate is not None and hasattr(gate, "e_score_correction_bias"):
+                # the default dtype here is the one from_pretrained loads in; the loader then casts to it
+                gate.e_score_correction_bias = nn.Buffer(torch.zeros_like(gate.e_score_correction_bias,
+                                                                          dtype=torch.get_default_dtype()))
+        self._keep_in_fp32_modules_strict = set()  # post_init gathered Glm4Moe's {"e_score_correction_bias"}
 
 
 EXPERTS = "llada2_official"

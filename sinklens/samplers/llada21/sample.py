@@ -15,6 +15,10 @@ A block runs until a step has no mask left *before* its forward and edits nothin
 `max_post_steps` further steps have run past the last mask. After a block, with
 `eos_early_stop`, the run stops once the generated part holds no mask and an end token.
 
+Not kept: at temperature 0 a step that changes no token while masks remain (nothing above
+`threshold` with `num_to_transfer=0`, or the mask id as the argmax) would repeat forever, as the
+official loop does; here it is a ValueError.
+
 Kept from the official code: the mask check happens before the forward, so a block whose last
 mask is committed at step t runs at least one more step (its edits, if any, count); greedy is
 the argmax of the logits. Decided here: `editing_threshold=None` turns editing off (the
@@ -77,6 +81,11 @@ def sample(model, input_ids, config: LLaDA21Config, attention_mask=None, *, trac
                 edit = edits(x0, x0_p, old, ~active & ~is_prompt, c.editing_threshold)
                 change = commit | edit
                 win[0, -bl:][change] = x0[change]
+                if c.temperature == 0 and bool(active.any()) and torch.equal(win[0, -bl:], old):
+                    # same canvas, same greedy tokens: every later step would repeat this one
+                    raise ValueError(f"llada21: a greedy step changed no token while {int(active.sum())} masks remain "
+                                     f"(the official generate() loops forever here): lower threshold or set "
+                                     f"num_to_transfer >= 1")
                 history.append(x.clone())
                 after_step(run, step, tokens_in, masked, req, logits, commit, edited=edit)
                 step += 1

@@ -24,9 +24,12 @@ class SDARConfig(SamplerConfig):
     block_length: int = param(8, int, "block length (attention blocks from position 0, prompt included)", min=1)
     denoising_steps: int = param(8, int, "denoising steps per block (at most; a block may finish early)", min=1)
     temperature: float = param(1.0, float, "sampling temperature (greedy: top_k=1)", gt=0)
-    top_k: int = param(0, int, "sample among the k most likely tokens (0 = all; 1 = greedy)", min=0)
-    top_p: float = param(1.0, float, "nucleus sampling mass (1 = off)", gt=0, max=1)
-    remasking_strategy: str = param("low_confidence_dynamic", str, "which masked positions are committed",
+    top_k: int = param(0, int, "sample among the k most likely tokens (0 = all; 1 = greedy; at most the vocabulary "
+                               "size)", min=0)
+    top_p: float = param(1.0, float, "nucleus sampling mass (1 = off; 0 keeps only the most likely token, as the "
+                                     "official code)", min=0, max=1)
+    remasking_strategy: str = param("low_confidence_dynamic", str, "which masked positions are committed (the "
+                                    "official script also lists entropy_bounded, which fails in its function)",
                                     choices=STRATEGIES)
     confidence_threshold: float = param(0.85, float, "low_confidence_dynamic: commit every position whose "
                                         "sampled token has a probability above this")
