@@ -6,9 +6,12 @@ paper's ARM protocol). `capture_prefix=True` re-runs the whole prefix (without t
 record every row's column sums; the tokens still come from the cached pass, so capture never
 changes them.
 
-Sampling follows transformers' `generate` order: temperature, then top-k, then top-p, then one
-`multinomial` draw per step. A row that produced EOS is finished: its later tokens are the pad
-id; decoding stops when every row has finished.
+Sampling is transformers' `generate`, token for token: temperature, top-k, top-p, min-p (the
+filters of warpers.py), then one `multinomial` draw per step; a setting left None takes the
+checkpoint's generation_config.json value, else transformers' default (`resolve`). A row that
+produced a stop token is finished: its later tokens are the pad id; decoding stops when every
+row has finished. Without an attention_mask, a prompt holding the pad id (when the pad is not a
+stop token) is read as padded there, as `generate` infers its mask.
 In a StepEvent / trace record the canvas of step t is the prefix the model saw (P + t tokens);
 the token chosen at step t is the last token of step t + 1's canvas (and of `sequences`).
 """
@@ -16,24 +19,36 @@ from __future__ import annotations
 
 import torch
 import torch.nn.functional as F
-from transformers import DynamicCache
+from transformers import DynamicCache, GenerationConfig
 
 from sinklens.attention.request import AttentionRequest
 from sinklens.samplers import base
 from sinklens.samplers.arm.config import ARMConfig
-from sinklens.samplers.dream.draw import top_k_filter, top_p_filter
+from sinklens.samplers.arm.warpers import warp
 from sinklens.trace.layout import TraceLayout
 
 
-def next_tokens(logits: torch.Tensor, do_sample: bool, temperature: float, top_p, top_k) -> torch.Tensor:
-    """(B, V) logits of the last position -> (B,) next token ids."""
+SAMPLING = ("temperature", "top_k", "top_p", "min_p")
+
+
+def resolve(config: ARMConfig, model) -> dict:
+    """The sampling settings `generate` would use: the config's value, else the checkpoint's
+    generation_config, else transformers' own default (read from transformers, not copied)."""
+    gen = getattr(model.model, "generation_config", None)
+    defaults = GenerationConfig._get_default_generation_params()
+    out = {}
+    for name in SAMPLING:
+        value = getattr(config, name)
+        value = getattr(gen, name, None) if value is None else value
+        out[name] = defaults.get(name) if value is None else value
+    return out
+
+
+def next_tokens(logits: torch.Tensor, do_sample: bool, settings: dict) -> torch.Tensor:
+    """(B, V) float32 logits of the last position -> (B,) next token ids."""
     if not do_sample:
         return logits.argmax(dim=-1)
-    logits = logits / temperature
-    if top_k is not None:
-        logits = top_k_filter(logits, top_k)
-    if top_p is not None and top_p < 1:
-        logits = top_p_filter(logits, top_p)
+    logits = warp(logits, settings["temperature"], settings["top_k"], settings["top_p"], settings["min_p"])
     return torch.multinomial(F.softmax(logits, dim=-1), num_samples=1).squeeze(1)
 
 
@@ -47,17 +62,22 @@ def sample(model, input_ids, config: ARMConfig, attention_mask=None, *, trace=No
         its EOS id; none known = never stop early).
     """
     c = config
-    max_new_tokens, do_sample, temperature, top_p, top_k = c.max_new_tokens, c.do_sample, c.temperature, c.top_p, c.top_k
+    max_new_tokens, do_sample = c.max_new_tokens, c.do_sample
+    settings = resolve(c, model)
+    if do_sample and not settings["temperature"] > 0:  # a checkpoint's generation_config may hold 0
+        raise ValueError(f"do_sample=True needs temperature > 0, got {settings['temperature']}")
     if c.eos_token_id is None:
         stop = list(getattr(model, "stop_ids", None) or [i for i in [getattr(model, "eos_id", None)] if i is not None])
     else:
         stop = [c.eos_token_id] if isinstance(c.eos_token_id, int) else list(c.eos_token_id)
-    pad = getattr(model, "pad_id", None)
-    pad = (stop[0] if stop else 0) if pad is None else pad
-    args = {**c.to_dict(), "eos_token_id": stop}
+    known_pad = c.pad_token_id if c.pad_token_id is not None else getattr(model, "pad_id", None)
+    pad = (stop[0] if stop else 0) if known_pad is None else known_pad
+    args = {**c.to_dict(), **(settings if do_sample else {}), "eos_token_id": stop, "pad_token_id": pad}
     P = torch.as_tensor(input_ids).shape[-1]
     input_ids, attention_mask = base.check_inputs(input_ids, attention_mask, P + max_new_tokens,
                                                   getattr(model, "max_length", None))
+    if attention_mask is None and known_pad is not None and pad not in stop and bool((input_ids == pad).any()):
+        attention_mask = (input_ids != pad).long()  # generate's inferred mask: the pad id is padding
     B, device = input_ids.shape[0], input_ids.device
     hooks, capture = base.setup_hooks(hook, trace, capture, diffusion=False)
     capture_prefix = capture is not None and capture.capture_prefix
@@ -96,7 +116,7 @@ def sample(model, input_ids, config: ARMConfig, attention_mask=None, *, trace=No
                 query_positions = [torch.nonzero(r).squeeze(1) for r in real]
             if step == 0 and req is not None and req.query_mask is not None:  # a hook chose the query rows
                 query_positions = [torch.nonzero(r).squeeze(1) for r in req.query_mask]
-            nxt = next_tokens(logits[:, -1].float(), do_sample, temperature, top_p, top_k)  # (B,)
+            nxt = next_tokens(logits[:, -1].float(), do_sample, settings)  # (B,)
             if stop:
                 nxt = torch.where(finished, torch.full_like(nxt, pad), nxt)
                 finished |= torch.isin(nxt, torch.tensor(stop, device=nxt.device))
