@@ -38,9 +38,11 @@ from sinklens.samplers.diffusion_gemma.config import DiffusionGemmaSamplerConfig
 from sinklens.trace.layout import TraceLayout
 
 
-def resolve(config: DiffusionGemmaSamplerConfig, model) -> dict:
+def resolve(config: DiffusionGemmaSamplerConfig, model, prompt_length: int) -> dict:
     """Every setting: the config's value, else the checkpoint's generation_config.json, else
-    transformers' default (None stays None only for eos_token_id)."""
+    transformers' default (None stays None only for eos_token_id). A checkpoint that stores
+    `max_length` (prompt + generation) gets it whenever max_new_tokens is transformers' default
+    value, as `generate` reads it (even when that value was passed)."""
     gen = getattr(model.model, "generation_config", None)
     stored = {name: getattr(gen, name, None) for name in (*config.DEFAULTS, "eos_token_id", "pad_token_id")}
     stored["entropy_bound"] = getattr(getattr(gen, "sampler_config", None), "entropy_bound", None)
@@ -49,6 +51,9 @@ def resolve(config: DiffusionGemmaSamplerConfig, model) -> dict:
         value = getattr(config, name)
         value = stored[name] if value is None else value
         out[name] = default if value is None else value
+    max_length = getattr(gen, "max_length", None)
+    if max_length and out["max_new_tokens"] == config.DEFAULTS["max_new_tokens"]:
+        out["max_new_tokens"] = max_length - prompt_length
     return out
 
 
@@ -99,14 +104,14 @@ class StableAndConfident:
 def sample(model, input_ids, config: DiffusionGemmaSamplerConfig, attention_mask=None, *, trace=None, hook=None,
            capture: base.CaptureOptions | None = None, progress: bool = False) -> base.GenerateOutput:
     """DiffusionGemma generation. input_ids (B, P), left-padded with attention_mask (B, P)."""
-    s = resolve(config, model)
+    s = resolve(config, model, torch.as_tensor(input_ids).shape[-1])
     dg = model.family.ops  # the model's encoder / decoder passes (sinklens/models/diffusion_gemma.py)
     if dg is None or not hasattr(dg, "denoise"):
         raise ValueError(f"the diffusion_gemma sampler needs a DiffusionGemma checkpoint, got family {model.family.name!r}")
     C = model.model.config.canvas_length
     V = model.model.config.get_text_config().vocab_size
     N = s["max_denoising_steps"]
-    n_canvases = math.ceil(s["max_new_tokens"] / C)
+    n_canvases = max(math.ceil(s["max_new_tokens"] / C), 0)  # a stored max_length <= the prompt: none
     P0 = torch.as_tensor(input_ids).shape[-1]
     input_ids, attention_mask = base.check_inputs(input_ids, attention_mask, P0 + n_canvases * C,
                                                   getattr(model, "max_length", None))
