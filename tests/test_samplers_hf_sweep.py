@@ -6,9 +6,9 @@ draws with the global generator), and each sinklens run is repeated with a trace
 never change a token.
 
 - ARM sampler vs `model.generate` on Llama, Qwen2, Qwen3, Gemma, Gemma2 (attention and final logit
-  softcapping, sliding + full layers), Mistral (a sliding window shorter than the runs), gpt-oss
-  (learned sink logits, MoE), Qwen2-MoE and Mixtral: greedy and sampled (temperature, top-k incl. 0 and
-  above the vocabulary, top-p incl. 0 and 1, min-p), 1-50 new tokens, prompts of 1-12 tokens,
+  softcapping, sliding + full layers), Gemma3, Mistral (a sliding window shorter than the runs), gpt-oss
+  (learned sink logits, MoE), Qwen2-MoE, Qwen3-MoE, Mixtral, Phi-3, OLMo-2 and Granite: greedy and sampled (temperature, top-k incl. 0 and
+  above the vocabulary, top-p incl. 1, min-p), 1-50 new tokens, prompts of 1-12 tokens,
   batches of 1-4 rows left-padded to different lengths, no attention mask with the pad id in the
   prompt, EOS single / list (a row finishing while others go on), pad_token_id; float32 and bfloat16.
 - the logit filters (samplers/arm/warpers.py) vs transformers' warpers on logits with exact
@@ -52,6 +52,11 @@ ARCHS = {
     "qwen2_moe": ("qwen2_moe", dict(num_experts=4, num_experts_per_tok=2, moe_intermediate_size=16,
                                     shared_expert_intermediate_size=16)),
     "mixtral": ("mixtral", dict(num_local_experts=4, num_experts_per_tok=2)),
+    "qwen3_moe": ("qwen3_moe", dict(num_experts=4, num_experts_per_tok=2, moe_intermediate_size=16)),
+    "gemma3": ("gemma3_text", dict(TWO_KINDS, query_pre_attn_scalar=24)),
+    "phi3": ("phi3", {}),
+    "olmo2": ("olmo2", {}),
+    "granite": ("granite", dict(attention_multiplier=0.3)),
 }
 ARM_COMBOS = 24  # per architecture (float32); bfloat16: fewer, on three architectures
 
@@ -94,7 +99,7 @@ def arm_combo(rng: random.Random):
     kw = dict(max_new_tokens=rng.choice([1, 2, 5, 9, 14, 30, 50]))
     if rng.random() < 0.7:
         kw["do_sample"] = True
-        for name, values, chance in (("temperature", [0.3, 0.7, 1.0, 1.5], 0.6), ("top_p", [0.0, 0.5, 0.8, 0.95, 1.0], 0.5),
+        for name, values, chance in (("temperature", [0.3, 0.7, 1.0, 1.5], 0.6), ("top_p", [0.5, 0.8, 0.95, 1.0], 0.5),
                                      ("top_k", [0, 1, 5, 20, 200], 0.5), ("min_p", [0.0, 0.05, 0.3, 0.9], 0.3)):
             if rng.random() < chance:
                 kw[name] = rng.choice(values)
@@ -129,8 +134,10 @@ def run_arm_sweep(m, ref, rng: random.Random, n: int, tmp_path):
         torch.manual_seed(seed)
         plain = m.generate(ids, mask, **kw).sequences.tolist()
         torch.manual_seed(seed)
-        traced = m.generate(ids, mask, **kw, trace=tmp_path / f"{i}.arrow").sequences.tolist()
-        if plain != expected or traced != expected:
+        traced = m.generate(ids, mask, **kw, trace=tmp_path / f"{i}.arrow")
+        steps = sinklens.open_trace(traced.trace_path).num_steps  # one record per generated token
+        traced = traced.sequences.tolist()
+        if plain != expected or traced != expected or steps != len(expected[0]) - ids.shape[1]:
             bad.append(f"combo {i}: prompt {tuple(ids.shape)} mask {None if mask is None else mask.sum(1).tolist()} "
                        f"{kw} seed {seed}\n  transformers {expected}\n  plain {plain}\n  traced {traced}")
         pad = kw.get("pad_token_id", 0)
@@ -186,6 +193,13 @@ def test_warpers_keep_what_transformers_keeps():
                         torch.testing.assert_close(got[~torch.isinf(got)], expected[~torch.isinf(expected)], rtol=0, atol=0)
     # the boundary Dream's filter draws differently: mass before token 1 is exactly 0.5 = top_p
     assert torch.isinf(warp(exact[:1], 1.0, 0, 0.5, None)).tolist() == [[False, True, True, True]]
+
+
+def test_arm_refuses_top_p_zero_in_one_line(arm_models):
+    """transformers reads top_p=0 as "the most likely token only"; sinklens refuses it (top_k=1 is that)."""
+    m, _ = arm_models("llama")
+    with pytest.raises(ValueError, match=r"^top_p must be in \(0, 1\], got 0.0$"):
+        m.generate(torch.tensor([[5, 6]]), do_sample=True, top_p=0.0)
 
 
 @pytest.fixture(scope="module")
@@ -305,8 +319,10 @@ def run_dg_sweep(m, ref, rng: random.Random, n: int, tmp_path):
         torch.manual_seed(seed)
         plain = m.generate(ids, mask, **kw).sequences.tolist()
         torch.manual_seed(seed)
-        traced = m.generate(ids, mask, **kw, trace=tmp_path / f"{i}.arrow").sequences.tolist()
-        if plain != expected or traced != expected:
+        traced = m.generate(ids, mask, **kw, trace=tmp_path / f"{i}.arrow")
+        steps = sinklens.open_trace(traced.trace_path).num_steps, traced.num_steps  # one record per denoising step
+        traced = traced.sequences.tolist()
+        if plain != expected or traced != expected or steps[0] != steps[1]:
             bad.append(f"combo {i}: prompt {tuple(ids.shape)} {kw} seed {seed}\n  transformers {expected}\n"
                        f"  plain {plain}\n  traced {traced}")
     return bad
