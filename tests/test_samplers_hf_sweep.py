@@ -7,8 +7,9 @@ never change a token.
 
 - ARM sampler vs `model.generate` on Llama, Qwen2, Qwen3, Gemma, Gemma2 (attention and final logit
   softcapping, sliding + full layers), Gemma3, Mistral (a sliding window shorter than the runs), gpt-oss
-  (learned sink logits, MoE), Qwen2-MoE, Qwen3-MoE, Mixtral, Phi-3, OLMo-2 and Granite: greedy and sampled (temperature, top-k incl. 0 and
-  above the vocabulary, top-p incl. 1, min-p), 1-50 new tokens, prompts of 1-12 tokens,
+  (learned sink logits, MoE), Qwen2-MoE, Qwen3-MoE, Mixtral, Phi-3, OLMo-2 and Granite: greedy and
+  sampled (temperature, top-k incl. 0 and above the vocabulary, top-p incl. 1, min-p), 1-50 new
+  tokens, prompts of 1-12 tokens,
   batches of 1-4 rows left-padded to different lengths, no attention mask with the pad id in the
   prompt, EOS single / list (a row finishing while others go on), pad_token_id; float32 and bfloat16.
 - the logit filters (samplers/arm/warpers.py) vs transformers' warpers on logits with exact
@@ -190,7 +191,8 @@ def test_warpers_keep_what_transformers_keeps():
                         expected = LogitsProcessorList(procs)(None, logits.clone())
                         got = warp(logits.clone(), temperature, top_k, top_p, min_p)
                         assert torch.equal(torch.isinf(got), torch.isinf(expected)), (temperature, top_k, top_p, min_p)
-                        torch.testing.assert_close(got[~torch.isinf(got)], expected[~torch.isinf(expected)], rtol=0, atol=0)
+                        kept = ~torch.isinf(got)
+                        torch.testing.assert_close(got[kept], expected[kept], rtol=0, atol=0)
     # the boundary Dream's filter draws differently: mass before token 1 is exactly 0.5 = top_p
     assert torch.isinf(warp(exact[:1], 1.0, 0, 0.5, None)).tolist() == [[False, True, True, True]]
 
@@ -248,7 +250,8 @@ DG_VISION = dict(model_type="gemma4_vision", hidden_size=16, intermediate_size=3
 def build_dg(folder, generation_config=None):
     from transformers import DiffusionGemmaConfig, DiffusionGemmaForBlockDiffusion
 
-    config = DiffusionGemmaConfig(text_config=DG_TEXT, vision_config=DG_VISION, canvas_length=DG_C, eos_token_id=[1, 50])
+    config = DiffusionGemmaConfig(text_config=DG_TEXT, vision_config=DG_VISION, canvas_length=DG_C,
+                                  eos_token_id=[1, 50])  # a top-level EOS list, as the hub's configs
     torch.manual_seed(0)
     model = DiffusionGemmaForBlockDiffusion(config)
     if generation_config is not None:

@@ -20,10 +20,14 @@ class ARMConfig(SamplerConfig):
 
     max_new_tokens: int = param(32, int, "tokens to generate", min=1)
     do_sample: bool = param(False, bool, "sample instead of greedy")
-    temperature: float | None = param(None, float, "sampling temperature (with do_sample)", min=0)
-    top_p: float | None = param(None, float, "nucleus sampling mass", gt=0, max=1)
-    top_k: int | None = param(None, int, "sample among the top-k tokens (0: all)", min=0)
-    min_p: float | None = param(None, float, "drop tokens below min_p x the top token's probability", min=0, max=1)
+    temperature: float | None = param(None, float, "sampling temperature (with do_sample; unset: the checkpoint's, "
+                                      "else 1)", min=0)
+    top_p: float | None = param(None, float, "nucleus sampling mass (unset: the checkpoint's, else 1 = off)",
+                                gt=0, max=1)
+    top_k: int | None = param(None, int, "sample among the top-k tokens (0: all; unset: the checkpoint's, else 50)",
+                              min=0)
+    min_p: float | None = param(None, float, "drop tokens below min_p x the top token's probability (unset: the "
+                                "checkpoint's, else off)", min=0, max=1)
     eos_token_id: int | list[int] | None = param(None, "ids", "stop token id(s) (default: the model's)")
     pad_token_id: int | None = param(None, int, "fills a finished row (default: the model's pad, else the first "
                                      "stop id)", min=0)
