@@ -9,9 +9,9 @@ never change a token.
   softcapping, sliding + full layers), Gemma3, Mistral (a sliding window shorter than the runs), gpt-oss
   (learned sink logits, MoE), Qwen2-MoE, Qwen3-MoE, Mixtral, Phi-3, OLMo-2 and Granite: greedy and
   sampled (temperature, top-k incl. 0 and above the vocabulary, top-p incl. 1, min-p), 1-50 new
-  tokens, prompts of 1-12 tokens,
-  batches of 1-4 rows left-padded to different lengths, no attention mask with the pad id in the
-  prompt, EOS single / list (a row finishing while others go on), pad_token_id; float32 and bfloat16.
+  tokens, prompts of 1-12 tokens, batches of 1-4 rows left-padded to different lengths (some
+  right-padded or with holes), no attention mask with the pad id in the prompt, EOS single / list
+  (a row finishing while others go on), pad_token_id; float32 and bfloat16.
 - the logit filters (samplers/arm/warpers.py) vs transformers' warpers on logits with exact
   top-p boundaries and ties.
 - the checkpoint's generation_config.json: its sampling settings apply once do_sample=True; its
@@ -93,6 +93,11 @@ def arm_combo(rng: random.Random):
     lengths = [P] + [rng.randint(1, P) for _ in range(B - 1)]
     rng.shuffle(lengths)
     mask = torch.tensor([[0] * (P - n) + [1] * n for n in lengths])
+    kind = rng.random()
+    if kind < 0.1:  # right padding: transformers generates on from the pad row (it warns); so must we
+        mask = mask.flip(1)
+    elif kind < 0.2:  # holes anywhere, an all-pad row possible
+        mask = torch.tensor([[int(rng.random() < 0.7) for _ in range(P)] for _ in range(B)])
     ids = torch.tensor([[rng.randrange(3, V) for _ in range(P)] for _ in range(B)]) * mask  # pads: id 0
     if rng.random() < 0.2:  # no mask: transformers infers it from the pad id (0) in the prompt
         ids[0, 0] = 0 if rng.random() < 0.5 else ids[0, 0]
@@ -123,7 +128,7 @@ def stop_settings(rng: random.Random, free: torch.Tensor, P: int) -> dict:
 
 def run_arm_sweep(m, ref, rng: random.Random, n: int, tmp_path):
     """n random combos; returns (mismatches, coverage counts)."""
-    bad, seen = [], {"early_stop": 0, "sampled": 0, "inferred_mask": 0, "one_token_prompt": 0}
+    bad, seen = [], {"early_stop": 0, "sampled": 0, "inferred_mask": 0, "one_token_prompt": 0, "right_padded": 0}
     for i in range(n):
         ids, mask, kw = arm_combo(rng)
         seed = rng.randrange(1000)
@@ -147,6 +152,7 @@ def run_arm_sweep(m, ref, rng: random.Random, n: int, tmp_path):
         seen["sampled"] += bool(kw.get("do_sample"))
         seen["inferred_mask"] += mask is None and bool((ids == 0).any())
         seen["one_token_prompt"] += ids.shape[1] == 1
+        seen["right_padded"] += mask is not None and bool((mask[:, -1] == 0).any())
     return bad, seen
 
 
@@ -163,7 +169,7 @@ def test_arm_sweep_reaches_early_stops_and_inferred_masks(arm_models, tmp_path):
     m, ref = arm_models("llama")
     bad, seen = run_arm_sweep(m, ref, random.Random(7), 40, tmp_path)
     assert not bad, "\n".join(bad)
-    assert seen["early_stop"] >= 2 and seen["inferred_mask"] >= 2, seen
+    assert seen["early_stop"] >= 2 and seen["inferred_mask"] >= 2 and seen["right_padded"] >= 2, seen
 
 
 @pytest.mark.parametrize("name", ["llama", "gemma2", "gpt_oss"])

@@ -44,6 +44,13 @@ def resolve(config: ARMConfig, model) -> dict:
     return out
 
 
+def prompt_positions(attention_mask: torch.Tensor) -> torch.Tensor:
+    """(B, P) position ids of the prompt as transformers' generate counts them: real tokens from 0
+    after the left padding, pads 0."""
+    mask = attention_mask.long()
+    return (mask.cumsum(-1) - 1).masked_fill(mask == 0, 0)
+
+
 def next_tokens(logits: torch.Tensor, do_sample: bool, settings: dict) -> torch.Tensor:
     """(B, V) float32 logits of the last position -> (B,) next token ids."""
     if not do_sample:
@@ -98,7 +105,9 @@ def sample(model, input_ids, config: ARMConfig, attention_mask=None, *, trace=No
             real = am.bool()  # (B, S)
             not_masked = torch.zeros_like(real)
             hook_req = all_hooks.before_step(step, seq, not_masked, real)
-            positions = model.position_ids_for(am)  # (B, S) left padding: count from the first real token
+            # (B, S) transformers' generate: the prompt counts real tokens (pads 0), each new token is
+            # the previous position + 1 (so after a right-padded prompt it continues from the pad's 0)
+            positions = prompt_positions(am) if step == 0 else torch.cat([positions, positions[:, -1:] + 1], dim=1)
             if step == 0:  # prefill: every real prompt row is a query
                 feed, feed_pos, qmask = seq, positions, real
                 query_positions = [torch.nonzero(r).squeeze(1) for r in real]
