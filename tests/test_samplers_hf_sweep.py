@@ -18,8 +18,8 @@ never change a token.
   do_sample=True alone does not make sinklens sample (deliberate: strict xfail, docs/samplers.md).
 - DiffusionGemma sampler vs `DiffusionGemmaForBlockDiffusion.generate`: random max_new_tokens (on and
   off the canvas grid), max_denoising_steps, entropy_bound, t_min / t_max, stability / confidence
-  thresholds, EOS / pad, left padding, batch sizes, float32 and bfloat16, and a stored
-  generation_config (max_length included).
+  thresholds, EOS / pad, left padding (some right padding, holes), batch sizes, float32 and
+  bfloat16, and a stored generation_config (max_length included).
 """
 from __future__ import annotations
 
@@ -293,8 +293,13 @@ def dg_combo(rng: random.Random):
     lengths = [P] + [rng.randint(1, P) for _ in range(B - 1)]
     rng.shuffle(lengths)
     mask = torch.tensor([[0] * (P - n) + [1] * n for n in lengths])
+    kind = rng.random()
+    if kind < 0.1:  # right padding
+        mask = mask.flip(1)
+    elif kind < 0.2:  # holes anywhere
+        mask = torch.tensor([[int(rng.random() < 0.7) for _ in range(P)] for _ in range(B)])
     ids = torch.tensor([[rng.randrange(3, DG_V) for _ in range(P)] for _ in range(B)]) * mask
-    if rng.random() < 0.15 and all(n == P for n in lengths):
+    if rng.random() < 0.15 and bool(mask.all()):
         mask = None
     kw = dict(max_new_tokens=rng.choice([1, 5, 8, 9, 16, 24]), max_denoising_steps=rng.choice([1, 2, 3, 5, 8]))
     if rng.random() < 0.5:
