@@ -15,7 +15,8 @@ never change a token.
 - the logit filters (samplers/arm/warpers.py) vs transformers' warpers on logits with exact
   top-p boundaries and ties.
 - the checkpoint's generation_config.json: its sampling settings apply once do_sample=True; its
-  do_sample=True alone does not make sinklens sample (deliberate: strict xfail, docs/samplers.md).
+  do_sample=True alone does not make sinklens sample, and sinklens' default length is not generate's
+  (deliberate: strict xfails, docs/samplers.md).
 - DiffusionGemma sampler vs `DiffusionGemmaForBlockDiffusion.generate`: random max_new_tokens (on and
   off the canvas grid), max_denoising_steps, entropy_bound, t_min / t_max, stability / confidence
   thresholds, EOS / pad, left padding (some right padding, holes), batch sizes, float32 and
@@ -230,8 +231,9 @@ def test_arm_reads_the_checkpoint_generation_config(configured_arm, kw):
     assert m.generate(ids, max_new_tokens=20, **kw).sequences.tolist() == expected.tolist()
 
 
-@pytest.mark.xfail(strict=True, reason="deliberate: sinklens decodes greedily unless do_sample=True is passed, even "
-                   "when the checkpoint's generation_config.json sets do_sample (docs/samplers.md, ARM)")
+@pytest.mark.xfail(strict=True, raises=AssertionError,
+                   reason="deliberate: sinklens decodes greedily unless do_sample=True is passed, even when the "
+                   "checkpoint's generation_config.json sets do_sample (docs/samplers.md, ARM)")
 def test_arm_default_samples_when_the_checkpoint_says_so(configured_arm):
     m, ref = configured_arm
     ids = torch.randint(3, V, (2, 5), generator=torch.Generator().manual_seed(0))
@@ -239,6 +241,15 @@ def test_arm_default_samples_when_the_checkpoint_says_so(configured_arm):
     expected = ref.generate(ids, max_new_tokens=20)
     torch.manual_seed(3)
     assert m.generate(ids, max_new_tokens=20).sequences.tolist() == expected.tolist()
+
+
+@pytest.mark.xfail(strict=True, raises=AssertionError,
+                   reason="deliberate: with no max_new_tokens sinklens generates 32 new tokens; generate stops at "
+                   "max_length 20 including the prompt (docs/samplers.md, ARM)")
+def test_arm_default_length_is_generates(arm_models):
+    m, ref = arm_models("llama")
+    ids = torch.randint(3, V, (1, 5), generator=torch.Generator().manual_seed(0))
+    assert m.generate(ids, eos_token_id=[]).sequences.tolist() == ref.generate(ids, eos_token_id=[]).tolist()
 
 
 # ---------------------------------------------------------------------------------------------- DiffusionGemma
