@@ -34,6 +34,7 @@ from transformers.generation.logits_process import (MinPLogitsWarper, Temperatur
                                                     TopPLogitsWarper)
 
 import sinklens
+from sinklens.samplers import CaptureOptions
 from sinklens.samplers.arm.warpers import warp
 
 torch.set_num_threads(1)  # tiny models: threads only contend on the shared 2-core machine
@@ -141,7 +142,8 @@ def run_arm_sweep(m, ref, rng: random.Random, n: int, tmp_path):
         torch.manual_seed(seed)
         plain = m.generate(ids, mask, **kw).sequences.tolist()
         torch.manual_seed(seed)
-        traced = m.generate(ids, mask, **kw, trace=tmp_path / f"{i}.arrow")
+        capture = CaptureOptions(capture_prefix=i % 2 == 1, map_slices=((1, 0),))  # every other: all prefix rows
+        traced = m.generate(ids, mask, **kw, trace=tmp_path / f"{i}.arrow", capture=capture)
         steps = sinklens.open_trace(traced.trace_path).num_steps  # one record per generated token
         traced = traced.sequences.tolist()
         if plain != expected or traced != expected or steps != len(expected[0]) - ids.shape[1]:
@@ -344,7 +346,8 @@ def run_dg_sweep(m, ref, rng: random.Random, n: int, tmp_path):
         torch.manual_seed(seed)
         plain = m.generate(ids, mask, **kw).sequences.tolist()
         torch.manual_seed(seed)
-        traced = m.generate(ids, mask, **kw, trace=tmp_path / f"{i}.arrow")
+        traced = m.generate(ids, mask, **kw, trace=tmp_path / f"{i}.arrow",
+                            capture=CaptureOptions(map_slices=((2, 1),), query_chunk=3))
         steps = sinklens.open_trace(traced.trace_path).num_steps, traced.num_steps  # one record per denoising step
         traced = traced.sequences.tolist()
         if plain != expected or traced != expected or steps[0] != steps[1]:

@@ -64,7 +64,8 @@ def sample(model, input_ids, config: ARMConfig, attention_mask=None, *, trace=No
            capture: base.CaptureOptions | None = None, progress: bool = False) -> base.GenerateOutput:
     """Greedy (default) or sampled decoding of a causal model through the sinklens attention.
 
-    input_ids (B, P), left-padded with attention_mask (B, P) for batches of unequal prompts.
+    input_ids (B, P), left-padded with attention_mask (B, P) for batches of unequal prompts (other
+        padding runs too, positioned as `generate` positions it: `prompt_positions`).
     config.eos_token_id: stop token id(s) (default: the model's stop ids - EOS, end of turn - or
         its EOS id; none known = never stop early).
     """
