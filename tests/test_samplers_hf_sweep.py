@@ -8,7 +8,7 @@ never change a token.
 - ARM sampler vs `model.generate` on Llama, Qwen2, Qwen3, Gemma, Gemma2 (attention and final logit
   softcapping, sliding + full layers), Gemma3, Mistral (a sliding window shorter than the runs), gpt-oss
   (learned sink logits, MoE), Qwen2-MoE, Qwen3-MoE, Mixtral, Phi-3, OLMo-2 and Granite: greedy and
-  sampled (temperature, top-k incl. 0 and above the vocabulary, top-p incl. 1, min-p), 1-50 new
+  sampled (temperature, top-k incl. 0 and above the vocabulary, top-p incl. 0 and 1, min-p), 1-50 new
   tokens, prompts of 1-12 tokens, batches of 1-4 rows left-padded to different lengths (some
   right-padded or with holes), no attention mask with the pad id in the prompt, EOS single / list
   (a row finishing while others go on), pad_token_id; float32 and bfloat16.
@@ -96,9 +96,9 @@ def arm_combo(rng: random.Random):
     rng.shuffle(lengths)
     mask = torch.tensor([[0] * (P - n) + [1] * n for n in lengths])
     kind = rng.random()
-    if kind < 0.1:  # right padding: transformers generates on from the pad row (it warns); so must we
+    if kind < 0.15:  # right padding: transformers generates on from the pad row (it warns); so must we
         mask = mask.flip(1)
-    elif kind < 0.2:  # holes anywhere, an all-pad row possible
+    elif kind < 0.25:  # holes anywhere, an all-pad row possible
         mask = torch.tensor([[int(rng.random() < 0.7) for _ in range(P)] for _ in range(B)])
     ids = torch.tensor([[rng.randrange(3, V) for _ in range(P)] for _ in range(B)]) * mask  # pads: id 0
     if rng.random() < 0.2:  # no mask: transformers infers it from the pad id (0) in the prompt
@@ -107,7 +107,8 @@ def arm_combo(rng: random.Random):
     kw = dict(max_new_tokens=rng.choice([1, 2, 5, 9, 14, 30, 50]))
     if rng.random() < 0.7:
         kw["do_sample"] = True
-        for name, values, chance in (("temperature", [0.3, 0.7, 1.0, 1.5], 0.6), ("top_p", [0.5, 0.8, 0.95, 1.0], 0.5),
+        for name, values, chance in (("temperature", [0.3, 0.7, 1.0, 1.5], 0.6),
+                                     ("top_p", [0.0, 0.5, 0.8, 0.95, 1.0], 0.5),
                                      ("top_k", [0, 1, 5, 20, 200], 0.5), ("min_p", [0.0, 0.05, 0.3, 0.9], 0.3)):
             if rng.random() < chance:
                 kw[name] = rng.choice(values)
@@ -170,7 +171,7 @@ def test_arm_equals_transformers_generate(arm_models, name, tmp_path):
 def test_arm_sweep_reaches_early_stops_and_inferred_masks(arm_models, tmp_path):
     """Coverage of the rarer branches, on one architecture with more combos."""
     m, ref = arm_models("llama")
-    bad, seen = run_arm_sweep(m, ref, random.Random(7), 40, tmp_path)
+    bad, seen = run_arm_sweep(m, ref, random.Random(8), 40, tmp_path)
     assert not bad, "\n".join(bad)
     assert seen["early_stop"] >= 2 and seen["inferred_mask"] >= 2 and seen["right_padded"] >= 2, seen
 
@@ -204,13 +205,6 @@ def test_warpers_keep_what_transformers_keeps():
                         torch.testing.assert_close(got[kept], expected[kept], rtol=0, atol=0)
     # the boundary Dream's filter draws differently: mass before token 1 is exactly 0.5 = top_p
     assert torch.isinf(warp(exact[:1], 1.0, 0, 0.5, None)).tolist() == [[False, True, True, True]]
-
-
-def test_arm_refuses_top_p_zero_in_one_line(arm_models):
-    """transformers reads top_p=0 as "the most likely token only"; sinklens refuses it (top_k=1 is that)."""
-    m, _ = arm_models("llama")
-    with pytest.raises(ValueError, match=r"^top_p must be in \(0, 1\], got 0.0$"):
-        m.generate(torch.tensor([[5, 6]]), do_sample=True, top_p=0.0)
 
 
 @pytest.fixture(scope="module")

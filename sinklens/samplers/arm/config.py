@@ -22,8 +22,8 @@ class ARMConfig(SamplerConfig):
     do_sample: bool = param(False, bool, "sample instead of greedy")
     temperature: float | None = param(None, float, "sampling temperature (with do_sample; unset: the checkpoint's, "
                                       "else 1)", min=0)
-    top_p: float | None = param(None, float, "nucleus sampling mass (unset: the checkpoint's, else 1 = off)",
-                                gt=0, max=1)
+    top_p: float | None = param(None, float, "nucleus sampling mass (0: the top token only; unset: the "
+                                "checkpoint's, else 1 = off)", min=0, max=1)
     top_k: int | None = param(None, int, "sample among the top-k tokens (0: all; unset: the checkpoint's, else 50)",
                               min=0)
     min_p: float | None = param(None, float, "drop tokens below min_p x the top token's probability (unset: the "
