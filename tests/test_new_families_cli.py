@@ -36,10 +36,16 @@ def test_trace_report_and_masked_eval(tmp_path, name, flags):
 
 
 def test_a_shared_flag_takes_each_samplers_range(capsys):
-    """--top-k is >= 1 for an ARM and >= 0 for SDAR: 0 reaches SDAR, -1 is one error line."""
+    """--top-k is >= 1 for an ARM and >= 0 for SDAR: 0 reaches SDAR; -1, which no sampler takes, is one
+    error line before any model loads; 0 for an ARM is its sampler's own one line."""
     sdar = str(FIXTURES / "sdar")
     common = ["--input-ids", "1,2,3", "--gen-length", "4", "--block-length", "4", "--denoising-steps", "2", "-q"]
     assert main(["generate", "--model", sdar, "--top-k", "0", *common]) == 0
     capsys.readouterr()
-    assert main(["generate", "--model", sdar, "--top-k", "-1", *common]) == 2
-    assert "top_k must be an integer >= 0" in capsys.readouterr().err
+    with pytest.raises(SystemExit) as e:
+        main(["generate", "--model", sdar, "--top-k", "-1", *common])
+    err = capsys.readouterr().err.strip().splitlines()
+    assert e.value.code == 2 and len(err) == 1 and "argument --top-k: must be an integer >= 0, got -1" in err[0]
+    assert main(["generate", "--model", "tiny-arm", "--top-k", "0", "--do-sample", "--input-ids", "1,2", "-q"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "top_k must be" in err[0], err

@@ -55,7 +55,10 @@ def test_trace_writes_a_readable_trace(fixtures_dir, tmp_path, capsys):
     (["--prompt", "hello"], "has no tokenizer: pass --input-ids"),
     (["--input-ids", "1,2", "--alg", "nope"], r"argument --alg: must be one of \['origin'"),
     (["--input-ids", "1,2", "--steps", "0"], r"argument --steps: must be a positive integer, got 0"),
-    (["--input-ids", "1,2", "--top-p", "nan"], r"argument --top-p: must be in \(0, 1\], got nan"),
+    # a flag several samplers share takes what any of them does (LLaDA2's top_p includes 0) ...
+    (["--input-ids", "1,2", "--top-p", "nan"], r"argument --top-p: must be in \[0, 1\], got nan"),
+    # ... and the model's own sampler checks its range (Dream: (0, 1])
+    (["--input-ids", "1,2", "--top-p", "0"], r"top_p must be in \(0, 1\], got 0"),
 ])
 def test_bad_cli_input_is_a_clear_error(fixtures_dir, argv, match, capsys):
     try:

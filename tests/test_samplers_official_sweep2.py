@@ -24,7 +24,10 @@ SWEEP = HERE / "official_sweep2"
 CHECKPOINT = {"llada2": HERE / "llada2", "sdar": HERE / "sdar"}
 FILES = ("llada2", "llada2_bf16", "llada2_topk4", "sdar", "sdar_bf16", "sdar_fp16")
 CASES = [(f, c) for f in FILES for c in json.loads((SWEEP / f"{f}.json").read_text())["cases"]]
-RUNS = [(f, c) for f, c in CASES if "error" not in c]
+# Deliberately refused although the official call runs: steps=0 (its generate() returns the masks
+# untouched; sinklens says in one line that steps must be a positive integer, docs/samplers.md).
+REFUSED = {("llada2", "v20_steps0"), ("llada2", "v21_steps0")}
+RUNS = [(f, c) for f, c in CASES if "error" not in c and (f, c["name"]) not in REFUSED]
 FAILS = [(f, c) for f, c in CASES if "error" in c]
 
 
@@ -100,3 +103,13 @@ def test_fails_in_one_line_where_the_official_call_fails(models, file, case):
     with pytest.raises((ValueError, TypeError)) as err:
         run(models(file, case), file, case, capture=False)
     assert "\n" not in str(err.value) and len(str(err.value)) < 300
+
+
+@pytest.mark.parametrize("file,name", sorted(REFUSED))
+def test_steps_zero_is_refused_in_one_line(models, file, name):
+    """steps=0, which the official LLaDA2 generate() takes (and returns the canvas of masks), is a
+    mistake sinklens names in one line instead."""
+    case = next(c for f, c in CASES if (f, c["name"]) == (file, name))
+    assert case["arguments"]["steps"] == 0
+    with pytest.raises(ValueError, match="steps must be a positive integer, got 0"):
+        run(models(file, case), file, case, capture=False)

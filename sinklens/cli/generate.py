@@ -44,8 +44,8 @@ def add_sampler_flags(parser: argparse.ArgumentParser, exclude: tuple[str, ...] 
         helps = {f.metadata["help"] for _, f in uses}
         text = helps.pop() if len(helps) == 1 else "; ".join(f"{s}: {f.metadata['help']}" for s, f in uses)
         ranges = {expected(f.metadata) for _, f in uses}
-        if len(ranges) > 1:  # samplers differ (top_k: >= 1 for an ARM, >= 0 for SDAR): each config checks its own
-            meta.update(min=None, gt=None, max=None, lt=None)
+        if len(ranges) > 1:  # samplers differ (top_k: >= 1 for an ARM, >= 0 for SDAR): the flag takes what any
+            meta.update(_loosest_range([f.metadata for _, f in uses]))   # of them does, each config checks its own
             text += "; " + ", ".join(f"{s}: {expected(f.metadata)}" for s, f in uses)
         elif meta["type"] is not bool and not meta["choices"]:
             text += f"; {expected(meta)}"
@@ -53,6 +53,21 @@ def add_sampler_flags(parser: argparse.ArgumentParser, exclude: tuple[str, ...] 
                                                   for s, f in uses) + "]"
         add_field_flag(group, "--" + name.replace("_", "-"), name, meta, None, text)
     return list(by_name)
+
+
+def _loosest_range(metas: list[dict]) -> dict:
+    """The range (min / gt, max / lt) of a flag several samplers share: every value one of them accepts
+    (top_p: [0, 1] where LLaDA2 takes 0 and Dream (0, 1]), so the command line refuses before loading a
+    model only what no sampler takes, and the model's sampler config checks its own range."""
+    def bound(inclusive: str, strict: str, pick):
+        ends = [(m.get(inclusive), True) if m.get(inclusive) is not None else
+                (m.get(strict), False) if m.get(strict) is not None else None for m in metas]
+        if any(e is None for e in ends):   # one sampler has no bound on this side
+            return {inclusive: None, strict: None}
+        value = pick(v for v, _ in ends)
+        closed = any(v == value and inc for v, inc in ends)
+        return {inclusive: value if closed else None, strict: None if closed else value}
+    return {**bound("min", "gt", min), **bound("max", "lt", max)}
 
 
 def sampler_args(args: argparse.Namespace, names: list[str]) -> dict:

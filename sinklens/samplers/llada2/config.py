@@ -17,7 +17,7 @@ class LLaDA2Config(SamplerConfig):
     gen_length: int = param(2048, int, "at most this many tokens after the prompt", min=1)
     block_length: int = param(32, int, "block size of the block-causal mask (blocks counted from position 0)", min=1)
     steps: int = param(32, int, "at most this many denoising steps per block (capped at gen_length // minimal_topk; "
-                                "0 = none: the masks come back, as the official code)", min=0)
+                                "the official code also takes 0 and returns the masks: refused here)", min=1)
     threshold: float = param(0.95, float, "a masked position whose confidence exceeds this commits (any value, as "
                                           "the official code: <= 0 commits every masked position)")
     minimal_topk: int = param(1, int, "caps steps at gen_length // minimal_topk", min=1)

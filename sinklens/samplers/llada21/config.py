@@ -23,7 +23,7 @@ class LLaDA21Config(SamplerConfig):
     gen_length: int = param(2048, int, "at most this many tokens after the prompt", min=1)
     block_length: int = param(32, int, "block size of the block-causal mask (blocks counted from position 0)", min=1)
     steps: int = param(32, int, "accepted and capped like LLaDA2.0's, but unused (as in the official code: "
-                                "blocks run until done)", min=0)
+                                "blocks run until done)", min=1)
     threshold: float = param(0.95, float, "a masked position whose confidence exceeds this commits (any value, as "
                                           "the official code: <= 0 commits every masked position)")
     editing_threshold: float | None = param(0.9, float, "an unmasked generated token is rewritten when the model's "
