@@ -36,8 +36,9 @@ def test_trace_report_and_masked_eval(tmp_path, name, flags):
 
 
 def test_a_shared_flag_takes_each_samplers_range(capsys):
-    """--top-k is >= 1 for an ARM and >= 0 for SDAR: 0 reaches SDAR; -1, which no sampler takes, is one
-    error line before any model loads; 0 for an ARM is its sampler's own one line."""
+    """--top-k is >= 0 for SDAR (and for an ARM, where 0 = off as in transformers): 0 reaches SDAR; -1,
+    which no sampler takes, is one error line before any model loads; --temperature 0, which LLaDA
+    takes, is the ARM sampler's own one line when it samples."""
     sdar = str(FIXTURES / "sdar")
     common = ["--input-ids", "1,2,3", "--gen-length", "4", "--block-length", "4", "--denoising-steps", "2", "-q"]
     assert main(["generate", "--model", sdar, "--top-k", "0", *common]) == 0
@@ -46,6 +47,6 @@ def test_a_shared_flag_takes_each_samplers_range(capsys):
         main(["generate", "--model", sdar, "--top-k", "-1", *common])
     err = capsys.readouterr().err.strip().splitlines()
     assert e.value.code == 2 and len(err) == 1 and "argument --top-k: must be an integer >= 0, got -1" in err[0]
-    assert main(["generate", "--model", "tiny-arm", "--top-k", "0", "--do-sample", "--input-ids", "1,2", "-q"]) == 2
+    assert main(["generate", "--model", "tiny-arm", "--temperature", "0", "--do-sample", "--input-ids", "1,2", "-q"]) == 2
     err = capsys.readouterr().err.strip().splitlines()
-    assert len(err) == 1 and "top_k must be" in err[0], err
+    assert len(err) == 1 and "needs temperature > 0" in err[0], err
