@@ -47,6 +47,7 @@ def test_a_shared_flag_takes_each_samplers_range(capsys):
         main(["generate", "--model", sdar, "--top-k", "-1", *common])
     err = capsys.readouterr().err.strip().splitlines()
     assert e.value.code == 2 and len(err) == 1 and "argument --top-k: must be an integer >= 0, got -1" in err[0]
-    assert main(["generate", "--model", "tiny-arm", "--temperature", "0", "--do-sample", "--input-ids", "1,2", "-q"]) == 2
+    arm = ["generate", "--model", "tiny-arm", "--input-ids", "1,2", "-q"]
+    assert main([*arm, "--temperature", "0", "--do-sample"]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and "needs temperature > 0" in err[0], err
