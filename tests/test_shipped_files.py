@@ -116,3 +116,22 @@ def test_nothing_a_user_reads_points_beside_the_repository():
     hits = [f"{p.relative_to(REPO)}" for p in shipped_files()
             if p.parts[len(REPO.parts)] != "tests" and beside.search(_text(p) or "")]
     assert hits == []
+
+
+def test_shipped_models_generation_configs_name_their_own_end_and_pad_ids():
+    """A shipped folder's generation_config.json names the end / pad ids its config.json and tokenizer
+    do (transformers' own generate reads them from there: the ARM twins' said EOS 2, the mask token)."""
+    assets = PKG / "assets"
+    checked = 0
+    for folder in sorted(p for p in assets.iterdir() if (p / "config.json").exists()):
+        config = json.loads((folder / "config.json").read_text())
+        path = folder / "generation_config.json"
+        if not path.exists():
+            continue
+        gen = json.loads(path.read_text())
+        added = {t["content"]: t["id"] for t in json.loads((folder / "tokenizer.json").read_text())["added_tokens"]}
+        assert gen.get("eos_token_id") == config["eos_token_id"] == added["<|eos|>"], folder.name
+        assert gen.get("pad_token_id", config["pad_token_id"]) == config["pad_token_id"] == added["<|pad|>"], folder.name
+        assert gen.get("bos_token_id") == config.get("bos_token_id"), folder.name
+        checked += 1
+    assert checked >= 3  # the ARM twins

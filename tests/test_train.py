@@ -97,6 +97,21 @@ def test_llada_export_matches_official_names_shapes_and_config(tmp_path):
     assert {k: list(v.shape) for k, v in sd.items()} == cases["parameter_shapes"]
 
 
+def test_arm_export_names_its_end_and_pad_ids_for_transformers_generate(tmp_path):
+    """The ARM folder's generation_config.json names the export's EOS / pad (transformers' generate
+    reads them there; it had kept the ids of the config the model was built with: EOS 2, BOS 1)."""
+    from transformers import AutoModelForCausalLM
+
+    from sinklens.train.model import save_llama_folder
+
+    model = build_model(ModelConfig(n_layers=1, d_model=32, n_heads=2, mlp_hidden=64, vocab_size=40), diffusion=False, seed=0)
+    save_llama_folder(model, tmp_path, eos_id=7, pad_id=5, dtype=torch.float32)
+    gen = json.loads((tmp_path / "generation_config.json").read_text())
+    assert (gen.get("eos_token_id"), gen.get("pad_token_id"), gen.get("bos_token_id")) == (7, 5, None)
+    loaded = AutoModelForCausalLM.from_pretrained(str(tmp_path))
+    assert (loaded.generation_config.eos_token_id, loaded.generation_config.pad_token_id) == (7, 5)
+
+
 def test_name_mapping_reproduces_official_logits():
     _, model = _fixture_model()
     ref = load_file(str(FIX / "logits.safetensors"))

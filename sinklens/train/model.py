@@ -102,6 +102,10 @@ def save_llama_folder(model: LlamaForCausalLM, folder: str | Path, *, eos_id: in
     import copy
     m = copy.deepcopy(model).to(dtype)
     m.config.eos_token_id, m.config.pad_token_id, m.config.bos_token_id = eos_id, pad_id, None
+    # the generation config was made from the config's defaults when the model was built (EOS 2, BOS 1):
+    # it must name the same ids, or transformers' own generate stops at another token
+    m.generation_config.eos_token_id, m.generation_config.pad_token_id = eos_id, pad_id
+    m.generation_config.bos_token_id = None
     m.save_pretrained(str(folder), safe_serialization=True)
 
 
