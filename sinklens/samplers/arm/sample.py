@@ -35,6 +35,7 @@ def resolve(config: ARMConfig, model) -> dict:
     """The sampling settings `generate` would use: the config's value, else the checkpoint's
     generation_config, else transformers' own default (read from transformers, not copied)."""
     gen = getattr(model.model, "generation_config", None)
+    # transformers' own table (a private function, present from 5.20, the lowest version declared, to 5.23)
     defaults = GenerationConfig._get_default_generation_params()
     out = {}
     for name in SAMPLING:
