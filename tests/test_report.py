@@ -223,3 +223,26 @@ def test_a_report_that_cannot_read_its_trace_makes_no_folder(tmp_path, capsys):
         assert main(["report", str(bad), "--out", str(out), "--quiet"]) == 2
         assert "Traceback" not in capsys.readouterr().err
         assert not out.exists()
+
+
+def test_report_never_overwrites_files_it_did_not_write(tmp_path, capsys):
+    """--out in a folder holding the user's own index.html / summary.md is refused before any work;
+    a report re-run into its own folder replaces its files."""
+    p = write_planted(tmp_path / "run.arrow", with_maps=False)
+    mine = tmp_path / "project"
+    mine.mkdir()
+    (mine / "index.html").write_text("<html>my page</html>")
+    (mine / "notes.txt").write_text("mine")
+    assert main(["report", str(p), "--out", str(mine), "--quiet"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "holds index.html that no sinklens report wrote" in err[0], err
+    assert (mine / "index.html").read_text() == "<html>my page</html>"
+    assert sorted(x.name for x in mine.iterdir()) == ["index.html", "notes.txt"]      # nothing written beside them
+    (mine / "summary.json").write_text('{"mine": 1}')                                 # not a report's summary either
+    assert main(["report", str(p), "--out", str(mine), "--quiet"]) == 2
+    assert "index.html, summary.json" in capsys.readouterr().err
+    out = tmp_path / "rep"
+    assert main(["report", str(p), "--out", str(out), "--quiet"]) == 0
+    (out / "notes.txt").write_text("mine")
+    assert main(["report", str(p), "--out", str(out), "--quiet"]) == 0                # its own folder: replaced
+    assert (out / "notes.txt").read_text() == "mine" and "sinklens_report" in (out / "summary.json").read_text()
