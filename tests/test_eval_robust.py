@@ -316,6 +316,25 @@ def test_summary_rows_keep_every_setting_and_put_controls_beside(tmp_path):
     assert len(csv_text.strip().splitlines()) == 1 + 5
 
 
+def test_summary_never_overwrites_files_it_did_not_write(tiny_dlm, tmp_path, capsys):
+    """--out holding the user's own summary.md is refused by eval before the model loads, and by
+    eval-summary; an earlier summary there is replaced."""
+    _fake_run(tmp_path / "runs", "a/k0", 0, 8, None, [True])
+    mine = tmp_path / "project"
+    mine.mkdir()
+    (mine / "summary.md").write_text("# my notes\n")
+    assert main(["eval-summary", str(tmp_path / "runs"), "--out", str(mine), "-q"]) == 2
+    err = error_lines(capsys.readouterr().err)
+    assert len(err) == 1 and "holds summary.md that no sinklens eval summary wrote" in err[0], err
+    assert main(["eval", "--model", tiny_dlm, "--out", str(mine), *FAST, "--limit", "1"]) == 2
+    assert "holds summary.md" in capsys.readouterr().err
+    assert sorted(p.name for p in mine.iterdir()) == ["summary.md"]          # no run started beside it
+    assert (mine / "summary.md").read_text() == "# my notes\n"
+    assert main(["eval-summary", str(tmp_path / "runs"), "-q"]) == 0         # into the runs' own folder
+    assert main(["eval-summary", str(tmp_path / "runs"), "-q"]) == 0         # and again: its own summary replaced
+    assert (tmp_path / "runs" / "summary.csv").read_text().startswith("model,task,mask_topk,")
+
+
 def test_summary_same_settings_in_two_folders_are_both_shown(tmp_path):
     _fake_run(tmp_path / "x", "k1", 1, 8, None, [True])
     _fake_run(tmp_path / "y", "k1", 1, 8, None, [False])

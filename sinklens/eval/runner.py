@@ -30,6 +30,7 @@ from sinklens.eval.config import EvalConfig, run_name  # EvalConfig: re-exported
 from sinklens.eval.dist import dist_state
 from sinklens.eval.loglik import reference_loglik, reference_loglik_l2r
 from sinklens.eval.settings import sampler_settings  # re-exported (corpus.py imports it from its home)
+from sinklens.eval.summary import check_summary_folder
 from sinklens.sandbox import SandboxConfig
 from sinklens.eval.tasks import get_task
 from sinklens.masking.policy import SinkMaskingPolicy
@@ -111,6 +112,7 @@ def run_eval(cfg: EvalConfig, model=None) -> list[str]:
     #    so a rejected run leaves nothing behind that could block the next, correct one.
     task = get_task(cfg.task)
     items, errors = task.load(cfg.data, cfg.limit)
+    check_summary_folder(cfg.out)  # its summary.md / .csv are written at the end: refused now, not after the run
     dist = dist_state(cfg.device)  # the launcher's processes (accelerate's state), or just this one
     if model is None:
         from sinklens.models.loader import load
