@@ -86,6 +86,24 @@ def test_bad_numbers_are_one_line_errors(argv, flag, tmp_path, capsys):
     assert not out.exists()
 
 
+@pytest.mark.parametrize("argv,expected", [
+    (["--task", "arith", "--shots", "3"], "--shots 3: task arith has no few-shot exemplars"),
+    (["--task", "humaneval", "--shots", "2"], "--shots 2: task humaneval has no few-shot exemplars"),
+    (["--task", "arith", "--sandbox-timeout", "3"], "--sandbox-timeout 3: task arith runs no code"),
+    (["--task", "gsm8k", "--data", str(GSM8K), "--sandbox-timeout", "30"], "task gsm8k runs no code"),
+])
+def test_a_flag_of_another_task_is_refused_not_ignored(argv, expected, tmp_path, capsys):
+    out = tmp_path / "out"
+    assert main(["eval", "--model", "tiny-dlm", *argv, "--out", str(out)]) == 2
+    err = error_lines(capsys.readouterr().err)
+    assert len(err) == 1 and expected in err[0], err
+    assert not out.exists()
+    # what holds for every task is accepted: no exemplars, the defaults
+    EvalConfig(model="m", task="arith", out=str(out), shots=0)
+    EvalConfig(model="m", task="humaneval", out=str(out), sandbox_timeout=30)
+    EvalConfig(model="m", task="gsm8k", out=str(out), shots=3)
+
+
 def test_library_rejects_zero_instead_of_defaulting(tmp_path):
     base = dict(model="m", task="gsm8k", out=str(tmp_path))
     for field, value in [("gen_length", 0), ("limit", 0), ("shots", 9),

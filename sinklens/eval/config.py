@@ -102,7 +102,7 @@ class EvalConfig:
     def __post_init__(self):
         from sinklens.eval.tasks import get_task
 
-        get_task(self.task)                                   # unknown task -> clear error first
+        task = get_task(self.task)                            # unknown task -> clear error first
         self.mask_topk = tuple(parse_k(k) for k in self.mask_topk)
         if not self.mask_topk:
             raise ValueError("--mask-topk must list at least one K (e.g. 0,1,5,10 or 1%)")
@@ -114,6 +114,14 @@ class EvalConfig:
         if self.sampler is not None and self.sampler not in SAMPLERS:
             raise ValueError(f"--sampler must be one of {', '.join(sorted(SAMPLERS))}, got {self.sampler!r}")
         check_sampler_args(self.sampler_args)
+        # a flag another task reads would be ignored here without a word: refused (its default, and
+        # --shots 0, "no exemplars", hold for every task)
+        default = {f.name: f.default for f in fields(self)}
+        if self.shots not in (0, default["shots"]) and not task.takes_shots:
+            raise ValueError(f"--shots {self.shots}: task {self.task} has no few-shot exemplars (--shots is GSM8K's)")
+        if self.sandbox_timeout != default["sandbox_timeout"] and not task.sandboxed:
+            raise ValueError(f"--sandbox-timeout {self.sandbox_timeout:g}: task {self.task} runs no code "
+                             "(--sandbox-timeout is HumanEval's)")
         if self.keep_traces and not self.attention_stats:
             raise ValueError("--keep-traces keeps traces of --attention-stats runs: add --attention-stats")
         if self.loglik_l2r and not self.loglik:
