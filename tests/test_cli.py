@@ -185,6 +185,8 @@ def _cases(d, fx):
         (["trace", "--model", llada, *ids, "--out", str(d / "file.txt" / "t.arrow")], 2, "is a file, not a folder"),
         (["trace", "--model", llada, *ids, "--out", str(d / "file.txt")], 2, "is not a trace; not overwriting"),
         (["generate", "--model", llada, "--prompt", " "], 2, "--prompt is empty"),
+        (["generate", "--model", llada, *ids, "--raw"], 2, "--raw goes with --prompt"),     # not silently dropped
+        (["trace", "--model", llada, *ids, "--raw", "--out", str(d / "raw.arrow")], 2, "--raw goes with --prompt"),
         (["generate", "--model", "no-such-model-anywhere", "--prompt", "hi"], 2, "no-such-model-anywhere"),
         (["generate", "--model", str(d / "broken-llada"), *ids], 2, "model.safetensors is not a readable safetensors"),
         (["generate", "--model", llada, *ids, "--steps", "0"], 2, "argument --steps: must be a positive integer"),
