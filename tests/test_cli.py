@@ -6,6 +6,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -56,6 +57,13 @@ def test_every_command_has_the_common_flags_and_every_flag_has_help():
     assert "arith" in sub.choices["eval"].format_help()   # every task is listed
     from sinklens.eval.tasks import TASKS
     assert all(t in sub.choices["eval"].format_help() for t in TASKS)
+    # as a user types them: a list comma-separated, an empty one not shown (was "(default: (0, 1, 5, 10))",
+    # "(default: ())", "(default: )")
+    for name, p in sub.choices.items():
+        text = " ".join(p.format_help().split())
+        assert not re.search(r"\(default: [(\[)]|\(default: \)", text), (name, re.findall(r"\(default: [^)]*\)", text))
+    assert "(default: 0,1,5,10)" in " ".join(sub.choices["replicate"].format_help().split())
+    assert "(default: 0,1,5,10)" in " ".join(sub.choices["study"].format_help().split())
 
 
 def test_every_eval_config_field_is_set_from_a_flag():
