@@ -353,6 +353,22 @@ def test_summary_never_overwrites_files_it_did_not_write(tiny_dlm, tmp_path, cap
     assert (tmp_path / "runs" / "summary.csv").read_text().startswith("model,task,mask_topk,")
 
 
+def test_summary_skips_a_corpus_run_beside_the_eval_runs(tmp_path, capsys):
+    """A `sinklens trace --prompts` folder also holds config.json + samples.rank0.jsonl, without
+    verdicts: eval-summary skips it (it failed with the bare line 'error: correct')."""
+    corpus = tmp_path / "runs" / "corpus"
+    corpus.mkdir(parents=True)
+    (corpus / "config.json").write_text(json.dumps({"sinklens_corpus": 1, "model": "m1", "num_layers": 2}))
+    (corpus / "samples.rank0.jsonl").write_text(json.dumps({"index": 0, "id": "line1", "parts": {}}) + "\n")
+    assert main(["eval-summary", str(tmp_path / "runs"), "-q"]) == 2
+    err = error_lines(capsys.readouterr().err)
+    assert len(err) == 1 and "no eval runs" in err[0], err
+    _fake_run(tmp_path / "runs", "m1/k0", 0, 8, None, [True, False])
+    md, _ = write_summary([str(tmp_path / "runs")], str(tmp_path / "runs"))
+    assert [line for line in md.splitlines() if line.startswith("| gsm8k")] == \
+        ["| gsm8k | Unmasked | 0.50 ± 0.50 (n=2) |"]
+
+
 def test_summary_same_settings_in_two_folders_are_both_shown(tmp_path):
     _fake_run(tmp_path / "x", "k1", 1, 8, None, [True])
     _fake_run(tmp_path / "y", "k1", 1, 8, None, [False])

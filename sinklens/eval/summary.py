@@ -43,9 +43,19 @@ def find_runs(paths: list[str]) -> list[str]:
         if not os.path.isdir(p):
             raise FileNotFoundError(f"eval output directory not found: {p!r}")
         for root, _, files in os.walk(p):
-            if "config.json" in files and records.shard_files(root):
+            if "config.json" in files and records.shard_files(root) and _is_eval_run(root):
                 runs.append(root)
     return sorted(runs)
+
+
+def _is_eval_run(run_dir: str) -> bool:
+    """config.json of an eval run (a corpus run's folder has one too, and record shards, but no verdicts)."""
+    try:
+        with open(os.path.join(run_dir, "config.json"), encoding="utf-8") as f:
+            meta = json.load(f)
+    except (OSError, ValueError):
+        return False
+    return isinstance(meta, dict) and {"model", "task", "mask_topk"} <= meta.keys()
 
 
 def _flatten(d: dict, prefix: str = "") -> dict:
