@@ -128,7 +128,9 @@ class EvalConfig:
             raise ValueError("--loglik-l2r scores the reference answer too: it cannot go with --no-loglik")
         if os.path.exists(self.out) and not os.path.isdir(self.out):
             raise ValueError(f"--out {self.out!r} is a file; expected a directory")
-        if self.data is not None and not os.path.isfile(self.data):
+        if self.data is not None and os.path.isdir(self.data) and not task.data_folder:
+            raise ValueError(f"--data {self.data!r} is a folder; expected a JSONL file")
+        if self.data is not None and not os.path.exists(self.data):
             raise FileNotFoundError(f"--data {self.data!r} does not exist (expected a JSONL file)")
         for k, control in self.runs():                        # validates every masking option
             self.masking(k, control)

@@ -24,6 +24,7 @@ class Task:
     check_source: Callable = lambda data: None   # (data) -> None; raises at once when the data cannot be had
     takes_shots: bool = False            # its prompt has few-shot exemplars (--shots)
     sandboxed: bool = False              # its verdict runs code in the sandbox (--sandbox-timeout)
+    data_folder: bool = False            # --data may be a folder (arith: a twin's run or exported folder)
 
 
 def _gsm8k_reference(item: dict, chat: bool) -> str:
@@ -62,7 +63,7 @@ TASKS = {
 }
 
 TASKS["arith"] = Task("arith", arith.load, arith.messages, arith.text, arith.reference, arith.judge,
-                      arith.gen_length())  # the tiny twins' held-out problems
+                      arith.gen_length(), data_folder=True)  # the tiny twins' held-out problems
 
 
 def get_task(name: str) -> Task:
