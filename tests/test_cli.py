@@ -217,6 +217,8 @@ def _cases(d, fx):
         (["train", "--kind", "gpt", "--out", str(d / "tr")], 2, "argument --kind"),
         (["lm-eval-task", "--data", str(d / "no.jsonl"), "--out", str(d / "tasks")], 2, "no.jsonl"),
         (["lm-eval-task", "--data", str(d / "file.txt"), "--out", str(d / "file.txt")], 2, "is a file"),
+        (["lm-eval-task", "--data", str(d / "file.txt"), "--out", str(d / "tasks")], 2,   # not GSM8K: no YAML
+         "no GSM8K problem (a {\"question\", \"answer\"} line)"),
         (["replicate", "--mask-topk", "-1"], 2, "argument --mask-topk"),
         (["study", "--run", "nolabel"], 2, "expected LABEL=FOLDER"),
         (["study", "--run", "../../x=tiny-arm", "--out", str(d / "st")], 2, "a label names files under --out"),
