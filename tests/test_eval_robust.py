@@ -375,3 +375,17 @@ def test_summary_same_settings_in_two_folders_are_both_shown(tmp_path):
     md, _ = render([summarize_run(str(tmp_path / d / "k1")) for d in "xy"])
     rows = [line for line in md.splitlines() if line.startswith("| gsm8k")]
     assert len(rows) == 2 and "run_dir=" in rows[0]
+
+
+def test_a_local_folder_typed_another_way_is_the_same_model(tmp_path):
+    """`--model ./m/` then `--model m` resume one run (they were refused as 'differs in [model]');
+    an alias or hub id is kept as given."""
+    from sinklens.eval.corpus import CorpusConfig
+
+    folder = tmp_path / "my-llada"
+    folder.mkdir()
+    names = {str(folder), str(folder) + "/", str(tmp_path / "." / "my-llada") + "//"}
+    assert {EvalConfig(model=n, task="arith", out=str(tmp_path / "o")).model for n in names} == {str(folder)}
+    assert {CorpusConfig(model=n, prompts="p.jsonl", out="o").model for n in names} == {str(folder)}
+    assert EvalConfig(model="GSAI-ML/LLaDA-8B-Instruct", task="arith", out=str(tmp_path / "o")).model == \
+        "GSAI-ML/LLaDA-8B-Instruct"

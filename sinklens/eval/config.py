@@ -12,6 +12,7 @@ from __future__ import annotations
 import os
 from dataclasses import MISSING, dataclass, field, fields
 
+from sinklens.eval.rundir import recorded_model_name
 from sinklens.masking.config import MaskingConfig
 from sinklens.models.options import LoadOptions
 from sinklens.params import check_value, flag_name, param, param_like
@@ -103,6 +104,7 @@ class EvalConfig:
         from sinklens.eval.tasks import get_task
 
         task = get_task(self.task)                            # unknown task -> clear error first
+        self.model = recorded_model_name(self.model)
         self.mask_topk = tuple(parse_k(k) for k in self.mask_topk)
         if not self.mask_topk:
             raise ValueError("--mask-topk must list at least one K (e.g. 0,1,5,10 or 1%)")
