@@ -221,6 +221,8 @@ def _cases(d, fx):
          "no GSM8K problem (a {\"question\", \"answer\"} line)"),
         (["replicate", "--mask-topk", "-1"], 2, "argument --mask-topk"),
         (["study", "--run", "nolabel"], 2, "expected LABEL=FOLDER"),
+        (["study", "--run", "arm=tiny-arm", "--run", "arm=tiny-dlm", "--out", str(d / "st")], 2,   # not the last only
+         "--run label 'arm' given more than once"),
         (["study", "--run", "../../x=tiny-arm", "--out", str(d / "st")], 2, "a label names files under --out"),
         (["generate", "--model", llada, *ids, "--quiet", "--verbose"], 2, "exclude each other"),
         (["trace", "--model", llada, *ids, "--out", str(d / "t.arrow"), "--heads", "1"], 2,
