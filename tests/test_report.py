@@ -246,3 +246,14 @@ def test_report_never_overwrites_files_it_did_not_write(tmp_path, capsys):
     (out / "notes.txt").write_text("mine")
     assert main(["report", str(p), "--out", str(out), "--quiet"]) == 0                # its own folder: replaced
     assert (out / "notes.txt").read_text() == "mine" and "sinklens_report" in (out / "summary.json").read_text()
+
+
+def test_a_page_over_its_cap_is_said(tmp_path, capsys):
+    """--html-max-mb thins per-head data only: a page that still exceeds it gets a note (it was silent)."""
+    p = write_planted(tmp_path / "run.arrow", with_maps=False)
+    assert main(["report", str(p), "--out", str(tmp_path / "r"), "--html-max-mb", "0.01", "--no-figures"]) == 0
+    size = (tmp_path / "r" / "index.html").stat().st_size / 1e6
+    assert size > 0.01
+    assert f"note: index.html is {size:.1f} MB, over --html-max-mb 0.01" in capsys.readouterr().out
+    assert main(["report", str(p), "--out", str(tmp_path / "r"), "--no-figures"]) == 0     # under the default cap
+    assert "over --html-max-mb" not in capsys.readouterr().out
