@@ -437,7 +437,13 @@ def test_trace_makes_the_folder_of_its_out_file_and_says_what_next(tmp_path, cap
                  "--block-length", "4", "--out", str(path)]) == 0
     from sinklens.trace import open_trace
     assert open_trace(path).num_steps == 4
-    assert f"; next: sinklens report {path} --out report/" in capsys.readouterr().err
+    err = capsys.readouterr().err
+    assert f"; next: sinklens report {path} --out report/" in err and "earlier trace" not in err
+    # the same --out again: the earlier trace is replaced, and the run says so
+    assert main(["trace", "--model", "tiny-dlm", "--prompt", TOM, "--steps", "2", "--gen-length", "4",
+                 "--block-length", "4", "--out", str(path)]) == 0
+    assert f"note: {path} holds an earlier trace; this run replaces it" in capsys.readouterr().err
+    assert open_trace(path).num_steps == 2
 
 
 def test_ctrl_c_before_the_first_step_leaves_no_empty_trace(tmp_path, monkeypatch, capsys):

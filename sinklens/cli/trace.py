@@ -56,6 +56,9 @@ def cmd_trace(args) -> int:
     if args.prompts is None and os.path.isfile(args.out) and not replaceable(args.out):
         raise CliError(f"--out {args.out!r} exists and is not a trace; not overwriting it (choose another "
                        "path such as run.arrow, or remove the file)")
+    if args.prompts is None and os.path.isfile(args.out):     # a trace of an earlier run: replaced, and said
+        from sinklens.cli.logs import note
+        note(f"note: {args.out} holds an earlier trace; this run replaces it")
     if args.prompts is None and os.path.dirname(args.out):
         os.makedirs(os.path.dirname(args.out), exist_ok=True)   # made now, as report and eval make theirs, not after the load
     capture = CaptureOptions(query_groups=False if args.no_groups else None, map_slices=args.map_slices,
