@@ -389,3 +389,17 @@ def test_a_local_folder_typed_another_way_is_the_same_model(tmp_path):
     assert {CorpusConfig(model=n, prompts="p.jsonl", out="o").model for n in names} == {str(folder)}
     assert EvalConfig(model="GSAI-ML/LLaDA-8B-Instruct", task="arith", out=str(tmp_path / "o")).model == \
         "GSAI-ML/LLaDA-8B-Instruct"
+
+
+def test_each_k_runs_once_and_the_unmasked_run_first(tmp_path, capsys):
+    """`--mask-topk 1,0,1`: K=1 twice stopped the eval at its second run (refused by the first's
+    lock, 'another sinklens eval is already writing'), and K=1 before K=0 left its KL 'n/a'."""
+    assert EvalConfig(model="m", task="arith", out=str(tmp_path), mask_topk=(1, 0, "5%", 1, "5%")).mask_topk == \
+        (0, 1, "5%")
+    out = tmp_path / "ev"
+    assert main(["eval", "--model", "tiny-dlm", "--task", "arith", "--limit", "1", "--mask-topk", "1,0,1",
+                 "--out", str(out), "-q"]) == 0
+    md = capsys.readouterr().out
+    assert sorted(p.name for p in (out / "tiny-dlm" / "arith").iterdir()) == ["k0", "k1"]
+    outcome = next(line for line in md.splitlines() if line.startswith("| arith | K=1") and "sim " in line)
+    assert "KL n/a" not in outcome, outcome

@@ -105,7 +105,10 @@ class EvalConfig:
 
         task = get_task(self.task)                            # unknown task -> clear error first
         self.model = recorded_model_name(self.model)
-        self.mask_topk = tuple(parse_k(k) for k in self.mask_topk)
+        # each K once (a K listed twice ran its row twice, the second refused by the first's lock), the
+        # unmasked run first: the masked rows' outcome KL reads its log-probs ("n/a" when it ran later)
+        ks = dict.fromkeys(parse_k(k) for k in self.mask_topk)
+        self.mask_topk = tuple(sorted(ks, key=lambda k: k != 0))
         if not self.mask_topk:
             raise ValueError("--mask-topk must list at least one K (e.g. 0,1,5,10 or 1%)")
         # every `param` field against its type and range, named by its flag ("--limit must be a
