@@ -557,3 +557,16 @@ def test_loading_a_dlm_does_not_warn_about_model_types():
         logger.setLevel(old)
     assert m.tokenizer is not None
     assert not [s for s in seen if "to instantiate a model of type" in s], seen
+
+
+def test_route_triton_where_its_kernel_cannot_run_is_said(tmp_path, capsys, monkeypatch):
+    """--route triton on a CPU (no TRITON_INTERPRET) runs the lse route every call: said once, not silent."""
+    import importlib.util
+
+    monkeypatch.delenv("TRITON_INTERPRET", raising=False)
+    path = tmp_path / "t.arrow"
+    assert main(["trace", "--model", "tiny-dlm", "--prompt", TOM, "--steps", "2", "--gen-length", "4",
+                 "--block-length", "4", "--route", "triton", "--out", str(path)]) == 0
+    err = capsys.readouterr().err
+    why = "triton is not installed" if importlib.util.find_spec("triton") is None else "its kernel runs on CUDA only"
+    assert err.count("note: --route triton: ") == 1 and why in err and "takes the lse route" in err, err
