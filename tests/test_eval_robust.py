@@ -403,3 +403,17 @@ def test_each_k_runs_once_and_the_unmasked_run_first(tmp_path, capsys):
     assert sorted(p.name for p in (out / "tiny-dlm" / "arith").iterdir()) == ["k0", "k1"]
     outcome = next(line for line in md.splitlines() if line.startswith("| arith | K=1") and "sim " in line)
     assert "KL n/a" not in outcome, outcome
+
+
+def test_quiet_eval_prints_results_only(tmp_path):
+    """-q: the small-model thread note (on stderr, even under --quiet) is gone; errors still come."""
+    env = {k: v for k, v in os.environ.items() if k != "OMP_NUM_THREADS"}   # else the thread choice is not made
+    env["PYTHONPATH"] = str(REPO)
+    cmd = [sys.executable, "-m", "sinklens.cli", "eval", "--model", "tiny-dlm", "--task", "arith", "--limit", "1",
+           "--out", str(tmp_path / "ev")]
+    loud = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=300)
+    assert loud.returncode == 0, loud.stderr
+    if (os.cpu_count() or 1) > 1:          # one core: torch already runs one thread, nothing to choose or say
+        assert "note: 10M parameters or fewer on CPU: 1 torch thread" in loud.stderr, loud.stderr
+    quiet = subprocess.run([*cmd, "-q"], env=env, capture_output=True, text=True, timeout=300)
+    assert quiet.returncode == 0 and quiet.stderr == "" and "| arith | Unmasked |" in quiet.stdout, quiet.stderr

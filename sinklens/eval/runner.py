@@ -121,7 +121,7 @@ def run_eval(cfg: EvalConfig, model=None) -> list[str]:
     if m.tokenizer is None:
         raise ValueError(f"{cfg.model!r} ships no tokenizer; the eval needs text prompts")
     rank, world = dist.rank, dist.world
-    one_thread_for_a_small_model(m, note=rank == 0)
+    one_thread_for_a_small_model(m, note=rank == 0 and cfg.progress)   # not under --quiet
     sampler = run_sampler(m, cfg)
     if not get_config(sampler).generates:
         raise ValueError(f"{cfg.model!r} is a {m.family.name!r} encoder: it generates no text, so there is nothing to "
