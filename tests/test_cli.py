@@ -570,3 +570,31 @@ def test_route_triton_where_its_kernel_cannot_run_is_said(tmp_path, capsys, monk
     err = capsys.readouterr().err
     why = "triton is not installed" if importlib.util.find_spec("triton") is None else "its kernel runs on CUDA only"
     assert err.count("note: --route triton: ") == 1 and why in err and "takes the lse route" in err, err
+
+
+def test_quiet_command_silences_the_libraries_own_bars_too(tmp_path):
+    """`sinklens ... -q` as a process's command: tqdm bars a library draws by itself (transformers'
+    "Converting and de-quantizing GGUF tensors" on the SmolLM2 / Gemma3 aliases) are off too; main()
+    called from Python leaves the process's tqdm alone."""
+    from test_report import write_planted
+
+    trace = write_planted(tmp_path / "t.arrow", with_maps=False)
+    code = ("import io, os, sys\n"
+            "from sinklens.cli import main\n"
+            f"sys.argv = ['sinklens', 'report', {str(trace)!r}, '--out', {str(tmp_path / 'r')!r}, '--no-figures', "
+            "'-q' if sys.argv[1] == 'quiet' else '-v']\n"
+            "assert main() == 0\n"
+            "from tqdm.auto import tqdm\n"                         # as a library imports it, after the command starts
+            "err = io.StringIO()\n"
+            "for _ in tqdm(range(3), desc='a library bar', file=err): pass\n"
+            "print(repr(err.getvalue()))\n")
+    env = dict(os.environ, PYTHONPATH=str(Path(__file__).resolve().parents[1]))
+    env.pop("TQDM_DISABLE", None)
+    runs = {how: subprocess.run([sys.executable, "-c", code, how], env=env, capture_output=True, text=True,
+                                timeout=120) for how in ("quiet", "verbose")}
+    assert all(r.returncode == 0 for r in runs.values()), {k: r.stderr[-500:] for k, r in runs.items()}
+    assert runs["quiet"].stdout.strip().splitlines()[-1] == "''"
+    assert "a library bar" in runs["verbose"].stdout.strip().splitlines()[-1]
+    before = os.environ.get("TQDM_DISABLE")
+    assert main(["report", str(trace), "--out", str(tmp_path / "r2"), "--no-figures", "-q"]) == 0
+    assert os.environ.get("TQDM_DISABLE") == before
