@@ -91,6 +91,7 @@ def test_bad_numbers_are_one_line_errors(argv, flag, tmp_path, capsys):
     (["--task", "humaneval", "--shots", "2"], "--shots 2: task humaneval has no few-shot exemplars"),
     (["--task", "arith", "--sandbox-timeout", "3"], "--sandbox-timeout 3: task arith runs no code"),
     (["--task", "gsm8k", "--data", str(GSM8K), "--sandbox-timeout", "30"], "task gsm8k runs no code"),
+    (["--task", "arith", "--mask-control", "random"], "--mask-topk has none (only 0)"),    # it ran K=0 alone
 ])
 def test_a_flag_of_another_task_is_refused_not_ignored(argv, expected, tmp_path, capsys):
     out = tmp_path / "out"

@@ -127,6 +127,9 @@ class EvalConfig:
         if self.sandbox_timeout != default["sandbox_timeout"] and not task.sandboxed:
             raise ValueError(f"--sandbox-timeout {self.sandbox_timeout:g}: task {self.task} runs no code "
                              "(--sandbox-timeout is HumanEval's)")
+        if self.mask_control != "none" and all(k == 0 for k in self.mask_topk):
+            raise ValueError(f"--mask-control {self.mask_control} adds a control run beside each masked K, and "
+                             "--mask-topk has none (only 0): add a K, e.g. --mask-topk 0,1")
         if self.keep_traces and not self.attention_stats:
             raise ValueError("--keep-traces keeps traces of --attention-stats runs: add --attention-stats")
         if self.loglik_l2r and not self.loglik:
