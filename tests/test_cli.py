@@ -6,6 +6,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -56,6 +57,13 @@ def test_every_command_has_the_common_flags_and_every_flag_has_help():
     assert "arith" in sub.choices["eval"].format_help()   # every task is listed
     from sinklens.eval.tasks import TASKS
     assert all(t in sub.choices["eval"].format_help() for t in TASKS)
+    # as a user types them: a list comma-separated, an empty one not shown (was "(default: (0, 1, 5, 10))",
+    # "(default: ())", "(default: )")
+    for name, p in sub.choices.items():
+        text = " ".join(p.format_help().split())
+        assert not re.search(r"\(default: [(\[)]|\(default: \)", text), (name, re.findall(r"\(default: [^)]*\)", text))
+    assert "(default: 0,1,5,10)" in " ".join(sub.choices["replicate"].format_help().split())
+    assert "(default: 0,1,5,10)" in " ".join(sub.choices["study"].format_help().split())
 
 
 def test_every_eval_config_field_is_set_from_a_flag():
@@ -185,6 +193,8 @@ def _cases(d, fx):
         (["trace", "--model", llada, *ids, "--out", str(d / "file.txt" / "t.arrow")], 2, "is a file, not a folder"),
         (["trace", "--model", llada, *ids, "--out", str(d / "file.txt")], 2, "is not a trace; not overwriting"),
         (["generate", "--model", llada, "--prompt", " "], 2, "--prompt is empty"),
+        (["generate", "--model", llada, *ids, "--raw"], 2, "--raw goes with --prompt"),     # not silently dropped
+        (["trace", "--model", llada, *ids, "--raw", "--out", str(d / "raw.arrow")], 2, "--raw goes with --prompt"),
         (["generate", "--model", "no-such-model-anywhere", "--prompt", "hi"], 2, "no-such-model-anywhere"),
         (["generate", "--model", str(d / "broken-llada"), *ids], 2, "model.safetensors is not a readable safetensors"),
         (["generate", "--model", llada, *ids, "--steps", "0"], 2, "argument --steps: must be a positive integer"),
@@ -207,8 +217,12 @@ def _cases(d, fx):
         (["train", "--kind", "gpt", "--out", str(d / "tr")], 2, "argument --kind"),
         (["lm-eval-task", "--data", str(d / "no.jsonl"), "--out", str(d / "tasks")], 2, "no.jsonl"),
         (["lm-eval-task", "--data", str(d / "file.txt"), "--out", str(d / "file.txt")], 2, "is a file"),
+        (["lm-eval-task", "--data", str(d / "file.txt"), "--out", str(d / "tasks")], 2,   # not GSM8K: no YAML
+         "no GSM8K problem (a {\"question\", \"answer\"} line)"),
         (["replicate", "--mask-topk", "-1"], 2, "argument --mask-topk"),
         (["study", "--run", "nolabel"], 2, "expected LABEL=FOLDER"),
+        (["study", "--run", "arm=tiny-arm", "--run", "arm=tiny-dlm", "--out", str(d / "st")], 2,   # not the last only
+         "--run label 'arm' given more than once"),
         (["study", "--run", "../../x=tiny-arm", "--out", str(d / "st")], 2, "a label names files under --out"),
         (["generate", "--model", llada, *ids, "--quiet", "--verbose"], 2, "exclude each other"),
         (["trace", "--model", llada, *ids, "--out", str(d / "t.arrow"), "--heads", "1"], 2,
@@ -423,7 +437,13 @@ def test_trace_makes_the_folder_of_its_out_file_and_says_what_next(tmp_path, cap
                  "--block-length", "4", "--out", str(path)]) == 0
     from sinklens.trace import open_trace
     assert open_trace(path).num_steps == 4
-    assert f"; next: sinklens report {path} --out report/" in capsys.readouterr().err
+    err = capsys.readouterr().err
+    assert f"; next: sinklens report {path} --out report/" in err and "earlier trace" not in err
+    # the same --out again: the earlier trace is replaced, and the run says so
+    assert main(["trace", "--model", "tiny-dlm", "--prompt", TOM, "--steps", "2", "--gen-length", "4",
+                 "--block-length", "4", "--out", str(path)]) == 0
+    assert f"note: {path} holds an earlier trace; this run replaces it" in capsys.readouterr().err
+    assert open_trace(path).num_steps == 2
 
 
 def test_ctrl_c_before_the_first_step_leaves_no_empty_trace(tmp_path, monkeypatch, capsys):
@@ -537,3 +557,44 @@ def test_loading_a_dlm_does_not_warn_about_model_types():
         logger.setLevel(old)
     assert m.tokenizer is not None
     assert not [s for s in seen if "to instantiate a model of type" in s], seen
+
+
+def test_route_triton_where_its_kernel_cannot_run_is_said(tmp_path, capsys, monkeypatch):
+    """--route triton on a CPU (no TRITON_INTERPRET) runs the lse route every call: said once, not silent."""
+    import importlib.util
+
+    monkeypatch.delenv("TRITON_INTERPRET", raising=False)
+    path = tmp_path / "t.arrow"
+    assert main(["trace", "--model", "tiny-dlm", "--prompt", TOM, "--steps", "2", "--gen-length", "4",
+                 "--block-length", "4", "--route", "triton", "--out", str(path)]) == 0
+    err = capsys.readouterr().err
+    why = "triton is not installed" if importlib.util.find_spec("triton") is None else "its kernel runs on CUDA only"
+    assert err.count("note: --route triton: ") == 1 and why in err and "takes the lse route" in err, err
+
+
+def test_quiet_command_silences_the_libraries_own_bars_too(tmp_path):
+    """`sinklens ... -q` as a process's command: tqdm bars a library draws by itself (transformers'
+    "Converting and de-quantizing GGUF tensors" on the SmolLM2 / Gemma3 aliases) are off too; main()
+    called from Python leaves the process's tqdm alone."""
+    from test_report import write_planted
+
+    trace = write_planted(tmp_path / "t.arrow", with_maps=False)
+    code = ("import io, os, sys\n"
+            "from sinklens.cli import main\n"
+            f"sys.argv = ['sinklens', 'report', {str(trace)!r}, '--out', {str(tmp_path / 'r')!r}, '--no-figures', "
+            "'-q' if sys.argv[1] == 'quiet' else '-v']\n"
+            "assert main() == 0\n"
+            "from tqdm.auto import tqdm\n"                         # as a library imports it, after the command starts
+            "err = io.StringIO()\n"
+            "for _ in tqdm(range(3), desc='a library bar', file=err): pass\n"
+            "print(repr(err.getvalue()))\n")
+    env = dict(os.environ, PYTHONPATH=str(Path(__file__).resolve().parents[1]))
+    env.pop("TQDM_DISABLE", None)
+    runs = {how: subprocess.run([sys.executable, "-c", code, how], env=env, capture_output=True, text=True,
+                                timeout=120) for how in ("quiet", "verbose")}
+    assert all(r.returncode == 0 for r in runs.values()), {k: r.stderr[-500:] for k, r in runs.items()}
+    assert runs["quiet"].stdout.strip().splitlines()[-1] == "''"
+    assert "a library bar" in runs["verbose"].stdout.strip().splitlines()[-1]
+    before = os.environ.get("TQDM_DISABLE")
+    assert main(["report", str(trace), "--out", str(tmp_path / "r2"), "--no-figures", "-q"]) == 0
+    assert os.environ.get("TQDM_DISABLE") == before

@@ -86,6 +86,25 @@ def test_bad_numbers_are_one_line_errors(argv, flag, tmp_path, capsys):
     assert not out.exists()
 
 
+@pytest.mark.parametrize("argv,expected", [
+    (["--task", "arith", "--shots", "3"], "--shots 3: task arith has no few-shot exemplars"),
+    (["--task", "humaneval", "--shots", "2"], "--shots 2: task humaneval has no few-shot exemplars"),
+    (["--task", "arith", "--sandbox-timeout", "3"], "--sandbox-timeout 3: task arith runs no code"),
+    (["--task", "gsm8k", "--data", str(GSM8K), "--sandbox-timeout", "30"], "task gsm8k runs no code"),
+    (["--task", "arith", "--mask-control", "random"], "--mask-topk has none (only 0)"),    # it ran K=0 alone
+])
+def test_a_flag_of_another_task_is_refused_not_ignored(argv, expected, tmp_path, capsys):
+    out = tmp_path / "out"
+    assert main(["eval", "--model", "tiny-dlm", *argv, "--out", str(out)]) == 2
+    err = error_lines(capsys.readouterr().err)
+    assert len(err) == 1 and expected in err[0], err
+    assert not out.exists()
+    # what holds for every task is accepted: no exemplars, the defaults
+    EvalConfig(model="m", task="arith", out=str(out), shots=0)
+    EvalConfig(model="m", task="humaneval", out=str(out), sandbox_timeout=30)
+    EvalConfig(model="m", task="gsm8k", out=str(out), shots=3)
+
+
 def test_library_rejects_zero_instead_of_defaulting(tmp_path):
     base = dict(model="m", task="gsm8k", out=str(tmp_path))
     for field, value in [("gen_length", 0), ("limit", 0), ("shots", 9),
@@ -316,9 +335,86 @@ def test_summary_rows_keep_every_setting_and_put_controls_beside(tmp_path):
     assert len(csv_text.strip().splitlines()) == 1 + 5
 
 
+def test_summary_never_overwrites_files_it_did_not_write(tiny_dlm, tmp_path, capsys):
+    """--out holding the user's own summary.md is refused by eval before the model loads, and by
+    eval-summary; an earlier summary there is replaced."""
+    _fake_run(tmp_path / "runs", "a/k0", 0, 8, None, [True])
+    mine = tmp_path / "project"
+    mine.mkdir()
+    (mine / "summary.md").write_text("# my notes\n")
+    assert main(["eval-summary", str(tmp_path / "runs"), "--out", str(mine), "-q"]) == 2
+    err = error_lines(capsys.readouterr().err)
+    assert len(err) == 1 and "holds summary.md that no sinklens eval summary wrote" in err[0], err
+    assert main(["eval", "--model", tiny_dlm, "--out", str(mine), *FAST, "--limit", "1"]) == 2
+    assert "holds summary.md" in capsys.readouterr().err
+    assert sorted(p.name for p in mine.iterdir()) == ["summary.md"]          # no run started beside it
+    assert (mine / "summary.md").read_text() == "# my notes\n"
+    assert main(["eval-summary", str(tmp_path / "runs"), "-q"]) == 0         # into the runs' own folder
+    assert main(["eval-summary", str(tmp_path / "runs"), "-q"]) == 0         # and again: its own summary replaced
+    assert (tmp_path / "runs" / "summary.csv").read_text().startswith("model,task,mask_topk,")
+
+
+def test_summary_skips_a_corpus_run_beside_the_eval_runs(tmp_path, capsys):
+    """A `sinklens trace --prompts` folder also holds config.json + samples.rank0.jsonl, without
+    verdicts: eval-summary skips it (it failed with the bare line 'error: correct')."""
+    corpus = tmp_path / "runs" / "corpus"
+    corpus.mkdir(parents=True)
+    (corpus / "config.json").write_text(json.dumps({"sinklens_corpus": 1, "model": "m1", "num_layers": 2}))
+    (corpus / "samples.rank0.jsonl").write_text(json.dumps({"index": 0, "id": "line1", "parts": {}}) + "\n")
+    assert main(["eval-summary", str(tmp_path / "runs"), "-q"]) == 2
+    err = error_lines(capsys.readouterr().err)
+    assert len(err) == 1 and "no eval runs" in err[0], err
+    _fake_run(tmp_path / "runs", "m1/k0", 0, 8, None, [True, False])
+    md, _ = write_summary([str(tmp_path / "runs")], str(tmp_path / "runs"))
+    assert [line for line in md.splitlines() if line.startswith("| gsm8k")] == \
+        ["| gsm8k | Unmasked | 0.50 ± 0.50 (n=2) |"]
+
+
 def test_summary_same_settings_in_two_folders_are_both_shown(tmp_path):
     _fake_run(tmp_path / "x", "k1", 1, 8, None, [True])
     _fake_run(tmp_path / "y", "k1", 1, 8, None, [False])
     md, _ = render([summarize_run(str(tmp_path / d / "k1")) for d in "xy"])
     rows = [line for line in md.splitlines() if line.startswith("| gsm8k")]
     assert len(rows) == 2 and "run_dir=" in rows[0]
+
+
+def test_a_local_folder_typed_another_way_is_the_same_model(tmp_path):
+    """`--model ./m/` then `--model m` resume one run (they were refused as 'differs in [model]');
+    an alias or hub id is kept as given."""
+    from sinklens.eval.corpus import CorpusConfig
+
+    folder = tmp_path / "my-llada"
+    folder.mkdir()
+    names = {str(folder), str(folder) + "/", str(tmp_path / "." / "my-llada") + "//"}
+    assert {EvalConfig(model=n, task="arith", out=str(tmp_path / "o")).model for n in names} == {str(folder)}
+    assert {CorpusConfig(model=n, prompts="p.jsonl", out="o").model for n in names} == {str(folder)}
+    assert EvalConfig(model="GSAI-ML/LLaDA-8B-Instruct", task="arith", out=str(tmp_path / "o")).model == \
+        "GSAI-ML/LLaDA-8B-Instruct"
+
+
+def test_each_k_runs_once_and_the_unmasked_run_first(tmp_path, capsys):
+    """`--mask-topk 1,0,1`: K=1 twice stopped the eval at its second run (refused by the first's
+    lock, 'another sinklens eval is already writing'), and K=1 before K=0 left its KL 'n/a'."""
+    assert EvalConfig(model="m", task="arith", out=str(tmp_path), mask_topk=(1, 0, "5%", 1, "5%")).mask_topk == \
+        (0, 1, "5%")
+    out = tmp_path / "ev"
+    assert main(["eval", "--model", "tiny-dlm", "--task", "arith", "--limit", "1", "--mask-topk", "1,0,1",
+                 "--out", str(out), "-q"]) == 0
+    md = capsys.readouterr().out
+    assert sorted(p.name for p in (out / "tiny-dlm" / "arith").iterdir()) == ["k0", "k1"]
+    outcome = next(line for line in md.splitlines() if line.startswith("| arith | K=1") and "sim " in line)
+    assert "KL n/a" not in outcome, outcome
+
+
+def test_quiet_eval_prints_results_only(tmp_path):
+    """-q: the small-model thread note (on stderr, even under --quiet) is gone; errors still come."""
+    env = {k: v for k, v in os.environ.items() if k != "OMP_NUM_THREADS"}   # else the thread choice is not made
+    env["PYTHONPATH"] = str(REPO)
+    cmd = [sys.executable, "-m", "sinklens.cli", "eval", "--model", "tiny-dlm", "--task", "arith", "--limit", "1",
+           "--out", str(tmp_path / "ev")]
+    loud = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=300)
+    assert loud.returncode == 0, loud.stderr
+    if (os.cpu_count() or 1) > 1:          # one core: torch already runs one thread, nothing to choose or say
+        assert "note: 10M parameters or fewer on CPU: 1 torch thread" in loud.stderr, loud.stderr
+    quiet = subprocess.run([*cmd, "-q"], env=env, capture_output=True, text=True, timeout=300)
+    assert quiet.returncode == 0 and quiet.stderr == "" and "| arith | Unmasked |" in quiet.stdout, quiet.stderr

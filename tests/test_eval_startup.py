@@ -18,7 +18,7 @@ SCRIPT = """
 import json, sys
 import torch
 from sinklens.cli import main
-code = main(["eval", "--model", "tiny-dlm", "--task", "arith", "--limit", "2", "--out", sys.argv[1], "-q"])
+code = main(["eval", "--model", "tiny-dlm", "--task", "arith", "--limit", "2", "--out", sys.argv[1]])  # not -q: its notes
 print("RESULT", json.dumps({"code": code, "threads": torch.get_num_threads(), "modules": sorted(sys.modules)}))
 """
 

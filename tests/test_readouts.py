@@ -6,6 +6,7 @@ References nobody here wrote: the attention probabilities of transformers' eager
 logit lens at the last layer is the model's head), Python's `statistics` for the k·σ rule; and
 planted ground truth: a low-norm value sink, a massive activation, a k·σ outlier, a diagonal head.
 """
+import json
 import statistics
 
 import numpy as np
@@ -256,6 +257,14 @@ def test_traced_tokens_identical_and_trace_round_trip(tmp_path):
                        options=ReportOptions(control=str(tmp_path / "plain.arrow"), progress=False))
     assert set(FIGURES) <= set(rep.traces[0].figures), rep.traces[0].skipped
     assert "Mechanism readouts" in (tmp_path / "rep" / "index.html").read_text()
+    # a stand-in control is neither called a random-init control nor silently missing the readouts
+    not_random, no_readouts = rep.notes
+    assert "is not a random-init control (model 'tiny-dlm'" in not_random
+    assert "recorded no diagonal, distance, hidden_norms, lens_layers, qk_norms, value_norms readout" in no_readouts
+    assert json.loads((tmp_path / "rep" / "summary.json").read_text())["notes"] == rep.notes
+    fig = FIGURES["readout_k_sigma"](rep.traces[0].analyses[0], analyze(tmp_path / "plain.arrow"))
+    labels = {ln.get_label() for ax in fig.axes for ln in ax.get_lines()}
+    assert "plain (control)" in labels and not any("random init" in x for x in labels), labels
 
 
 def test_mask_query_ranking_reads_the_masked_group():

@@ -223,3 +223,37 @@ def test_a_report_that_cannot_read_its_trace_makes_no_folder(tmp_path, capsys):
         assert main(["report", str(bad), "--out", str(out), "--quiet"]) == 2
         assert "Traceback" not in capsys.readouterr().err
         assert not out.exists()
+
+
+def test_report_never_overwrites_files_it_did_not_write(tmp_path, capsys):
+    """--out in a folder holding the user's own index.html / summary.md is refused before any work;
+    a report re-run into its own folder replaces its files."""
+    p = write_planted(tmp_path / "run.arrow", with_maps=False)
+    mine = tmp_path / "project"
+    mine.mkdir()
+    (mine / "index.html").write_text("<html>my page</html>")
+    (mine / "notes.txt").write_text("mine")
+    assert main(["report", str(p), "--out", str(mine), "--quiet"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "holds index.html that no sinklens report wrote" in err[0], err
+    assert (mine / "index.html").read_text() == "<html>my page</html>"
+    assert sorted(x.name for x in mine.iterdir()) == ["index.html", "notes.txt"]      # nothing written beside them
+    (mine / "summary.json").write_text('{"mine": 1}')                                 # not a report's summary either
+    assert main(["report", str(p), "--out", str(mine), "--quiet"]) == 2
+    assert "index.html, summary.json" in capsys.readouterr().err
+    out = tmp_path / "rep"
+    assert main(["report", str(p), "--out", str(out), "--quiet"]) == 0
+    (out / "notes.txt").write_text("mine")
+    assert main(["report", str(p), "--out", str(out), "--quiet"]) == 0                # its own folder: replaced
+    assert (out / "notes.txt").read_text() == "mine" and "sinklens_report" in (out / "summary.json").read_text()
+
+
+def test_a_page_over_its_cap_is_said(tmp_path, capsys):
+    """--html-max-mb thins per-head data only: a page that still exceeds it gets a note (it was silent)."""
+    p = write_planted(tmp_path / "run.arrow", with_maps=False)
+    assert main(["report", str(p), "--out", str(tmp_path / "r"), "--html-max-mb", "0.01", "--no-figures"]) == 0
+    size = (tmp_path / "r" / "index.html").stat().st_size / 1e6
+    assert size > 0.01
+    assert f"note: index.html is {size:.1f} MB, over --html-max-mb 0.01" in capsys.readouterr().out
+    assert main(["report", str(p), "--out", str(tmp_path / "r"), "--no-figures"]) == 0     # under the default cap
+    assert "over --html-max-mb" not in capsys.readouterr().out

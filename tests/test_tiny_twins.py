@@ -170,3 +170,20 @@ def test_trace_reads_back_what_the_capture_recorded(tmp_path, name):
     if m.is_diffusion:  # the split covers every row: received is not stored, the reader sums the groups
         table = t.table()
         assert table.column("received").null_count == table.num_rows
+
+
+def test_score_script_answers_a_mistake_in_one_line():
+    """docs/training.md's `python -m sinklens.experiments.score MODEL`: a typo'd name or a bad
+    setting is one line and exit status 2, not a traceback."""
+    import os
+    import subprocess
+    import sys
+
+    env = dict(os.environ, PYTHONPATH=str(Path(__file__).resolve().parents[1]))
+    for args, expected in ((["tiny-dln"], "'tiny-dln' is neither an alias"),
+                           (["tiny-dlm", "--n", "0"], "--n must be a positive integer"),
+                           (["tiny-dlm", "--n", "2", "--block-length", "5"], "must be a multiple of block_length")):
+        res = subprocess.run([sys.executable, "-m", "sinklens.experiments.score", *args], env=env,
+                             capture_output=True, text=True, timeout=300)
+        last = res.stderr.strip().splitlines()[-1]
+        assert res.returncode == 2 and "Traceback" not in res.stderr and expected in last, res.stderr

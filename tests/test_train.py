@@ -276,6 +276,20 @@ def test_arith_task_reads_a_twins_data_config(tmp_path):
     assert all("keeps some" in i["question"] and i["answer"].endswith(f"#### {i['reference']}") for i in items)
     with pytest.raises(ValueError, match="training config"):
         task.load(str(tmp_path / "missing.json"))
+    # a shipped / exported twin's folder: its config.json is the model's, the data sit in
+    # training/train_config.json (read before: "--data must be ... '<folder>': 'data'")
+    from sinklens.eval.config import EvalConfig
+
+    shipped = task.ASSETS / "story9-arm-4l"
+    want = json.loads((shipped / "training" / "train_config.json").read_text())["data"]
+    assert asdict(task.data_config(str(shipped))) == want and "data" not in json.loads((shipped / "config.json").read_text())
+    EvalConfig(model="m", task="arith", out=str(tmp_path / "o"), data=str(shipped))     # a folder, as for arith
+    (tmp_path / "model").mkdir()
+    (tmp_path / "model" / "config.json").write_text(json.dumps({"model_type": "llama"}))
+    with pytest.raises(ValueError, match='holds no "data" section'):
+        task.data_config(str(tmp_path / "model"))
+    with pytest.raises(ValueError, match="is a folder; expected a JSONL file"):      # not "does not exist"
+        EvalConfig(model="m", task="gsm8k", out=str(tmp_path / "o"), data=str(tmp_path))
 
 
 def test_study_end_to_end_on_tiny_runs(tmp_path, monkeypatch):

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import os
 import sys
 
 from sinklens.cli.types import CliError, OneLineParser, add_common_flags, check_out
@@ -56,6 +57,7 @@ def build_parser(command: str | None = None) -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
+    whole_process = argv is None      # the command line of this process, not a call from Python
     argv = sys.argv[1:] if argv is None else list(argv)
     parser = build_parser(_chosen(argv) or "")
     args, extra = parser.parse_known_args(argv)
@@ -74,6 +76,8 @@ def main(argv: list[str] | None = None) -> int:
     try:
         check_out(getattr(args, "out", None), folder=getattr(args, "out_is", "folder") == "folder")
         logs.setup(args)
+        if whole_process and args.quiet:   # libraries' own tqdm bars too (transformers' GGUF conversion); tqdm
+            os.environ.setdefault("TQDM_DISABLE", "1")   # reads it once, on import: for this process only
         from sinklens.cli.launch import maybe_relaunch
         relaunched = maybe_relaunch(args.command, argv)
         if relaunched is not None:

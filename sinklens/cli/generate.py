@@ -145,6 +145,9 @@ def check_run_flags(args) -> None:
 
     if getattr(args, "prompt", None) is not None and not args.prompt.strip():
         raise CliError("--prompt is empty: expected the text to generate from (or --input-ids 1,2,3)")
+    if args.raw and getattr(args, "input_ids", None) is not None:    # ids are never templated: --raw would do nothing
+        raise CliError("--raw goes with --prompt (it leaves the text out of the chat template); --input-ids are "
+                       "used as given")
     precheck.model_name(args.model)
     precheck.dtype(args.dtype)
     precheck.sampler_name(args.sampler)

@@ -22,6 +22,13 @@ def run(args) -> int:
         raise FileNotFoundError(2, "no such data file (expected GSM8K test.jsonl lines)", data)
     if os.path.exists(args.out) and not os.path.isdir(args.out):
         raise NotADirectoryError(20, "--out is a file; expected a folder", args.out)
+    from sinklens.cli.types import CliError
+    from sinklens.eval import gsm8k
+
+    items, errors = gsm8k.load(data)     # lm-eval would fail on it only once the model is loaded
+    if not items:
+        why = f" ({errors[0]})" if errors else ""
+        raise CliError(f"--data {args.data}: no GSM8K problem (a {{\"question\", \"answer\"}} line){why}")
     path = write_task_yaml(args.out, data)
     print(path)
     return 0

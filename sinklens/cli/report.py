@@ -63,11 +63,17 @@ def run(args: argparse.Namespace) -> int:
         from sinklens.cli.logs import print_json
 
         print_json({"out": rep.out, "html": rep.html, "summary_md": rep.summary_md, "summary_json": rep.summary_json,
-                    "compare_figures": rep.figures, "traces": [_headline(r) for r in rep.traces]})
+                    "compare_figures": rep.figures, "notes": rep.notes, "traces": [_headline(r) for r in rep.traces]})
         return 0
     n_fig = sum(len(r.figures) for r in rep.traces) + len(rep.figures)
     print(f"wrote {n_fig} figures/tables, {rep.summary_md}, {rep.summary_json} and {rep.html} "
           f"({rep.html.stat().st_size / 1e6:.1f} MB)")
+    for note in rep.notes:
+        print(f"  note: {note}")
+    size_mb, cap = rep.html.stat().st_size / 1e6, args.html_max_mb
+    if cap and size_mb > cap:   # the cap thins per-head data only; said, not left for the reader to find
+        print(f"  note: index.html is {size_mb:.1f} MB, over --html-max-mb {cap:g}: per-head data is kept for as "
+              "few steps as it can be, the figures and the mean over heads are always kept")
     for r in rep.traces:
         a = r.analyses[0]
         if a.source.truncated:  # said here too: a report of part of a run must not pass for the whole run

@@ -17,8 +17,13 @@ def label_run(text: str) -> tuple[str, str]:
 
 
 def run(a) -> int:
+    from sinklens.cli.types import CliError
     from sinklens.experiments.study import study
 
+    labels = [label for label, _ in a.run]
+    twice = sorted({x for x in labels if labels.count(x) > 1})
+    if twice:    # dict() would keep the last run of a label and drop the others without a word
+        raise CliError(f"--run label {', '.join(map(repr, twice))} given more than once; give each twin its own label")
     res = study(dict(a.run), a.out, a.n, a.n_traces, a.mask_topk, progress=a.progress, workers=a.workers)
     print(f"table: {res['study_md']}\nevery row: {Path(a.out) / 'eval' / 'summary.md'}\ndynamics: {res.get('dynamics_md')}")
     return 0

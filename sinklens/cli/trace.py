@@ -24,6 +24,19 @@ from sinklens.cli.types import CliError, nonneg_int, positive_int
 from sinklens.trace.readouts import ReadoutOptions
 
 
+def note_triton_fallback(device_type: str) -> None:
+    """--route triton where its kernel cannot run at all: the lse route runs every call (said once,
+    not left to be found in the timings)."""
+    import importlib.util
+
+    from sinklens.cli.logs import note
+
+    if importlib.util.find_spec("triton") is None:
+        note("note: --route triton: triton is not installed (extra gpu); every call takes the lse route")
+    elif device_type != "cuda" and os.environ.get("TRITON_INTERPRET") != "1":
+        note(f"note: --route triton: its kernel runs on CUDA only; on {device_type} every call takes the lse route")
+
+
 def map_slices(text: str) -> tuple[tuple[int, int], ...]:
     """'3:0,5:7' -> ((3, 0), (5, 7))"""
     out = []
@@ -56,6 +69,9 @@ def cmd_trace(args) -> int:
     if args.prompts is None and os.path.isfile(args.out) and not replaceable(args.out):
         raise CliError(f"--out {args.out!r} exists and is not a trace; not overwriting it (choose another "
                        "path such as run.arrow, or remove the file)")
+    if args.prompts is None and os.path.isfile(args.out):     # a trace of an earlier run: replaced, and said
+        from sinklens.cli.logs import note
+        note(f"note: {args.out} holds an earlier trace; this run replaces it")
     if args.prompts is None and os.path.dirname(args.out):
         os.makedirs(os.path.dirname(args.out), exist_ok=True)   # made now, as report and eval make theirs, not after the load
     capture = CaptureOptions(query_groups=False if args.no_groups else None, map_slices=args.map_slices,
@@ -73,6 +89,8 @@ def cmd_trace(args) -> int:
         bad = [l for l in args.lens_layers or () if l >= model.num_layers]
         if bad:
             raise CliError(f"--lens-layers {','.join(map(str, bad))}: the model has {model.num_layers} layers (0-based)")
+        if args.route == "triton":
+            note_triton_fallback(model.device.type)
 
     try:
         model, ids, config, out = run(args, trace=args.out, capture=capture, check=check)

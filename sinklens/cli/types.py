@@ -14,10 +14,15 @@ class HelpFormatter(argparse.RawDescriptionHelpFormatter):
 
     def _get_help_string(self, action):
         text = action.help or ""
-        if ("default" in text or not action.option_strings
-                or any(action.default is x for x in (None, False, True, argparse.SUPPRESS))):
+        d = action.default
+        if ("default" in text or not action.option_strings or any(d is x for x in (None, False, True, argparse.SUPPRESS))
+                or (isinstance(d, (str, tuple, list)) and not d)):     # an empty default: nothing to show
             return text
-        return f"{text} (default: %(default)s)" if text else "default: %(default)s"
+        # shown as it is typed: a list comma-separated ("0,1,5,10"), not Python's "(0, 1, 5, 10)"
+        shown = ",".join(map(str, d)) if isinstance(d, (tuple, list)) else "%(default)s"
+        if isinstance(d, (tuple, list)):
+            shown = shown.replace("%", "%%")
+        return f"{text} (default: {shown})" if text else f"default: {shown}"
 
 
 class OneLineParser(argparse.ArgumentParser):

@@ -48,13 +48,25 @@ def heldout_problems(n: int, seed: int = 0):
 def data_config(path: str) -> DataConfig:
     """The DataConfig stored in a training config (file or folder)."""
     p = Path(path)
-    if p.is_dir():
-        p = next((c for c in (p / "config.json", p / "training" / "train_config.json") if c.is_file()), p)
+    if p.is_dir():   # a run folder's config.json is its training config; an exported folder's is the model's
+        found = [c for c in (p / "config.json", p / "training" / "train_config.json") if c.is_file()]
+        p = next((c for c in found if "data" in _json_or_empty(c)), found[0] if found else p)
     try:
-        return DataConfig(**json.loads(p.read_text())["data"])
-    except (OSError, ValueError, KeyError, TypeError) as e:
+        conf = json.loads(p.read_text())
+        if not isinstance(conf, dict) or "data" not in conf:
+            raise ValueError('it holds no "data" section')
+        return DataConfig(**conf["data"])
+    except (OSError, ValueError, TypeError) as e:
         raise ValueError(f"task 'arith': --data must be a twin's training config.json (or its folder); "
                          f"{path!r}: {e}") from None
+
+
+def _json_or_empty(path: Path) -> dict:
+    try:
+        conf = json.loads(path.read_text())
+    except (OSError, ValueError):
+        return {}
+    return conf if isinstance(conf, dict) else {}
 
 
 def load(data: str | None = None, limit: int | None = None):

@@ -12,6 +12,7 @@ from __future__ import annotations
 import os
 from dataclasses import MISSING, dataclass, field, fields
 
+from sinklens.eval.rundir import recorded_model_name
 from sinklens.masking.config import MaskingConfig
 from sinklens.models.options import LoadOptions
 from sinklens.params import check_value, flag_name, param, param_like
@@ -102,8 +103,12 @@ class EvalConfig:
     def __post_init__(self):
         from sinklens.eval.tasks import get_task
 
-        get_task(self.task)                                   # unknown task -> clear error first
-        self.mask_topk = tuple(parse_k(k) for k in self.mask_topk)
+        task = get_task(self.task)                            # unknown task -> clear error first
+        self.model = recorded_model_name(self.model)
+        # each K once (a K listed twice ran its row twice, the second refused by the first's lock), the
+        # unmasked run first: the masked rows' outcome KL reads its log-probs ("n/a" when it ran later)
+        ks = dict.fromkeys(parse_k(k) for k in self.mask_topk)
+        self.mask_topk = tuple(sorted(ks, key=lambda k: k != 0))
         if not self.mask_topk:
             raise ValueError("--mask-topk must list at least one K (e.g. 0,1,5,10 or 1%)")
         # every `param` field against its type and range, named by its flag ("--limit must be a
@@ -114,13 +119,26 @@ class EvalConfig:
         if self.sampler is not None and self.sampler not in SAMPLERS:
             raise ValueError(f"--sampler must be one of {', '.join(sorted(SAMPLERS))}, got {self.sampler!r}")
         check_sampler_args(self.sampler_args)
+        # a flag another task reads would be ignored here without a word: refused (its default, and
+        # --shots 0, "no exemplars", hold for every task)
+        default = {f.name: f.default for f in fields(self)}
+        if self.shots not in (0, default["shots"]) and not task.takes_shots:
+            raise ValueError(f"--shots {self.shots}: task {self.task} has no few-shot exemplars (--shots is GSM8K's)")
+        if self.sandbox_timeout != default["sandbox_timeout"] and not task.sandboxed:
+            raise ValueError(f"--sandbox-timeout {self.sandbox_timeout:g}: task {self.task} runs no code "
+                             "(--sandbox-timeout is HumanEval's)")
+        if self.mask_control != "none" and all(k == 0 for k in self.mask_topk):
+            raise ValueError(f"--mask-control {self.mask_control} adds a control run beside each masked K, and "
+                             "--mask-topk has none (only 0): add a K, e.g. --mask-topk 0,1")
         if self.keep_traces and not self.attention_stats:
             raise ValueError("--keep-traces keeps traces of --attention-stats runs: add --attention-stats")
         if self.loglik_l2r and not self.loglik:
             raise ValueError("--loglik-l2r scores the reference answer too: it cannot go with --no-loglik")
         if os.path.exists(self.out) and not os.path.isdir(self.out):
             raise ValueError(f"--out {self.out!r} is a file; expected a directory")
-        if self.data is not None and not os.path.isfile(self.data):
+        if self.data is not None and os.path.isdir(self.data) and not task.data_folder:
+            raise ValueError(f"--data {self.data!r} is a folder; expected a JSONL file")
+        if self.data is not None and not os.path.exists(self.data):
             raise FileNotFoundError(f"--data {self.data!r} does not exist (expected a JSONL file)")
         for k, control in self.runs():                        # validates every masking option
             self.masking(k, control)

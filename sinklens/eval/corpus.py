@@ -36,6 +36,7 @@ from sinklens.analysis.corpus import FORMAT, prompt_part, to_json
 from sinklens.analysis.step_stats import HIST_EDGES
 from sinklens.eval import records, rundir
 from sinklens.eval.dist import dist_state
+from sinklens.eval.rundir import recorded_model_name
 from sinklens.eval.jsonl import read_jsonl
 from sinklens.eval.settings import sampler_settings
 from sinklens.eval.stream import StreamWriter
@@ -64,6 +65,9 @@ class CorpusConfig:
     load_args: dict = field(default_factory=dict)      # load()'s device_map / max_memory / offload_folder / random_init
     capture: CaptureOptions = field(default_factory=CaptureOptions)
     progress: bool = False
+
+    def __post_init__(self):
+        self.model = recorded_model_name(self.model)
 
 
 # What must not change when a run is resumed (the totals would mix two experiments).

@@ -16,6 +16,12 @@ import os
 from sinklens.eval.records import WriteError, write_text  # noqa: F401  (re-exported)
 
 
+def recorded_model_name(name: str) -> str:
+    """How a run records --model, so that the same local folder typed another way (`./m/`, `m`)
+    resumes its run instead of being refused as another model; an alias or hub id as given."""
+    return os.path.normpath(name) if os.path.isdir(name) else name
+
+
 class RunDirBusy(RuntimeError):
     """Another process is writing this run directory with the same rank."""
 

@@ -30,6 +30,7 @@ from sinklens.eval.config import EvalConfig, run_name  # EvalConfig: re-exported
 from sinklens.eval.dist import dist_state
 from sinklens.eval.loglik import reference_loglik, reference_loglik_l2r
 from sinklens.eval.settings import sampler_settings  # re-exported (corpus.py imports it from its home)
+from sinklens.eval.summary import check_summary_folder
 from sinklens.sandbox import SandboxConfig
 from sinklens.eval.tasks import get_task
 from sinklens.masking.policy import SinkMaskingPolicy
@@ -111,6 +112,7 @@ def run_eval(cfg: EvalConfig, model=None) -> list[str]:
     #    so a rejected run leaves nothing behind that could block the next, correct one.
     task = get_task(cfg.task)
     items, errors = task.load(cfg.data, cfg.limit)
+    check_summary_folder(cfg.out)  # its summary.md / .csv are written at the end: refused now, not after the run
     dist = dist_state(cfg.device)  # the launcher's processes (accelerate's state), or just this one
     if model is None:
         from sinklens.models.loader import load
@@ -119,7 +121,7 @@ def run_eval(cfg: EvalConfig, model=None) -> list[str]:
     if m.tokenizer is None:
         raise ValueError(f"{cfg.model!r} ships no tokenizer; the eval needs text prompts")
     rank, world = dist.rank, dist.world
-    one_thread_for_a_small_model(m, note=rank == 0)
+    one_thread_for_a_small_model(m, note=rank == 0 and cfg.progress)   # not under --quiet
     sampler = run_sampler(m, cfg)
     if not get_config(sampler).generates:
         raise ValueError(f"{cfg.model!r} is a {m.family.name!r} encoder: it generates no text, so there is nothing to "

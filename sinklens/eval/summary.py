@@ -43,9 +43,19 @@ def find_runs(paths: list[str]) -> list[str]:
         if not os.path.isdir(p):
             raise FileNotFoundError(f"eval output directory not found: {p!r}")
         for root, _, files in os.walk(p):
-            if "config.json" in files and records.shard_files(root):
+            if "config.json" in files and records.shard_files(root) and _is_eval_run(root):
                 runs.append(root)
     return sorted(runs)
+
+
+def _is_eval_run(run_dir: str) -> bool:
+    """config.json of an eval run (a corpus run's folder has one too, and record shards, but no verdicts)."""
+    try:
+        with open(os.path.join(run_dir, "config.json"), encoding="utf-8") as f:
+            meta = json.load(f)
+    except (OSError, ValueError):
+        return False
+    return isinstance(meta, dict) and {"model", "task", "mask_topk"} <= meta.keys()
 
 
 def _flatten(d: dict, prefix: str = "") -> dict:
@@ -282,8 +292,31 @@ def render(rows: list[dict]) -> tuple[str, str]:
     return "\n".join(md) + "\n", buf.getvalue()
 
 
+# how the files render() writes begin: an earlier summary is replaced, any other file of these names refused
+SUMMARY_STARTS = {"summary.md": "| task | masking |", "summary.csv": "model,task,mask_topk,"}
+
+
+def check_summary_folder(out_dir: str) -> None:
+    """Refuse `out_dir` when its summary.md / summary.csv were not written by an eval summary (the
+    user's own notes there would be overwritten); called before any eval work."""
+    theirs = []
+    for name, start in SUMMARY_STARTS.items():
+        path = os.path.join(out_dir, name)
+        if os.path.isfile(path):
+            with open(path, encoding="utf-8", errors="replace") as f:
+                if not f.read(len(start)) == start:
+                    theirs.append(name)
+        elif os.path.exists(path):
+            theirs.append(name)
+    if theirs:
+        raise ValueError(f"--out {out_dir!r} holds {', '.join(theirs)} that no sinklens eval summary wrote; the "
+                         f"summary would overwrite {'them' if len(theirs) > 1 else 'it'}: give a new folder or an "
+                         "earlier eval's")
+
+
 def write_summary(paths: list[str], out_dir: str) -> tuple[str, str]:
     """Summarise every run found under `paths`; writes summary.md and summary.csv into out_dir."""
+    check_summary_folder(out_dir)
     # a run directory without a finished sample (rejected or just started) is not a result
     rows = [summarize_run(r) for r in find_runs(paths) if records.collect(r)]
     if not rows:

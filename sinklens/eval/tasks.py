@@ -22,6 +22,9 @@ class Task:
     gen_length: int | None = None        # the task's own answer length (None: each sampler's paper length), read
                                          # by the length policy, sinklens/samplers/lengths.py
     check_source: Callable = lambda data: None   # (data) -> None; raises at once when the data cannot be had
+    takes_shots: bool = False            # its prompt has few-shot exemplars (--shots)
+    sandboxed: bool = False              # its verdict runs code in the sandbox (--sandbox-timeout)
+    data_folder: bool = False            # --data may be a folder (arith: a twin's run or exported folder)
 
 
 def _gsm8k_reference(item: dict, chat: bool) -> str:
@@ -53,14 +56,14 @@ def _humaneval_judge(raw: str, item: dict, sandbox: SandboxConfig | None) -> dic
 TASKS = {
     "gsm8k": Task("gsm8k", gsm8k.load, lambda it, k: gsm8k.build_messages(it["question"], k),
                   lambda it, k: gsm8k.build_text(it["question"], k), _gsm8k_reference, _gsm8k_judge,
-                  check_source=gsm8k.check_source),
+                  check_source=gsm8k.check_source, takes_shots=True),
     "humaneval": Task("humaneval", humaneval.load, lambda it, k: humaneval.build_messages(it),
                       lambda it, k: humaneval.build_text(it), _humaneval_reference, _humaneval_judge,
-                      check_source=lambda data: data is None and humaneval.package_data_path()),
+                      check_source=lambda data: data is None and humaneval.package_data_path(), sandboxed=True),
 }
 
 TASKS["arith"] = Task("arith", arith.load, arith.messages, arith.text, arith.reference, arith.judge,
-                      arith.gen_length())  # the tiny twins' held-out problems
+                      arith.gen_length(), data_folder=True)  # the tiny twins' held-out problems
 
 
 def get_task(name: str) -> Task:

@@ -49,7 +49,12 @@ def main() -> None:
     ap.add_argument("--dtype", default="float32")
     ap.add_argument("--out", default=None, help="write the full result (with every output) as JSON")
     a = ap.parse_args()
-    res = score(a.model, a.n, a.seed, a.block_length, None if a.dtype == "auto" else a.dtype)
+    if a.n < 1:
+        ap.error(f"--n must be a positive integer, got {a.n}")
+    try:
+        res = score(a.model, a.n, a.seed, a.block_length, None if a.dtype == "auto" else a.dtype)
+    except (OSError, ValueError) as e:     # a typo'd model name, a bad setting: one line, not a traceback
+        ap.error(str(e))
     print(f"{a.model}: held-out exact {res['exact_acc']:.3f} ± {res['stderr']:.3f} (n={a.n}, dtype={a.dtype}, "
           f"sampler={res['sampler']})")
     if a.out:

@@ -34,6 +34,7 @@ from matplotlib.figure import Figure
 from sinklens.analysis.corpus import CORE_PARTS, Corpus, open_corpus
 from sinklens.analysis.source import AnalysisInputError
 from sinklens.report.figures import NotebookFigure, save
+from sinklens.report.folder import check_out_folder
 from sinklens.models.options import control_label
 from sinklens.report.readouts import CONTROL, CORPUS_FIGURES, TRAINED, value_norm_ratio
 from sinklens.rule.spec import UNITS
@@ -241,6 +242,7 @@ def build_corpus_report(path, out, *, figures: bool = True, control=None) -> Cor
     c = open_corpus(path)
     ctrl = open_control(control, c) if control is not None else None
     out = Path(out)
+    check_out_folder(out)
     out.mkdir(parents=True, exist_ok=True)
     d = c.to_dict()
     cd = ctrl.to_dict() if ctrl is not None else None

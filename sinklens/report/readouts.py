@@ -52,7 +52,8 @@ def _pairs(a: Analysis, control: Analysis | None, name: str, readout: str | None
     out = [(a.source.label, _need(a, name, readout), TRAINED, "-")]
     if control is not None and getattr(control, name) is not None:
         seed = (control.source.meta.get("model") or {}).get("random_init")   # recorded by load(random_init=...)
-        label = control_label(control.source.label, seed) if seed is not None else f"{control.source.label} (random init)"
+        # a control not loaded with random_init (another trace given as --control) is not called one
+        label = control_label(control.source.label, seed) if seed is not None else f"{control.source.label} (control)"
         out.append((label, getattr(control, name), CONTROL, "--"))
     return out
 

@@ -34,6 +34,7 @@ from sinklens.analysis.learned_sink import learned_sink_line
 from sinklens.analysis.source import AnalysisInputError, ReadoutNotAvailable, as_source
 from sinklens.report import figures as F
 from sinklens.report import readouts as R
+from sinklens.report.folder import check_out_folder
 from sinklens.report.html import render_page
 from sinklens.report.options import ReportOptions
 from sinklens.rule.spec import BASELINE_UNITS
@@ -57,6 +58,22 @@ class Report:
     summary_json: Path
     summary_md: Path
     figures: dict[str, list[Path]] = field(default_factory=dict)
+    notes: list[str] = field(default_factory=list)   # what a reader must know about the inputs (--control)
+
+
+def _control_notes(control: Analysis, path, trace: Analysis) -> list[str]:
+    """What the control given is not: a random-init control, one with the trace's readouts."""
+    notes = []
+    model = control.source.meta.get("model") or {}
+    if model and model.get("random_init") is None:
+        notes.append(f"--control {path} is not a random-init control (model {model.get('name_or_path')!r} with its "
+                     "trained weights); its curves are labelled '(control)'")
+    asked = lambda a: {k for k, v in (a.source.meta.get("readouts") or {}).items() if v}   # noqa: E731
+    missing = sorted(asked(trace) - asked(control))
+    if missing:
+        notes.append(f"--control {path} recorded no {', '.join(missing)} readout: those figures show the trace alone "
+                     f"(trace the control with the same flags)")
+    return notes
 
 
 def _safe_name(text: str, k: int, used: set[str]) -> str:
@@ -141,6 +158,7 @@ def build_report(traces, out: str | os.PathLike, *, labels: list[str] | None = N
     if labels is not None and len(labels) != len(traces):
         raise AnalysisInputError(f"labels: {len(labels)} given for {len(traces)} traces; give one label per trace")
     out = Path(out)
+    check_out_folder(out)
     control = None
     if opts.control:                           # the random-init control of the same shape, beside each readout figure
         control = analyze(as_source(opts.control, row=opts.row, label=_label(opts.control, 0, set())),
@@ -149,6 +167,7 @@ def build_report(traces, out: str | os.PathLike, *, labels: list[str] | None = N
     folders: set[str] = set()                  # one folder per trace, named safely from its label
     reps: list[TraceReport] = []
     page_figs: list[dict[str, bytes]] = []
+    notes: list[str] = []
     for k, tr in enumerate(traces):
         label = labels[k] if labels else _label(tr, k, used)
         src = as_source(tr, row=opts.row, label=label)
@@ -162,6 +181,8 @@ def build_report(traces, out: str | os.PathLike, *, labels: list[str] | None = N
             raise AnalysisInputError(f"--control {opts.control}: {control.num_layers} layers x {control.num_heads} heads, "
                                      f"but trace '{label}' has {analyses[0].num_layers} x {analyses[0].num_heads}; the "
                                      "control must be the same model's shape (its random-init control)")
+        if control is not None and k == 0:
+            notes = _control_notes(control, opts.control, analyses[0])
         # causal and block-causal attention both give early keys more column sum under uniform
         # attention: report the rule's uniform baseline removed too (units uniform_ratio)
         if (src.causal or src.layout.attention_block) and opts.units != BASELINE_UNITS:
@@ -181,7 +202,7 @@ def build_report(traces, out: str | os.PathLike, *, labels: list[str] | None = N
         page_figs.append(pngs)
 
     report = Report(out=out, traces=reps, html=out / "index.html", summary_json=out / "summary.json",
-                    summary_md=out / "summary.md")
+                    summary_md=out / "summary.md", notes=notes)
     if len(reps) > 1 and opts.figures:
         primaries = [r.analyses[0] for r in reps]
         report.figures["compare_fig10_eps_sweep"] = F.save(F.eps_sweep(primaries), out / "compare_fig10_eps_sweep")
@@ -213,7 +234,7 @@ def _write_summary(report: Report, opts: ReportOptions) -> None:
         traces.append(d)
     doc = {"sinklens_report": 1, "units_note": ("every score is in the units named by the `units` field next to it; "
                                                 "`sum` = column sums r_j = Σ_i A[i,j] (multiples of uniform attention)"),
-           "traces": traces, "compare_figures": {k: _rel(v, report.out) for k, v in report.figures.items()}}
+           "notes": report.notes, "traces": traces, "compare_figures": {k: _rel(v, report.out) for k, v in report.figures.items()}}
     with open(report.summary_json, "w", encoding="utf-8") as f:  # streamed: json.dumps would hold the text
         json.dump(doc, f, indent=1, default=_json_default)            # and its millions of pieces at once
     report.summary_md.write_text(_markdown(report), encoding="utf-8")
@@ -231,7 +252,8 @@ def _markdown(report: Report) -> str:
     lines = ["# sinklens report", "",
              "Scores: `sum` = column sums r_j = Σ_i A[i, j] over real query rows (multiples of uniform attention, "
              "Σ_j r_j = number of queries). Sinks: paper Eq. 3, score_j − mean of the other tokens' scores ≥ ε, "
-             "ε applied in the units named. Interactive page: `index.html`. Every number: `summary.json`.", ""]
+             "ε applied in the units named. Interactive page: `index.html`. Every number: `summary.json`.", "",
+             *[f"Note: {n}\n" for n in report.notes]]
     for rep in report.traces:
         for a in rep.analyses:
             d = a.to_dict()

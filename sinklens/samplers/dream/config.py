@@ -34,11 +34,12 @@ class DreamConfig(SamplerConfig):
     alg: str = param("origin", str, "which masked positions are revealed",
                      choices=("origin", "maskgit_plus", "topk_margin", "entropy"))
     alg_temp: float | None = param(None, float, "temperature of the position sampling (None/0 = top-k)", min=0)
-    temperature: float = param(1.0, float, "token sampling temperature (0 = greedy; official default 1.0, see above)",
+    temperature: float = param(1.0, float, "token sampling temperature (0 = greedy; official default 1.0, not the "
+                               "0.0 of Dream's README: its generate() left without a generation config)",
                                min=0)
     top_p: float | None = param(None, float, "nucleus sampling mass (None = 1 = off)", gt=0, max=1)
-    top_k: int | None = param(50, int, "sample among the top-k tokens (official default 50, see above; None or at "
-                              "least the vocabulary size = off)", min=1)
+    top_k: int | None = param(50, int, "sample among the top-k tokens (official default 50, not the None of "
+                              "Dream's README, as temperature; None or at least the vocabulary size = off)", min=1)
     mask_id: int | None = param(None, int, "mask token id (default: the model's)", min=0)
     # Fast-dLLM (NVlabs/Fast-dLLM dream/model/generation_utils_block.py): cached block decoding
     cache: str = cache_param()

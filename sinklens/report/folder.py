@@ -1,0 +1,37 @@
+"""The report's output folder: what a report may replace there.
+
+A report writes index.html, summary.json and summary.md under fixed names, the names a user's own
+page or notes in that folder may well have. A report re-run into its own folder replaces them (that
+folder's summary.json says a report wrote it); anywhere else such a file is refused before any
+work, so `--out .` or `--out my-project/` never overwrites what sinklens did not write.
+"""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from sinklens.analysis.source import AnalysisInputError
+
+FIXED_NAMES = ("index.html", "summary.json", "summary.md")   # written by every report, trace or corpus
+
+
+def _is_report_summary(path: Path) -> bool:
+    """summary.json written by a sinklens report: a trace report's ("sinklens_report") or a corpus report's."""
+    try:
+        with open(path, encoding="utf-8") as f:
+            doc = json.load(f)
+    except (OSError, UnicodeDecodeError, ValueError):
+        return False
+    return isinstance(doc, dict) and ("sinklens_report" in doc or {"corpus", "num_prompts", "num_heads"} <= doc.keys())
+
+
+def check_out_folder(out: str | Path) -> None:
+    """Refuse `out` when it holds a file of the report's fixed names that no earlier report wrote."""
+    out = Path(out)
+    if not out.is_dir() or _is_report_summary(out / "summary.json"):
+        return
+    theirs = [n for n in FIXED_NAMES if (out / n).exists()]
+    if theirs:
+        raise AnalysisInputError(f"--out {str(out)!r} holds {', '.join(theirs)} that no sinklens report wrote; a "
+                                 f"report would overwrite {'them' if len(theirs) > 1 else 'it'}: give a new folder "
+                                 "or an earlier report's")
