@@ -45,7 +45,7 @@ from transformers.masking_utils import AttentionMaskInterface, sdpa_mask
 
 from sinklens.attention import triton_route
 from sinklens.attention.fused import fused_sdpa_with_lse, lse_kernel_available
-from sinklens.attention.masks import additive, allowed_keys, apply_blocking, chunk_view, empty_rows, has_empty_rows
+from sinklens.attention.masks import additive, allowed_keys, apply_blocking, chunk_view, empty_rows
 from sinklens.attention.readouts import record_vectors
 from sinklens.attention.reduce import LayerSums, probs_from_lse_, row_matrix, softmax_with_sink_
 from sinklens.attention.request import AttentionRequest
@@ -413,7 +413,7 @@ def sinklens_attention(
                                   scaling=scaling, **kwargs), None
         # a query that may see no key has no finite lse: such chunks take the softmax instead
         _capture(module, query, key, value, allowed, unblocked, scaling, req, None,
-                 None if has_empty_rows(allowed) else lse, mods, blocking)
+                 None if empty_rows(allowed) is not None else lse, mods, blocking)
         return out, None
     h_kv = key.shape[1]
     out = torch.empty(b, h_kv, h // h_kv, s_q, d, dtype=query.dtype, device=query.device)

@@ -58,11 +58,6 @@ def additive(allowed: torch.Tensor, dtype: torch.dtype, sdpa: bool = False) -> t
     return bias if empty is None else bias.masked_fill_(empty, float("-inf"))
 
 
-def has_empty_rows(allowed: torch.Tensor | None) -> bool:
-    """True when some query may see no key at all (e.g. a padding query of a left-padded causal row)."""
-    return allowed is not None and not bool(allowed.any(dim=-1).all())
-
-
 def empty_rows(allowed: torch.Tensor | None) -> torch.Tensor | None:
     """(B|1, 1|H, S_q, 1) bool: the query rows that may see no key (a left pad under a causal mask, a
     pad's row under Dream's), or None when every row sees one."""

@@ -289,6 +289,14 @@ def mask_id_of(model, config) -> int:
     return mask_id
 
 
+def check_top_k(model, top_k: int | None) -> None:
+    """top_k above the vocabulary, which the official LLaDA2 / SDAR code fails on inside torch.topk: one
+    line instead (None: the sampler does not read top_k)."""
+    vocab = model.model.config.get_text_config().vocab_size
+    if top_k is not None and top_k > vocab:
+        raise ValueError(f"top_k must be at most the vocabulary size ({vocab}), got {top_k}")
+
+
 def check_inputs(input_ids, attention_mask, total_len: int, max_length: int | None):
     """Validate the prompt batch; returns (input_ids (B, P) long, attention_mask (B, P) or None)."""
     if not isinstance(input_ids, torch.Tensor):

@@ -114,14 +114,6 @@ def check_batch_one(input_ids, attention_mask, name: str) -> None:
         raise ValueError(f"the {name} sampler takes no padding (batch 1): drop the attention_mask's zeros")
 
 
-def check_top_k(model, config) -> None:
-    """top_k above the vocabulary: the official code fails inside torch.topk; one line here instead.
-    Greedy (temperature 0) never reads top_k, there as here."""
-    vocab = model.model.config.get_text_config().vocab_size
-    if config.temperature > 0 and config.top_k is not None and config.top_k > vocab:
-        raise ValueError(f"top_k must be at most the vocabulary size ({vocab}), got {config.top_k}")
-
-
 def special_ids(model, config) -> tuple[int, int]:
     mask_id = model.mask_id if config.mask_id is None else config.mask_id
     eos_id = model.eos_id if config.eos_id is None else config.eos_id
@@ -155,7 +147,7 @@ class Run:
 def start_run(model, input_ids, attention_mask, c, name: str, *, trace, hook, capture) -> Run:
     """Checks (batch 1, no padding, the context), the canvas and the trace writer of a run."""
     mask_id, eos_id = special_ids(model, c)
-    check_top_k(model, c)
+    base.check_top_k(model, c.top_k if c.temperature > 0 else None)  # greedy never reads top_k, there as here
     P = torch.as_tensor(input_ids).shape[-1]
     input_ids, attention_mask = base.check_inputs(input_ids, attention_mask, P + c.gen_length,
                                                   getattr(model, "max_length", None))

@@ -131,9 +131,7 @@ def sample(model, input_ids, config: SDARConfig, attention_mask=None, *, trace=N
     if ops is None or not hasattr(ops, "forward_block"):
         raise ValueError(f"the sdar sampler needs an SDAR checkpoint, got family {model.family.name!r}")
     mask_id = base.mask_id_of(model, c)
-    vocab = model.model.config.get_text_config().vocab_size
-    if c.top_k > vocab:  # the official code fails inside torch.topk
-        raise ValueError(f"top_k must be at most the vocabulary size ({vocab}), got {c.top_k}")
+    base.check_top_k(model, c.top_k)
     bl, steps = c.block_length, c.denoising_steps
     P = torch.as_tensor(input_ids).shape[-1]
     num_blocks = -(-(P + c.gen_length) // bl)
