@@ -2,9 +2,9 @@
 
 Models:
 - `tiny-dlm` and `tiny-arm`, the shipped twins (1.9M parameters, S <= 34), each with its own
-  sampler settings (`sinklens.experiments.twins`), one generation on each of held-out problems
-  0-7 per run: here a step's forward is ~1-3 ms, so what tracing or masking adds per step
-  (Python, the file) shows;
+  sampler settings (`sinklens.experiments.twins`; the ARM without stop ids, so every mode makes the
+  same 16 tokens), one generation on each of held-out problems 0-7 per run: here a step's
+  forward is ~1-3 ms, so what tracing or masking adds per step (Python, the file) shows;
 - `llada-27m`: a ~27M-parameter random Llama-shaped DLM (6 layers, d 512, 8 heads, vocab 8192),
   written as a LLaDA-format folder (official config keys and parameter names) and loaded with
   `sinklens.load`, so it travels the real path. Generation: 64-token prompt, gen_length 64,
@@ -69,14 +69,17 @@ class Case:
 
     def __init__(self, name: str, model, prompts: list[torch.Tensor], settings: dict):
         self.name, self.model, self.prompts, self.settings = name, model, prompts, settings
-        self.steps = 0  # of one run (all its prompts)
+        self.steps: dict[str, int] = {}  # mode -> steps of one run (all its prompts)
 
 
 def twin_case(name: str) -> Case:
     """A twin on held-out problems 0-7, one generation each: one run is ~100 steps."""
     model = sinklens.load(name, **LOAD)
     prompts = [torch.tensor([model.apply_chat_template(heldout_prompt(i))]) for i in range(TWIN_PROMPTS)]
-    return Case(name, model, prompts, dlm_sampler() if model.is_diffusion else arm_sampler())
+    # The ARM without stop ids: masking changes what it writes, and so where it would stop (mask
+    # mode made 121 tokens where plain made 107); every mode now makes max_new_tokens, the same
+    # work. (The DLM's steps are fixed by its settings.)
+    return Case(name, model, prompts, dlm_sampler() if model.is_diffusion else dict(arm_sampler(), eos_token_id=[]))
 
 
 def large_case(folder: str) -> Case:
@@ -96,7 +99,7 @@ class Discard:
 def run(case: Case, mode: str, out_dir: str) -> tuple[float, int]:
     """One generation per prompt of the case; returns (process CPU seconds, trace bytes)."""
     m = case.model
-    seconds, nbytes, case.steps = 0.0, 0, 0
+    seconds, nbytes, steps = 0.0, 0, 0
     for i, ids in enumerate(case.prompts):
         path = os.path.join(out_dir, f"{case.name}-{mode}-{i}.arrow") if mode == "trace" else None
         hook = SinkMaskingPolicy(MaskingConfig(mask_k=1), num_layers=m.num_layers, is_diffusion=m.is_diffusion,
@@ -106,11 +109,13 @@ def run(case: Case, mode: str, out_dir: str) -> tuple[float, int]:
         if mode == "mask":
             hook.summary()  # what was blocked, as an eval records it per sample (counted in batches: stats.py)
         seconds += time.process_time() - t0
-        case.steps += out.num_steps
+        steps += out.num_steps
         if path:
             nbytes += os.path.getsize(path)
             # a user writes a new file: overwriting one costs this file system 2-4 ms for the truncate
             os.remove(path)
+    if case.steps.setdefault(mode, steps) != steps:
+        raise RuntimeError(f"{case.name} {mode}: {steps} steps, {case.steps[mode]} in an earlier round")
     return seconds, nbytes
 
 
@@ -181,11 +186,14 @@ def main() -> None:
           "trace / plain | mask / plain | trace bytes / step |")
     print("|---|---|---|---|---|---|---|---|---|---|")
     for case in cases:
-        ms = {m: 1e3 * med[case.name, m] / case.steps for m in MODES}
+        if len(set(case.steps.values())) != 1:  # ratios of whole runs compare like with like only then
+            raise RuntimeError(f"{case.name}: the modes ran different numbers of steps {case.steps}")
+        steps = case.steps["plain"]
+        ms = {m: 1e3 * med[case.name, m] / steps for m in MODES}
         ratio = {m: med[case.name, m] / med[case.name, "plain"] for m in MODES}
-        print(f"| {case.name} | {case.steps} | {ms['plain']:.2f} | {ms['capture']:.2f} | {ms['trace']:.2f} | "
+        print(f"| {case.name} | {steps} | {ms['plain']:.2f} | {ms['capture']:.2f} | {ms['trace']:.2f} | "
               f"{ms['mask']:.2f} | {ratio['capture']:.3f}x | {ratio['trace']:.3f}x | {ratio['mask']:.3f}x | "
-              f"{size[case.name] / case.steps / 1e3:.1f} kB |")
+              f"{size[case.name] / steps / 1e3:.1f} kB |")
     if peaks:
         print(f"\n{LARGE}, peak RSS growth of one generation (MB): "
               + ", ".join(f"{mode} {peaks[mode, 'default']:.1f} (default malloc) / {peaks[mode, 'fixed']:.1f} "
