@@ -207,6 +207,39 @@ def test_small_layer_whole_equals_the_chunk_loop(kv, causal, pad, s_q, block, gr
         assert r_whole.received[0][blocked[0]].abs().max() == 0
 
 
+@pytest.mark.parametrize("all_keys", [False, True])
+def test_one_decoding_row_blocked_in_the_whole_pass_equals_the_chunk_loop(all_keys):
+    """One query row that sees every key (ARM decoding): the whole-layer pass takes the softmax over the
+    keys left; a head whose every key is blocked keeps them all (as the chunk loop: never 0/0)."""
+    from sinklens.attention.function import sinklens_attention
+
+    g = torch.Generator().manual_seed(5)
+    h, s_k, d = 4, 11, 8
+    q = torch.randn(2, h, 1, d, generator=g) * 3
+    k, v = (torch.randn(2, h, s_k, d, generator=g) for _ in range(2))
+    blocked = torch.zeros(1, 2, h, s_k, dtype=torch.bool)
+    blocked[0, :, :, 2] = True
+    blocked[0, 1, 3, 7] = True
+    if all_keys:
+        blocked[0, 0, 1] = True   # row 0, head 1: every key blocked
+
+    def run_one(chunk):
+        req = AttentionRequest(capture=True, blocked=blocked, query_chunk=chunk, route="exact")
+        out, _ = sinklens_attention(fake_module(h, h, True), q, k, v, None, scaling=0.4, sinklens=req)
+        return out, req
+
+    whole, r_whole = run_one(None)
+    loop, r_loop = run_one(4)
+    torch.testing.assert_close(whole, loop, atol=1e-6, rtol=1e-5)
+    torch.testing.assert_close(r_whole.received, r_loop.received, atol=1e-6, rtol=1e-5)
+    torch.testing.assert_close(r_whole.received_unblocked, r_loop.received_unblocked, atol=1e-6, rtol=1e-5)
+    kept_all = blocked[0].clone()
+    if all_keys:
+        kept_all[0, 1] = False   # that head kept its keys
+    assert r_whole.received[0][kept_all].abs().max() == 0
+    assert torch.allclose(r_whole.received[0].sum(-1), torch.ones(2, h))
+
+
 def _eager_module(kind: str, h: int, h_kv: int, causal: bool, sinks: torch.Tensor | None):
     """A layer whose plain route is its modeling file's eager function (what transformers runs for
     softcapping and sink logits): the sinklens attention finds it by the module's class."""

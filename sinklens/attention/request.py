@@ -88,7 +88,7 @@ class AttentionRequest:
             return None
         if layer >= self.blocked.shape[0]:
             raise ValueError(f"blocked has {self.blocked.shape[0]} layers but layer {layer} was run")
-        any_key, rows = self._blocked_facts()
+        any_key, rows, _ = self._blocked_facts()
         blocked = rows[layer]
         if shape is not None:
             if self.num_keys is not None:
@@ -109,16 +109,22 @@ class AttentionRequest:
         kept = cached[2][layer]  # (B, H, 1, S)
         return kept if kept.shape[-1] == num_keys else kept[..., kept.shape[-1] - num_keys:]
 
-    def _blocked_facts(self) -> tuple[list[bool], tuple[torch.Tensor, ...]]:
-        """Per layer: (blocks some key, its (B, H, S) blocked keys), made once per forward for every
-        layer (a tiny model's layer is a few dozen µs: each indexing op counts) and remade if
-        `blocked` is replaced or edited in place."""
+    def most_blocked(self, layer: int) -> int:
+        """The most keys `layer` blocks for one (row, head) (0 where it blocks none): a row that sees more
+        keys than this keeps one whatever is blocked."""
+        return self._blocked_facts()[2][layer]
+
+    def _blocked_facts(self) -> tuple[list[bool], tuple[torch.Tensor, ...], list[int]]:
+        """Per layer: (blocks some key, its (B, H, S) blocked keys, the most keys blocked for one row and
+        head), made once per forward for every layer (a tiny model's layer is a few dozen µs: each
+        indexing op counts) and remade if `blocked` is replaced or edited in place."""
         cached = self._blocked_cache
         if cached is None or cached[0] is not self.blocked or cached[1] != self.blocked._version:
-            flat = self.blocked.flatten(1)
             # numpy's calls on arrays this small cost less than torch's
-            any_key = (flat.numpy().any(1) if flat.device.type == "cpu" else flat.any(1)).tolist()
-            cached = self._blocked_cache = (self.blocked, self.blocked._version, (any_key, self.blocked.unbind(0)))
+            counts = self.blocked.numpy().sum(-1) if self.blocked.device.type == "cpu" else self.blocked.sum(-1)
+            most = counts.reshape(counts.shape[0], -1).max(1).tolist()   # (L,): per layer, over rows and heads
+            facts = ([m > 0 for m in most], self.blocked.unbind(0), most)
+            cached = self._blocked_cache = (self.blocked, self.blocked._version, facts)
         return cached[2]
 
     # --- filled by the attention function, one layer at a time ----------------------------
