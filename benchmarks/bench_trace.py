@@ -15,7 +15,9 @@ nothing (the capture pass alone, no file); *trace* = the same with `trace=` (the
 `sinklens trace`: float16 received attention plus the masked/unmasked split); *mask* = with a
 `SinkMaskingPolicy(MaskingConfig(mask_k=1))` hook (the top-1 sink per head blocked, as
 `sinklens eval --mask-topk 1`), no trace, its record of what was blocked made after each
-generation (`summary()`, as the eval does).
+generation (`summary()`, as the eval does); *block* = a hook that blocks each head's key of the
+largest unblocked received attention by one torch `argmax`, with none of the rule, the scope or the
+record: what blocking costs the capture pass itself, the least any masking hook on this path pays.
 
 - time: process CPU seconds (one torch thread: the work of this process, less sensitive to
   other jobs than wall time); every mode of a model runs once per round, `--repeats` rounds;
@@ -43,6 +45,7 @@ import time
 import torch
 
 import sinklens
+from sinklens.attention.request import AttentionRequest
 from sinklens.experiments.twins import LOAD, arm_sampler, dlm_sampler, heldout_prompt
 from sinklens.masking.config import MaskingConfig
 from sinklens.masking.policy import SinkMaskingPolicy
@@ -51,7 +54,7 @@ from sinklens.train.model import ModelConfig, build_model, param_count, save_lla
 CFG = ModelConfig(n_layers=6, d_model=512, n_heads=8, mlp_hidden=1376, vocab_size=8192, max_len=512)
 MASK_ID, EOS_ID, PAD_ID = 8191, 8190, 8189
 PROMPT, GEN, BLOCK, STEPS = 64, 64, 32, 64
-MODES = ("plain", "capture", "trace", "mask")
+MODES = ("plain", "capture", "trace", "mask", "block")
 LARGE = "llada-27m"
 TWIN_PROMPTS = 8
 # glibc raises its mmap threshold after large frees, then keeps freed buffers in its heap: RSS
@@ -96,6 +99,27 @@ class Discard:
         pass
 
 
+class BlockTop1:
+    """A hook that blocks, at each step, every head's key of the largest unblocked received attention
+    of the step before, by one `argmax`: none of the rule, the scope or the record (`block` mode)."""
+
+    wants_attention = True
+    wants_query_groups = False  # as the masking policy: no masked / unmasked split
+
+    def __init__(self) -> None:
+        self.top: torch.Tensor | None = None  # (L, B, H) the previous step's top key per head
+
+    def before_step(self, step: int, tokens: torch.Tensor, is_masked: torch.Tensor) -> AttentionRequest:
+        req = AttentionRequest(capture=True)
+        if self.top is not None:
+            req.blocked = torch.zeros(*self.top.shape, tokens.shape[1], dtype=torch.bool)   # (L, B, H, S)
+            req.blocked.scatter_(-1, self.top[..., None], True)
+        return req
+
+    def after_step(self, event) -> None:
+        self.top = event.attention.received_unblocked.argmax(-1)
+
+
 def run(case: Case, mode: str, out_dir: str) -> tuple[float, int]:
     """One generation per prompt of the case; returns (process CPU seconds, trace bytes)."""
     m = case.model
@@ -103,7 +127,8 @@ def run(case: Case, mode: str, out_dir: str) -> tuple[float, int]:
     for i, ids in enumerate(case.prompts):
         path = os.path.join(out_dir, f"{case.name}-{mode}-{i}.arrow") if mode == "trace" else None
         hook = SinkMaskingPolicy(MaskingConfig(mask_k=1), num_layers=m.num_layers, is_diffusion=m.is_diffusion,
-                                 model=m) if mode == "mask" else Discard() if mode == "capture" else None
+                                 model=m) if mode == "mask" else Discard() if mode == "capture" \
+            else BlockTop1() if mode == "block" else None
         t0 = time.process_time()
         out = m.generate(ids, trace=path, hook=hook, **case.settings)
         if mode == "mask":
@@ -182,9 +207,9 @@ def main() -> None:
           f"prompt {PROMPT} + gen {GEN} (S = {PROMPT + GEN}), block {BLOCK}, {STEPS} steps, batch 1. "
           f"Twins: held-out problems 0-7, their own sampler settings. {args.threads} thread(s), {args.repeats} "
           f"rounds, process CPU time; load average before / after: {load[0]:.2f} / {os.getloadavg()[0]:.2f}\n")
-    print("| model | steps / run | plain ms/step | capture ms/step | trace ms/step | mask ms/step | capture / plain | "
-          "trace / plain | mask / plain | trace bytes / step |")
-    print("|---|---|---|---|---|---|---|---|---|---|")
+    print("| model | steps / run | plain ms/step | capture ms/step | trace ms/step | mask ms/step | block ms/step | "
+          "capture / plain | trace / plain | mask / plain | block / plain | trace bytes / step |")
+    print("|---|---|---|---|---|---|---|---|---|---|---|---|")
     for case in cases:
         if len(set(case.steps.values())) != 1:  # ratios of whole runs compare like with like only then
             raise RuntimeError(f"{case.name}: the modes ran different numbers of steps {case.steps}")
@@ -192,8 +217,8 @@ def main() -> None:
         ms = {m: 1e3 * med[case.name, m] / steps for m in MODES}
         ratio = {m: med[case.name, m] / med[case.name, "plain"] for m in MODES}
         print(f"| {case.name} | {steps} | {ms['plain']:.2f} | {ms['capture']:.2f} | {ms['trace']:.2f} | "
-              f"{ms['mask']:.2f} | {ratio['capture']:.3f}x | {ratio['trace']:.3f}x | {ratio['mask']:.3f}x | "
-              f"{size[case.name] / steps / 1e3:.1f} kB |")
+              f"{ms['mask']:.2f} | {ms['block']:.2f} | {ratio['capture']:.3f}x | {ratio['trace']:.3f}x | "
+              f"{ratio['mask']:.3f}x | {ratio['block']:.3f}x | {size[case.name] / steps / 1e3:.1f} kB |")
     if peaks:
         print(f"\n{LARGE}, peak RSS growth of one generation (MB): "
               + ", ".join(f"{mode} {peaks[mode, 'default']:.1f} (default malloc) / {peaks[mode, 'fixed']:.1f} "
