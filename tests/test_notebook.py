@@ -27,6 +27,8 @@ def test_notebook_runs_offline_and_shows_what_it_says(tmp_path):
     code = [c for c in nb.cells if c.cell_type == "code"]
     errors = [o for c in code for o in c.get("outputs", []) if o.get("output_type") == "error"]
     assert not errors
+    stderr = "".join(o.get("text", "") for c in code for o in c.get("outputs", []) if o.get("name") == "stderr")
+    assert "Warning" not in stderr, stderr   # e.g. tqdm's "IProgress not found" where the extra lacked ipywidgets
     summary = _html(next(c for c in code if c.source.strip().endswith("\na")))
     assert "strongest-sink head" in summary and len(summary) < 5000            # a summary, not 122 KB
     frames = [c for c in code if "to_dataframe()" in c.source or "sinks_frame()" in c.source]

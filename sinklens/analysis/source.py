@@ -95,9 +95,10 @@ class Source:
     # ---- helpers ---------------------------------------------------------------------------
     def no_maps_message(self) -> str:
         # the command-line flag first: a reader of the report ran `sinklens trace`, not Python
-        return (f"trace '{self.label}' holds no full attention maps; re-run with `sinklens trace --map-slices "
-                f"LAYER:HEAD,...` (e.g. `--map-slices 0:0,3:1`; Python: generate(..., "
-                f"capture=CaptureOptions(map_slices=[(layer, head)]))) to draw attention-map figures")
+        return (f"trace '{self.label}' holds no full attention maps; re-run its prompt alone with `sinklens trace "
+                f"--map-slices LAYER:HEAD,...` (e.g. `--map-slices 0:0,3:1`; a corpus run's kept traces have none; "
+                f"Python: generate(..., capture=CaptureOptions(map_slices=[(layer, head)]))) to draw attention-map "
+                f"figures")
 
     def missing_map_message(self, index: int, layer: int, head: int) -> str:
         return (f"no map for step index {index}, layer {layer}, head {head} in trace '{self.label}'; stored "
