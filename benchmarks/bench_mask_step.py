@@ -79,7 +79,8 @@ def main() -> None:
     for name in ("tiny-dlm", "tiny-arm"):
         m = sinklens.load(name, **LOAD)
         prompts = [torch.tensor([m.apply_chat_template(heldout_prompt(i))]) for i in range(8)]
-        settings = dlm_sampler() if m.is_diffusion else arm_sampler()
+        # the ARM without stop ids: masked and plain generations make the same 16 tokens (bench_trace.py)
+        settings = dlm_sampler() if m.is_diffusion else dict(arm_sampler(), eos_token_id=[])
 
         def policy(cls=SinkMaskingPolicy):
             return cls(MaskingConfig(mask_k=1), num_layers=m.num_layers, is_diffusion=m.is_diffusion, model=m)
