@@ -218,9 +218,9 @@ def _capture_whole(
     """The exact route over the whole layer at once: (B, S_q, H, D) output, captures on `req`.
 
     The same probabilities as the chunk loop (a float32 softmax over the allowed keys; blocked keys
-    zeroed and each row renormalised over the rest, as there) in fused calls: one matmul, one
-    softmax, one batched matmul for every summed row set (all rows, each query group) and one for
-    the output. A query that may see no key has probabilities 0 and the plain route's output (as the
+    zeroed and each row renormalised over the rest, as there — or, for one decoding row, a second
+    softmax over the keys left) in fused calls: one matmul, one softmax, one batched matmul for every
+    summed row set (all rows, each query group) and one for the output. A query that may see no key has probabilities 0 and the plain route's output (as the
     chunk loop). None (nothing recorded) where the chunk loop must decide: a row whose visible keys
     are all blocked, or a blocked key that held (almost) all of a row's mass."""
     b, h, s_q, d = query.shape
