@@ -3,7 +3,8 @@
 NVlabs/Fast-dLLM's own llada/generate.py and dream/model/generation_utils{,_block}.py wrote every
 case on the official tiny LLaDA / Dream checkpoints (../shared/fixtures/reference), with the canvas
 after every forward: sinklens must give the same tokens, step for step, with and without attention
-capture. Where the official code fails or never ends, sinklens refuses the input in one line.
+capture, in float32 and (Dream) bfloat16. Where the official code fails or never ends, sinklens refuses the
+input in one line.
 """
 from __future__ import annotations
 
@@ -37,7 +38,8 @@ torch.set_num_threads(1)
 
 @pytest.fixture(scope="module")
 def models(fixtures_dir):
-    return {name: sinklens.load(fixtures_dir / name) for name in ("llada", "dream")}
+    loaded = {(name, "float32"): sinklens.load(fixtures_dir / name) for name in ("llada", "dream")}
+    return loaded | {("dream", "bfloat16"): sinklens.load(fixtures_dir / "dream", dtype="bfloat16")}
 
 
 def _kwargs(case) -> dict:
@@ -52,15 +54,17 @@ def _kwargs(case) -> dict:
     return args
 
 
-def _run(m, case, **extra):
+def _run(models, case, **extra):
+    m = models[case["family"], case["dtype"]]
+    am = torch.tensor(case["attention_mask"]) if "attention_mask" in case else None
     torch.manual_seed(case["seed"])
-    return m.generate(torch.tensor(case["input_ids"]), **_kwargs(case), **extra)
+    return m.generate(torch.tensor(case["input_ids"]), am, **_kwargs(case), **extra)
 
 
 def test_the_sweep_covers_what_the_named_cases_leave_out():
     """Prompts of one token, one-token blocks, one block, the random remasking with a threshold,
-    sampled Dream batches with alg_temp, and official failures: a change of the script that drops
-    them fails here."""
+    sampled Dream batches with alg_temp, bfloat16, and official failures (padding among them): a change of
+    the script that drops them fails here."""
     llada = [c for c in RUNS if c["family"] == "llada"]
     dream = [c for c in RUNS if c["family"] == "dream"]
     assert any(len(c["input_ids"][0]) == 1 for c in llada) and any(len(c["input_ids"][0]) == 1 for c in dream)
@@ -71,13 +75,15 @@ def test_the_sweep_covers_what_the_named_cases_leave_out():
     assert any(len(c["input_ids"]) == 2 and c["arguments"]["alg_temp"] and c["arguments"]["temperature"] for c in dream)
     assert any(c["arguments"].get("dual_cache") and c["arguments"]["alg"] == "confidence_threshold" for c in dream)
     assert {c["family"] for c in ERRORS} == {"llada", "dream"} and EARLY
+    assert any("attention_mask" in c for c in ERRORS)
+    assert {c["arguments"].get("dual_cache", None) for c in dream if c["dtype"] == "bfloat16"} == {None, False, True}
 
 
 @pytest.mark.parametrize("traced", [False, True], ids=["plain", "traced"])
 @pytest.mark.parametrize("case", RUNS, ids=[c["name"] for c in RUNS])
 def test_token_exact_step_for_step(models, case, traced, tmp_path):
     extra = dict(trace=tmp_path / "run.arrow", capture=CaptureOptions(query_groups=True)) if traced else {}
-    out = _run(models[case["family"]], case, **extra)
+    out = _run(models, case, **extra)
     if traced:  # the trace holds every step, each with the rows that step computed
         t = sinklens.open_trace(out.trace_path)
         assert t.num_steps == case["nfe"] and t.received(t.num_steps - 1).shape[-1] == len(case["history"][-1][0])
@@ -91,7 +97,7 @@ def test_cache_none_without_threshold_is_llada_generate(models, case):
     """sinklens' cache='none' without a threshold is LLaDA's generate(), which runs every step of a
     block; Fast-dLLM's copy of it leaves a block at its first step without [MASK]. The two agree up
     to there, and sinklens runs the scheduled number of steps."""
-    out = _run(models["llada"], case)
+    out = _run(models, case)
     a = case["arguments"]
     assert out.num_steps == a["steps"] > case["nfe"]
     P, bl = len(case["input_ids"][0]), a["block_length"]
@@ -102,5 +108,12 @@ def test_cache_none_without_threshold_is_llada_generate(models, case):
 @pytest.mark.parametrize("case", ERRORS, ids=[c["name"] for c in ERRORS])
 def test_what_fails_officially_is_refused_in_one_line(models, case):
     with pytest.raises(ValueError) as e:
-        _run(models[case["family"]], case)
+        _run(models, case)
     assert "\n" not in str(e.value) and len(str(e.value)) < 300
+    if "attention_mask" in case:
+        why = "no padding"
+    elif len(case["input_ids"]) > 1:
+        why = "one prompt at a time"
+    else:
+        why = {"IndexError": "at least 2 steps per block", "AssertionError": "multiple of steps"}[case["error"].split(":")[0]]
+    assert why in str(e.value)  # the line names what the official code could not take
