@@ -70,8 +70,9 @@ def test_equals_official_sampler(models, case, capture):
     assert out.sequences.tolist() == case["expected_output_ids"]
 
 
+@pytest.mark.parametrize("capture", [False, True], ids=["plain", "capture"])  # the default route in bf16: lse
 @pytest.mark.parametrize("case", CASES16, ids=[f"{c['family']}-{c['name']}" for c in CASES16])
-def test_bf16_equals_official_sampler(models16, request, case):
+def test_bf16_equals_official_sampler(models16, request, case, capture):
     """The official samplers compute in the dtype of the model's logits: CFG's mix, the softmax, top-p's
     cumulative sum and the confidences round in bfloat16, and their ties decide which positions commit."""
     if case["family"] not in models16:
@@ -80,8 +81,11 @@ def test_bf16_equals_official_sampler(models16, request, case):
     m = models16[case["family"]]
     assert m.dtype == torch.bfloat16
     am = None if case["attention_mask"] is None else torch.tensor(case["attention_mask"])
+    kwargs = sinklens_kwargs(case)
+    if capture:
+        kwargs["capture"] = CaptureOptions(map_slices=((1, 2),), map_steps=(0,))
     torch.manual_seed(case["seed"])
-    out = m.generate(torch.tensor(case["input_ids"]), am, **sinklens_kwargs(case))
+    out = m.generate(torch.tensor(case["input_ids"]), am, **kwargs)
     if "history" in case:
         assert [h.tolist() for h in out.history] == case["history"]
     else:  # Fast-dLLM's functions return no history: the number of forwards instead
