@@ -18,7 +18,9 @@ torch.set_num_threads(1)  # tiny models: threads only contend on the shared 2-co
 
 FIXTURE = Path(__file__).resolve().parent / "fixtures" / "official_sweep"
 CASES = json.loads((FIXTURE / "cases.json").read_text())["cases"]
-CASES16 = json.loads((FIXTURE / "cases_bf16.json").read_text())["cases"]
+SHORT_ALL = json.loads((FIXTURE / "cases_short.json").read_text())["cases"]  # prompts of 1-3 tokens (below)
+CASES16 = json.loads((FIXTURE / "cases_bf16.json").read_text())["cases"] + [c for c in SHORT_ALL
+                                                                            if c["dtype"] == "bfloat16"]
 EOT = 298  # the id the official code's hard-coded EoT (126348) became for this vocabulary (README.md)
 
 
@@ -142,7 +144,7 @@ def test_pad_rows_logits_equal_official(dream_models, route):
 
 # Prompts of 1-3 real tokens (cases_short.json, make_short_prompts.py), alone and in left-padded batches whose rows
 # have different prompt lengths, one row without any real prompt token: plain and traced, step for step.
-SHORT = json.loads((FIXTURE / "cases_short.json").read_text())["cases"]
+SHORT = [c for c in SHORT_ALL if c["dtype"] == "float32"]  # the bfloat16 ones run with CASES16
 # A row with no prompt token is all [MASK]: its positions' confidences tie to ~1e-6 (relative), and the exact route
 # (auto on a float32 CPU; its output is within ~1e-5 of sdpa's) flips which one commits. The lse route, whose output
 # is sdpa's own, keeps the official choice (test_a_maskonly_row_is_a_near_tie below says why it must be lse there).
@@ -175,6 +177,8 @@ def test_short_prompt_cases_cover_one_token_and_mixed_lengths():
         assert any(len(c["input_ids"][0]) == 1 for c in cases)
         real = [sorted({sum(r) for r in c["attention_mask"]}) for c in cases if c["attention_mask"]]
         assert [0, 2] in real and [1, 2, 3] in real  # a row without prompt; rows of 1, 2 and 3 real tokens
+    short16 = [c for c in CASES16 if c["name"].startswith("bf16_short")]
+    assert {c["family"] for c in short16} == {"lladamoe", "dream"} and any(len(c["input_ids"][0]) == 1 for c in short16)
 
 
 def test_a_maskonly_row_is_a_near_tie(models):
