@@ -115,5 +115,6 @@ def test_what_fails_officially_is_refused_in_one_line(models, case):
     elif len(case["input_ids"]) > 1:
         why = "one prompt at a time"
     else:
-        why = {"IndexError": "at least 2 steps per block", "AssertionError": "multiple of steps"}[case["error"].split(":")[0]]
+        why = {"IndexError": "at least 2 steps per block" if case["arguments"]["temperature"] < 20 else "still holds [MASK]",
+               "AssertionError": "multiple of steps"}[case["error"].split(":")[0]]
     assert why in str(e.value)  # the line names what the official code could not take
