@@ -17,7 +17,9 @@ import torch
 import sinklens
 from sinklens.samplers import CaptureOptions
 
-SWEEP = json.loads((Path(__file__).resolve().parent / "fixtures" / "fastdllm" / "sweep.json").read_text())["cases"]
+FIXTURE = Path(__file__).resolve().parent / "fixtures" / "fastdllm"
+SWEEP = json.loads((FIXTURE / "sweep.json").read_text())["cases"]
+FACTOR = json.loads((FIXTURE / "factor.json").read_text())["cases"]  # newer Fast-dLLM's factor (make_factor.py)
 
 
 def _early_stop(case) -> bool:
@@ -29,7 +31,7 @@ def _early_stop(case) -> bool:
 
 
 EARLY = [c for c in SWEEP if _early_stop(c)]
-RUNS = [c for c in SWEEP if "error" not in c and not _early_stop(c)]
+RUNS = [c for c in SWEEP if "error" not in c and not _early_stop(c)] + FACTOR
 ERRORS = [c for c in SWEEP if "error" in c]
 CACHE_OF = {"generate": "none", "generate_with_prefix_cache": "prefix", "generate_with_dual_cache": "dual"}
 
@@ -118,3 +120,20 @@ def test_what_fails_officially_is_refused_in_one_line(models, case):
         why = {"IndexError": "at least 2 steps per block" if case["arguments"]["temperature"] < 20 else "still holds [MASK]",
                "AssertionError": "multiple of steps"}[case["error"].split(":")[0]]
     assert why in str(e.value)  # the line names what the official code could not take
+
+
+def test_factor_commits_several_positions_per_step_as_the_official():
+    """The factor cases are parallel decoding: some forwards commit several positions, some only one."""
+    commits = []
+    for c in FACTOR:
+        canvases = [c["input_ids"][0] + [c["mask_id"]] * c["arguments"]["gen_length"]] + [h[0] for h in c["history"]]
+        commits += [sum(a != b for a, b in zip(x, y)) for x, y in zip(canvases, canvases[1:])]
+    assert max(commits) > 1 and min(commits) == 1
+
+
+@pytest.mark.parametrize("extra", [dict(cache="prefix"), dict(threshold=0.5)], ids=["cache", "threshold"])
+def test_factor_with_a_cache_or_threshold_is_refused(models, extra):
+    with pytest.raises(ValueError, match=r"^factor=1\.0 takes neither a threshold nor a cache") as e:
+        models["llada", "float32"].generate(torch.tensor([[5, 6, 7]]), gen_length=4, block_length=4, steps=4,
+                                            factor=1.0, mask_id=300, **extra)
+    assert "\n" not in str(e.value)
