@@ -35,6 +35,9 @@ class LLaDAConfig(SamplerConfig):
     threshold: float | None = param(None, float, "Fast-dLLM parallel decoding: commit every masked position of the "
                                     "block whose confidence reaches this (the most confident always); "
                                     "default: the fixed schedule", gt=0, max=1)
+    factor: float | None = param(None, float, "Fast-dLLM's factor-based parallel decoding (newer Fast-dLLM, "
+                                 "no cache only): commit the n most confident masked positions of the block while "
+                                 "the n-th reaches 1 - factor / (n + 1) (the most confident always)", gt=0)
 
     def check(self) -> None:
         if self.gen_length % self.block_length:
@@ -48,14 +51,18 @@ class LLaDAConfig(SamplerConfig):
                 if getattr(self, name) != off:
                     raise ValueError(f"{name}={getattr(self, name)!r} cannot be combined with cache={self.cache!r} / "
                                      f"threshold={self.threshold!r} (Fast-dLLM's decoding has no {name})")
+        if self.factor is not None and (self.threshold is not None or self.cache != "none"):
+            raise ValueError(f"factor={self.factor!r} takes neither a threshold nor a cache (got threshold="
+                             f"{self.threshold!r}, cache={self.cache!r}): it is checked against Fast-dLLM's "
+                             "uncached generate() only")
         if self.cache != "none" and self.threshold is None and self.steps // self.num_blocks < 2:
             raise ValueError(f"cache={self.cache!r} without a threshold needs at least 2 steps per block, got "
                              f"{self.steps // self.num_blocks} (Fast-dLLM's schedule runs past its end: IndexError)")
 
     @property
     def fast_dllm(self) -> bool:
-        """True when Fast-dLLM's decoding runs (a cache or a threshold); else LLaDA's generate()."""
-        return self.cache != "none" or self.threshold is not None
+        """True when Fast-dLLM's decoding runs (a cache, a threshold or a factor); else LLaDA's generate()."""
+        return self.cache != "none" or self.threshold is not None or self.factor is not None
 
     @property
     def num_blocks(self) -> int:

@@ -30,6 +30,12 @@ Kept from the official code on purpose (they decide which tokens come out, or ho
 The official schedule overruns its end (IndexError) when a block still holds [MASK] after its
 steps (a sampled token was the mask id itself); here that is a one-line ValueError.
 
+`factor` (newer Fast-dLLM, `get_transfer_index_dynamic` of llada/generate.py at f6b35ec; the uncached
+`generate` only, whose loop that version left as it was): instead of a threshold, the n most confident
+masked positions of the block commit while the n-th reaches 1 - factor / (n + 1) (`factor_index`); the
+block runs until it has no [MASK] left. Its cached loops changed in that version (no forward after a
+refresh that finished the block), so factor with a cache is refused rather than mixed with this file's.
+
 Trace: one record per forward. `tokens` is the whole canvas, which is also the keys every step
 sees (cached or fresh, in position order); `query_positions` are the rows that were computed
 (step 0: all; then the suffix or the block). Every key is visible to every query (bidirectional),
@@ -72,6 +78,31 @@ def transfer_index(logits: torch.Tensor, temperature: float, remasking: str, mas
     return x0, transfer
 
 
+def factor_index(logits: torch.Tensor, temperature: float, remasking: str, mask_index: torch.Tensor,
+                 x: torch.Tensor, factor: float):
+    """Newer Fast-dLLM's get_transfer_index_dynamic: candidates and confidences as `transfer_index`; then
+    with the row's N masked confidences sorted c_1 >= ... >= c_N, commit the top n, where n is the first
+    position whose c_n falls below 1 - factor / (n + 1) (c_1 always passes), or all N if none does.
+    Kept as the official: a first failure at the last position (n = N) commits all N too."""
+    x0 = add_gumbel_noise(logits, temperature).argmax(dim=-1)  # (B, L)
+    if remasking == "low_confidence":
+        p = F.softmax(logits.to(torch.float64), dim=-1)
+        x0_p = torch.gather(p, -1, x0[..., None]).squeeze(-1)  # (B, L) float64
+    else:  # random
+        x0_p = torch.rand((x0.shape[0], x0.shape[1]), device=x0.device)
+    x0 = torch.where(mask_index, x0, x)
+    confidence = torch.where(mask_index, x0_p, torch.full_like(x0_p, -torch.inf))
+    transfer = torch.zeros_like(x0, dtype=torch.bool)
+    for j in range(confidence.shape[0]):
+        ranked = confidence[j][mask_index[j]].sort(descending=True).values  # (N,) c_1 >= ... >= c_N
+        bars = [-1.0] + [1 - factor / (n + 1) for n in range(2, len(ranked) + 1)]  # c_1 always passes
+        # first failure (0-based); the comparison in the confidences' dtype, as the official's (float32 for random)
+        n = next((i for i in range(1, len(ranked)) if bool(ranked[i] < bars[i])), len(ranked))
+        n = len(ranked) if n == len(ranked) - 1 else n  # the official's last-position quirk
+        transfer[j, torch.topk(confidence[j], k=n).indices] = True
+    return x0, transfer
+
+
 @torch.no_grad()
 def sample_fast(model, input_ids, config: LLaDAConfig, attention_mask=None, *, trace=None, hook=None,
                 capture: base.CaptureOptions | None = None, progress: bool = False) -> base.GenerateOutput:
@@ -82,7 +113,8 @@ def sample_fast(model, input_ids, config: LLaDAConfig, attention_mask=None, *, t
     P = torch.as_tensor(input_ids).shape[-1]
     S = P + c.gen_length
     input_ids, attention_mask = base.check_inputs(input_ids, attention_mask, S, getattr(model, "max_length", None))
-    check_fast_inputs(model, input_ids, attention_mask, f"cache={c.cache!r} / threshold={c.threshold!r}",
+    what = f"factor={c.factor!r}" if c.factor is not None else f"cache={c.cache!r} / threshold={c.threshold!r}"
+    check_fast_inputs(model, input_ids, attention_mask, what,
                       one_prompt="batch 1, as Fast-dLLM's generate functions",
                       padding_why="Fast-dLLM's LLaDA ignores the attention mask",
                       needs_bidirectional=c.cache != "none")
@@ -108,7 +140,7 @@ def sample_fast(model, input_ids, config: LLaDAConfig, attention_mask=None, *, t
             cache = None if c.cache == "none" else StepCache()
             i = 0
             while True:
-                if c.threshold is None and i == steps_per_block:
+                if c.threshold is None and c.factor is None and i == steps_per_block:
                     raise ValueError(f"block {b} still holds [MASK] after {steps_per_block} steps (a sampled token "
                                      "was the mask id itself); Fast-dLLM's schedule fails here too (IndexError)")
                 cached = cache is not None and i > 0
@@ -140,8 +172,12 @@ def sample_fast(model, input_ids, config: LLaDAConfig, attention_mask=None, *, t
                         cache.keep(start)
                 else:
                     logits = model.forward_logits(x, attention=req)  # (1, S, V)
-                quota = None if c.threshold is not None else schedule[:, i]
-                x0, transfer = transfer_index(logits, c.temperature, c.remasking, mask_index, rows, quota, c.threshold)
+                if c.factor is not None:
+                    x0, transfer = factor_index(logits, c.temperature, c.remasking, mask_index, rows, c.factor)
+                else:
+                    quota = None if c.threshold is not None else schedule[:, i]
+                    x0, transfer = transfer_index(logits, c.temperature, c.remasking, mask_index, rows, quota,
+                                                  c.threshold)
                 rows[transfer] = x0[transfer]
                 history.append(x.clone())
                 if all_hooks:
