@@ -123,16 +123,52 @@ def format_exc():
 
 
 def program_process(source, cmd_r, reply_w, cfg, parent):
-    """The forked child: run the untrusted program, then serve calls until the pipe closes."""
+    """The forked child: keep only its own descriptors, then run the untrusted program and serve
+    calls until the pipe closes; in fallback mode in a fresh interpreter (`restart_clean`)."""
     set_parent_death_signal()
     if os.getppid() != parent:              # the harness died before the line above
         os._exit(1)
-    devnull = os.open("/dev/null", os.O_RDONLY)
-    os.dup2(devnull, 0)                     # stdin carried the program and will carry the nonce
+    stdin_from_devnull()                    # stdin carried the program and will carry the nonce
     keep = sorted({0, 1, 2, cmd_r, reply_w})
     for lo, hi in zip([-1] + keep, keep + [1 << 16]):
         if lo + 1 < hi:                     # closerange(n, n) closes everything on some Pythons
             os.closerange(lo + 1, hi)
+    if cfg["guard"]:
+        restart_clean(source, cmd_r, reply_w, cfg)
+    serve(source, cmd_r, reply_w, cfg)
+
+
+def stdin_from_devnull():
+    devnull = os.open("/dev/null", os.O_RDONLY)
+    os.dup2(devnull, 0)
+    os.close(devnull)
+
+
+def restart_clean(source, cmd_r, reply_w, cfg):
+    """Fallback mode: exec a fresh interpreter for the program, never return. This fork of the
+    harness holds modules that act below the audit hook: `ctypes`, loaded to drop privileges,
+    stays reachable through `sys.modules` (and its types through `object.__subclasses__()`), and
+    with it a program overwrote the guard's helper functions in memory and then wrote outside its
+    working directory. The new interpreter (the harness's own command line, `-I -S -B`, with a
+    config that says "serve") reads the harness's code and the program from a memfd on stdin and
+    installs the guard before the program's first line, with none of those modules loaded."""
+    fd = os.memfd_create("sinklens-program", 0)    # no MFD_CLOEXEC: the new interpreter's stdin
+    write_all(fd, frame(HARNESS_CODE) + frame(source.encode("utf-8")))   # noqa: F821 (bootstrap, wire.py)
+    os.lseek(fd, 0, os.SEEK_SET)
+    os.dup2(fd, 0)
+    os.close(fd)
+    os.set_inheritable(cmd_r, True)
+    os.set_inheritable(reply_w, True)
+    with open("/proc/self/cmdline", "rb") as f:     # python -I -S -B -c <bootstrap> <config> <mark>
+        argv = f.read().split(b"\0")[:-1]
+    argv[-2] = encode({"serve": [cmd_r, reply_w], "guard": True, "root": cfg["root"],  # noqa: F821
+                       "block_net": cfg["block_net"], "max_entries": cfg["max_entries"]}).hex().encode()
+    os.execv(sys.executable, argv)
+
+
+def serve(source, cmd_r, reply_w, cfg):
+    """Run the program as module `program` (under the guard in fallback mode), report the names it
+    defines, then answer calls until the pipe closes."""
     sys.stdin = open(0, closefd=False)
     if cfg["guard"]:
         install_guard(cfg["root"], cfg["block_net"], cfg["max_entries"])  # noqa: F821 (guard.py)
@@ -185,6 +221,10 @@ class Remote:
 
 def main():
     cfg = decode(bytes.fromhex(sys.argv[1]))                                 # noqa: F821 (wire.py)
+    if "serve" in cfg:                      # the fallback's program process (`restart_clean`)
+        source = read_exact(0, int.from_bytes(read_exact(0, 8), "big")).decode("utf-8")  # noqa: F821
+        stdin_from_devnull()
+        serve(source, *cfg["serve"], cfg)
     set_limits(cfg["limits"])
     if cfg["tmpfs"]:
         mount_tmpfs(cfg["root"], cfg["tmpfs"], cfg["uid"])
