@@ -151,7 +151,16 @@ def restart_clean(source, cmd_r, reply_w, cfg):
     with it a program overwrote the guard's helper functions in memory and then wrote outside its
     working directory. The new interpreter (the harness's own command line, `-I -S -B`, with a
     config that says "serve") reads the harness's code and the program from a memfd on stdin and
-    installs the guard before the program's first line, with none of those modules loaded."""
+    installs the guard before the program's first line, with none of those modules loaded.
+
+    RLIMIT_NPROC 0 (kept across exec): this process can start no other, not even a thread. The
+    guard's list of refused modules holds only against `import`: `_imp.create_builtin` makes a
+    module built into the interpreter (Debian's python3: `_posixsubprocess`) without an import
+    event, and its `fork_exec` started a shell that no audit hook watches. The kernel's limit
+    holds whatever the program calls (not for real root, which the fallback never runs it as
+    where it can drop to a fresh uid)."""
+    import resource                         # already loaded: set_limits
+    resource.setrlimit(resource.RLIMIT_NPROC, (0, 0))
     fd = os.memfd_create("sinklens-program", 0)    # no MFD_CLOEXEC: the new interpreter's stdin
     write_all(fd, frame(HARNESS_CODE) + frame(source.encode("utf-8")))   # noqa: F821 (bootstrap, wire.py)
     os.lseek(fd, 0, os.SEEK_SET)
