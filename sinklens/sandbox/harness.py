@@ -122,19 +122,23 @@ def format_exc():
     return traceback.format_exc()
 
 
-def program_process(source, cmd_r, reply_w, cfg, parent):
+def program_process(source, cmd_r, reply_w, boot_r, cfg, parent):
     """The forked child: keep only its own descriptors, then run the untrusted program and serve
-    calls until the pipe closes; in fallback mode in a fresh interpreter (`restart_clean`)."""
+    calls until the pipe closes; in fallback mode in a fresh interpreter (`restart_clean`), which
+    reads its code from `boot_r`."""
     set_parent_death_signal()
     if os.getppid() != parent:              # the harness died before the line above
         os._exit(1)
-    stdin_from_devnull()                    # stdin carried the program and will carry the nonce
+    if boot_r is None:
+        stdin_from_devnull()                # stdin carried the program and will carry the nonce
+    else:
+        os.dup2(boot_r, 0)                  # the fresh interpreter's stdin
     keep = sorted({0, 1, 2, cmd_r, reply_w})
     for lo, hi in zip([-1] + keep, keep + [1 << 16]):
         if lo + 1 < hi:                     # closerange(n, n) closes everything on some Pythons
             os.closerange(lo + 1, hi)
     if cfg["guard"]:
-        restart_clean(source, cmd_r, reply_w, cfg)
+        restart_clean(cmd_r, reply_w, cfg)
     serve(source, cmd_r, reply_w, cfg)
 
 
@@ -144,14 +148,14 @@ def stdin_from_devnull():
     os.close(devnull)
 
 
-def restart_clean(source, cmd_r, reply_w, cfg):
+def restart_clean(cmd_r, reply_w, cfg):
     """Fallback mode: exec a fresh interpreter for the program, never return. This fork of the
     harness holds modules that act below the audit hook: `ctypes`, loaded to drop privileges,
     stays reachable through `sys.modules` (and its types through `object.__subclasses__()`), and
     with it a program overwrote the guard's helper functions in memory and then wrote outside its
     working directory. The new interpreter (the harness's own command line, `-I -S -B`, with a
-    config that says "serve") reads the harness's code and the program from a memfd on stdin and
-    installs the guard before the program's first line, with none of those modules loaded.
+    config that says "serve") reads the harness's code and the program from a pipe on stdin, which
+    the harness fills (`main`; a memfd would be a file, under RLIMIT_FSIZE), and installs the guard before the program's first line, with none of those modules loaded.
 
     RLIMIT_NPROC 0 (kept across exec): this process can start no other, not even a thread. The
     guard's list of refused modules holds only against `import`: `_imp.create_builtin` makes a
@@ -161,11 +165,6 @@ def restart_clean(source, cmd_r, reply_w, cfg):
     where it can drop to a fresh uid)."""
     import resource                         # already loaded: set_limits
     resource.setrlimit(resource.RLIMIT_NPROC, (0, 0))
-    fd = os.memfd_create("sinklens-program", 0)    # no MFD_CLOEXEC: the new interpreter's stdin
-    write_all(fd, frame(HARNESS_CODE) + frame(source.encode("utf-8")))   # noqa: F821 (bootstrap, wire.py)
-    os.lseek(fd, 0, os.SEEK_SET)
-    os.dup2(fd, 0)
-    os.close(fd)
     os.set_inheritable(cmd_r, True)
     os.set_inheritable(reply_w, True)
     with open("/proc/self/cmdline", "rb") as f:     # python -I -S -B -c <bootstrap> <config> <mark>
@@ -246,14 +245,24 @@ def main():
     reply_r, reply_w = os.pipe()
     result_fd = cfg["result_fd"]
     me = os.getpid()
+    boot_r, boot_w = os.pipe() if cfg["guard"] else (None, None)
     pid = os.fork()
     if pid == 0:
         os.close(cmd_w)
         os.close(reply_r)
-        program_process(source, cmd_r, reply_w, cfg, me)
+        if boot_w is not None:
+            os.close(boot_w)
+        program_process(source, cmd_r, reply_w, boot_r, cfg, me)
         os._exit(1)
     os.close(cmd_r)
     os.close(reply_w)
+    if boot_w is not None:                  # the fallback's fresh interpreter reads this first
+        os.close(boot_r)
+        try:
+            write_all(boot_w, frame(HARNESS_CODE) + frame(source.encode("utf-8")))  # noqa: F821
+        except OSError:                     # it died first: judged failed below
+            pass
+        os.close(boot_w)
     try:
         job = recv(0)                       # nonce, test, entry point, prompt: after the fork  # noqa: F821
         loaded = recv(reply_r)              # noqa: F821 (wire.py)
