@@ -161,6 +161,7 @@ def test_hostile_programs_judged_failed_and_contained(mode, user):
         for name in ("truncate via dir_fd, deep cwd", "create via dir_fd, deep cwd", "marshal.loads of hand-made code",
                      "ctypes the harness loaded, guard rewritten", "forged bytecode, guard rewritten"):
             assert "blocked: PermissionError" in results[name]["stdout"] or mode == "bwrap", results[name]
+            assert "rewrote" not in results[name]["stdout"], results[name]     # the guard held
         # the kernel's process limit, not the audit hook, stops this one (no import event)
         spawn = results["_imp.create_builtin('_posixsubprocess')"]
         assert "blocked:" in spawn["stdout"] or mode == "bwrap", spawn
@@ -363,6 +364,9 @@ def test_fallback_without_any_namespace(monkeypatch, tmp_path):
         res = dict(zip(names, run_checks([jobs[n] for n in names], cfg)))
         assert res.pop("right (control)").passed
         assert {n: r.status for n, r in res.items() if r.passed} == {}
+        for n in ("ctypes the harness loaded, guard rewritten", "forged bytecode, guard rewritten",
+                  "_imp.create_builtin('_posixsubprocess')"):    # stopped by the sandbox, not by permissions
+            assert "blocked:" in res[n].stdout and "rewrote" not in res[n].stdout, (n, res[n].stdout)
         iso = res["fill the disk"].isolation
         assert iso["disk"].startswith("file count") and not iso["pid_namespace"], iso
         fill = res["fill the disk"].stdout
