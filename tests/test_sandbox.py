@@ -105,8 +105,10 @@ def _standalone_copy(dst: str) -> str:
 
 
 @pytest.mark.parametrize("user", ["root", "unprivileged"])
-@pytest.mark.parametrize("mode", ["bwrap", "fallback"])
+@pytest.mark.parametrize("mode", ["bwrap", "fallback", "fallback-bare"])
 def test_hostile_programs_judged_failed_and_contained(mode, user):
+    """`fallback-bare`: the fallback as if neither bubblewrap nor `unshare` were installed (the
+    audit hook alone, the host's /proc; as the unprivileged user the judge is that user's too)."""
     if mode == "bwrap" and not (HAVE_BWRAP and _bwrap_works()):
         pytest.skip("bubblewrap missing or not permitted here (scripts/sandbox-deps.sh installs it)")
     if user == "root" and not IS_ROOT:
@@ -150,7 +152,9 @@ def test_hostile_programs_judged_failed_and_contained(mode, user):
         assert control["passed"], f"the right program after the hostile ones failed: {control}"
         passed = {name: r["status"] for name, r in results.items() if r["passed"] or r["status"] == "passed"}
         assert passed == {}, f"hostile programs judged passed: {passed}"
-        assert {r["isolation"]["mode"] for r in results.values()} == {mode}
+        assert {r["isolation"]["mode"] for r in results.values()} == {mode.split("-")[0]}
+        if mode == "fallback-bare":
+            assert not results["host /proc"]["isolation"]["pid_namespace"]
         assert results["infinite loop"]["status"] in {"timeout", "failed", "signal:SIGXCPU", "signal:SIGKILL"}
         assert results["infinite loop"]["duration"] < 4.0 + 5
         assert results["sleep forever"]["status"] == "timeout"
