@@ -11,8 +11,10 @@ proven:
     rlimits; mount the tmpfs (fallback);
     drop every privilege; non-dumpable
     read the program from stdin
-    fork ------------------------------------> close stdin and every other descriptor,
-                                               install the guard (fallback mode), exec the program
+    fork ------------------------------------> close stdin and every other descriptor;
+    (fallback: send code + program on a pipe)  fallback mode: RLIMIT_NPROC 0, exec a fresh
+                                               interpreter, install the guard (`restart_clean`);
+                                               exec the program
     read nonce + test from stdin               report the names it defines  (or die trying)
     exec the prompt + test, call               answer calls: candidate(*args) -> plain data
       check(candidate) over the pipe  <------>
