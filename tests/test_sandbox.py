@@ -105,8 +105,10 @@ def _standalone_copy(dst: str) -> str:
 
 
 @pytest.mark.parametrize("user", ["root", "unprivileged"])
-@pytest.mark.parametrize("mode", ["bwrap", "fallback"])
+@pytest.mark.parametrize("mode", ["bwrap", "fallback", "fallback-bare"])
 def test_hostile_programs_judged_failed_and_contained(mode, user):
+    """`fallback-bare`: the fallback as if neither bubblewrap nor `unshare` were installed (the
+    audit hook alone, the host's /proc; as the unprivileged user the judge is that user's too)."""
     if mode == "bwrap" and not (HAVE_BWRAP and _bwrap_works()):
         pytest.skip("bubblewrap missing or not permitted here (scripts/sandbox-deps.sh installs it)")
     if user == "root" and not IS_ROOT:
@@ -150,7 +152,9 @@ def test_hostile_programs_judged_failed_and_contained(mode, user):
         assert control["passed"], f"the right program after the hostile ones failed: {control}"
         passed = {name: r["status"] for name, r in results.items() if r["passed"] or r["status"] == "passed"}
         assert passed == {}, f"hostile programs judged passed: {passed}"
-        assert {r["isolation"]["mode"] for r in results.values()} == {mode}
+        assert {r["isolation"]["mode"] for r in results.values()} == {mode.split("-")[0]}
+        if mode == "fallback-bare":
+            assert not results["host /proc"]["isolation"]["pid_namespace"]
         assert results["infinite loop"]["status"] in {"timeout", "failed", "signal:SIGXCPU", "signal:SIGKILL"}
         assert results["infinite loop"]["duration"] < 4.0 + 5
         assert results["sleep forever"]["status"] == "timeout"
@@ -158,8 +162,13 @@ def test_hostile_programs_judged_failed_and_contained(mode, user):
         fill = results["fill the disk"]["stdout"]
         assert "wrote" in fill and int(fill.split("wrote")[1].split()[0]) <= DISK, fill
         # the attacks that must have been stopped by the sandbox, not by their own bugs
-        for name in ("truncate via dir_fd, deep cwd", "create via dir_fd, deep cwd"):
+        for name in ("truncate via dir_fd, deep cwd", "create via dir_fd, deep cwd", "marshal.loads of hand-made code",
+                     "ctypes the harness loaded, guard rewritten", "forged bytecode, guard rewritten"):
             assert "blocked: PermissionError" in results[name]["stdout"] or mode == "bwrap", results[name]
+            assert "rewrote" not in results[name]["stdout"], results[name]     # the guard held
+        # the kernel's process limit, not the audit hook, stops this one (no import event)
+        spawn = results["_imp.create_builtin('_posixsubprocess')"]
+        assert "blocked:" in spawn["stdout"] or mode == "bwrap", spawn
         # nothing outside changed
         with open(os.path.join(d, "keep.txt")) as f:
             assert f.read() == "keep me"
@@ -352,11 +361,16 @@ def test_fallback_without_any_namespace(monkeypatch, tmp_path):
         os.mkdir(tmp_path / "sub", 0o777)
         jobs = sandbox_attacks.cases(d, 1, "/nonexistent", "none", "bare")
         names = ["test from the harness's memory (HumanEval/23)", "truncate via dir_fd, deep cwd",
-                 "create via dir_fd, deep cwd", "fill the disk", "read the harness's memory", "right (control)"]
+                 "create via dir_fd, deep cwd", "fill the disk", "read the harness's memory",
+                 "ctypes the harness loaded, guard rewritten", "forged bytecode, guard rewritten",
+                 "_imp.create_builtin('_posixsubprocess')", "right (control)"]
         cfg = SandboxConfig(mode="fallback", timeout=4.0, file_bytes=1 << 20, tmpfs_bytes=DISK, max_files=8)
         res = dict(zip(names, run_checks([jobs[n] for n in names], cfg)))
         assert res.pop("right (control)").passed
         assert {n: r.status for n, r in res.items() if r.passed} == {}
+        for n in ("ctypes the harness loaded, guard rewritten", "forged bytecode, guard rewritten",
+                  "_imp.create_builtin('_posixsubprocess')"):    # stopped by the sandbox, not by permissions
+            assert "blocked:" in res[n].stdout and "rewrote" not in res[n].stdout, (n, res[n].stdout)
         iso = res["fill the disk"].isolation
         assert iso["disk"].startswith("file count") and not iso["pid_namespace"], iso
         fill = res["fill the disk"].stdout

@@ -108,6 +108,40 @@ def install_guard(root, block_net, max_entries=None):
                         todo.append(e.path)
         return n
 
+    recent_pycs = []      # the last .pyc files opened outside `root` (imports): hints only
+
+    def installed_pyc(data, _recent=recent_pycs, _resolve=resolve, _inside=inside, _open=posix.open,
+                      _read=posix.read, _fstat=posix.fstat, _close=posix.close, _bytes=bytes,
+                      _flags=os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC, _fmt=0o170000, _reg=0o100000):
+        """Is `data` (given to marshal.loads) the code of a .pyc file outside the working
+        directory, i.e. what an import reads? The program cannot write there, so such code came
+        from the compiler. The list of recent paths is reachable through a traceback's frame
+        locals, so every path is checked here afresh, by its symlink-free name."""
+        for p in _recent[::-1]:
+            try:
+                real = _resolve(p, None)
+                if _inside(real) or not real.endswith(".pyc") or real.startswith(("/proc/", "/dev/")):
+                    continue
+                fd = _open(real, _flags)
+                try:
+                    st = _fstat(fd)
+                    if st.st_mode & _fmt != _reg:
+                        continue
+                    chunks, left = [], st.st_size
+                    while left > 0:
+                        chunk = _read(fd, left)
+                        if not chunk:
+                            break
+                        chunks.append(chunk)
+                        left -= len(chunk)
+                finally:
+                    _close(fd)
+            except (OSError, ValueError, TypeError):
+                continue
+            if _bytes(data) == b"".join(chunks)[16:]:     # after the 16-byte header
+                return True
+        return False
+
     own_proc = "/proc/" + str(os.getpid())
     # event -> ((path index, dir_fd index or None), ...): every path the call touches
     path_events = (
@@ -124,6 +158,9 @@ def install_guard(root, block_net, max_entries=None):
         "os.pidfd_open", "os.link", "os.symlink", "os.chown", "shutil.chown", "os.mknod",
         "os.mkfifo", "os.lchflags", "os.setns", "os.unshare", "sys._current_frames",
         "os.putenv", "os.unsetenv",
+        # code objects built by hand: bytecode is not checked, so LOAD_CONST past the end of
+        # co_consts forged an object over all memory and the guard was rewritten from there
+        "code.__new__", "marshal.load",
     })
     denied_modules = frozenset({
         "_posixsubprocess", "subprocess", "_multiprocessing", "multiprocessing", "_ctypes",
@@ -139,9 +176,14 @@ def install_guard(root, block_net, max_entries=None):
               _creat=os.O_CREAT, _fi=func_internals, _judge=JUDGE_FILE, _block_net=block_net,
               _unix=_socket.AF_UNIX, _str=str, _bytes=bytes, _type=type, _int=int,
               _isdir=posix.stat, _err=PermissionError, _len=len, _fmt=0o170000, _dir=0o040000,
-              _fn=type(resolve), _entries=entries, _limit=max_entries, _own=own_proc):
+              _fn=type(resolve), _entries=entries, _limit=max_entries, _own=own_proc,
+              _pycs=recent_pycs, _installed=installed_pyc, _rd=os.O_RDONLY):
         if event in _denied or event.startswith("ctypes."):
             raise _err("sandbox: " + event + " is not allowed")
+        if event == "marshal.loads":        # code objects: only those the compiler wrote
+            if not _installed(args[0]):
+                raise _err("sandbox: marshal.loads of data that is no installed .pyc file")
+            return
         if event == "import":
             if args[0] in _mods or args[0].split(".")[0] in _mods:
                 raise _err("sandbox: importing " + args[0] + " is not allowed")
@@ -183,6 +225,9 @@ def install_guard(root, block_net, max_entries=None):
                     is_dir = False
                 if is_dir:
                     raise _err("sandbox: opening a directory outside the working directory")
+                if _type(path) is _str and path.endswith(".pyc") and path not in _pycs:
+                    _pycs.append(path)      # an import reading its code: see installed_pyc
+                    del _pycs[:-4]
                 return
             creates = flags is not None and flags & _creat
         for name, spec in _paths:

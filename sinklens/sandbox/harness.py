@@ -11,8 +11,10 @@ proven:
     rlimits; mount the tmpfs (fallback);
     drop every privilege; non-dumpable
     read the program from stdin
-    fork ------------------------------------> close stdin and every other descriptor,
-                                               install the guard (fallback mode), exec the program
+    fork ------------------------------------> close stdin and every other descriptor;
+    (fallback: send code + program on a pipe)  fallback mode: RLIMIT_NPROC 0, exec a fresh
+                                               interpreter, install the guard (`restart_clean`);
+                                               exec the program
     read nonce + test from stdin               report the names it defines  (or die trying)
     exec the prompt + test, call               answer calls: candidate(*args) -> plain data
       check(candidate) over the pipe  <------>
@@ -122,17 +124,61 @@ def format_exc():
     return traceback.format_exc()
 
 
-def program_process(source, cmd_r, reply_w, cfg, parent):
-    """The forked child: run the untrusted program, then serve calls until the pipe closes."""
+def program_process(source, cmd_r, reply_w, boot_r, cfg, parent):
+    """The forked child: keep only its own descriptors, then run the untrusted program and serve
+    calls until the pipe closes; in fallback mode in a fresh interpreter (`restart_clean`), which
+    reads its code from `boot_r`."""
     set_parent_death_signal()
     if os.getppid() != parent:              # the harness died before the line above
         os._exit(1)
-    devnull = os.open("/dev/null", os.O_RDONLY)
-    os.dup2(devnull, 0)                     # stdin carried the program and will carry the nonce
+    if boot_r is None:
+        stdin_from_devnull()                # stdin carried the program and will carry the nonce
+    else:
+        os.dup2(boot_r, 0)                  # the fresh interpreter's stdin
     keep = sorted({0, 1, 2, cmd_r, reply_w})
     for lo, hi in zip([-1] + keep, keep + [1 << 16]):
         if lo + 1 < hi:                     # closerange(n, n) closes everything on some Pythons
             os.closerange(lo + 1, hi)
+    if cfg["guard"]:
+        restart_clean(cmd_r, reply_w, cfg)
+    serve(source, cmd_r, reply_w, cfg)
+
+
+def stdin_from_devnull():
+    devnull = os.open("/dev/null", os.O_RDONLY)
+    os.dup2(devnull, 0)
+    os.close(devnull)
+
+
+def restart_clean(cmd_r, reply_w, cfg):
+    """Fallback mode: exec a fresh interpreter for the program, never return. This fork of the
+    harness holds modules that act below the audit hook: `ctypes`, loaded to drop privileges,
+    stays reachable through `sys.modules` (and its types through `object.__subclasses__()`), and
+    with it a program overwrote the guard's helper functions in memory and then wrote outside its
+    working directory. The new interpreter (the harness's own command line, `-I -S -B`, with a
+    config that says "serve") reads the harness's code and the program from a pipe on stdin, which
+    the harness fills (`main`; a memfd would be a file, under RLIMIT_FSIZE), and installs the guard before the program's first line, with none of those modules loaded.
+
+    RLIMIT_NPROC 0 (kept across exec): this process can start no other, not even a thread. The
+    guard's list of refused modules holds only against `import`: `_imp.create_builtin` makes a
+    module built into the interpreter (Debian's python3: `_posixsubprocess`) without an import
+    event, and its `fork_exec` started a shell that no audit hook watches. The kernel's limit
+    holds whatever the program calls (not for real root, which the fallback never runs it as
+    where it can drop to a fresh uid)."""
+    import resource                         # already loaded: set_limits
+    resource.setrlimit(resource.RLIMIT_NPROC, (0, 0))
+    os.set_inheritable(cmd_r, True)
+    os.set_inheritable(reply_w, True)
+    with open("/proc/self/cmdline", "rb") as f:     # python -I -S -B -c <bootstrap> <config> <mark>
+        argv = f.read().split(b"\0")[:-1]
+    argv[-2] = encode({"serve": [cmd_r, reply_w], "guard": True, "root": cfg["root"],  # noqa: F821
+                       "block_net": cfg["block_net"], "max_entries": cfg["max_entries"]}).hex().encode()
+    os.execv(sys.executable, argv)
+
+
+def serve(source, cmd_r, reply_w, cfg):
+    """Run the program as module `program` (under the guard in fallback mode), report the names it
+    defines, then answer calls until the pipe closes."""
     sys.stdin = open(0, closefd=False)
     if cfg["guard"]:
         install_guard(cfg["root"], cfg["block_net"], cfg["max_entries"])  # noqa: F821 (guard.py)
@@ -185,6 +231,10 @@ class Remote:
 
 def main():
     cfg = decode(bytes.fromhex(sys.argv[1]))                                 # noqa: F821 (wire.py)
+    if "serve" in cfg:                      # the fallback's program process (`restart_clean`)
+        source = read_exact(0, int.from_bytes(read_exact(0, 8), "big")).decode("utf-8")  # noqa: F821
+        stdin_from_devnull()
+        serve(source, *cfg["serve"], cfg)
     set_limits(cfg["limits"])
     if cfg["tmpfs"]:
         mount_tmpfs(cfg["root"], cfg["tmpfs"], cfg["uid"])
@@ -197,14 +247,24 @@ def main():
     reply_r, reply_w = os.pipe()
     result_fd = cfg["result_fd"]
     me = os.getpid()
+    boot_r, boot_w = os.pipe() if cfg["guard"] else (None, None)
     pid = os.fork()
     if pid == 0:
         os.close(cmd_w)
         os.close(reply_r)
-        program_process(source, cmd_r, reply_w, cfg, me)
+        if boot_w is not None:
+            os.close(boot_w)
+        program_process(source, cmd_r, reply_w, boot_r, cfg, me)
         os._exit(1)
     os.close(cmd_r)
     os.close(reply_w)
+    if boot_w is not None:                  # the fallback's fresh interpreter reads this first
+        os.close(boot_r)
+        try:
+            write_all(boot_w, frame(HARNESS_CODE) + frame(source.encode("utf-8")))  # noqa: F821
+        except OSError:                     # it died first: judged failed below
+            pass
+        os.close(boot_w)
     try:
         job = recv(0)                       # nonce, test, entry point, prompt: after the fork  # noqa: F821
         loaded = recv(reply_r)              # noqa: F821 (wire.py)

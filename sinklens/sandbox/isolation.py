@@ -61,6 +61,7 @@ class Isolation:
 # Run inside the sandbox by `python -I -S -B -c`: the harness's code object comes first on stdin
 # (8-byte size, then marshal data), so the harness is compiled once per judge process, not once
 # per program. marshal reads only what the judge wrote there, never anything from the program.
+# HARNESS_CODE stays a global: the fallback's program process starts a fresh interpreter from it.
 _BOOTSTRAP = """import marshal, os
 def read(n):
     b = b""
@@ -70,7 +71,8 @@ def read(n):
             raise SystemExit(1)
         b += c
     return b
-exec(marshal.loads(read(int.from_bytes(read(8), "big"))))
+HARNESS_CODE = read(int.from_bytes(read(8), "big"))
+exec(marshal.loads(HARNESS_CODE))
 """
 _COMPILE = ("import marshal, sys; sys.stdout.buffer.write(marshal.dumps(compile("
             "sys.stdin.buffer.read().decode(), sys.argv[1], 'exec')))")
