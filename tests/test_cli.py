@@ -227,6 +227,15 @@ def _cases(d, fx):
         (["generate", "--model", llada, *ids, "--quiet", "--verbose"], 2, "exclude each other"),
         (["trace", "--model", llada, *ids, "--out", str(d / "t.arrow"), "--heads", "1"], 2,
          "unrecognized arguments: --heads 1"),
+        # a typo of a required flag is named, not only the flag it hides ("required: --model")
+        (["generate", "--mdoel", llada, *ids], 2, "unrecognized arguments: --mdoel (did you mean --model?); the "
+         "following arguments are required: --model"),
+        (["trace", "--model", llada, "--promt", "hi", "--out", str(d / "t.arrow")], 2,
+         "unrecognized arguments: --promt (did you mean --prompt?); one of the arguments"),
+        (["report", str(d / "ok.arrow"), "--out-dir", str(d / "r6")], 2, "unrecognized arguments: --out-dir (did you "
+         "mean --out?)"),
+        (["eval", "--model", llada, "--task", "arith", "--out", str(d / "e4"), "--limt", "3"], 2,
+         "unrecognized arguments: --limt 3 (did you mean --limit?)"),
     ]
 
 
