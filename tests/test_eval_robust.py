@@ -198,11 +198,17 @@ def test_eval_and_replicate_json_give_the_runs_and_their_numbers(tiny_dlm, tmp_p
     # replicate --json reads the same runs from its eval folder (the twins' runs are replaced by this one)
     import sinklens.experiments.replicate as rep
 
-    files = {"summary_md": "t.md", "summary_csv": "t.csv", "report": "index.html", "persistence_md": "p.md"}
+    # what replicate returns: the table's text (markdown, CSV), the other results' paths
+    files = {"summary_md": "| task | masking |\n|---|---|", "summary_csv": "task,masking", "report": "index.html",
+             "persistence_md": "p.md"}
     monkeypatch.setattr(rep, "replicate", lambda *a, **k: files)
     assert main(["replicate", "--out", str(out), "--json", "-q"]) == 0
     doc = json.loads(capsys.readouterr().out)
-    assert doc["table"] == "t.md" and doc["runs"] == [run]
+    table = out / "eval" / "summary.md"               # a path for a machine, not the table's text
+    assert doc["table"] == str(table) and doc["table_csv"] == str(out / "eval" / "summary.csv") and doc["runs"] == [run]
+    assert main(["replicate", "--out", str(out), "-q"]) == 0
+    text = capsys.readouterr().out.splitlines()
+    assert text[:2] == files["summary_md"].splitlines() and f"table: {table} (and .csv)" in text
 
 
 # --- two writers into one --out -----------------------------------------------------------------
