@@ -274,6 +274,25 @@ def test_python_m_sinklens_is_the_command_line():
     assert run.returncode == 0 and run.stdout.strip() == __version__, run.stderr
 
 
+def test_report_into_an_earlier_reports_folder_names_what_it_did_not_replace(tmp_path, capsys):
+    """The docs reuse `--out report/` for different traces: figures of an earlier report that this
+    one does not write again stay (never deleted), and the command says they are not this report's."""
+    from test_report import write_planted
+
+    write_planted(tmp_path / "t.arrow")
+    out = tmp_path / "report"
+    assert main(["report", str(tmp_path / "t.arrow"), "--out", str(out), "--no-figures"]) == 0
+    assert "earlier report" not in capsys.readouterr().out       # a first report: nothing to say
+    old = out / "fig11_block_sinks.png"                          # as an earlier report of a block trace left it
+    old.write_bytes(b"png")
+    os.utime(old, (1e9, 1e9))
+    (out / "my_notes.txt").write_text("mine")                    # not a report's name: not counted
+    assert main(["report", str(tmp_path / "t.arrow"), "--out", str(out), "--no-figures"]) == 0
+    said = [line for line in capsys.readouterr().out.splitlines() if "earlier report" in line]
+    assert len(said) == 1 and "holds 1 figure/table files of an earlier report (fig11_block_sinks.png)" in said[0]
+    assert old.read_bytes() == b"png" and (out / "my_notes.txt").read_text() == "mine"
+
+
 def test_report_says_a_trace_is_truncated(tmp_path, capsys):
     """A trace cut short is reported on its finished steps, and the command says so (and --json)."""
     import numpy as np
