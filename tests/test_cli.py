@@ -399,7 +399,7 @@ def test_progress_bar_ends_where_an_early_stop_ends(capsys):
 TOM = "Tom has 3 apples and buys 4 more. How many?"
 
 
-def test_generate_says_its_settings_and_estimate_first_but_not_under_quiet(monkeypatch, capsys):
+def test_generate_says_its_settings_and_estimate_first_but_not_under_quiet(monkeypatch, capsys, tmp_path):
     from sinklens.cli.generate import Progress
 
     monkeypatch.setattr(Progress, "LONG_S", 0.0)         # every run counts as long here
@@ -411,6 +411,10 @@ def test_generate_says_its_settings_and_estimate_first_but_not_under_quiet(monke
     assert err.index(settings) < err.index("a step takes")
     assert main(["generate", "--model", "tiny-dlm", "--prompt", TOM, "-q"]) == 0
     assert capsys.readouterr().err == ""
+    # trace: Ctrl-C keeps the finished steps (a truncated trace); it prints no canvas
+    assert main(["trace", "--model", "tiny-dlm", "--prompt", TOM, "--out", str(tmp_path / "t.arrow")]) == 0
+    err = capsys.readouterr().err
+    assert "Ctrl-C stops and keeps the finished steps as a truncated trace" in err and "prints what is made" not in err
 
 
 @pytest.mark.parametrize("as_json", [False, True])
