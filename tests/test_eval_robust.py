@@ -424,3 +424,6 @@ def test_quiet_eval_prints_results_only(tmp_path):
         assert "note: 10M parameters or fewer on CPU: 1 torch thread" in loud.stderr, loud.stderr
     quiet = subprocess.run([*cmd, "-q"], env=env, capture_output=True, text=True, timeout=300)
     assert quiet.returncode == 0 and quiet.stderr == "" and "| arith | Unmasked |" in quiet.stdout, quiet.stderr
+    # the table, then where it and the runs are (a result: said under -q too)
+    assert f"wrote {tmp_path / 'ev' / 'summary.md'} and summary.csv; each run's samples and settings in " \
+           f"{tmp_path / 'ev' / '<model>' / 'arith' / 'k<K>'}/" in quiet.stdout.splitlines()[-1]

@@ -78,4 +78,6 @@ def _eval(args) -> int:
     elif env_world()[0] == 0 and os.path.isfile(summary):    # rank 0 writes the summary
         with open(summary) as f:
             print(f.read())
+        print(f"wrote {summary} and summary.csv; each run's samples and settings in "
+              f"{os.path.join(args.out, '<model>', cfg.task, 'k<K>')}/ (docs/evaluation.md)")
     return 0
