@@ -426,4 +426,4 @@ def test_quiet_eval_prints_results_only(tmp_path):
     assert quiet.returncode == 0 and quiet.stderr == "" and "| arith | Unmasked |" in quiet.stdout, quiet.stderr
     # the table, then where it and the runs are (a result: said under -q too)
     assert f"wrote {tmp_path / 'ev' / 'summary.md'} and summary.csv; each run's samples and settings in " \
-           f"{tmp_path / 'ev' / '<model>' / 'arith' / 'k<K>'}/" in quiet.stdout.splitlines()[-1]
+           f"{tmp_path / 'ev' / 'tiny-dlm' / 'arith' / 'k<K>'}/" in quiet.stdout.splitlines()[-1]
