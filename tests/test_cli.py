@@ -184,6 +184,8 @@ def _cases(d, fx):
         (["report", str(d / "ok.arrow"), "--out", str(d / "r3"), "--heads", "99:0"], 2, "layer 99 out of range"),
         (["report", str(d / "ok.arrow"), "--out", str(d / "r4"), "--heads", "0-1"], 2, "argument --heads"),
         (["report", str(d / "ok.arrow"), "--out", str(d / "file.txt")], 2, "--out"),
+        (["report", str(d / "ok.arrow"), str(d / "ok.arrow"), "--labels", ",", "--out", str(d / "r7")], 2,
+         "labels: label 1, 2 of 2 is empty"),
         (["report", str(d), "--out", str(d / "r5")], 2, "is a folder; expected a trace .arrow"),
         (["report", str(d / "ok.arrow"), "--out", str(d / "file.txt" / "r")], 2, "file.txt' is a file, not a folder"),
         (["demo", "--out", str(d / "file.txt")], 2, "--out"),
@@ -227,6 +229,15 @@ def _cases(d, fx):
         (["generate", "--model", llada, *ids, "--quiet", "--verbose"], 2, "exclude each other"),
         (["trace", "--model", llada, *ids, "--out", str(d / "t.arrow"), "--heads", "1"], 2,
          "unrecognized arguments: --heads 1"),
+        # a typo of a required flag is named, not only the flag it hides ("required: --model")
+        (["generate", "--mdoel", llada, *ids], 2, "unrecognized arguments: --mdoel (did you mean --model?); the "
+         "following arguments are required: --model"),
+        (["trace", "--model", llada, "--promt", "hi", "--out", str(d / "t.arrow")], 2,
+         "unrecognized arguments: --promt (did you mean --prompt?); one of the arguments"),
+        (["report", str(d / "ok.arrow"), "--out-dir", str(d / "r6")], 2, "unrecognized arguments: --out-dir (did you "
+         "mean --out?)"),
+        (["eval", "--model", llada, "--task", "arith", "--out", str(d / "e4"), "--limt", "3"], 2,
+         "unrecognized arguments: --limt 3 (did you mean --limit?)"),
     ]
 
 
@@ -263,6 +274,25 @@ def test_python_m_sinklens_is_the_command_line():
                          timeout=60)
     from sinklens._version import __version__
     assert run.returncode == 0 and run.stdout.strip() == __version__, run.stderr
+
+
+def test_report_into_an_earlier_reports_folder_names_what_it_did_not_replace(tmp_path, capsys):
+    """The docs reuse `--out report/` for different traces: figures of an earlier report that this
+    one does not write again stay (never deleted), and the command says they are not this report's."""
+    from test_report import write_planted
+
+    write_planted(tmp_path / "t.arrow")
+    out = tmp_path / "report"
+    assert main(["report", str(tmp_path / "t.arrow"), "--out", str(out), "--no-figures"]) == 0
+    assert "earlier report" not in capsys.readouterr().out       # a first report: nothing to say
+    old = out / "fig11_block_sinks.png"                          # as an earlier report of a block trace left it
+    old.write_bytes(b"png")
+    os.utime(old, (1e9, 1e9))
+    (out / "my_notes.txt").write_text("mine")                    # not a report's name: not counted
+    assert main(["report", str(tmp_path / "t.arrow"), "--out", str(out), "--no-figures"]) == 0
+    said = [line for line in capsys.readouterr().out.splitlines() if "earlier report" in line]
+    assert len(said) == 1 and "holds 1 figure/table files of an earlier report (fig11_block_sinks.png)" in said[0]
+    assert old.read_bytes() == b"png" and (out / "my_notes.txt").read_text() == "mine"
 
 
 def test_report_says_a_trace_is_truncated(tmp_path, capsys):
@@ -371,7 +401,7 @@ def test_progress_bar_ends_where_an_early_stop_ends(capsys):
 TOM = "Tom has 3 apples and buys 4 more. How many?"
 
 
-def test_generate_says_its_settings_and_estimate_first_but_not_under_quiet(monkeypatch, capsys):
+def test_generate_says_its_settings_and_estimate_first_but_not_under_quiet(monkeypatch, capsys, tmp_path):
     from sinklens.cli.generate import Progress
 
     monkeypatch.setattr(Progress, "LONG_S", 0.0)         # every run counts as long here
@@ -383,6 +413,10 @@ def test_generate_says_its_settings_and_estimate_first_but_not_under_quiet(monke
     assert err.index(settings) < err.index("a step takes")
     assert main(["generate", "--model", "tiny-dlm", "--prompt", TOM, "-q"]) == 0
     assert capsys.readouterr().err == ""
+    # trace: Ctrl-C keeps the finished steps (a truncated trace); it prints no canvas
+    assert main(["trace", "--model", "tiny-dlm", "--prompt", TOM, "--out", str(tmp_path / "t.arrow")]) == 0
+    err = capsys.readouterr().err
+    assert "Ctrl-C stops and keeps the finished steps as a truncated trace" in err and "prints what is made" not in err
 
 
 @pytest.mark.parametrize("as_json", [False, True])

@@ -315,3 +315,18 @@ def test_only_a_corpus_trace_splits_over_launcher_processes(command, argv, split
     from sinklens.cli.launch import splits_work
 
     assert splits_work(command, argv) is splits
+
+
+def test_documented_corpus_example_runs_as_written_in_an_empty_folder(tmp_path):
+    """docs/corpus.md's first example, word for word, in a folder holding nothing (a new user has
+    no prompts.jsonl: the example makes one), with `sinklens` this checkout's command line."""
+    text = (REPO / "docs" / "corpus.md").read_text().split("<!-- corpus-example", 1)[1]
+    block = text.split("```bash\n", 1)[1].split("```", 1)[0]
+    script = f'sinklens() {{ "{sys.executable}" -m sinklens.cli "$@"; }}\nset -e\n{block}'
+    res = subprocess.run(["bash", "-c", script], cwd=tmp_path, env=_env(), capture_output=True, text=True,
+                         timeout=600)
+    assert res.returncode == 0, res.stderr[-3000:]
+    c = open_corpus(tmp_path / "runs" / "corpus" / "corpus.jsonl")
+    assert c.num_prompts == 3, "the example's three prompts"
+    assert (tmp_path / "report" / "index.html").is_file() and (tmp_path / "report0" / "index.html").is_file()
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["prompts.jsonl", "report", "report0", "runs"]

@@ -131,3 +131,19 @@ def test_headline_json_carries_the_readouts(tmp_path):
     k0 = headline(str(tmp_path / "tiny-dlm" / "arith" / "k0"))
     assert "similarity" not in k0
     json.dumps(k1, allow_nan=False)
+
+
+def test_the_unmasked_row_heads_the_table_of_two_protocols(tmp_path):
+    """`sinklens replicate` runs the unmasked baseline once, under the first protocol's folder: the
+    table shows it first and without that protocol's name (it is every protocol's baseline)."""
+    from sinklens.eval.summary import write_summary
+    dirs = []
+    for protocol, ks in (("topk", (0, 1)), ("eq3", (1,))):
+        dirs.append(str(tmp_path / protocol))
+        run_eval(EvalConfig(model="tiny-dlm", task="arith", out=dirs[-1], mask_topk=ks, limit=2, shots=0,
+                            dtype="float32", mask_sinks=protocol, loglik=False, progress=False))
+    md, _ = write_summary(dirs, str(tmp_path))
+    table = md.split("\n\n", 1)[0].splitlines()[2:]     # Table 1 (the outcomes table follows)
+    rows = [line.split(" | ")[1] for line in table]
+    assert rows[0] == "Unmasked", rows
+    assert sorted(rows[1:]) == ["K=1 (ε0), sinks=eq3", "K=1 (ε0), sinks=topk"], rows

@@ -198,11 +198,17 @@ def test_eval_and_replicate_json_give_the_runs_and_their_numbers(tiny_dlm, tmp_p
     # replicate --json reads the same runs from its eval folder (the twins' runs are replaced by this one)
     import sinklens.experiments.replicate as rep
 
-    files = {"summary_md": "t.md", "summary_csv": "t.csv", "report": "index.html", "persistence_md": "p.md"}
+    # what replicate returns: the table's text (markdown, CSV), the other results' paths
+    files = {"summary_md": "| task | masking |\n|---|---|", "summary_csv": "task,masking", "report": "index.html",
+             "persistence_md": "p.md"}
     monkeypatch.setattr(rep, "replicate", lambda *a, **k: files)
     assert main(["replicate", "--out", str(out), "--json", "-q"]) == 0
     doc = json.loads(capsys.readouterr().out)
-    assert doc["table"] == "t.md" and doc["runs"] == [run]
+    table = out / "eval" / "summary.md"               # a path for a machine, not the table's text
+    assert doc["table"] == str(table) and doc["table_csv"] == str(out / "eval" / "summary.csv") and doc["runs"] == [run]
+    assert main(["replicate", "--out", str(out), "-q"]) == 0
+    text = capsys.readouterr().out.splitlines()
+    assert text[:2] == files["summary_md"].splitlines() and f"table: {table} (and .csv)" in text
 
 
 # --- two writers into one --out -----------------------------------------------------------------
@@ -418,3 +424,6 @@ def test_quiet_eval_prints_results_only(tmp_path):
         assert "note: 10M parameters or fewer on CPU: 1 torch thread" in loud.stderr, loud.stderr
     quiet = subprocess.run([*cmd, "-q"], env=env, capture_output=True, text=True, timeout=300)
     assert quiet.returncode == 0 and quiet.stderr == "" and "| arith | Unmasked |" in quiet.stdout, quiet.stderr
+    # the table, then where it and the runs are (a result: said under -q too)
+    assert f"wrote {tmp_path / 'ev' / 'summary.md'} and summary.csv; each run's samples and settings in " \
+           f"{tmp_path / 'ev' / 'tiny-dlm' / 'arith' / 'k<K>'}/" in quiet.stdout.splitlines()[-1]

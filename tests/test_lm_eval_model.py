@@ -139,6 +139,28 @@ def test_a_prompt_longer_than_the_context_is_one_line(tmp_path, monkeypatch, cap
         "the model's context of 128 tokens" in err[-1], err[-1]
 
 
+def test_the_shipped_task_without_its_data_file_is_one_line_before_the_model_loads(tmp_path, monkeypatch, capsys):
+    """docs/evaluation.md's first lm-eval command (the shipped task, `--include_path
+    sinklens/eval/lm_eval_tasks`) run where no gsm8k/test.jsonl is: one line saying which file the
+    task reads and how to write a task for your copy, not a `datasets` traceback after the load."""
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("HF_DATASETS_OFFLINE", "1")
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    monkeypatch.setattr(sys, "argv", [
+        "sinklens-lm-eval", "--model", "sinklens", "--model_args", "pretrained=tiny-dlm", "--device", "cpu",
+        "--tasks", "sinklens_gsm8k_cot", "--include_path", TASK_DIR, "--limit", "1"])
+    with pytest.raises(SystemExit) as e:
+        main()
+    assert e.value.code == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith("sinklens-lm-eval: error: task sinklens_gsm8k_cot"), err
+    assert "'gsm8k/test.jsonl'" in err[0] and "sinklens lm-eval-task --data PATH" in err[0]
+    (tmp_path / "gsm8k").mkdir()   # with the file where the task reads it, nothing is said
+    (tmp_path / "gsm8k" / "test.jsonl").write_text(open(GSM8K).readline())
+    from sinklens.eval.lm_eval_task import missing_data
+    assert missing_data(sys.argv[1:]) is None
+
+
 def test_masking_model_args_are_the_masking_config_fields(tiny_dlm):
     """Every MaskingConfig field is a model_arg (by name or mask_<name>), parsed and checked by the
     field; unset ones take the field's default; an unknown name is an error, not a silent no-op."""

@@ -70,3 +70,28 @@ def test_init_from_a_shipped_twin_by_name():
     assert TrainConfig(kind="dlm-shift", init_from="story9-arm-4l").init_from == "story9-arm-4l"
     with pytest.raises(ValueError, match="init_from"):
         TrainConfig(kind="dlm-shift", init_from="no-such-twin")
+
+
+def test_ctrl_c_says_which_checkpoint_is_kept_and_the_same_command_resumes(tmp_path, monkeypatch, capsys):
+    """Ctrl-C in `sinklens train` (here: at the start of step 4, checkpoints every 2 steps): exit 130
+    and one line naming the kept checkpoint's step; the same command then goes on from it."""
+    import sinklens.train.train as tr
+
+    argv = ["train", "--kind", "arm", "--out", str(tmp_path / "run"), "--steps", "6", "--ckpt-every", "2",
+            "--eval-every", "100", "--eval-n", "2", "--batch-size", "4", "--n-layers", "1", "--d-model", "32",
+            "--n-heads", "2", "--mlp-hidden", "32", "-q"]
+    original = tr.lr_at
+
+    def lr_at(step, cfg):
+        if step == 3:                      # 0-based: the 4th step, after the checkpoint of step 2
+            raise KeyboardInterrupt
+        return original(step, cfg)
+
+    monkeypatch.setattr(tr, "lr_at", lr_at)
+    assert main(argv) == 130
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err[-1].startswith("sinklens train: interrupted; the checkpoint of step 2 is in ") and \
+        "the same command resumes from it" in err[-1], err
+    monkeypatch.setattr(tr, "lr_at", original)
+    assert main(argv) == 0
+    assert "done: 6 steps" in capsys.readouterr().out

@@ -63,7 +63,9 @@ def main(argv: list[str] | None = None) -> int:
     args, extra = parser.parse_known_args(argv)
     if extra:  # said by the sub-command's parser, so the line names it: "sinklens trace: error: ..."
         sub = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction))
-        (sub.choices.get(getattr(args, "command", None)) or parser).error(f"unrecognized arguments: {' '.join(extra)}")
+        said_by = sub.choices.get(getattr(args, "command", None)) or parser
+        hint = said_by.did_you_mean(said_by.unknown_flags(extra))
+        said_by.error(f"unrecognized arguments: {' '.join(extra)}{hint}")
     if args.version:
         from sinklens._version import __version__
         print(__version__)

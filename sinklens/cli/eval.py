@@ -78,4 +78,7 @@ def _eval(args) -> int:
     elif env_world()[0] == 0 and os.path.isfile(summary):    # rank 0 writes the summary
         with open(summary) as f:
             print(f.read())
+        runs = sorted({os.path.join(os.path.dirname(d), "k<K>") for d in run_dirs}) or [args.out]  # one per model
+        print(f"wrote {summary} and summary.csv; each run's samples and settings in "
+              f"{', '.join(r + '/' for r in runs)} (docs/evaluation.md)")
     return 0

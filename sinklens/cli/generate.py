@@ -171,8 +171,8 @@ class Progress:
 
     LONG_S = 10.0   # estimates shorter than this are not worth a line
 
-    def __init__(self, steps: int):
-        self.steps, self.done, self.tokens = steps, 0, None
+    def __init__(self, steps: int, on_stop: str = "prints what is made so far"):
+        self.steps, self.done, self.tokens, self.on_stop = steps, 0, None, on_stop   # on_stop: what Ctrl-C does
         self.t0 = self.t1 = time.perf_counter()
 
     def after_step(self, event) -> None:
@@ -186,8 +186,7 @@ class Progress:
             estimate = (self.t1 - self.t0) + step * (self.steps - 1)
             if estimate >= self.LONG_S:
                 _note_beside_bar(f"a step takes {step:.2f} s (the first {self.t1 - self.t0:.2f} s): about "
-                                 f"{_duration(estimate)} for up to {self.steps} steps (Ctrl-C stops and prints what "
-                                 "is made so far)")
+                                 f"{_duration(estimate)} for up to {self.steps} steps (Ctrl-C stops and {self.on_stop})")
 
 
 def _duration(seconds: float) -> str:
@@ -252,7 +251,7 @@ def run(args, trace=None, capture=None, check=None):
     note(f"{name}: {config.name} sampler, prompt {ids.shape[1]} tokens, {tokens} new tokens x up to "
          f"{steps} steps = {tokens * steps} token-steps ({settings})")
     torch.manual_seed(args.seed)
-    progress = Progress(steps)
+    progress = Progress(steps) if trace is None else Progress(steps, "keeps the finished steps as a truncated trace")
     try:
         out = model.generate(ids, trace=trace, capture=capture, hook=progress, progress=args.progress, config=config)
     except KeyboardInterrupt:

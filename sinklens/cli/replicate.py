@@ -45,11 +45,13 @@ def run(a) -> int:
     a.n_traces = 50 if a.n_traces is None else a.n_traces
     res = replicate(a.out, a.n, a.mask_topk, progress=a.progress, n_traces=a.n_traces, control=a.mask_control,
                     protocols=a.protocols)
+    table = Path(a.out) / "eval" / "summary.md"   # res["summary_md"] is the table's text; files are named by path
     if a.json:
-        return print_runs_json({"table": res["summary_md"], "table_csv": res["summary_csv"], "report": res["report"],
+        return print_runs_json({"table": str(table), "table_csv": str(table.with_suffix(".csv")), "report": res["report"],
                                 "persistence": res["persistence_md"], "dynamics": res.get("dynamics_md")},
                                Path(a.out) / "eval")
-    print(f"table: {res['summary_md']}\ndynamics report: {res['report']}\npersistence: {res['persistence_md']}")
+    print(f"{res['summary_md']}\ntable: {table} (and .csv)\ndynamics report: {res['report']}\n"
+          f"persistence: {res['persistence_md']}")
     if "dynamics_md" in res:
         print(f"dynamics over problems: {res['dynamics_md']}")
     return 0

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import time
 
 from sinklens.cli.fields import add_config_flags, flag_values
 
@@ -58,6 +59,7 @@ def run(args: argparse.Namespace) -> int:
                        "trace (the same prompt and flags with --random-init SEED), or report a corpus against it")
     from sinklens.report.report import build_report
 
+    since = time.time()
     rep = build_report(args.traces, args.out, labels=args.labels, options=options(args))
     if args.json:
         from sinklens.cli.logs import print_json
@@ -81,7 +83,19 @@ def run(args: argparse.Namespace) -> int:
                   "finished steps are analysed")
         for name, why in r.skipped.items():
             print(f"  {r.label}: {name} not drawn: {why}")
+    say_earlier_files(args.out, since)
     return 0
+
+
+def say_earlier_files(out: str, since: float) -> None:
+    """A note when --out still holds an earlier report's figures that this one did not replace."""
+    from sinklens.report.folder import earlier_files
+
+    old = earlier_files(out, since)
+    if old:
+        names = ", ".join(str(p.relative_to(out)) for p in old[:3]) + (", ..." if len(old) > 3 else "")
+        print(f"  note: {out} also holds {len(old)} figure/table files of an earlier report ({names}), not part of "
+              "this one (index.html and summary.* are); give a new --out for a folder with this report alone")
 
 
 def run_corpus(args: argparse.Namespace, corpora: list[str]) -> int:
@@ -101,6 +115,7 @@ def run_corpus(args: argparse.Namespace, corpora: list[str]) -> int:
     if args.control is not None and not is_corpus_file(args.control):
         raise CliError(f"--control {args.control} is not a corpus file, but the report is on a corpus; give the "
                        "control's corpus.jsonl (the same prompts and flags with --random-init SEED)")
+    since = time.time()
     rep = build_corpus_report(corpora[0], args.out, figures=args.figures, control=args.control)
     if args.json:
         from sinklens.cli.logs import print_json
@@ -115,6 +130,7 @@ def run_corpus(args: argparse.Namespace, corpora: list[str]) -> int:
         return 0
     print(f"wrote {len(rep.figures)} figures/tables, {rep.summary_md}, {rep.summary_json} and {rep.html} "
           f"({rep.corpus.num_prompts} prompts)")
+    say_earlier_files(args.out, since)
     return 0
 
 

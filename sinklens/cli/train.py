@@ -10,6 +10,9 @@ sinklens/cli/fields.py: a new setting is a new field there.
 from __future__ import annotations
 
 import argparse
+import json
+import sys
+from pathlib import Path
 
 from sinklens.cli.fields import add_config_flags, flag_values
 
@@ -37,9 +40,25 @@ def config(args: argparse.Namespace):
 def run(args: argparse.Namespace) -> int:
     from sinklens.train.train import train
 
-    res = train(config(args), progress=args.progress)
+    cfg = config(args)
+    try:
+        res = train(cfg, progress=args.progress)
+    except KeyboardInterrupt:   # what is kept is the last checkpoint: say which, and that the same command resumes
+        print(f"sinklens train: interrupted; {_kept(Path(cfg.out) / 'ckpt', cfg.ckpt_every)}", file=sys.stderr)
+        return 130
     if res["finished"]:
         print(f"done: {res['step']} steps, exported to {res['out']}/export")
     else:
         print(f"stopped after step {res['step']} (checkpoint in {res['out']}/ckpt); run again to resume")
     return 0
+
+
+def _kept(ckpt: Path, every: int) -> str:
+    """What an interrupted training run keeps: its last checkpoint (written every `every` steps)."""
+    try:
+        step = json.loads((ckpt / "state.json").read_text())["step"]
+    except (OSError, ValueError, KeyError):
+        return f"no checkpoint yet (one is written every {every} steps, --ckpt-every): the same command starts over"
+    return (f"the checkpoint of step {step} is in {ckpt} (one every {every} steps, --ckpt-every): the same "
+            "command resumes from it")
+

@@ -6,6 +6,9 @@ reject `--steps 0` before torch is imported.
 from __future__ import annotations
 
 import argparse
+import difflib
+import re
+import sys
 from pathlib import Path
 
 
@@ -33,8 +36,38 @@ class OneLineParser(argparse.ArgumentParser):
         kwargs["formatter_class"] = HelpFormatter
         super().__init__(*args, **kwargs)
 
+    def parse_known_args(self, args=None, namespace=None):
+        self._argv = list(sys.argv[1:] if args is None else args)   # what error() looks through for typos
+        return super().parse_known_args(args, namespace)
+
     def error(self, message):
+        unknown = self.unknown_flags(getattr(self, "_argv", []))
+        if unknown and message.startswith(("the following arguments are required", "one of the arguments")):
+            # `--mdoel x` reads to argparse as a missing --model: name the typo too, or the line blames the wrong flag
+            message = f"unrecognized arguments: {' '.join(unknown)}{self.did_you_mean(unknown)}; {message}"
         self.exit(2, f"{self.prog}: error: {message} (see {self.prog} --help)\n")
+
+    def unknown_flags(self, argv: list[str]) -> list[str]:
+        """The words of `argv` that look like flags (`--x`, `--x=1`, `-x`) and that this parser does not
+        take, neither whole nor as an abbreviation it would accept."""
+        known = self._option_string_actions
+        unknown = []
+        for word in argv:
+            if word == "--":
+                break
+            flag = word.split("=", 1)[0]
+            if not flag.startswith("-") or flag == "-" or re.fullmatch(r"-\d[\d.,%e-]*", flag):  # values, -1, -0.5
+                continue
+            if flag in known or (self.allow_abbrev and flag.startswith("--")
+                                 and sum(k.startswith(flag) for k in known) == 1):
+                continue
+            unknown.append(flag)
+        return unknown
+
+    def did_you_mean(self, flags: list[str]) -> str:
+        """' (did you mean --model?)' for the flags of this parser closest to `flags`, else ''."""
+        close = [m for f in flags for m in difflib.get_close_matches(f, self._option_string_actions, n=1, cutoff=0.7)]
+        return f" (did you mean {', '.join(dict.fromkeys(close))}?)" if close else ""
 
 
 def _int(text: str) -> int:

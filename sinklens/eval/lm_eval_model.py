@@ -180,6 +180,12 @@ def main() -> None:
     import sys
 
     from lm_eval.__main__ import cli_evaluate
+
+    from sinklens.eval.lm_eval_task import missing_data
+    reason = missing_data(sys.argv[1:])
+    if reason is not None:   # said before the model loads, not as a `datasets` traceback after it
+        print(f"sinklens-lm-eval: error: {reason}", file=sys.stderr)
+        sys.exit(2)
     try:
         cli_evaluate()
     except ModelArgsError as e:

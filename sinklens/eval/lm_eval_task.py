@@ -58,3 +58,45 @@ def write_task_yaml(out_dir: str, data: str = DEFAULT_DATA) -> str:
                    if not os.path.isabs(data) else ""))
         yaml.safe_dump(task_yaml(data), f, sort_keys=False, allow_unicode=True, width=100)
     return path
+
+
+def missing_data(argv: list[str]) -> str | None:
+    """The one-line reason an lm-eval command line `argv` cannot find a local data file, else None.
+
+    Looks only at the YAML files of its `--include_path` folders that define one of its `--tasks`
+    and read a local JSON file (`dataset_path: json`): lm-eval would load the model first (half a
+    minute for SmolLM2) and end in a `datasets` traceback."""
+    import yaml
+
+    def values(flag: str) -> list[str]:
+        out = []
+        for i, word in enumerate(argv):
+            if word == flag and i + 1 < len(argv):
+                out.append(argv[i + 1])
+            elif word.startswith(flag + "="):
+                out.append(word.split("=", 1)[1])
+        return out
+
+    tasks = {t for v in values("--tasks") for t in v.split(",")}
+    loose = type("Loose", (yaml.SafeLoader,), {})   # other tasks' YAML may hold lm-eval tags (!function)
+    loose.add_multi_constructor("", lambda loader, suffix, node: None)
+    for folder in (f for v in values("--include_path") for f in v.split(",")):
+        for name in sorted(os.listdir(folder)) if os.path.isdir(folder) else []:
+            if not name.endswith((".yaml", ".yml")):
+                continue
+            try:
+                with open(os.path.join(folder, name)) as f:
+                    config = yaml.load(f, Loader=loose)
+            except (OSError, yaml.YAMLError):
+                continue   # lm-eval says what is wrong with it
+            if not isinstance(config, dict) or config.get("task") not in tasks or config.get("dataset_path") != "json":
+                continue
+            files = (config.get("dataset_kwargs") or {}).get("data_files") or {}
+            for data in files.values() if isinstance(files, dict) else [files]:
+                if isinstance(data, str) and "://" not in data and not any(c in data for c in "*?[") \
+                        and not os.path.exists(data):
+                    where = "" if os.path.isabs(data) else f" (relative to the working directory {os.getcwd()})"
+                    return (f"task {config['task']} ({os.path.join(folder, name)}) reads {data!r}, which does not "
+                            f"exist{where}: write the task for your copy of GSM8K's test.jsonl with `sinklens "
+                            "lm-eval-task --data PATH --out tasks/` and pass --include_path tasks/")
+    return None

@@ -193,13 +193,23 @@ def _short(key: str) -> str:
     return key.split(".", 1)[1] if key.startswith(("masking.", "settings.", "config.")) else key
 
 
+def _unmasked(r: dict) -> bool:
+    return r["mask_topk"] in (0, "0")
+
+
+def _shown(r: dict, varying: list[str]) -> list[str]:
+    """The varying settings that tell this row apart: an unmasked run has no masking settings
+    (its `sinks=topk` would read as one protocol's baseline when it is every protocol's)."""
+    return [v for v in varying if not (_unmasked(r) and v.startswith("masking."))]
+
+
 def _label(r: dict, varying: list[str]) -> str:
     k = r["mask_topk"]
     if r["control"] not in (None, "none"):
         name = f"K={k} {r['control']} keys (control)"
     else:
         name = PAPER_K_NAMES.get(k, f"K={k}")
-    extra = [f"{_short(v)}={r['settings'].get(v, '–')}" for v in varying]
+    extra = [f"{_short(v)}={r['settings'].get(v, '–')}" for v in _shown(r, varying)]
     return ", ".join([name, *extra])
 
 
@@ -214,9 +224,10 @@ def _k_order(k) -> tuple:
 
 
 def _row_key(r: dict, varying: list[str]) -> tuple:
-    """Sort / identity of a table row: task, the other varying settings, then K, control last."""
-    return (r["task"], *(_order(r["settings"].get(v)) for v in varying), _k_order(r["mask_topk"]),
-            r["control"] not in (None, "none"), str(r["control"]))
+    """Sort / identity of a table row: task, the other varying settings, then K, control last; the
+    unmasked run above every masking setting's rows."""
+    return (r["task"], *((_order(r["settings"].get(v)) if v in _shown(r, varying) else (-1, 0.0, "")) for v in varying),
+            _k_order(r["mask_topk"]), r["control"] not in (None, "none"), str(r["control"]))
 
 
 def _caption(rows: list[dict], varying: list[str]) -> str:

@@ -8,6 +8,7 @@ work, so `--out .` or `--out my-project/` never overwrites what sinklens did not
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 
 from sinklens.analysis.source import AnalysisInputError
@@ -35,3 +36,24 @@ def check_out_folder(out: str | Path) -> None:
         raise AnalysisInputError(f"--out {str(out)!r} holds {', '.join(theirs)} that no sinklens report wrote; a "
                                  f"report would overwrite {'them' if len(theirs) > 1 else 'it'}: give a new folder "
                                  "or an earlier report's")
+
+
+# the names a report gives its figures and tables (fig05_layer_head.png, readout_massive.svg, table2_...md)
+REPORT_FILE = re.compile(r"(fig\d+|readout|table\d+|compare_fig\d+)_\w+\.(png|svg|md|csv)")
+
+
+def earlier_files(out: str | Path, since: float) -> list[Path]:
+    """Figures and tables in `out` (and its trace subfolders) of the names a report writes, last
+    written before `since`: an earlier report's, which this one did not replace (another trace,
+    another model, other readouts). Never deleted: they are said, so nobody reads them as this
+    report's."""
+    out = Path(out)
+    if not out.is_dir():
+        return []
+    found = []
+    for p in sorted(out.rglob("*")):
+        if p.is_symlink() or not p.is_file() or not REPORT_FILE.fullmatch(p.name):
+            continue
+        if p.stat().st_mtime < since:
+            found.append(p)
+    return found

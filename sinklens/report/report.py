@@ -157,6 +157,10 @@ def build_report(traces, out: str | os.PathLike, *, labels: list[str] | None = N
         raise AnalysisInputError("give at least one trace to report on")
     if labels is not None and len(labels) != len(traces):
         raise AnalysisInputError(f"labels: {len(labels)} given for {len(traces)} traces; give one label per trace")
+    empty = [i + 1 for i, label in enumerate(labels or []) if not str(label).strip()]
+    if empty:   # a figure's legend and the page's tabs would have no name for it
+        raise AnalysisInputError(f"labels: label {', '.join(map(str, empty))} of {len(labels)} is empty; give each "
+                                 "trace a name (e.g. --labels LLaDA,SmolLM2)")
     out = Path(out)
     check_out_folder(out)
     control = None

@@ -236,7 +236,7 @@ def train(cfg: TrainConfig, *, progress: bool = True) -> dict:
     log_path = out / "log.jsonl"
     if step == 0 and log_path.exists():
         log_path.unlink()
-    if step > 0:   # drop log lines written after the checkpoint we resume from
+    if step > 0 and log_path.exists():   # drop log lines written after the checkpoint we resume from (none: none logged yet)
         lines = [l for l in log_path.read_text().splitlines() if json.loads(l)["step"] <= step]
         log_path.write_text("".join(l + "\n" for l in lines))
     with (out / "command.txt").open("w" if step == 0 else "a") as f:   # every invocation, in order
