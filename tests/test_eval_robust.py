@@ -92,6 +92,7 @@ def test_bad_numbers_are_one_line_errors(argv, flag, tmp_path, capsys):
     (["--task", "arith", "--sandbox-timeout", "3"], "--sandbox-timeout 3: task arith runs no code"),
     (["--task", "gsm8k", "--data", str(GSM8K), "--sandbox-timeout", "30"], "task gsm8k runs no code"),
     (["--task", "arith", "--mask-control", "random"], "--mask-topk has none (only 0)"),    # it ran K=0 alone
+    (["--task", "arith", "--sandbox", "fallback"], "--sandbox fallback: task arith runs no code"),
 ])
 def test_a_flag_of_another_task_is_refused_not_ignored(argv, expected, tmp_path, capsys):
     out = tmp_path / "out"
@@ -103,6 +104,29 @@ def test_a_flag_of_another_task_is_refused_not_ignored(argv, expected, tmp_path,
     EvalConfig(model="m", task="arith", out=str(out), shots=0)
     EvalConfig(model="m", task="humaneval", out=str(out), sandbox_timeout=30)
     EvalConfig(model="m", task="gsm8k", out=str(out), shots=3)
+
+
+def test_humaneval_without_bubblewrap_is_refused_before_the_model_loads(tmp_path, capsys, monkeypatch):
+    """No silent fallback for model-written code: `eval --task humaneval` on a machine whose
+    bubblewrap is missing says so in one line (what to install, or --sandbox fallback), exit 2,
+    before any model loads or file is written; naming the fallback passes that check."""
+    import shutil
+    import sinklens.sandbox.isolation as iso_mod
+    real_which = shutil.which
+    monkeypatch.setattr(iso_mod.shutil, "which", lambda name: None if name == "bwrap" else real_which(name))
+    iso_mod.probe.cache_clear()
+    loads = []
+    monkeypatch.setattr("sinklens.models.loader.load", lambda *a, **k: loads.append(a) or 1 / 0)
+    try:
+        out = tmp_path / "out"
+        assert main(["eval", "--model", "tiny-dlm", "--task", "humaneval", "--out", str(out)]) == 2
+        err = error_lines(capsys.readouterr().err)
+        assert len(err) == 1 and "bubblewrap" in err[0] and "--sandbox fallback" in err[0], err
+        assert not out.exists() and loads == []
+        cfg = EvalConfig(model="m", task="humaneval", out=str(out), sandbox="fallback")
+        assert cfg.sandbox_config().mode == "fallback"
+    finally:
+        iso_mod.probe.cache_clear()
 
 
 def test_library_rejects_zero_instead_of_defaulting(tmp_path):

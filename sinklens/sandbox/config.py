@@ -14,7 +14,7 @@ class SandboxConfig:
     max_open_files: int = 256           # RLIMIT_NOFILE
     tmpfs_bytes: int = 64 << 20         # size of each private tmpfs: the program's whole disk
     max_files: int = 64                 # files + folders in the working directory where no tmpfs can be had
-    mode: str = "auto"                  # "auto" (bwrap if it works, else fallback) | "bwrap" | "fallback"
+    mode: str = "auto"                  # "auto" (bwrap; refused without it) | "bwrap" | "fallback" (by name only)
     network: str = "auto"               # fallback only: "auto" (netns if permitted) | "netns" | "audit"
     output_limit: int = 4096            # characters of stdout/stderr kept (tail)
 

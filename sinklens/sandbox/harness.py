@@ -14,6 +14,7 @@ proven:
     fork ------------------------------------> close stdin and every other descriptor;
     (fallback: send code + program on a pipe)  fallback mode: RLIMIT_NPROC 0, exec a fresh
                                                interpreter, install the guard (`restart_clean`);
+                                               every mode: the reference's rule (`reference.py`);
                                                exec the program
     read nonce + test from stdin               report the names it defines  (or die trying)
     exec the prompt + test, call               answer calls: candidate(*args) -> plain data
@@ -40,8 +41,9 @@ Why each piece:
 import os
 import sys
 
-# send / recv / encode / decode / frame / write_all / read_exact come from wire.py and
-# install_guard from guard.py, which stand in front of this file in the harness's code.
+# send / recv / encode / decode / frame / write_all / read_exact come from wire.py,
+# install_guard from guard.py and apply_reference_rule from reference.py, which stand in front of
+# this file in the harness's code.
 
 PR_SET_PDEATHSIG, PR_SET_DUMPABLE, PR_CAPBSET_DROP, PR_SET_SECUREBITS = 1, 4, 24, 28
 PR_SET_NO_NEW_PRIVS, PR_CAP_AMBIENT, PR_CAP_AMBIENT_CLEAR_ALL = 38, 47, 4
@@ -182,6 +184,7 @@ def serve(source, cmd_r, reply_w, cfg):
     sys.stdin = open(0, closefd=False)
     if cfg["guard"]:
         install_guard(cfg["root"], cfg["block_net"], cfg["max_entries"])  # noqa: F821 (guard.py)
+    apply_reference_rule()                  # noqa: F821 (reference.py): every mode, the same verdict
     mod = type(sys)("program")              # not __main__: a `__main__` block does not run
     mod.__file__ = "program.py"
     sys.modules["program"] = mod

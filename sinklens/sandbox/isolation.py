@@ -6,7 +6,8 @@
   namespace of its own (so no host TCP listener, and with no host socket files mounted, no UNIX
   listener either), `--die-with-parent`, a new session. As root the whole sandbox runs under a
   fresh unprivileged uid (`setpriv`), so the per-uid process limit applies.
-- **fallback** (no working bwrap): `unshare` namespaces where permitted (mount, network, PID with
+- **fallback** (no working bwrap, and only when asked for by name: `auto` refuses to run without
+  bwrap rather than fall back without a word): `unshare` namespaces where permitted (mount, network, PID with
   its own /proc; a non-root user gets them inside a user namespace where it is root), in which the
   harness mounts a size-capped tmpfs over the working directory and then drops every privilege
   (as real root: to a fresh uid); and an audit hook in the program's process (`guard.py`). One
@@ -33,6 +34,10 @@ MARK = "sinklens-sandbox"          # in every sandboxed command line, see `owner
 _HERE = os.path.dirname(os.path.abspath(__file__))
 _PROBE_UID = 3_999_999
 _PID_NAMESPACE = ("--pid", "--fork", "--kill-child", "--mount-proc")
+
+
+class SandboxUnavailable(RuntimeError):
+    """The sandbox asked for cannot be had on this machine (the message says what to do)."""
 
 
 @dataclass(frozen=True)
@@ -86,10 +91,10 @@ def owner_mark(pid: int | None = None) -> str:
 
 @functools.lru_cache(maxsize=None)
 def harness_code(python: str) -> bytes:
-    """wire.py + guard.py + harness.py compiled under JUDGE_FILE by `python` itself (code objects
+    """wire.py + guard.py + reference.py + harness.py compiled under JUDGE_FILE by `python` itself (code objects
     differ between Python versions), framed for the start of the harness's stdin."""
     source = "".join(open(os.path.join(_HERE, name), encoding="utf-8").read() + "\n"
-                     for name in ("wire.py", "guard.py", "harness.py"))
+                     for name in ("wire.py", "guard.py", "reference.py", "harness.py"))
     try:
         out = subprocess.run([python, "-I", "-S", "-B", "-c", _COMPILE, JUDGE_FILE], input=source.encode(),
                              capture_output=True, timeout=60, check=True).stdout
@@ -171,7 +176,8 @@ def _harness_starts(launcher: list[str], python: str, uid: int | None, tmpfs: bo
 
 @functools.lru_cache(maxsize=None)
 def probe(mode: str = "auto", network: str = "auto", tmpfs_bytes: int = 64 << 20) -> Isolation:
-    """The strongest sandbox this machine permits for `mode`; raises if `mode` cannot be had."""
+    """The strongest sandbox this machine permits for `mode`; raises SandboxUnavailable if `mode`
+    cannot be had (`auto` without a working bwrap: the fallback must be named)."""
     root = os.geteuid() == 0
     python = _interpreter(other_uid=root)
     uid = "fresh" if root and python else "same"   # root runs the program as a fresh uid
@@ -185,9 +191,16 @@ def probe(mode: str = "auto", network: str = "auto", tmpfs_bytes: int = 64 << 20
         if _works(pre + bw + test):
             return Isolation("bwrap", tuple(bw), python, "netns", True, "fresh" if drop else "same")
     if mode == "bwrap":
-        raise RuntimeError("sandbox mode 'bwrap' requested but bubblewrap is missing or cannot "
-                           "create namespaces here (install the Debian package `bubblewrap`; "
-                           "scripts/sandbox-deps.sh does)")
+        raise SandboxUnavailable("sandbox mode 'bwrap' requested but bubblewrap is missing or cannot "
+                                 "create namespaces here (install the Debian package `bubblewrap`; "
+                                 "scripts/sandbox-deps.sh does)")
+    if mode == "auto":      # the fallback is no security boundary: only when asked for by name
+        raise SandboxUnavailable(
+            "sandbox: bubblewrap is missing or cannot create namespaces here, and model-written code runs only "
+            "in a real sandbox: install the Debian package `bubblewrap` (scripts/sandbox-deps.sh does), or "
+            "accept the fallback by name (`--sandbox fallback`, SandboxConfig(mode='fallback')): an audit hook "
+            "and namespaces where permitted, no read-only filesystem, private /tmp or security boundary "
+            "(docs/evaluation.md, 'Sandbox and judge')")
     # Fallback: the harness drops root itself (to a fresh uid), after mounting its tmpfs.
     harness_uid = _PROBE_UID if uid == "fresh" else None
     unshare = shutil.which("unshare")
@@ -208,7 +221,7 @@ def probe(mode: str = "auto", network: str = "auto", tmpfs_bytes: int = 64 << 20
 _warned = False
 
 
-def warn_fallback(iso: Isolation, requested: bool) -> None:
+def warn_fallback(iso: Isolation) -> None:
     """Once per process: what the fallback mode does not protect."""
     global _warned
     if _warned:
@@ -224,7 +237,8 @@ def warn_fallback(iso: Isolation, requested: bool) -> None:
         missing.append("a network namespace (sockets are refused by an audit hook)")
     if iso.uid != "fresh" and os.geteuid() == 0:
         missing.append("a separate uid (the program runs as root)")
-    why = "fallback mode requested" if requested else "bubblewrap unavailable, fallback mode"
-    warnings.warn(f"sandbox: {why}, without " + "; ".join(missing)
-                  + ". Install the Debian package `bubblewrap` for the full sandbox.",
+    warnings.warn("sandbox: fallback mode, without " + "; ".join(missing)
+                  + ". It also fails right programs that bubblewrap mode passes: a thread, importing "
+                  "subprocess, multiprocessing, ctypes, fcntl or mmap, files outside the working "
+                  "directory. Install the Debian package `bubblewrap` for the full sandbox.",
                   RuntimeWarning, stacklevel=3)

@@ -101,7 +101,7 @@ def run_check(program: str, test: str | None = None, entry_point: str | None = N
     iso = probe(config.mode, config.network, config.tmpfs_bytes)
     fallback = iso.mode == "fallback"
     if fallback:
-        warn_fallback(iso, config.mode == "fallback")
+        warn_fallback(iso)
     uid = 2_000_000 + secrets.randbelow(1_000_000) if iso.uid == "fresh" else None
     nonce = secrets.token_hex(16)
     outer = tempfile.mkdtemp(prefix=MARK + "-")
