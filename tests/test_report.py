@@ -191,6 +191,7 @@ def test_labels_are_display_names_never_paths(tmp_path):
     assert outside == []
     folders = sorted(p.name for p in out.iterdir() if p.is_dir())
     assert len(folders) == 3 and all("/" not in f and f not in (".", "..") for f in folders), folders
+    assert folders == sorted(["_.._X", "a_b", "trace2"])      # as docs/analysis.md says
     assert not [p for p in out.rglob("*") if p.is_dir() and p.parent != out]      # no nested folders
     s = json.loads((out / "summary.json").read_text())
     assert [t["trace"] for t in s["traces"]] == ["../../X", "a/b", ".."]

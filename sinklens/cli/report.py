@@ -154,7 +154,8 @@ def register(sub) -> None:
                    "(corpus.jsonl of `sinklens trace --prompts`)")
     p.add_argument("--out", required=True, help="output folder")
     p.add_argument("--labels", type=lambda s: s.split(","), default=None,
-                   help="comma-separated names for the traces (default: file names)")
+                   help="comma-separated display names for the traces (default: file names); each trace's "
+                        "sub-folder is a safe name made from it, never a path")
     p.add_argument("--json", action="store_true", help="print one JSON line instead of the text: the page, the "
                    "summaries, the figures and each trace's headline numbers (sinks, tracks)")
     add_config_flags(p, ReportOptions)
