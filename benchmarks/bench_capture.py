@@ -9,7 +9,8 @@ causal Llama (d 512, 8 heads; `llama4`), a random 6-layer bidirectional Llama (d
 (a query sees its own and earlier blocks of 32 / 64 from position 0; a 4-D bool mask, as
 sinklens/models/sdar.py passes it). Batch 1, float32 unless --dtype.
 Modes, interleaved in one process (so load hits each alike), best of --repeats, in process
-CPU time with one torch thread (wall time on a shared 2-core machine is mostly other jobs):
+CPU time with one torch thread (wall time on a shared 2-core machine is mostly other jobs;
+`--clock wall` times elapsed seconds instead, for a quiet machine):
 
 - plain: the sinklens attention with no request (transformers' sdpa)
 - exact / lse: capture of every layer and head through that route (AttentionRequest.route)
@@ -168,12 +169,17 @@ def main() -> None:
     p.add_argument("--repeats", type=int, default=3)
     p.add_argument("--dtype", default="float32", choices=["float32", "bfloat16"])
     p.add_argument("--threads", type=int, default=1)
+    p.add_argument("--clock", default="cpu", choices=["cpu", "wall"],
+                   help="cpu: process CPU time (all threads; the default, robust to a shared machine); "
+                        "wall: elapsed time, what a user waits (only meaningful on a quiet machine)")
     p.add_argument("--base", default="plain", help="the mode the ratios divide by (one of --modes)")
     p.add_argument("--breakdown", action="store_true", help="after each row, the readouts' share of one forward (cProfile)")
     args = p.parse_args()
     if args.base not in args.modes:
         p.error(f"--base {args.base} must be one of --modes {args.modes}")
     print("load average (1, 5, 15 min) at start: %.2f %.2f %.2f" % os.getloadavg())  # the machine may be shared
+    clock = time.process_time if args.clock == "cpu" else time.perf_counter
+    print(f"clock: {args.clock}, {args.threads} torch thread(s), best of {args.repeats}")
     torch.set_num_threads(args.threads)
     torch.set_grad_enabled(False)
     dtype = getattr(torch, args.dtype)
@@ -194,9 +200,9 @@ def main() -> None:
             best = {m: float("inf") for m in args.modes}
             for _ in range(args.repeats):
                 for m in args.modes:
-                    t = time.process_time()
+                    t = clock()
                     forward(model, m, ids, mask)
-                    best[m] = min(best[m], time.process_time() - t)
+                    best[m] = min(best[m], clock() - t)
             ratios = " | ".join(f"{best[m] / best[base]:.2f}x" for m in others)
             print(f"| {name} | {s} | {best[base]:.3f} | " + " | ".join(f"{best[m]:.3f}" for m in others)
                   + f" | {ratios} |", flush=True)
