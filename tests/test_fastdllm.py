@@ -42,21 +42,22 @@ def m(models):
     return models["llada"]
 
 
-def _kwargs(case) -> dict:
+def official_kwargs(case) -> dict:
     """sinklens' arguments for an official call."""
     args = dict(case["arguments"], mask_id=case["mask_id"])
     if case["family"] == "llada":
         return dict(args, cache=CACHE_OF[case["function"].split(":")[1]])
     if "dual_cache" in args:  # generation_utils_block.py; else generation_utils.py: no cache
         args["cache"] = "dual" if args.pop("dual_cache") else "prefix"
-    if args["alg"] == "confidence_threshold":  # Fast-dLLM's alg name for its threshold decoding
-        del args["alg"]
+    if args["alg"] == "confidence_threshold":  # Fast-dLLM's alg name for its threshold decoding,
+        del args["alg"]                        # which reads no alg_temp
+        args.pop("alg_temp", None)
     return args
 
 
 def _run(m, case, capture=None, **extra):
     torch.manual_seed(case["seed"])
-    return m.generate(torch.tensor(case["input_ids"]), capture=capture, **_kwargs(case), **extra)
+    return m.generate(torch.tensor(case["input_ids"]), capture=capture, **official_kwargs(case), **extra)
 
 
 def _case(name):
@@ -94,9 +95,9 @@ def test_the_cache_is_read_not_recomputed(m):
     assert (full - cached).abs().max().item() > 1e-5
     differ = 0
     for c in LLADA:
-        if _kwargs(c)["cache"] != "none":
+        if official_kwargs(c)["cache"] != "none":
             torch.manual_seed(c["seed"])
-            plain = m.generate(torch.tensor(c["input_ids"]), **dict(_kwargs(c), cache="none"))
+            plain = m.generate(torch.tensor(c["input_ids"]), **dict(official_kwargs(c), cache="none"))
             differ += plain.sequences.tolist() != c["expected_output_ids"]
     assert differ > 0
 

@@ -16,6 +16,7 @@ import torch
 
 import sinklens
 from sinklens.samplers import CaptureOptions
+from test_fastdllm import CACHE_OF, official_kwargs   # how an official call's arguments map to sinklens'
 
 FIXTURE = Path(__file__).resolve().parent / "fixtures" / "fastdllm"
 SWEEP = json.loads((FIXTURE / "sweep.json").read_text())["cases"]
@@ -33,7 +34,6 @@ def _early_stop(case) -> bool:
 EARLY = [c for c in SWEEP if _early_stop(c)]
 RUNS = [c for c in SWEEP if "error" not in c and not _early_stop(c)] + FACTOR
 ERRORS = [c for c in SWEEP if "error" in c]
-CACHE_OF = {"generate": "none", "generate_with_prefix_cache": "prefix", "generate_with_dual_cache": "dual"}
 
 torch.set_num_threads(1)
 
@@ -44,23 +44,11 @@ def models(fixtures_dir):
     return loaded | {("dream", "bfloat16"): sinklens.load(fixtures_dir / "dream", dtype="bfloat16")}
 
 
-def _kwargs(case) -> dict:
-    """sinklens' arguments for an official call."""
-    args = dict(case["arguments"], mask_id=case["mask_id"])
-    if case["family"] == "llada":
-        return dict(args, cache=CACHE_OF[case["function"].split(":")[1]])
-    if "dual_cache" in args:  # generation_utils_block.py; else generation_utils.py: no cache
-        args["cache"] = "dual" if args.pop("dual_cache") else "prefix"
-    if args["alg"] == "confidence_threshold":  # Fast-dLLM's name for its threshold decoding
-        del args["alg"], args["alg_temp"]
-    return args
-
-
 def _run(models, case, **extra):
     m = models[case["family"], case["dtype"]]
     am = torch.tensor(case["attention_mask"]) if "attention_mask" in case else None
     torch.manual_seed(case["seed"])
-    return m.generate(torch.tensor(case["input_ids"]), am, **_kwargs(case), **extra)
+    return m.generate(torch.tensor(case["input_ids"]), am, **official_kwargs(case), **extra)
 
 
 def test_the_sweep_covers_what_the_named_cases_leave_out():

@@ -56,10 +56,11 @@ from sinklens.samplers.llada.schedule import add_gumbel_noise, num_transfer_toke
 from sinklens.trace.layout import TraceLayout
 
 
-def transfer_index(logits: torch.Tensor, temperature: float, remasking: str, mask_index: torch.Tensor,
-                   x: torch.Tensor, quota: torch.Tensor | None, threshold: float | None):
-    """Fast-dLLM's get_transfer_index over the fed rows: logits (B, L, V), mask_index / x (B, L);
-    quota (B,) tokens to commit (None with a threshold). Returns (x0 (B, L), transfer (B, L) bool)."""
+def candidates(logits: torch.Tensor, temperature: float, remasking: str, mask_index: torch.Tensor,
+               x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """Both of Fast-dLLM's transfer rules start alike: each fed position's candidate token (Gumbel
+    argmax; x where not masked) and its confidence (its probability in float64, or a uniform draw for
+    random remasking; -inf where not masked). Returns (x0 (B, L), confidence (B, L))."""
     x0 = add_gumbel_noise(logits, temperature).argmax(dim=-1)  # (B, L)
     if remasking == "low_confidence":
         p = F.softmax(logits.to(torch.float64), dim=-1)
@@ -67,7 +68,14 @@ def transfer_index(logits: torch.Tensor, temperature: float, remasking: str, mas
     else:  # random
         x0_p = torch.rand((x0.shape[0], x0.shape[1]), device=x0.device)
     x0 = torch.where(mask_index, x0, x)
-    confidence = torch.where(mask_index, x0_p, torch.full_like(x0_p, -torch.inf))
+    return x0, torch.where(mask_index, x0_p, torch.full_like(x0_p, -torch.inf))
+
+
+def transfer_index(logits: torch.Tensor, temperature: float, remasking: str, mask_index: torch.Tensor,
+                   x: torch.Tensor, quota: torch.Tensor | None, threshold: float | None):
+    """Fast-dLLM's get_transfer_index over the fed rows: logits (B, L, V), mask_index / x (B, L);
+    quota (B,) tokens to commit (None with a threshold). Returns (x0 (B, L), transfer (B, L) bool)."""
+    x0, confidence = candidates(logits, temperature, remasking, mask_index, x)
     transfer = torch.zeros_like(x0, dtype=torch.bool)
     k = mask_index.sum(dim=1) if threshold is not None else quota  # (B,)
     for j in range(confidence.shape[0]):
@@ -84,14 +92,7 @@ def factor_index(logits: torch.Tensor, temperature: float, remasking: str, mask_
     with the row's N masked confidences sorted c_1 >= ... >= c_N, commit the top n, where n is the first
     position whose c_n falls below 1 - factor / (n + 1) (c_1 always passes), or all N if none does.
     Kept as the official: a first failure at the last position (n = N) commits all N too."""
-    x0 = add_gumbel_noise(logits, temperature).argmax(dim=-1)  # (B, L)
-    if remasking == "low_confidence":
-        p = F.softmax(logits.to(torch.float64), dim=-1)
-        x0_p = torch.gather(p, -1, x0[..., None]).squeeze(-1)  # (B, L) float64
-    else:  # random
-        x0_p = torch.rand((x0.shape[0], x0.shape[1]), device=x0.device)
-    x0 = torch.where(mask_index, x0, x)
-    confidence = torch.where(mask_index, x0_p, torch.full_like(x0_p, -torch.inf))
+    x0, confidence = candidates(logits, temperature, remasking, mask_index, x)
     transfer = torch.zeros_like(x0, dtype=torch.bool)
     for j in range(confidence.shape[0]):
         ranked = confidence[j][mask_index[j]].sort(descending=True).values  # (N,) c_1 >= ... >= c_N
