@@ -18,7 +18,7 @@ import torch
 
 import sinklens
 from test_diffusion_gemma import CASES as DG_CASES, build as build_dg, our_kwargs as dg_kwargs, prompt as dg_prompt
-from test_fastdllm import CASES as FAST_CASES, _kwargs as fast_kwargs
+from test_fastdllm import CASES as FAST_CASES, official_kwargs as fast_kwargs
 
 FIXTURES = Path(__file__).resolve().parent / "fixtures"
 
