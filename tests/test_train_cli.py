@@ -95,3 +95,22 @@ def test_ctrl_c_says_which_checkpoint_is_kept_and_the_same_command_resumes(tmp_p
     monkeypatch.setattr(tr, "lr_at", original)
     assert main(argv) == 0
     assert "done: 6 steps" in capsys.readouterr().out
+
+
+def test_a_second_training_on_the_same_out_is_refused(tmp_path, capsys):
+    """Two `sinklens train` on one --out would overwrite each other's checkpoint and log: while a
+    process holds the folder, a second is refused in one line (exit 2) and writes nothing there;
+    once the first is gone, the same command runs."""
+    from sinklens.runlock import RunLock
+
+    out = tmp_path / "run"
+    argv = ["train", "--kind", "arm", "--out", str(out), "--steps", "2", "--ckpt-every", "2", "--eval-every", "100",
+            "--eval-n", "2", "--batch-size", "4", "--n-layers", "1", "--d-model", "32", "--n-heads", "2",
+            "--mlp-hidden", "32", "-q"]
+    with RunLock(str(out), who="sinklens train"):      # the first training, as another process holds it
+        assert main(argv) == 2
+        err = [line for line in capsys.readouterr().err.splitlines() if line.startswith("sinklens ")]
+        assert len(err) == 1 and "another sinklens train is already writing" in err[0], err
+        assert sorted(p.name for p in out.iterdir()) == ["lock.rank0"]
+    assert main(argv) == 0
+    assert "done: 2 steps" in capsys.readouterr().out

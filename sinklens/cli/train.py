@@ -15,6 +15,8 @@ import sys
 from pathlib import Path
 
 from sinklens.cli.fields import add_config_flags, flag_values
+from sinklens.cli.types import CliError
+from sinklens.runlock import RunDirBusy
 
 
 def register(sub) -> None:
@@ -43,6 +45,8 @@ def run(args: argparse.Namespace) -> int:
     cfg = config(args)
     try:
         res = train(cfg, progress=args.progress)
+    except RunDirBusy as e:     # another training writes this --out: an input problem (exit 2)
+        raise CliError(str(e)) from None
     except KeyboardInterrupt:   # what is kept is the last checkpoint: say which, and that the same command resumes
         print(f"sinklens train: interrupted; {_kept(Path(cfg.out) / 'ckpt', cfg.ckpt_every)}", file=sys.stderr)
         return 130

@@ -24,6 +24,7 @@ import torch.nn.functional as F
 from safetensors.torch import load_file, save_file
 from tqdm import tqdm
 
+from sinklens.runlock import RunLock
 from sinklens.train.batch import decode_answers, encode_batch, encode_prompts, parse_answer
 from sinklens.train.data import DataConfig, ProblemStream, generate
 from sinklens.train.decode import arm_generate, dlm_generate
@@ -208,6 +209,13 @@ def export(model, tok, cfg: TrainConfig, folder: Path) -> None:
 
 @torch.enable_grad()   # a caller (or a test module) may have switched autograd off globally
 def train(cfg: TrainConfig, *, progress: bool = True) -> dict:
+    """Train (or resume) the run in `cfg.out`; a second process on the same folder is refused
+    (RunDirBusy) before it reads or writes anything there."""
+    with RunLock(cfg.out, who="sinklens train"):
+        return _train(cfg, progress)
+
+
+def _train(cfg: TrainConfig, progress: bool) -> dict:
     torch.set_num_threads(1)     # one thread per process: faster than two on a loaded 2-core CPU
     out = Path(cfg.out)
     out.mkdir(parents=True, exist_ok=True)
