@@ -17,6 +17,7 @@ from sinklens.train.batch import encode_batch, parse_answer
 from sinklens.train.data import DataConfig, ProblemStream, generate
 from sinklens.train.decode import dlm_generate
 from sinklens.train.model import ModelConfig, build_model, llada_name, save_llada_folder
+from sinklens.train.config import TrainConfig
 from sinklens.train.tokenizer import ASSISTANT, USER, save_tokenizer, train_tokenizer
 
 FIX = Path(__file__).resolve().parents[2] / "shared" / "fixtures" / "reference" / "llada"
@@ -180,6 +181,44 @@ def test_answer_only_masking(tmp_path):
     x = seen["x"]
     assert torch.equal(x[:, :b.prompt_len], b.input_ids[:, :b.prompt_len])
     assert (x[:, b.prompt_len:] == tok.mask_token_id).any()
+
+
+def test_block_masking_is_what_block_decoding_sees(tmp_path):
+    """--mask-block 8: per row one block partly masked (the loss only there), the blocks before it
+    clean, every block after it masked; the prompt never. --mask-block 0 keeps LLaDA's masking over
+    the whole answer, draw for draw (a resumed or re-run twin's training is unchanged)."""
+    from sinklens.train.train import dlm_loss
+    tok_dir = tmp_path / "tok"
+    save_tokenizer(train_tokenizer(120, n_texts=200), tok_dir)
+    tok = AutoTokenizer.from_pretrained(str(tok_dir))
+    b = encode_batch(tok, generate(16, 0, "train"), 24)
+    model = build_model(ModelConfig(n_layers=1, d_model=32, n_heads=2, mlp_hidden=64, vocab_size=len(tok)),
+                        diffusion=True, seed=0)
+    seen = {}
+    model.register_forward_pre_hook(lambda m, a, kw: seen.update(x=kw["input_ids"]), with_kwargs=True)
+    P, mask = b.prompt_len, tok.mask_token_id
+    _, masked, _, t = dlm_loss(model, b.input_ids, b.attention_mask, P, mask, torch.Generator().manual_seed(0), block=8)
+    x = seen["x"][:, P:]
+    assert torch.equal(seen["x"][:, :P], b.input_ids[:, :P])
+    for row in range(x.shape[0]):
+        blocks = {int(i) // 8 for i in masked[row].nonzero()}
+        assert len(blocks) == 1, blocks                             # the loss lives in one block
+        (blk,) = blocks
+        assert (x[row, (blk + 1) * 8:] == mask).all()              # later blocks: all masked
+        assert torch.equal(x[row, :blk * 8], b.input_ids[row, P:P + blk * 8])   # earlier: clean
+        assert torch.equal(x[row, blk * 8:(blk + 1) * 8] == mask, masked[row, blk * 8:(blk + 1) * 8])
+        assert t[row] == masked[row].sum() / 8
+    # block 0: the masks of the whole-answer recipe, written out as it was before --mask-block
+    gen = torch.Generator().manual_seed(3)
+    _, masked0, _, _ = dlm_loss(model, b.input_ids, b.attention_mask, P, mask, gen)
+    ref = torch.Generator().manual_seed(3)
+    B, G = masked0.shape
+    u = (torch.rand(1, generator=ref) + torch.arange(B)) / B
+    u = u[torch.randperm(B, generator=ref)]
+    k = (u * G).ceil().long().clamp(1, G)
+    assert torch.equal(masked0, torch.rand((B, G), generator=ref).argsort(1).argsort(1) < k[:, None])
+    with pytest.raises(ValueError, match="--mask-block"):
+        TrainConfig(kind="arm", mask_block=32)
 
 
 # ---------------------------------------------------------------- the paper's regime (story problems)

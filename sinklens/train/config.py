@@ -56,6 +56,9 @@ class TrainConfig:
     grad_clip: float = param(1.0, float, "gradient norm clip", gt=0)
     gen_length: int = param(24, int, "answer region in tokens (training and eval decoding)", min=1)
     block_length: int = param(0, int, "DLM eval decoding block (0 = the whole answer in one block)", min=0)
+    mask_block: int = param(0, int, "DLM: mask as block decoding sees the answer: one block of this many tokens "
+                                    "partly masked, the blocks before it clean, those after it masked (0 = LLaDA's "
+                                    "masking over the whole answer)", min=0)
     log_every: int = param(25, int, "steps between log lines", min=1)
     eval_every: int = param(500, int, "steps between held-out evals", min=1)
     eval_n: int = param(200, int, "held-out problems per eval", min=1)
@@ -66,6 +69,8 @@ class TrainConfig:
 
     def __post_init__(self):
         check_fields(self)
+        if self.mask_block and self.kind == "arm":
+            raise ValueError("--mask-block is a DLM's masking; --kind arm masks nothing")
         if self.init_from and init_weights_path(self.init_from) is None:
             raise ValueError(f"init_from: {self.init_from} is neither a training run (ckpt/model.safetensors), "
                              "an exported folder (model.safetensors) nor a shipped twin")

@@ -44,7 +44,7 @@ def lr_at(step: int, cfg: TrainConfig) -> float:
 
 
 def dlm_loss(model, input_ids, attention_mask, P: int, mask_id: int, gen: torch.Generator,
-             shift: bool = False):
+             shift: bool = False, block: int = 0):
     """LLaDA SFT loss on the answer region. Returns (loss, masked (B,G) bool, correct (B,G) bool, t (B,)).
 
     t ~ U(0, 1) per sequence, stratified across the batch (one draw per slice of (0, 1)). Instead
@@ -54,17 +54,32 @@ def dlm_loss(model, input_ids, attention_mask, P: int, mask_id: int, gen: torch.
     small t (seen to dominate whole batches with Bernoulli masking).
     `shift` (Dream's recipe, for a DLM initialised from an ARM): the prediction for position i is
     read at position i - 1, as the ARM was trained to do.
+    `block` > 0: the states block decoding meets (SDAR's and LLaDA2's recipe, the blocks of the
+    sampler): per sequence one block of the answer drawn uniformly, t of its tokens masked, every
+    block before it clean and every block after it fully masked; the loss on the drawn block's
+    masked tokens only (n = that block's length in place of G).
     """
     B, S = input_ids.shape
     G = S - P
     u = (torch.rand(1, generator=gen) + torch.arange(B)) / B                  # (B,) stratified U(0,1)
     u = u[torch.randperm(B, generator=gen)]
-    k = (u * G).ceil().long().clamp(1, G)                                      # (B,) masked tokens
-    rank = torch.rand((B, G), generator=gen).argsort(1).argsort(1)             # (B, G) random order
-    masked = rank < k[:, None]                                                 # (B, G)
-    t = k.float() / G                                                          # realised ratio
+    pos = torch.arange(G)
+    if block:
+        start = torch.randint(-(-G // block), (B,), generator=gen) * block     # (B,) the drawn block
+        end = (start + block).clamp(max=G)
+        inside = (pos >= start[:, None]) & (pos < end[:, None])                 # (B, G)
+        later = pos >= end[:, None]                                              # (B, G) masked, no loss
+    else:
+        start, end = torch.zeros(B, dtype=torch.long), torch.full((B,), G)
+        inside, later = torch.ones(B, G, dtype=torch.bool), torch.zeros(B, G, dtype=torch.bool)
+    n = end - start                                                              # (B,) maskable tokens
+    k = torch.minimum((u * n).ceil().long().clamp(min=1), n)                     # (B,) masked tokens
+    order = torch.rand((B, G), generator=gen).masked_fill(~inside, 2.0)          # outside the block: last
+    rank = order.argsort(1).argsort(1)                                           # (B, G) random order
+    masked = rank < k[:, None]                                                   # (B, G)
+    t = k.float() / n                                                            # realised ratio
     x = input_ids.clone()
-    x[:, P:][masked] = mask_id
+    x[:, P:][masked | later] = mask_id
     logits = model(input_ids=x, attention_mask=attention_mask).logits              # (B, S, V)
     logits = logits[:, P - 1:-1] if shift else logits[:, P:]                       # (B, G, V)
     target = input_ids[:, P:]
@@ -267,7 +282,7 @@ def _train(cfg: TrainConfig, progress: bool) -> dict:
         if cfg.diffusion:
             gen = torch.Generator().manual_seed(cfg.seed * 1_000_003 + step)
             loss, masked, correct, t = dlm_loss(model, b.input_ids, b.attention_mask, b.prompt_len,
-                                                tok.mask_token_id, gen, shift=cfg.shift)
+                                                tok.mask_token_id, gen, shift=cfg.shift, block=cfg.mask_block)
             bucket = (t * BUCKETS).long().clamp(max=BUCKETS - 1)                  # (B,)
             hits = (correct & masked).sum(1).float()
             acc["hit"].index_add_(0, bucket, hits)
