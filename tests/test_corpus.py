@@ -330,3 +330,18 @@ def test_documented_corpus_example_runs_as_written_in_an_empty_folder(tmp_path):
     assert c.num_prompts == 3, "the example's three prompts"
     assert (tmp_path / "report" / "index.html").is_file() and (tmp_path / "report0" / "index.html").is_file()
     assert sorted(p.name for p in tmp_path.iterdir()) == ["prompts.jsonl", "report", "report0", "runs"]
+
+
+def test_a_second_corpus_run_on_the_same_out_is_refused_in_one_line(tmp_path, capsys):
+    """`sinklens trace --prompts` into a folder another process is writing: one line naming the
+    command (not 'sinklens eval'), exit 2, no trace computed."""
+    from sinklens.cli import main
+    from sinklens.runlock import RunLock
+
+    prompts = write_prompts(tmp_path / "p.jsonl", 2)
+    out = tmp_path / "run"
+    with RunLock(str(out), who="sinklens trace --prompts"):
+        assert main(["trace", "--model", "tiny-dlm", "--prompts", str(prompts), "--out", str(out), "-q"]) == 2
+    err = [line for line in capsys.readouterr().err.splitlines() if line.startswith("sinklens ")]
+    assert len(err) == 1 and "another sinklens trace --prompts is already writing" in err[0], err
+    assert not (out / "corpus.jsonl").exists()

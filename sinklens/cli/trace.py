@@ -127,6 +127,7 @@ def cmd_corpus(args, capture) -> int:
     from sinklens.cli.generate import load_args, sampler_args
     from sinklens.cli.logs import note
     from sinklens.eval.corpus import CorpusConfig, run_corpus
+    from sinklens.runlock import RunDirBusy
 
     cfg = CorpusConfig(model=args.model, prompts=args.prompts, out=args.out, keep_traces=args.keep_traces,
                        raw=args.raw, seed=args.seed, sampler=args.sampler,
@@ -135,6 +136,8 @@ def cmd_corpus(args, capture) -> int:
                        progress=args.progress)
     try:
         path = run_corpus(cfg)
+    except RunDirBusy as e:     # another process writes this --out: an input problem (exit 2)
+        raise CliError(str(e)) from None
     except KeyboardInterrupt:
         print(f"sinklens trace: interrupted; the finished prompts are kept in {args.out}: the same command "
               "resumes from them", file=sys.stderr)

@@ -111,7 +111,7 @@ def run_corpus(cfg: CorpusConfig, model=None) -> str | None:
 
     # 2. Compute and write, one fsynced line per prompt; this rank's share only.
     rank, world = dist.rank, dist.world
-    with rundir.RunLock(cfg.out, rank):
+    with rundir.RunLock(cfg.out, rank, who="sinklens trace --prompts"):
         _check_same_run(cfg.out, meta)                    # again, under the lock
         if dist.is_main:
             rundir.write_json(os.path.join(cfg.out, "config.json"), meta)
