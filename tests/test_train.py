@@ -166,17 +166,24 @@ def test_resume_is_bit_identical(tmp_path, kind):
     assert Path(straight.out, "curves.png").stat().st_size > 0
 
 
-def test_answer_only_masking(tmp_path):
-    """The DLM loss never masks the prompt, and the ARM sees the same tokens."""
-    from sinklens.train.train import dlm_loss
+def _masking_setup(tmp_path, n: int):
+    """A tokenizer, a batch of n problems (answer region 24), a one-layer DLM, and `seen`, which
+    receives the input_ids of the model's last forward (what the loss masked)."""
     tok_dir = tmp_path / "tok"
     save_tokenizer(train_tokenizer(120, n_texts=200), tok_dir)
     tok = AutoTokenizer.from_pretrained(str(tok_dir))
-    b = encode_batch(tok, generate(8, 0, "train"), 24)
+    b = encode_batch(tok, generate(n, 0, "train"), 24)
     model = build_model(ModelConfig(n_layers=1, d_model=32, n_heads=2, mlp_hidden=64, vocab_size=len(tok)),
                         diffusion=True, seed=0)
     seen = {}
     model.register_forward_pre_hook(lambda m, a, kw: seen.update(x=kw["input_ids"]), with_kwargs=True)
+    return tok, b, model, seen
+
+
+def test_answer_only_masking(tmp_path):
+    """The DLM loss never masks the prompt, and the ARM sees the same tokens."""
+    from sinklens.train.train import dlm_loss
+    tok, b, model, seen = _masking_setup(tmp_path, 8)
     dlm_loss(model, b.input_ids, b.attention_mask, b.prompt_len, tok.mask_token_id, torch.Generator().manual_seed(0))
     x = seen["x"]
     assert torch.equal(x[:, :b.prompt_len], b.input_ids[:, :b.prompt_len])
@@ -188,14 +195,7 @@ def test_block_masking_is_what_block_decoding_sees(tmp_path):
     clean, every block after it masked; the prompt never. --mask-block 0 keeps LLaDA's masking over
     the whole answer, draw for draw (a resumed or re-run twin's training is unchanged)."""
     from sinklens.train.train import dlm_loss
-    tok_dir = tmp_path / "tok"
-    save_tokenizer(train_tokenizer(120, n_texts=200), tok_dir)
-    tok = AutoTokenizer.from_pretrained(str(tok_dir))
-    b = encode_batch(tok, generate(16, 0, "train"), 24)
-    model = build_model(ModelConfig(n_layers=1, d_model=32, n_heads=2, mlp_hidden=64, vocab_size=len(tok)),
-                        diffusion=True, seed=0)
-    seen = {}
-    model.register_forward_pre_hook(lambda m, a, kw: seen.update(x=kw["input_ids"]), with_kwargs=True)
+    tok, b, model, seen = _masking_setup(tmp_path, 16)
     P, mask = b.prompt_len, tok.mask_token_id
     _, masked, _, t = dlm_loss(model, b.input_ids, b.attention_mask, P, mask, torch.Generator().manual_seed(0), block=8)
     x = seen["x"][:, P:]
