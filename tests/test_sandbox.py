@@ -303,6 +303,10 @@ REFERENCE_CASES = [
     ("os.kill", "import os\ndef sq(x):\n    os.kill(os.getpid(), 0)\n    return x * x\n"),
     ("caught", "import os\ndef sq(x):\n    try:\n        os.system('true')\n    except TypeError:\n"
                "        pass\n    return x * x\n"),
+    ("tempfile.TemporaryDirectory", "import os, tempfile\ndef sq(x):\n    with tempfile.TemporaryDirectory() as t:\n"
+                                    "        open(os.path.join(t, 'a'), 'w').write('1')\n    return x * x\n"),
+    ("tempfile.mkdtemp", "import os, tempfile\ndef sq(x):\n    open(os.path.join(tempfile.mkdtemp(), 'a'), 'w').write('1')\n"
+                         "    return x * x\n"),
     ("os.mkdir and files", "import os\ndef sq(x):\n    os.makedirs('d/e', exist_ok=True)\n"
                            "    open('d/e/f', 'w').write(str(x))\n    return int(open('d/e/f').read()) ** 2\n"),
 ]
