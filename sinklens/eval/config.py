@@ -107,9 +107,10 @@ class EvalConfig:
     def sandbox_config(self) -> SandboxConfig:
         """The judge's settings; for a task that runs code, probes the sandbox first: raises
         SandboxUnavailable (one line: what to install, or to pass --sandbox fallback)."""
+        from sinklens.eval.tasks import get_task
+
         config = SandboxConfig(timeout=self.sandbox_timeout, cpu_seconds=int(self.sandbox_timeout) + 1,
                                mode=self.sandbox)
-        from sinklens.eval.tasks import get_task
         if get_task(self.task).sandboxed:
             probe(config.mode, config.network, config.tmpfs_bytes)
         return config

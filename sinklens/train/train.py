@@ -63,15 +63,14 @@ def dlm_loss(model, input_ids, attention_mask, P: int, mask_id: int, gen: torch.
     G = S - P
     u = (torch.rand(1, generator=gen) + torch.arange(B)) / B                  # (B,) stratified U(0,1)
     u = u[torch.randperm(B, generator=gen)]
+    block = block or G                                      # 0: the whole answer is the one block
+    blocks = -(-G // block)
+    start = torch.zeros(B, dtype=torch.long) if blocks == 1 else \
+        torch.randint(blocks, (B,), generator=gen) * block                   # (B,) the drawn block
+    end = (start + block).clamp(max=G)
     pos = torch.arange(G)
-    if block:
-        start = torch.randint(-(-G // block), (B,), generator=gen) * block     # (B,) the drawn block
-        end = (start + block).clamp(max=G)
-        inside = (pos >= start[:, None]) & (pos < end[:, None])                 # (B, G)
-        later = pos >= end[:, None]                                              # (B, G) masked, no loss
-    else:
-        start, end = torch.zeros(B, dtype=torch.long), torch.full((B,), G)
-        inside, later = torch.ones(B, G, dtype=torch.bool), torch.zeros(B, G, dtype=torch.bool)
+    inside = (pos >= start[:, None]) & (pos < end[:, None])                     # (B, G)
+    later = pos >= end[:, None]                                                  # (B, G) masked, no loss
     n = end - start                                                              # (B,) maskable tokens
     k = torch.minimum((u * n).ceil().long().clamp(min=1), n)                     # (B,) masked tokens
     order = torch.rand((B, G), generator=gen).masked_fill(~inside, 2.0)          # outside the block: last
