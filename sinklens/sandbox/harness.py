@@ -181,7 +181,6 @@ def restart_clean(cmd_r, reply_w, cfg):
 def serve(source, cmd_r, reply_w, cfg):
     """Run the program as module `program` (under the guard in fallback mode), report the names it
     defines, then answer calls until the pipe closes."""
-    sys.stdin = open(0, closefd=False)
     if cfg["guard"]:
         install_guard(cfg["root"], cfg["block_net"], cfg["max_entries"])  # noqa: F821 (guard.py)
     apply_reference_rule()                  # noqa: F821 (reference.py): every mode, the same verdict
@@ -288,6 +287,7 @@ def main():
             print("judge: the program ended before it was checked", file=sys.stderr)
         sys.stderr.flush()
         os.kill(pid, 9)
+        os.waitpid(pid, 0)                  # without a PID namespace nobody else would reap it
         os._exit(1)
     os.kill(pid, 9)
     os.waitpid(pid, 0)
