@@ -1,9 +1,9 @@
 """The judge's harness: the trusted program that runs *inside* the sandbox (stdlib only).
 
 `isolation.harness_command` starts it as `python -I -S -B -c <bootstrap> <config> <mark>`; the
-bootstrap reads the harness's code object from stdin: `wire.py` + `guard.py` + this file, compiled
-once per judge process under the file name `guard.JUDGE_FILE` by the interpreter that runs it
-(`isolation.harness_code`). sinklens never imports it. Two processes, so that a pass can be
+bootstrap reads the harness's code object from stdin: `wire.py` + `guard.py` + `reference.py` +
+this file, compiled once per judge process under the file name `guard.JUDGE_FILE` by the
+interpreter that runs it (`isolation.harness_code`). sinklens never imports it. Two processes, so that a pass can be
 proven:
 
     harness (trusted)                          program (untrusted, forked before any secret exists)
