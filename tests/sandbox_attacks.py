@@ -17,6 +17,8 @@ import zlib
 TEST = "def check(c):\n    assert c(1) == 2\n    assert c(41) == 42\n"
 WRONG = "\ndef f(x):\n    return 0\n"
 DISK = 8 << 20          # the sandbox's disk (tmpfs size) in these runs
+TIMEOUT = 8.0           # wall-clock seconds per program: the memory bomb fills its limit in time on a loaded 2-core machine
+MEMORY = 256 << 20      # address space per process
 RIGHT = "def f(x):\n    return x + 1\n"
 # HumanEval/23 (strlen): an answer that never computes a length, it looks the test's expected
 # values up in other processes' memory (the harness holds the test; where the host's /proc is
@@ -415,7 +417,7 @@ if __name__ == "__main__":
         mode = "fallback"
     sb = load_sandbox(repo)
     jobs = cases(d, int(port), unix_path, abstract, token)
-    cfg = sb.SandboxConfig(mode=mode, timeout=4.0, cpu_seconds=3, memory_bytes=512 << 20,
+    cfg = sb.SandboxConfig(mode=mode, timeout=TIMEOUT, cpu_seconds=3, memory_bytes=MEMORY,
                            file_bytes=1 << 20, max_processes=16, tmpfs_bytes=DISK, max_files=8)
     answers = hold_answers()
     results = sb.run_checks(list(jobs.values()), cfg, workers=2)
