@@ -10,6 +10,7 @@ import json
 import subprocess
 import sys
 import tempfile
+import zlib
 
 import pytest
 
@@ -95,6 +96,43 @@ def offline_hub(tmp_path, monkeypatch):
         return snap
 
     return put
+
+
+# --- The generated golden sweeps: a quarter of their cases by default --------------------------------------------
+# A test marked `sweep` runs one of SWEEP_SLICES slices of its cases (by a hash of the case's id): the slice is
+# the checked-out commit's (so a commit always runs the same one, and successive commits rotate through all),
+# or SINKLENS_SWEEP_SLICE=k; SINKLENS_SWEEP_SLICE=all (`make test-full`) runs every case. Named node ids or -k
+# select from all cases. docs/install.md ("Testing") says what CI runs.
+SWEEP_SLICES = 4
+
+
+def _sweep_slice(config) -> str:
+    chosen = os.environ.get("SINKLENS_SWEEP_SLICE", "").strip().lower()
+    if chosen == "all" or config.getoption("keyword") or any("::" in a for a in config.args):
+        return "all"
+    if chosen:
+        if not (chosen.isdigit() and int(chosen) < SWEEP_SLICES):
+            raise pytest.UsageError(f"SINKLENS_SWEEP_SLICE={chosen!r}: expected 'all' or 0..{SWEEP_SLICES - 1}")
+        return chosen
+    head = subprocess.run(["git", "rev-parse", "HEAD"], cwd=REPO, capture_output=True, text=True).stdout.strip()
+    return str(int(head[:8], 16) % SWEEP_SLICES if head else 0)
+
+
+def pytest_collection_modifyitems(config, items):
+    chosen = _sweep_slice(config)
+    sweep = [it for it in items if it.get_closest_marker("sweep")]
+    if chosen == "all" or not sweep:
+        return
+    out = [it for it in sweep if zlib.crc32(it.nodeid.split("::", 1)[1].encode()) % SWEEP_SLICES != int(chosen)]
+    config.hook.pytest_deselected(items=out)
+    dropped = {id(it) for it in out}
+    items[:] = [it for it in items if id(it) not in dropped]
+    config._sweep_note = (f"golden sweeps: slice {chosen} of {SWEEP_SLICES} ({len(sweep) - len(out)} of {len(sweep)} "
+                          f"cases); every case: SINKLENS_SWEEP_SLICE=all (make test-full)")
+
+
+def pytest_report_collectionfinish(config):
+    return getattr(config, "_sweep_note", None)
 
 
 # --- Half-precision golden cases and this CPU's kernels (tests/_kernels.py) ------------------------------------

@@ -61,6 +61,7 @@ def sinklens_kwargs(case) -> dict:
 
 @pytest.mark.parametrize("capture", [False, True], ids=["plain", "capture"])  # a trace must not change a token
 @pytest.mark.parametrize("case", CASES, ids=[f"{c['family']}-{c['name']}" for c in CASES])
+@pytest.mark.sweep  # a slice by default (tests/conftest.py)
 def test_equals_official_sampler(models, case, capture):
     am = None if case["attention_mask"] is None else torch.tensor(case["attention_mask"])
     kwargs = sinklens_kwargs(case)
@@ -77,6 +78,7 @@ def test_equals_official_sampler(models, case, capture):
 
 @pytest.mark.parametrize("capture", [False, True], ids=["plain", "capture"])  # the default route in bf16: lse
 @pytest.mark.parametrize("case", [param(c, id=f"{c['family']}-{c['name']}", dtype=c["dtype"], kernels=k) for c, k in CASES16])
+@pytest.mark.sweep
 def test_bf16_equals_official_sampler(models16, request, case, capture):
     """The official samplers compute in the dtype of the model's logits: CFG's mix, the softmax, top-p's
     cumulative sum and the confidences round in bfloat16, and their ties decide which positions commit."""
@@ -157,6 +159,7 @@ NEAR_TIE = {"batch2_row_without_prompt"}
 
 @pytest.mark.parametrize("traced", [False, True], ids=["plain", "traced"])
 @pytest.mark.parametrize("case", SHORT, ids=[f"{c['family']}-{c['name']}" for c in SHORT])
+@pytest.mark.sweep
 def test_short_prompts_equal_official(models, case, traced, tmp_path):
     am = None if case["attention_mask"] is None else torch.tensor(case["attention_mask"])
     kwargs = sinklens_kwargs(case)

@@ -79,6 +79,7 @@ def fed_windows(out, case: dict) -> list[list[int]]:
 @pytest.mark.parametrize("capture", [False, True], ids=["plain", "capture"])  # capture must not change a token
 @pytest.mark.parametrize("file,case", [param(f, c, id=f"{f}-{c['name']}", dtype=c.get("dtype", "float32"),
                                               kernels=META[f].get("kernels")) for f, c in RUNS])
+@pytest.mark.sweep  # a slice by default (tests/conftest.py)
 def test_equals_official_sampler(models, file, case, capture):
     m = models(file, case)
     out = run(m, file, case, capture)
