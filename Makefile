@@ -1,11 +1,12 @@
 # The two commands a fresh machine needs (see README):
 #   make demo   -- set everything up, then run the main job on the embedded default
-#   make test   -- set everything up, then run the test suite
+#   make test   -- set everything up, then run the test suite (CI's run: one slice of the golden sweeps)
+#   make test-full -- the same with every case of the golden sweeps (docs/install.md, "Testing")
 VENV ?= .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.sinklens-installed
 
-.PHONY: setup demo test
+.PHONY: setup demo test test-full
 
 $(STAMP): pyproject.toml constraints.txt Makefile
 	python3 -m venv $(VENV)
@@ -31,3 +32,8 @@ test: $(STAMP)
 	bash scripts/browser-deps.sh
 	bash scripts/sandbox-deps.sh
 	$(PY) -m pytest -q tests
+
+test-full: $(STAMP)
+	bash scripts/browser-deps.sh
+	bash scripts/sandbox-deps.sh
+	SINKLENS_SWEEP_SLICE=all $(PY) -m pytest -q tests

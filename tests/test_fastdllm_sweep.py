@@ -15,11 +15,13 @@ import pytest
 import torch
 
 import sinklens
+from _kernels import param
 from sinklens.samplers import CaptureOptions
 from test_fastdllm import CACHE_OF, official_kwargs   # how an official call's arguments map to sinklens'
 
 FIXTURE = Path(__file__).resolve().parent / "fixtures" / "fastdllm"
-SWEEP = json.loads((FIXTURE / "sweep.json").read_text())["cases"]
+SWEEP_META = json.loads((FIXTURE / "sweep.json").read_text())
+SWEEP = SWEEP_META["cases"]
 FACTOR = json.loads((FIXTURE / "factor.json").read_text())["cases"]  # newer Fast-dLLM's factor (make_factor.py)
 
 
@@ -70,7 +72,9 @@ def test_the_sweep_covers_what_the_named_cases_leave_out():
 
 
 @pytest.mark.parametrize("traced", [False, True], ids=["plain", "traced"])
-@pytest.mark.parametrize("case", RUNS, ids=[c["name"] for c in RUNS])
+@pytest.mark.parametrize("case", [param(c, id=c["name"], dtype=c["dtype"], kernels=SWEEP_META.get("kernels"))
+                                  for c in RUNS])
+@pytest.mark.sweep  # a slice by default (tests/conftest.py)
 def test_token_exact_step_for_step(models, case, traced, tmp_path):
     extra = dict(trace=tmp_path / "run.arrow", capture=CaptureOptions(query_groups=True)) if traced else {}
     out = _run(models, case, **extra)
@@ -82,7 +86,8 @@ def test_token_exact_step_for_step(models, case, traced, tmp_path):
     assert out.sequences.tolist() == case["expected_output_ids"]
 
 
-@pytest.mark.parametrize("case", EARLY, ids=[c["name"] for c in EARLY])
+@pytest.mark.parametrize("case", [param(c, id=c["name"], dtype=c["dtype"], kernels=SWEEP_META.get("kernels"))
+                                  for c in EARLY])
 def test_cache_none_without_threshold_is_llada_generate(models, case):
     """sinklens' cache='none' without a threshold is LLaDA's generate(), which runs every step of a
     block; Fast-dLLM's copy of it leaves a block at its first step without [MASK]. The two agree up

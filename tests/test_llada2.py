@@ -211,7 +211,9 @@ def test_sampler_flag_runs_llada21_from_the_command_line(capsys):
 
 # --- bfloat16: against the official files loaded in bfloat16 (fixtures/llada2/cases_bf16.json) --
 # There generate()'s bfloat16 0/-inf mask meets bfloat16 queries: the official path, no cast.
-BF16 = json.loads((FIXTURES / "cases_bf16.json").read_text())["cases"]
+BF16_META = json.loads((FIXTURES / "cases_bf16.json").read_text())
+BF16 = BF16_META["cases"]
+ON_FIXTURE_KERNELS = pytest.mark.fixture_kernels(BF16_META["kernels"])  # tests/_kernels.py
 BF16_GENERATE = [c for c in BF16 if c["kind"] == "generate"]
 
 
@@ -222,6 +224,7 @@ def model16():
 
 @pytest.mark.parametrize("capture", [False, True], ids=["plain", "capture"])
 @pytest.mark.parametrize("case", [c for c in BF16 if c["kind"] == "forward"], ids=lambda c: c["name"])
+@ON_FIXTURE_KERNELS
 def test_bf16_logits_equal_official(model16, case, capture):
     """Within one bfloat16 step (tests/_bf16.py): the experts' outputs mixed in float32 as the
     official moe_infer does; capture (the lse route in half precision) changes nothing."""
@@ -239,6 +242,7 @@ def test_bf16_logits_equal_official(model16, case, capture):
 
 
 @pytest.mark.parametrize("case", BF16_GENERATE, ids=lambda c: c["name"])
+@ON_FIXTURE_KERNELS
 def test_bf16_generate_equals_official_with_and_without_capture(model16, case, tmp_path):
     P = len(case["input_ids"][0])
     plain = run(model16, case)

@@ -110,7 +110,9 @@ def test_options_qwen3_moe_cannot_express_are_refused(tmp_path, key, value):
 
 
 # --- bfloat16: against the official code loaded in bfloat16 (fixtures/lladamoe/cases_bf16.json) --
-BF16 = json.loads((FIXTURE / "cases_bf16.json").read_text())["cases"]
+BF16_META = json.loads((FIXTURE / "cases_bf16.json").read_text())
+BF16 = BF16_META["cases"]
+ON_FIXTURE_KERNELS = pytest.mark.fixture_kernels(BF16_META["kernels"])  # tests/_kernels.py
 BF16_GENERATE = [c for c in BF16 if c["kind"] == "generate"]
 
 
@@ -121,6 +123,7 @@ def m16():
 
 @pytest.mark.parametrize("capture", [False, True], ids=["plain", "capture"])
 @pytest.mark.parametrize("case", ["forward_nopad", "forward_leftpad"])
+@ON_FIXTURE_KERNELS
 def test_bf16_logits_match_official(m16, case, capture):
     """Within one bfloat16 step (tests/_bf16.py), real positions only; capture (the lse route in
     half precision) changes nothing."""
@@ -135,10 +138,12 @@ def test_bf16_logits_match_official(m16, case, capture):
 
 @pytest.mark.parametrize("capture", [False, True], ids=["plain", "capture"])
 @pytest.mark.parametrize("case", BF16_GENERATE, ids=[c["name"] for c in BF16_GENERATE])
+@ON_FIXTURE_KERNELS
 def test_bf16_generate_token_exact(m16, case, capture):
     assert _run(m16, case, CaptureOptions() if capture else None).sequences.tolist() == case["expected_output_ids"]
 
 
+@ON_FIXTURE_KERNELS
 def test_bf16_traced_and_untraced_are_token_identical(m16, tmp_path):
     case = next(c for c in BF16_GENERATE if c["name"] == "bf16_generate_leftpad")
     plain = _run(m16, case)

