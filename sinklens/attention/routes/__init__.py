@@ -10,7 +10,8 @@
 | plain | plain.py | nothing (blocked keys as a mask) | requests that need no probabilities |
 
 `choose_route` reads what a call needs (`Needs`) and returns the routes whose declaration covers
-it, in order: the route the request names (`AttentionRequest.route`) first, then the "auto" ones
+it, in order: the route the request names (`AttentionRequest.route`) first (and its declared
+fallback: triton's is lse), then the "auto" ones
 for the call's device and dtype in registry order. The attention function runs the first that
 does not decline (a route may decline a call at run time: a small layer's rare underflow, a
 per-head mask the C kernel does not take), so every call lands on a route that records it.
@@ -40,6 +41,8 @@ def choose_route(call: Call) -> list[Route]:
     needs = Needs.of(call)
     named = call.req.route
     first = [BY_NAME[n] for n in ALIASES.get(named, (named,))] if named != "auto" else []
+    if first and first[-1].fallback:
+        first.append(BY_NAME[first[-1].fallback])
     key = (needs.device, needs.dtype)
     auto = [r for r in REGISTRY if key in r.auto]
     out = []

@@ -119,6 +119,7 @@ class Route:
     records: Records = Records()
     # (device, dtype) pairs where "auto" may pick this route, in registry order
     auto: frozenset[tuple[str, torch.dtype]] = frozenset()
+    fallback: str | None = None  # where a call named for this route goes when the route cannot take it
 
     def available(self, call: Call) -> bool:
         """Whether the route can run here at all (a library installed, a kernel built); cheap."""
