@@ -25,6 +25,9 @@ from sinklens.attention.request import AttentionRequest
 from sinklens.attention.routes.base import Call, Modifiers, Records, Route
 
 CHUNK_BYTES = 8 * 2**20  # one chunk's float32 scores: 8 MB stays in cache (measured: docs/benchmarks.md)
+# On a GPU memory is plentiful and kernel launches are not: 8 MB at S = 16k and 32 heads would be 4
+# query rows per chunk. 512 MB (256 rows there) is a choice, not yet a measurement (no GPU so far).
+CHUNK_BYTES_CUDA = 512 * 2**20
 MASKED_CHUNK = 128  # at most, where a mask lets chunks skip keys (causal: measured best of 64 / 128 / 256)
 
 
@@ -63,7 +66,8 @@ def capture(
     sink = None if mods.sinks is None else mods.sinks.float().reshape(1, h_kv, rep, 1, 1)
     unblocked = blocking
     sums = LayerSums.for_request(req, module.layer_idx, b, h, s_q, s_k, unblocked, query.device, sink is not None)
-    chunk = req.query_chunk or max(16, CHUNK_BYTES // (4 * b * h * s_k))
+    budget = CHUNK_BYTES_CUDA if query.is_cuda else CHUNK_BYTES
+    chunk = req.query_chunk or max(16, budget // (4 * b * h * s_k))
     if req.query_chunk is None and allowed_unblocked is not None:
         chunk = min(chunk, MASKED_CHUNK)  # finer chunks skip more of a causal future
 
