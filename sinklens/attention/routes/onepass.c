@@ -211,6 +211,7 @@ static void run_head(const sl_args *a, const span *sp, int bi, int hi_, float *b
             if (hi <= lo) { memset(s, 0, sizeof(float) * n); continue; }
             float w = a->row_w ? a->row_w[(int64_t)bi * s_q + r] : 1.0f;
             int64_t g = a->groups ? a->groups[(int64_t)bi * s_q + r] : -1;
+            if (g >= a->num_groups) g = -1;   /* never write outside the sums (the request checks ids) */
             if (a->softcap > 0.0f) softcap_row(s + lo, hi - lo, a->softcap);
             if (!sp[r].dense) {   /* a mask with holes inside the span: those scores never count */
                 const uint8_t *mr = mask + (int64_t)r * s_k + k0;
