@@ -145,7 +145,7 @@ def test_auto_chunk_matches_tiny_chunks():
 
 
 def test_bad_route_is_one_clear_line():
-    with pytest.raises(ValueError, match="route must be one of auto, exact, lse"):
+    with pytest.raises(ValueError, match="route must be one of auto, compiled, exact, lse, triton"):
         AttentionRequest(route="fast")
 
 
@@ -177,7 +177,7 @@ WHOLE_CASES = [(kv, causal, pad, s_q, block, groups) for kv in (1, 3) for causal
 
 @pytest.mark.parametrize("kv,causal,pad,s_q,block,groups", WHOLE_CASES)
 def test_small_layer_whole_equals_the_chunk_loop(kv, causal, pad, s_q, block, groups):
-    """A small layer is captured in one pass (`_capture_whole`, the default at these sizes); forcing
+    """A small layer is captured in one pass (`exact_whole.capture_whole`, the exact route at these sizes); forcing
     the chunk loop (query_chunk) must give the same output and the same received / groups /
     unblocked sums, with GQA, a causal mask, left padding (a padded query sees no key: the whole
     pass hands it to the loop), one query row (ARM decoding) and blocked keys."""
