@@ -13,11 +13,12 @@ CPU time with one torch thread (wall time on a shared 2-core machine is mostly o
 `--clock wall` times elapsed seconds instead, for a quiet machine):
 
 - plain: the sinklens attention with no request (transformers' sdpa)
-- exact / lse: capture of every layer and head through that route (AttentionRequest.route)
+- compiled / exact / lse: capture of every layer and head through that route (AttentionRequest.route;
+  compiled is the one-pass C kernel, the CPU default where it builds)
 - chunkN: the exact route with a fixed query chunk of N (to compare with the automatic chunk)
-- readouts: the exact route plus the O(L·H·S) mechanism readouts (value and key norms, cos(q, k),
+- readouts: the --readout-route (default auto) plus the O(L·H·S) mechanism readouts (value and key norms, cos(q, k),
   diagonal share, hidden-state norms and top channels; sinklens/trace/readouts.py)
-- distance: the exact route plus the distance profile; all: readouts and distance together
+- distance: that route plus the distance profile; all: readouts and distance together
 - lens: readouts plus the logit lens at every layer (final norm + LM head at the step's sink positions)
 
 Ratios are to `--base` (default plain; `--base exact` for readouts-on against capture alone):
@@ -86,6 +87,7 @@ def load(name: str, dtype: torch.dtype):
     return random_llama(*{"llama4": (4, True), "bidir6": (6, False)}[name]).to(dtype)
 
 
+READOUT_ROUTE = ["auto"]   # --readout-route
 READOUTS = dict(value_norms=True, qk_norms=True, diagonal=True, hidden_norms=True)
 READOUT_MODES = {"readouts": READOUTS, "distance": dict(distance=True), "all": dict(READOUTS, distance=True),
                  "lens": dict(READOUTS, lens_layers="every")}   # item-1 readouts + the logit lens at every layer
@@ -114,7 +116,7 @@ def forward(model, mode: str, ids: torch.Tensor, mask: torch.Tensor | None = Non
         opts = dict(READOUT_MODES[mode])
         if opts.get("lens_layers") == "every":
             opts["lens_layers"] = tuple(range(model.config.num_hidden_layers))
-        req = sa.AttentionRequest(capture=True, route="exact", **opts)
+        req = sa.AttentionRequest(capture=True, route=READOUT_ROUTE[0], **opts)
         with readout_hooks(model, req):
             model(ids, sinklens=req, use_cache=False, **model_kw)
         if req.lens_layers:   # after the forward, as SinkModel.run_model: final norm + LM head at the sink positions
@@ -161,6 +163,29 @@ def breakdown(model, ids, mask) -> str:
     return f"forward {total:.3f} s: " + "; ".join(parts)
 
 
+def machine() -> str:
+    """The CPU model, its vector ISA, the load average and whether the compiled route built: every table
+    is read with these (a shared machine's load moves ratios)."""
+    import platform
+
+    from sinklens.attention.routes import build
+
+    model, flags = None, set()
+    try:
+        for line in open("/proc/cpuinfo"):
+            if line.startswith("model name") and model is None:
+                model = line.split(":", 1)[1].strip()
+            elif line.startswith("flags"):
+                flags = set(line.split(":", 1)[1].split())
+    except OSError:
+        pass
+    isa = " ".join(f for f in ("avx2", "fma", "avx512f", "avx512_bf16", "amx_bf16", "asimd", "sve") if f in flags)
+    kernel = "built" if build.load() is not None else f"unavailable ({build.reason()})"
+    model = model or platform.processor() or platform.machine()
+    return (f"cpu: {model}; {os.cpu_count()} cores; isa: {isa or '?'}; torch {torch.__version__}; compiled route: {kernel}\n"
+            "load average (1, 5, 15 min) at start: %.2f %.2f %.2f" % os.getloadavg())
+
+
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--models", nargs="+", default=["smollm2", "llama4", "bidir6"])
@@ -174,10 +199,12 @@ def main() -> None:
                         "wall: elapsed time, what a user waits (only meaningful on a quiet machine)")
     p.add_argument("--base", default="plain", help="the mode the ratios divide by (one of --modes)")
     p.add_argument("--breakdown", action="store_true", help="after each row, the readouts' share of one forward (cProfile)")
+    p.add_argument("--readout-route", default="auto", help="the capture route of the readout modes")
     args = p.parse_args()
     if args.base not in args.modes:
         p.error(f"--base {args.base} must be one of --modes {args.modes}")
-    print("load average (1, 5, 15 min) at start: %.2f %.2f %.2f" % os.getloadavg())  # the machine may be shared
+    READOUT_ROUTE[0] = args.readout_route
+    print(machine())
     clock = time.process_time if args.clock == "cpu" else time.perf_counter
     print(f"clock: {args.clock}, {args.threads} torch thread(s), best of {args.repeats}")
     torch.set_num_threads(args.threads)

@@ -20,7 +20,8 @@ import types
 
 import torch
 
-from sinklens.attention.function import SMALL_SCORES, sinklens_attention
+from sinklens.attention.function import sinklens_attention
+from sinklens.attention.routes.exact_whole import SMALL_SCORES
 from sinklens.attention.request import AttentionRequest
 
 SHAPES = [(6, 34, 32), (8, 64, 64), (8, 128, 64), (8, 256, 64)]  # (heads, S, head dim); tiny-dlm is the first

@@ -48,6 +48,20 @@ def test_fused_output_is_bitwise_transformers_sdpa(dtype, kv, causal, pad, s_q):
         torch.testing.assert_close(lse[seen], expect[seen], atol=1e-4, rtol=1e-4)
 
 
+def test_fused_one_row_with_a_per_head_mask_is_bitwise_transformers_sdpa():
+    """A decoding row whose blocked keys differ per head (mask (B, H, 1, S_k)) under GQA: transformers packs
+    the query heads and the mask per kv head; so does the lse route's kernel call."""
+    g = torch.Generator().manual_seed(2)
+    h, kv, s_k, d = 6, 2, 19, 16
+    q = torch.randn(2, h, 1, d, generator=g)
+    k, v = (torch.randn(2, kv, s_k, d, generator=g) for _ in range(2))
+    mask = torch.ones(2, h, 1, s_k, dtype=torch.bool)
+    mask[:, torch.arange(h), 0, torch.arange(h) * 3] = False
+    ref, _ = sdpa_attention_forward(fake_module(h, kv, True), q, k, v, mask, scaling=0.3)
+    out, _ = fused_sdpa_with_lse(q, k, v, mask, 0.3, True)
+    assert torch.equal(out, ref)
+
+
 ROUTE_CASES = [(k, c, p, g) for k in ("llama", "qwen2") for c in (True, False) for p in ("none", "left") for g in (1, 4)]
 
 
@@ -131,7 +145,7 @@ def test_auto_chunk_matches_tiny_chunks():
 
 
 def test_bad_route_is_one_clear_line():
-    with pytest.raises(ValueError, match="route must be one of auto, exact, lse"):
+    with pytest.raises(ValueError, match="route must be one of auto, compiled, exact, lse, triton"):
         AttentionRequest(route="fast")
 
 
@@ -163,11 +177,12 @@ WHOLE_CASES = [(kv, causal, pad, s_q, block, groups) for kv in (1, 3) for causal
 
 @pytest.mark.parametrize("kv,causal,pad,s_q,block,groups", WHOLE_CASES)
 def test_small_layer_whole_equals_the_chunk_loop(kv, causal, pad, s_q, block, groups):
-    """A small layer is captured in one pass (`_capture_whole`, the default at these sizes); forcing
+    """A small layer is captured in one pass (`exact_whole.capture_whole`, the exact route at these sizes); forcing
     the chunk loop (query_chunk) must give the same output and the same received / groups /
     unblocked sums, with GQA, a causal mask, left padding (a padded query sees no key: the whole
     pass hands it to the loop), one query row (ARM decoding) and blocked keys."""
-    from sinklens.attention.function import SMALL_SCORES, sinklens_attention
+    from sinklens.attention.function import sinklens_attention
+    from sinklens.attention.routes.exact_whole import SMALL_SCORES
 
     g = torch.Generator().manual_seed(3)
     h, s_k, d = 6, 13, 8
@@ -258,20 +273,22 @@ def _eager_module(kind: str, h: int, h_kv: int, causal: bool, sinks: torch.Tenso
 # (a left pad sees no key); a softcapping model (Gemma2's eager) and one with learned sink logits (gpt-oss')
 EMPTY_MODELS = [("sdpa", False), ("sdpa", True), ("gemma2", False), ("gpt_oss", True)]
 # the capture routes, without and with blocked keys, and the masking's blocked path without capture
-EMPTY_ROUTES = [(r, b) for b in (False, True) for r in ("whole", "chunks", "lse")] + [("mask-only", True)]
+EMPTY_ROUTES = [(r, b) for b in (False, True) for r in ("whole", "chunks", "lse", "compiled")] + [("mask-only", True)]
 
 
 @pytest.mark.parametrize("route,blocking", EMPTY_ROUTES, ids=[f"{r}-{'blocked' if b else 'free'}" for r, b in EMPTY_ROUTES])
 @pytest.mark.parametrize("model,causal", EMPTY_MODELS)
 def test_a_row_with_no_key_gets_the_plain_output_and_adds_nothing(model, causal, route, blocking, monkeypatch):
     """A query row that may see no key: every capture route (the whole-layer pass, the chunk loop, the
-    lse route) and the masking's blocked path give it what the model's own attention gives it (sdpa: 0,
+    lse route, the compiled kernel) and the masking's blocked path give it what the model's own attention gives it (sdpa: 0,
     from transformers' sdpa_attention_forward; eager: its modeling file's function under the additive
     mask transformers' eager mask holds), and it adds nothing to any column sum: received equals the
     eager maps summed over the rows that see a key, with no query mask to hide the others."""
     from transformers.models.qwen2.modeling_qwen2 import eager_attention_forward as qwen2_eager
 
     import sinklens.attention.function as function
+    import sinklens.attention.routes.exact as exact
+    from sinklens.attention.routes.plain import own_eager
 
     g = torch.Generator().manual_seed(5)
     h, kv, s, d = 4, 2, 10, 8
@@ -303,17 +320,21 @@ def test_a_row_with_no_key_gets_the_plain_output_and_adds_nothing(model, causal,
     if model == "sdpa":
         ref, _ = sdpa_attention_forward(module, q, k, v, allowed, scaling=0.4)
     else:
-        ref, _ = function.own_eager(module)(module, q, k, v, bias, scaling=0.4, **kwargs)
+        ref, _ = own_eager(module)(module, q, k, v, bias, scaling=0.4, **kwargs)
     # the probabilities every summed row spends (transformers' eager maps; softcap / sinks as the model has them)
-    eager_of = qwen2_eager if model == "sdpa" else function.own_eager(module)
+    eager_of = qwen2_eager if model == "sdpa" else own_eager(module)
     _, maps = eager_of(module, q, k, v, bias, scaling=0.4, **kwargs)
     _, free_maps = eager_of(module, q, k, v, torch.zeros(mask.shape).masked_fill(~mask, torch.finfo(torch.float32).min),
                             scaling=0.4, **kwargs)
     seen = (~empty)[..., None].float()  # (B, 1, S, 1)
 
     if route == "whole" and model != "gpt_oss":  # learned sinks take the chunk loop
-        monkeypatch.setattr(function, "_capture", lambda *a, **kw: pytest.fail("the whole-layer pass fell back"))
-    req = AttentionRequest(capture=route != "mask-only", blocked=blocked, route="lse" if route == "lse" else "exact",
+        monkeypatch.setattr(exact, "capture", lambda *a, **kw: pytest.fail("the whole-layer pass fell back"))
+    if route == "compiled":
+        pytest.importorskip("scipy")
+        monkeypatch.setattr(exact, "capture", lambda *a, **kw: pytest.fail("the compiled route fell back"))
+    req = AttentionRequest(capture=route != "mask-only", blocked=blocked,
+                           route=route if route in ("lse", "compiled") else "exact",
                            query_chunk=None if route == "whole" else 4)
     out, _ = function.sinklens_attention(module, q, k, v, mask, scaling=0.4, sinklens=req, **kwargs)
 

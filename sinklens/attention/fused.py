@@ -55,8 +55,10 @@ def fused_sdpa_with_lse(
             ~attention_mask, float("-inf")
         )
     packed = rep > 1 and s_q == 1 and attention_mask is not None
-    if packed:  # transformers' pack_gqa: one query per head becomes rep queries per kv head
+    if packed:  # transformers' pack_gqa: one query per head becomes rep queries per kv head (a per-head mask too)
         q, k, v = query.reshape(b, h // rep, rep, d), key, value
+        if attention_mask.shape[1] != 1:
+            attention_mask = attention_mask.reshape(attention_mask.shape[0], h // rep, rep, attention_mask.shape[-1])
     else:
         # F.sdpa's enable_gqa (no mask) repeats the keys inside; with a mask transformers does it
         q, k, v = query, repeat_kv(key, rep), repeat_kv(value, rep)

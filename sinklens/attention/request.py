@@ -13,7 +13,7 @@ import numpy as np
 import torch
 
 
-ROUTES = ("auto", "exact", "lse", "triton")
+ROUTES = ("auto", "compiled", "exact", "lse", "triton")  # sinklens/attention/routes/
 
 
 @dataclass
@@ -27,7 +27,7 @@ class AttentionRequest:
     blocked: torch.Tensor | None = None  # (L, B, H, S_k) bool: key j blocked for head h of layer l
     keep_self: bool = False  # a blocked key still receives attention from its own query
     query_chunk: int | None = None  # queries per chunk in capture mode; None = from an 8 MB cache budget
-    route: str = "auto"  # capture route: "exact", "lse", "triton" or "auto" (see sinklens/attention/function.py)
+    route: str = "auto"  # capture route: "compiled", "exact", "lse", "triton" or "auto" (see sinklens/attention/function.py)
     # Absolute key count when a layer may see only the *last* S_k of them (DiffusionGemma's
     # sliding-window cache): that layer's captures are right-aligned into num_keys positions
     # (earlier keys received nothing) and its `blocked` row is read for its last S_k keys.

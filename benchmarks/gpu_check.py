@@ -1,0 +1,270 @@
+"""The GPU check: capture routes against eager attention, capture cost against flash sdpa, and a
+traced and a masked 8B-shaped LLaDA generation; nothing is downloaded (random weights, bfloat16).
+
+    python benchmarks/gpu_check.py                 # one CUDA GPU; sized for < 8 minutes on one H100
+    python benchmarks/gpu_check.py --smoke         # tiny shapes on the CPU (the test suite runs this)
+
+Models, random weights built on the device: LLaDA-shaped (bidirectional Llama, no GQA, LLaDA's
+RoPE and norms: 1B = 16 layers x d 2048 x 16 heads, 8B = 32 x 4096 x 32, vocab 126464) and
+Llama-shaped (causal, GQA: 1B = 16 x 2048 x 32/8 heads, 8B = 32 x 4096 x 32/8, vocab 128256).
+
+1. Correctness, two layers of each shape at S = 512, bfloat16 and float32: received attention (and
+   logits) of the lse and triton routes against transformers' eager attention (`output_attentions=True`, column
+   sums over real query rows) on every layout: causal, bidirectional, block-causal (blocks of 32),
+   left padding, a causal sliding window of 128 (the last two as the 4-D masks models hand over).
+   Max abs differences; "n/a" where a route declares it cannot take the call (the registry sends
+   it elsewhere).
+2. Capture cost: one forward of each full-depth model in bfloat16, plain (transformers' sdpa: flash)
+   and capture through each route that takes bfloat16, at S = 1k .. 16k (batch 1), wall time after
+   synchronising, best of 2; peak memory per forward. A row is skipped once the budget would run out.
+3. An 8B-shaped LLaDA generation (prompt 64, gen 256, block 32, 256 steps): plain, traced (as
+   `sinklens trace`) and masked (top-1 sink per head, as `sinklens eval --mask-topk 1`): ms per step
+   and peak GPU memory.
+
+Prints one markdown table per part, with the device and its date.
+"""
+from __future__ import annotations
+
+import argparse
+import datetime
+import os
+import tempfile
+import time
+
+import torch
+from transformers import LlamaConfig, LlamaForCausalLM
+
+import sinklens.attention as sa
+from sinklens.attention.routes import BY_NAME
+
+# (layers, d_model, heads, kv heads, mlp hidden, vocab) of the published shapes
+SHAPES = {
+    "llada-1b": (16, 2048, 16, 16, 5632, 126464), "llada-8b": (32, 4096, 32, 32, 12288, 126464),
+    "llama-1b": (16, 2048, 32, 8, 8192, 128256), "llama-8b": (32, 4096, 32, 8, 14336, 128256),
+}
+SMOKE_SHAPES = {"llada-8b": (2, 64, 4, 4, 96, 320), "llama-8b": (2, 64, 4, 2, 96, 320)}
+LAYOUTS = ("causal", "bidirectional", "block-causal", "left-padding", "window")
+BLOCK, WINDOW = 32, 128
+CAPTURE_ROUTES = ("lse", "triton")
+BUDGET_S = 420  # the timing part stops here (the whole check: under 8 minutes on one H100)
+
+
+def build(shape_name: str, shapes: dict, device, layers: int | None = None, dtype=torch.bfloat16):
+    """A random model of that shape, built on the device (no CPU copy of 8B weights)."""
+    n_layers, d, h, kv, mlp, vocab = shapes[shape_name]
+    cfg = LlamaConfig(vocab_size=vocab, hidden_size=d, intermediate_size=mlp, num_hidden_layers=layers or n_layers,
+                      num_attention_heads=h, num_key_value_heads=kv, max_position_embeddings=32768,
+                      rms_norm_eps=1e-5, rope_parameters={"rope_type": "default", "rope_theta": 500000.0},
+                      tie_word_embeddings=False, use_cache=False)
+    cfg.is_causal = shape_name.startswith("llama")
+    torch.manual_seed(0)
+    old = torch.get_default_dtype()
+    torch.set_default_dtype(dtype)
+    try:
+        with torch.device(device):
+            model = LlamaForCausalLM(cfg).eval()
+    finally:
+        torch.set_default_dtype(old)
+    return model
+
+
+def layout_inputs(layout: str, s: int, vocab: int, device, dtype):
+    """(ids (1|2, S), forward kwargs, real query rows (B, S) bool, is_causal) of a layout. Block-causal and
+    window layouts hand the model a 4-D additive mask (0 = attend, finfo.min = not), as eager reads it."""
+    ids = torch.randint(0, vocab - 8, (1, s), generator=torch.Generator().manual_seed(s)).to(device)
+    real = torch.ones(1, s, dtype=torch.bool, device=device)
+    if layout == "left-padding":
+        ids = ids.expand(2, s).clone()
+        am = torch.ones(2, s, dtype=torch.long, device=device)
+        am[0, : s // 8] = 0
+        return ids, {"attention_mask": am}, am.bool(), None
+    if layout in ("block-causal", "window"):
+        i = torch.arange(s, device=device)
+        if layout == "block-causal":  # SDAR / LLaDA2: blocks see themselves and every earlier block
+            ok = i[None, :] // BLOCK <= i[:, None] // BLOCK
+        else:  # a causal sliding window
+            ok = (i[None, :] <= i[:, None]) & (i[None, :] > i[:, None] - WINDOW)
+        mask = torch.zeros(1, 1, s, s, dtype=dtype, device=device).masked_fill_(~ok, torch.finfo(dtype).min)
+        return ids, {"attention_mask": mask, "position_ids": i[None]}, real, False
+    return ids, {}, real, layout == "causal"
+
+
+def eager_received(model, ids, kw, real) -> tuple[torch.Tensor, torch.Tensor]:
+    """(logits, (L, B, H, S) column sums of transformers' eager maps over the real query rows)."""
+    model.config._attn_implementation = "eager"
+    out = model(ids, output_attentions=True, **kw)
+    model.config._attn_implementation = sa.ATTENTION_NAME
+    rows = real[:, None, :, None].to(out.attentions[0].dtype)
+    return out.logits.float(), torch.stack([(a.float() * rows).sum(2) for a in out.attentions])
+
+
+def correctness(shapes: dict, device, s: int, dtype) -> list[str]:
+    rows = []
+    for name in shapes:
+        model = build(name, shapes, device, layers=2, dtype=dtype)
+        own_causal = model.config.is_causal
+        for layout in LAYOUTS:
+            ids, kw, real, causal = layout_inputs(layout, s, model.config.vocab_size, device, dtype)
+            model.config.is_causal = own_causal if causal is None else causal
+            with torch.no_grad():
+                ref_logits, ref = eager_received(model, ids, kw, real)
+                cells = []
+                for route in CAPTURE_ROUTES:
+                    req = sa.AttentionRequest(capture=True, query_mask=real, route=route)
+                    used, spy = [], BY_NAME[route].run   # did this route take the calls (or decline them)?
+                    BY_NAME[route].run = lambda call, _spy=spy: used.append(out := _spy(call)) or out
+                    try:
+                        logits = model(ids, sinklens=req, **kw).logits.float()
+                    except ImportError:
+                        logits = None
+                    finally:
+                        del BY_NAME[route].run
+                    if logits is None or not any(u is not None for u in used):
+                        cells.append("n/a")
+                        continue
+                    cells.append(f"{(req.received - ref).abs().max().item():.1e} / "
+                                 f"{(logits - ref_logits)[real].abs().max().item():.1e}")
+            rows.append(f"| {name} | {str(dtype)[6:]} | {layout} | " + " | ".join(cells) + " |")
+        del model
+    return rows
+
+
+def sync(device) -> None:
+    if torch.device(device).type == "cuda":
+        torch.cuda.synchronize()
+
+
+def peak_reset(device) -> None:
+    if torch.device(device).type == "cuda":
+        torch.cuda.reset_peak_memory_stats()
+
+
+def peak_gb(device) -> float:
+    return torch.cuda.max_memory_allocated() / 2**30 if torch.device(device).type == "cuda" else float("nan")
+
+
+def timed_forward(model, ids, mode: str, device) -> tuple[float, float]:
+    """(seconds, peak GB) of one forward in `mode` (plain or a route)."""
+    req = None if mode == "plain" else sa.AttentionRequest(capture=True, route=mode)
+    sync(device)
+    peak_reset(device)
+    t = time.perf_counter()
+    with torch.no_grad():
+        model(ids, sinklens=req) if req is not None else model(ids)
+    sync(device)
+    return time.perf_counter() - t, peak_gb(device)
+
+
+def timed_routes() -> tuple[str, ...]:
+    """The capture routes that take bfloat16 (a route declared float32-only would be timed as its fallback)."""
+    return tuple(r for r in CAPTURE_ROUTES if torch.bfloat16 in BY_NAME[r].records.dtypes)
+
+
+def capture_cost(shapes: dict, device, seqs: list[int], budget_s: float) -> list[str]:
+    rows, start = [], time.perf_counter()
+    modes = ("plain",) + timed_routes()
+    for name in shapes:
+        model = build(name, shapes, device)
+        model.config._attn_implementation = sa.ATTENTION_NAME
+        for s in seqs:
+            ids = torch.randint(0, model.config.vocab_size - 8, (1, s), device=device)
+            best = {}
+            for mode in modes:
+                spent = time.perf_counter() - start
+                if spent > budget_s:
+                    break
+                try:
+                    timed_forward(model, ids[:, :64], mode, device)   # warm-up (kernels, autotuning)
+                    runs = [timed_forward(model, ids, mode, device) for _ in range(2)]
+                    best[mode] = (min(r[0] for r in runs), max(r[1] for r in runs))
+                except (ImportError, RuntimeError) as e:   # no triton; out of memory
+                    best[mode] = (float("nan"), float("nan"))
+                    print(f"  {name} S={s} {mode}: {type(e).__name__}: {str(e).splitlines()[0][:120]}", flush=True)
+            if len(best) < len(modes):
+                rows.append(f"| {name} | {s} | skipped: the {budget_s:.0f} s budget is spent |" + " |" * (2 * len(modes)))
+                continue
+            base = best["plain"][0]
+            rows.append(f"| {name} | {s} | " + " | ".join(f"{1e3 * best[m][0]:.1f}" for m in modes) + " | "
+                        + " | ".join(f"{best[m][0] / base:.2f}x" for m in modes[1:]) + " | "
+                        + " | ".join(f"{best[m][1]:.1f}" for m in modes) + " |")
+            print(rows[-1], flush=True)
+        del model
+        if torch.device(device).type == "cuda":
+            torch.cuda.empty_cache()
+    return rows
+
+
+def generation(shapes: dict, device, gen: int, block: int, prompt: int) -> list[str]:
+    """Plain / traced / masked generations of the 8B-shaped LLaDA through SinkModel (the LLaDA family)."""
+    from sinklens.masking.config import MaskingConfig
+    from sinklens.masking.policy import SinkMaskingPolicy
+    from sinklens.models.families import get_family
+    from sinklens.models.wrapper import SinkModel
+    from sinklens.train.model import ModelConfig, llada_config
+
+    n_layers, d, h, _, mlp, vocab = shapes["llada-8b"]
+    model = build("llada-8b", shapes, device)
+    model.config._attn_implementation = sa.ATTENTION_NAME
+    cfg = ModelConfig(n_layers=n_layers, d_model=d, n_heads=h, mlp_hidden=mlp, vocab_size=vocab, max_len=4096)
+    conf = llada_config(cfg, mask_id=vocab - 1, eos_id=vocab - 2, pad_id=vocab - 3, dtype="bfloat16")
+    m = SinkModel(model, get_family("llada"), None, conf, {"name_or_path": "random llada-8b shape"})
+    ids = torch.randint(0, vocab - 8, (1, prompt), generator=torch.Generator().manual_seed(0)).to(device)
+    settings = dict(steps=gen, gen_length=gen, block_length=block)
+    rows = []
+    with tempfile.TemporaryDirectory() as tmp:
+        for mode in ("plain", "trace", "mask"):
+            hook = SinkMaskingPolicy(MaskingConfig(mask_k=1), num_layers=m.num_layers, is_diffusion=True, model=m) \
+                if mode == "mask" else None
+            path = os.path.join(tmp, "t.arrow") if mode == "trace" else None
+            sync(device)
+            peak_reset(device)
+            t = time.perf_counter()
+            with torch.no_grad():
+                out = m.generate(ids, trace=path, hook=hook, **settings)
+            sync(device)
+            seconds = time.perf_counter() - t
+            rows.append((mode, out.num_steps, 1e3 * seconds / out.num_steps, peak_gb(device)))
+    base = rows[0][2]
+    return [f"| llada-8b | {mode} | {steps} | {ms:.1f} | {ms / base:.2f}x | {gb:.1f} |" for mode, steps, ms, gb in rows]
+
+
+def main(argv: list[str] | None = None) -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--smoke", action="store_true", help="tiny shapes on the CPU: the code paths, not the numbers")
+    ap.add_argument("--seqs", nargs="+", type=int, default=None, help="capture-cost lengths (default 1k..16k)")
+    ap.add_argument("--budget-s", type=float, default=BUDGET_S, help="seconds the capture-cost part may take")
+    args = ap.parse_args(argv)
+    torch.set_grad_enabled(False)
+    if args.smoke:
+        device, shapes, seqs, s_check, gen, block, prompt = "cpu", SMOKE_SHAPES, args.seqs or [64], 64, 8, 4, 8
+    else:
+        if not torch.cuda.is_available():
+            raise SystemExit("gpu_check: no CUDA device here; --smoke runs the tiny CPU version")
+        device, shapes, seqs, s_check, gen, block, prompt = "cuda", SHAPES, args.seqs or [1024, 2048, 4096, 8192, 16384], \
+            512, 256, 32, 64
+    what = torch.cuda.get_device_name() if device == "cuda" else "CPU (smoke: tiny shapes)"
+    print(f"## GPU check, {datetime.date.today()}, {what}, torch {torch.__version__}\n")
+    t0 = time.perf_counter()
+    print(f"### Routes against eager attention (2 layers of each shape, S = {s_check})\n")
+    print("| model | dtype | layout | " + " | ".join(f"{r}: received / logits max abs diff" for r in CAPTURE_ROUTES)
+          + " |")
+    print("|---|---|---|" + "---|" * len(CAPTURE_ROUTES))
+    for dtype in (torch.bfloat16, torch.float32):
+        for row in correctness(shapes, device, s_check, dtype):
+            print(row, flush=True)
+    print(f"\n### Capture against plain (flash sdpa), one forward, batch 1, best of 2\n")
+    modes = ("plain",) + timed_routes()
+    print("| model | S | " + " | ".join(f"{m} ms" for m in modes) + " | "
+          + " | ".join(f"{m}/plain" for m in modes[1:]) + " | " + " | ".join(f"{m} peak GB" for m in modes) + " |")
+    print("|---|---|" + "---|" * (3 * len(modes) - 1))
+    capture_cost(shapes, device, seqs, args.budget_s)
+    print(f"\n### 8B-shaped LLaDA generation (prompt {prompt}, gen {gen}, block {block}, {gen} steps)\n")
+    print("| model | mode | steps | ms / step | / plain | peak GB |")
+    print("|---|---|---|---|---|---|")
+    for row in generation(shapes, device, gen, block, prompt):
+        print(row, flush=True)
+    print(f"\n(total {time.perf_counter() - t0:.0f} s)")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,55 @@
+"""The capture routes, as a registry: each route one module declaring what it can record.
+
+| route | module | records | where "auto" picks it |
+|---|---|---|---|
+| compiled | compiled.py (+ onepass.c, build.py) | all but full maps | CPU, float32, where the kernel builds |
+| exact (whole layer) | exact_whole.py | received, groups, blocking (no keep_self) | CPU float32, layers ≤ SMALL_SCORES |
+| lse | lse.py | everything; output = sdpa's bits | CUDA; CPU half precision |
+| exact (chunked) | exact.py | everything, any device and dtype | the fallback everywhere |
+| triton | triton.py | received, groups; no mask, no blocking | only when asked (`route="triton"`) |
+| plain | plain.py | nothing (blocked keys as a mask) | requests that need no probabilities |
+
+`choose_route` reads what a call needs (`Needs`) and returns the routes whose declaration covers
+it, in order: the route the request names (`AttentionRequest.route`) first (and its declared
+fallback: triton's is lse), then the "auto" ones
+for the call's device and dtype in registry order. The attention function runs the first that
+does not decline (a route may decline a call at run time: a small layer's rare underflow, a
+per-head mask the C kernel does not take), so every call lands on a route that records it.
+"""
+from __future__ import annotations
+
+from sinklens.attention.routes.base import Call, Modifiers, Needs, Records, Route
+from sinklens.attention.routes.compiled import Compiled
+from sinklens.attention.routes.exact import Exact
+from sinklens.attention.routes.exact_whole import ExactWhole
+from sinklens.attention.routes.lse import Lse
+from sinklens.attention.routes.plain import Plain
+from sinklens.attention.routes.triton import Triton
+
+# Registry order is "auto"'s preference. ExactWhole answers to the name "exact" too: it is the exact
+# route for a small layer, the chunked loop its fallback.
+REGISTRY: tuple[Route, ...] = (Compiled(), ExactWhole(), Lse(), Exact(), Triton(), Plain())
+BY_NAME: dict[str, Route] = {r.name: r for r in REGISTRY}
+ALIASES = {"exact": ("exact-whole", "exact")}
+PLAIN = BY_NAME["plain"]
+
+
+def choose_route(call: Call) -> list[Route]:
+    """The routes that can record what `call` asks, best first (see the module docstring)."""
+    if not call.req.needs_probabilities:
+        return [PLAIN]
+    needs = Needs.of(call)
+    named = call.req.route
+    first = [BY_NAME[n] for n in ALIASES.get(named, (named,))] if named != "auto" else []
+    if first and first[-1].fallback:
+        first.append(BY_NAME[first[-1].fallback])
+    key = (needs.device, needs.dtype)
+    auto = [r for r in REGISTRY if key in r.auto]
+    out = []
+    for r in first + auto:
+        if r not in out and r.records.covers(needs) and r.available(call):
+            out.append(r)
+    return out
+
+
+__all__ = ["ALIASES", "BY_NAME", "Call", "Modifiers", "Needs", "REGISTRY", "Records", "Route", "choose_route"]

@@ -1,0 +1,129 @@
+"""What every capture route shares: one layer's call, what it asks for, and what a route can record.
+
+A route is one way to compute a layer's attention output and record what the request asks for
+(routes/__init__.py keeps the registry and picks one per call). Each declares `Records`: the
+captures it can make and the inputs it accepts; a call's `Needs` are read off the request and
+the layer, and a route is a candidate for the call only if its declaration covers them.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field, fields
+
+import torch
+
+from sinklens.attention.request import AttentionRequest
+
+
+@dataclass(frozen=True)
+class Modifiers:
+    """What a layer changes about plain softmax(q k^T * scaling + mask) attention."""
+
+    softcap: float | None = None  # Gemma2: logits -> cap * tanh(logits / cap) before the mask
+    sinks: torch.Tensor | None = None  # (H,) gpt-oss: a learned logit per head that joins the softmax, no value
+
+    @property
+    def sdpa_can(self) -> bool:
+        """sdpa (and so the fused lse and triton kernels) has neither softcapping nor sink logits."""
+        return self.softcap is None and self.sinks is None
+
+
+NO_MODIFIERS = Modifiers()
+
+
+@dataclass
+class Call:
+    """One layer's attention call, as the attention function has checked it."""
+
+    module: torch.nn.Module
+    query: torch.Tensor  # (B, H, S_q, D), after RoPE
+    key: torch.Tensor  # (B, H_kv, S_k, D), before the GQA repeat
+    value: torch.Tensor  # (B, H_kv, S_k, D)
+    attention_mask: torch.Tensor | None  # what transformers passed: (B|1, 1, S_q, S_k) bool or additive, or None
+    allowed: torch.Tensor | None  # (B|1, 1|H, S_q, S_k) bool keys each query may see before blocking; None = every key
+    is_causal: bool
+    scaling: float
+    req: AttentionRequest
+    mods: Modifiers
+    blocked: torch.Tensor | None  # (B, H, S_k) bool keys blocked in this layer; None: none
+    kwargs: dict = field(default_factory=dict)  # what the plain route passes on to the model's own attention
+
+    @property
+    def blocking(self) -> bool:
+        """Keys are blocked and a capture is asked: the would-be sums before blocking are recorded too."""
+        return self.req.capture and self.blocked is not None
+
+
+@dataclass(frozen=True)
+class Records:
+    """What a route can record, and which inputs it accepts. Each bool: the route handles calls that need it."""
+
+    groups: bool = False  # column sums per query group
+    blocking: bool = False  # blocked keys, with the would-be sums before blocking
+    keep_self: bool = False  # a blocked key still seen by its own query
+    masks: bool = False  # a mask beyond causal / none: padding, sliding windows, blocks
+    maps: bool = False  # full (S_q, S_k) maps of chosen heads
+    learned_sinks: bool = False  # a learned sink logit per head (gpt-oss)
+    softcap: bool = False  # logit soft-capping (Gemma2)
+    readouts: frozenset[str] = frozenset()  # readouts made inside the pass: "diagonal", "distance"
+    dtypes: frozenset[torch.dtype] = frozenset({torch.float32, torch.bfloat16, torch.float16})
+    devices: frozenset[str] = frozenset({"cpu", "cuda"})
+
+    def covers(self, needs: Needs) -> bool:
+        for f in fields(Needs):
+            want, have = getattr(needs, f.name), getattr(self, f.name, None)
+            if f.name == "readouts":
+                if not want <= have:
+                    return False
+            elif f.name == "dtype":
+                if want not in self.dtypes:
+                    return False
+            elif f.name == "device":
+                if want not in self.devices:
+                    return False
+            elif want and not have:
+                return False
+        return True
+
+
+@dataclass(frozen=True)
+class Needs:
+    """What one call asks of a route (the same names as `Records`)."""
+
+    groups: bool
+    blocking: bool
+    keep_self: bool
+    masks: bool
+    maps: bool
+    learned_sinks: bool
+    softcap: bool
+    readouts: frozenset[str]
+    dtype: torch.dtype
+    device: str
+
+    @classmethod
+    def of(cls, call: Call) -> Needs:
+        req = call.req
+        return cls(groups=req.query_groups is not None, blocking=call.blocked is not None,
+                   keep_self=call.blocked is not None and req.keep_self,
+                   masks=call.attention_mask is not None, maps=bool(req.map_slices),
+                   learned_sinks=call.mods.sinks is not None, softcap=call.mods.softcap is not None,
+                   readouts=frozenset(n for n in ("diagonal", "distance") if getattr(req, n)),
+                   dtype=call.query.dtype, device=call.query.device.type)
+
+
+class Route:
+    """A capture route: `records` declares what it can do; `run` returns the (B, S_q, H, D) output with
+    the captures recorded on `call.req`, or None where it declines this call (the next candidate runs)."""
+
+    name: str = ""
+    records: Records = Records()
+    # (device, dtype) pairs where "auto" may pick this route, in registry order
+    auto: frozenset[tuple[str, torch.dtype]] = frozenset()
+    fallback: str | None = None  # where a call named for this route goes when the route cannot take it
+
+    def available(self, call: Call) -> bool:
+        """Whether the route can run here at all (a library installed, a kernel built); cheap."""
+        return True
+
+    def run(self, call: Call) -> torch.Tensor | None:
+        raise NotImplementedError

@@ -1,0 +1,102 @@
+"""The "compiled" route: output and captures in one pass of the project's own C kernel (onepass.c).
+
+Per (batch row, head, tile of TILE query rows): one sgemm for the scores of the keys the tile can
+see, the row max, our vectorised exp and the row sum, one pass that normalises each row and adds it
+to the column sums, one sgemm for the output. The scores of one tile (TILE x S_k float32, 1 MB at
+S_k = 4096) stay in the L2 cache; nothing per layer is bigger than the sums themselves. It records
+everything the exact route does but full maps: query groups, blocked keys with the would-be sums,
+padding / sliding windows / blocks (any mask shared by the heads), learned sinks, soft-capping,
+the diagonal and distance readouts; float32, bfloat16 and float16 inputs (converted to float32; the
+output is rounded back). CPU only; built on first use (build.py), else unavailable in one note line.
+"""
+from __future__ import annotations
+
+import ctypes
+
+import torch
+
+from sinklens.attention.reduce import LayerSums
+from sinklens.attention.routes import build
+from sinklens.attention.routes.base import Call, Records, Route
+from sinklens.attention.routes.exact import empty_rows_as_plain
+
+TILE = 64  # query rows per tile: 64 x S_k float32 scores stay in a 512 kB-1 MB L2 up to S_k = 2-4k
+
+_P = ctypes.c_void_p
+_I, _F, _L = ctypes.c_int, ctypes.c_float, ctypes.c_int64
+
+
+class _Args(ctypes.Structure):
+    """onepass.c's sl_args, field for field."""
+    _fields_ = [("b", _I), ("h", _I), ("h_kv", _I), ("s_q", _I), ("s_k", _I), ("d", _I),
+                ("scale", _F), ("softcap", _F),
+                ("q", _P), ("k", _P), ("v", _P), ("out", _P),
+                ("q_strides", _L * 3), ("kv_strides", _L * 3), ("v_strides", _L * 3),
+                ("causal", _I), ("allowed", _P), ("allowed_bstride", _L),
+                ("blocked", _P), ("keep_self", _I), ("sinks", _P), ("row_w", _P), ("groups", _P), ("num_groups", _I),
+                ("received", _P), ("unblocked", _P), ("group_sums", _P), ("sink_sums", _P),
+                ("diagonal", _P), ("distance", _P),
+                ("tile", _I), ("threads", _I), ("sgemm", _P), ("blas_threads", _P)]
+
+
+def _ptr(t: torch.Tensor | None) -> int | None:
+    return None if t is None else t.data_ptr()
+
+
+def _rows(t: torch.Tensor) -> tuple[torch.Tensor, tuple[int, int, int]]:
+    """t (B, heads, S, D) as float32 with unit stride along D, and its (batch, head, row) strides."""
+    t = t if t.dtype == torch.float32 else t.float()
+    if t.stride(-1) != 1 or t.stride(2) < t.shape[3]:
+        t = t.contiguous()
+    return t, tuple(t.stride()[:3])
+
+
+class Compiled(Route):
+    name = "compiled"
+    records = Records(groups=True, blocking=True, keep_self=True, masks=True, maps=False, learned_sinks=True,
+                      softcap=True, readouts=frozenset({"diagonal", "distance"}), devices=frozenset({"cpu"}))
+    auto = frozenset({("cpu", torch.float32)})
+
+    def available(self, call: Call) -> bool:
+        return call.query.device.type == "cpu" and build.load() is not None
+
+    def run(self, call: Call) -> torch.Tensor | None:
+        lib = build.load()
+        allowed = call.allowed
+        if allowed is not None and allowed.shape[1] != 1:
+            return None  # a per-head mask: the torch routes
+        query, key, value, req = call.query, call.key, call.value, call.req
+        b, h, s_q, d = query.shape
+        h_kv, s_k = key.shape[1], key.shape[2]
+        q, qs = _rows(query)
+        k, ks = _rows(key)
+        v, vs = _rows(value)
+        causal = allowed is None and call.is_causal and call.attention_mask is None and s_q > 1
+        if allowed is not None and not causal:
+            allowed = allowed.contiguous()
+        else:
+            allowed = None
+        blocked = None if call.blocked is None else call.blocked.contiguous()
+        sinks = None if call.mods.sinks is None else call.mods.sinks.float().contiguous()
+        groups = None if req.query_groups is None else req.query_groups.to(torch.int64).contiguous()
+        sums = LayerSums.for_request(req, call.module.layer_idx, b, h, s_q, s_k, call.blocking, query.device,
+                                     sinks is not None)
+        weight = sums.weight
+        out = torch.empty(b, s_q, h, d, dtype=torch.float32)
+        sgemm, blas_threads = build.blas()
+        args = _Args(b, h, h_kv, s_q, s_k, d, call.scaling, call.mods.softcap or 0.0,
+                     q.data_ptr(), k.data_ptr(), v.data_ptr(), out.data_ptr(),
+                     (_L * 3)(*qs), (_L * 3)(*ks), (_L * 3)(*vs),
+                     int(causal), _ptr(allowed), 0 if allowed is None or allowed.shape[0] == 1 else s_q * s_k,
+                     _ptr(blocked), int(req.keep_self), _ptr(sinks), _ptr(weight), _ptr(groups), req.num_groups,
+                     _ptr(sums.received), _ptr(sums.unblocked), _ptr(sums.groups), _ptr(sums.learned_sink),
+                     _ptr(sums.diagonal) if sums.distance is None else None,
+                     None if sums.distance is None else sums.distance.sums.data_ptr(),
+                     TILE, torch.get_num_threads(), sgemm, blas_threads)
+        if lib.sl_attention(ctypes.byref(args)) != 0:
+            return None  # out of memory in C: the torch routes
+        sums.store(req, call.module.layer_idx)
+        out = out if query.dtype == torch.float32 else out.to(query.dtype)
+        if call.mods.softcap is not None and call.allowed is not None:
+            empty_rows_as_plain(out.transpose(1, 2), call.allowed, value, call.mods)
+        return out

@@ -1,0 +1,335 @@
+/* One pass of attention on the CPU: the output and what a capture records, per L2-sized tile.
+ *
+ * Per (batch row, query head, tile of `tile` query rows):
+ *   1. one sgemm: the tile's scores against the keys [k0, k1) some row of the tile can see;
+ *   2. per row: softcap, row max, exp and row sum (vectorised, our own exp), then one pass that
+ *      normalises the row and adds it to the column sums (all rows, its query group, the
+ *      would-be sums before blocking, the diagonal and the distance profile);
+ *   3. one sgemm: the tile's output from those probabilities.
+ * GQA by indexing (query head h reads kv head h / rep): no key or value is repeated. Work is split
+ * over (batch row, head) pairs, whose sums never overlap, so threads need no reduction.
+ *
+ * BLAS comes in as a function pointer (Fortran sgemm_ calling convention) that the loader takes
+ * from a public interface (scipy.linalg.cython_blas); this file links against nothing but libc
+ * and pthreads. Semantics follow sinklens/attention/function.py's exact route: a float32 softmax
+ * over the allowed keys; blocked keys zeroed and each row renormalised over the rest (a row
+ * whose visible keys are all blocked keeps them); a learned sink joins the max and the normaliser
+ * with no value; a row that may see no key has probabilities 0 and output 0.
+ */
+#include <math.h>
+#include <pthread.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+typedef void (*sgemm_fn)(const char *ta, const char *tb, const int *m, const int *n, const int *k,
+                         const float *alpha, const float *a, const int *lda, const float *b, const int *ldb,
+                         const float *beta, float *c, const int *ldc);
+typedef int (*blas_threads_fn)(int);
+
+typedef struct {
+    int b, h, h_kv, s_q, s_k, d;
+    float scale;
+    float softcap;                 /* 0: none; else logits -> cap * tanh(logits / cap) */
+    const float *q;                /* (B, H, S_q, D) */
+    const float *k, *v;            /* (B, H_kv, S_k, D) */
+    float *out;                    /* (B, S_q, H, D) */
+    int64_t q_str[3], k_str[3], v_str[3];   /* (batch, head, row) strides in floats; D is contiguous */
+    int causal;                    /* with allowed == NULL: row r sees keys j <= r + S_k - S_q */
+    const uint8_t *allowed;        /* (B|1, S_q, S_k) keys each row may see before blocking, or NULL */
+    int64_t allowed_bstride;       /* 0 when one mask serves every batch row */
+    const uint8_t *blocked;        /* (B, H, S_k) or NULL */
+    int keep_self;                 /* a blocked key still receives attention from its own query */
+    const float *sinks;            /* (H,) learned sink logits, or NULL */
+    const float *row_w;            /* (B, S_q) weight of each row in the sums (0 or 1), or NULL: all 1 */
+    const int64_t *groups;         /* (B, S_q) group id, -1 none, or NULL */
+    int num_groups;
+    float *received;               /* (B, H, S_k) or NULL; every sum is accumulated into zeros */
+    float *unblocked;              /* (B, H, S_k) or NULL: the softmax before blocking */
+    float *group_sums;             /* (B, G, H, S_k) or NULL */
+    float *sink_sums;              /* (B, H) or NULL */
+    float *diagonal;               /* (B, H) or NULL: sum of A[i, i] */
+    float *distance;               /* (B, H, 2 S_k - 1) or NULL: sums by offset j - i, index j - i + S_k - 1 */
+    int tile;                      /* query rows per tile */
+    int threads;
+    sgemm_fn sgemm;
+    blas_threads_fn blas_threads;  /* the BLAS' per-thread thread count setter, or NULL */
+} sl_args;
+
+/* ---- vectorised exp (8 lanes; the compiler maps them to the machine's registers) ---------- */
+typedef float v8f __attribute__((vector_size(32)));
+typedef int32_t v8i __attribute__((vector_size(32)));
+typedef float v8fu __attribute__((vector_size(32), aligned(4)));   /* unaligned loads / stores */
+
+static inline v8f splat(float x) { return (v8f){x, x, x, x, x, x, x, x}; }
+/* lane-wise mask ? a : b (C has no vector ?:) */
+static inline v8f select8(v8i mask, v8f a, v8f b) { return (v8f)(((v8i)a & mask) | ((v8i)b & ~mask)); }
+
+/* exp(x) for x <= 0 (scores minus their row max): 2^n * p(r), r = x - n ln2 in [-ln2/2, ln2/2],
+ * p the degree-7 Taylor polynomial (relative error < 1e-7 there); 0 below -87.3 (and for -inf or
+ * NaN from a masked score), where float32 leaves the normal range. */
+static inline v8f exp8(v8f x) {
+    const v8f magic = splat(12582912.0f);               /* 1.5 * 2^23: adding it rounds to an integer */
+    v8i small = x < splat(-87.3f);
+    v8f t = x * splat(1.44269504f) + magic;
+    v8f n = t - magic;
+    v8f r = x - n * splat(0.693145752f) - n * splat(1.42860677e-6f);
+    v8f p = splat(1.0f / 5040) * r + splat(1.0f / 720);
+    p = p * r + splat(1.0f / 120);
+    p = p * r + splat(1.0f / 24);
+    p = p * r + splat(1.0f / 6);
+    p = p * r + splat(0.5f);
+    p = p * r + splat(1.0f);
+    p = p * r + splat(1.0f);
+    v8i ni = (v8i)t - (v8i)magic;
+    v8i bits = (v8i)p + (ni << 23);
+    return (v8f)(bits & ~small);
+}
+
+static inline float exp1(float x) {
+    v8f v = exp8(splat(x));
+    return v[0];
+}
+
+/* e[j] = exp(s[j] - m) over [0, n), in place; returns the sum */
+static float exp_sum(float *s, int n, float m) {
+    v8f acc = splat(0.0f), mm = splat(m);
+    int j = 0;
+    for (; j + 8 <= n; j += 8) {
+        v8f e = exp8(*(v8fu *)(s + j) - mm);
+        *(v8fu *)(s + j) = e;
+        acc += e;
+    }
+    float z = 0.0f;
+    for (int l = 0; l < 8; l++) z += acc[l];
+    for (; j < n; j++) { s[j] = exp1(s[j] - m); z += s[j]; }
+    return z;
+}
+
+static float row_max(const float *s, int n) {
+    v8f acc = splat(-INFINITY);
+    int j = 0;
+    for (; j + 8 <= n; j += 8) {
+        v8f x = *(const v8fu *)(s + j);
+        acc = select8(x > acc, x, acc);
+    }
+    float m = -INFINITY;
+    for (int l = 0; l < 8; l++) m = acc[l] > m ? acc[l] : m;
+    for (; j < n; j++) m = s[j] > m ? s[j] : m;
+    return m;
+}
+
+/* cap * tanh(x / cap) = cap * (1 - 2 / (exp(2x / cap) + 1)), through exp of a non-positive argument */
+static void softcap_row(float *s, int n, float cap) {
+    int j = 0;
+    for (; j + 8 <= n; j += 8) {
+        v8f x = *(v8fu *)(s + j) * splat(1.0f / cap);
+        v8i neg = x < splat(0.0f);
+        v8f ax = select8(neg, -x, x);
+        v8f e = exp8(splat(-2.0f) * ax);                  /* in (0, 1] */
+        v8f th = (splat(1.0f) - e) / (splat(1.0f) + e);
+        th = select8(neg, -th, th);
+        *(v8fu *)(s + j) = th * splat(cap);
+    }
+    for (; j < n; j++) s[j] = cap * tanhf(s[j] / cap);
+}
+
+/* ---- rows and keys ------------------------------------------------------------------------ */
+
+typedef struct { int lo, hi, dense; } span;   /* visible keys of a row lie in [lo, hi); dense: all of them */
+
+/* The visible key span of every row of batch row `bi` (shared by all heads). */
+static void row_spans(const sl_args *a, int bi, span *sp) {
+    int off = a->s_k - a->s_q;
+    for (int r = 0; r < a->s_q; r++) {
+        if (a->allowed == NULL) {
+            int hi = a->causal ? r + off + 1 : a->s_k;
+            sp[r] = (span){0, hi < 0 ? 0 : (hi > a->s_k ? a->s_k : hi), 1};
+            continue;
+        }
+        const uint8_t *m = a->allowed + bi * a->allowed_bstride + (int64_t)r * a->s_k;
+        int lo = 0, hi = a->s_k, count = 0;
+        while (lo < a->s_k && !m[lo]) lo++;
+        while (hi > lo && !m[hi - 1]) hi--;
+        for (int j = lo; j < hi; j++) count += m[j] != 0;
+        sp[r] = (span){lo, hi < lo ? lo : hi, count == hi - lo};
+    }
+}
+
+/* Is key j (absolute) blocked for a row at key position pos? */
+static inline int is_blocked(const uint8_t *bk, int j, int pos, int keep_self) {
+    return bk[j] && !(keep_self && j == pos);
+}
+
+typedef struct {
+    const sl_args *a;
+    const span *spans;        /* (B, S_q) */
+    int next;                 /* the next (batch row, head) pair to take */
+    pthread_mutex_t lock;
+} pool;
+
+/* One (batch row, head): every tile of its query rows. */
+static void run_head(const sl_args *a, const span *sp, int bi, int hi_, float *buf, float *tmp) {
+    const int s_q = a->s_q, s_k = a->s_k, d = a->d, rep = a->h / a->h_kv;
+    const int off = s_k - s_q;
+    const int kvh = hi_ / rep;
+    const float *qh = a->q + bi * a->q_str[0] + hi_ * a->q_str[1];
+    const float *kh = a->k + bi * a->k_str[0] + kvh * a->k_str[1];
+    const float *vh = a->v + bi * a->v_str[0] + kvh * a->v_str[1];
+    const int ldq = (int)a->q_str[2], ldk = (int)a->k_str[2], ldv = (int)a->v_str[2];
+    const uint8_t *bk = a->blocked ? a->blocked + ((int64_t)bi * a->h + hi_) * s_k : NULL;
+    const uint8_t *mask = a->allowed ? a->allowed + bi * a->allowed_bstride : NULL;
+    const int64_t bh = (int64_t)bi * a->h + hi_;
+    float *rcv = a->received ? a->received + bh * s_k : NULL;
+    float *unb = a->unblocked ? a->unblocked + bh * s_k : NULL;
+    float *dist = a->distance ? a->distance + bh * (2 * s_k - 1) : NULL;
+    const float sink = a->sinks ? a->sinks[hi_] : 0.0f;
+    const int ldo = a->h * d;
+    const float one = 1.0f, zero = 0.0f;
+
+    for (int r0 = 0; r0 < s_q; r0 += a->tile) {
+        int r1 = r0 + a->tile < s_q ? r0 + a->tile : s_q, m = r1 - r0;
+        int k0 = s_k, k1 = 0;
+        for (int r = r0; r < r1; r++) {
+            if (sp[r].hi > sp[r].lo) {
+                if (sp[r].lo < k0) k0 = sp[r].lo;
+                if (sp[r].hi > k1) k1 = sp[r].hi;
+            }
+        }
+        float *orow = a->out + ((int64_t)bi * s_q + r0) * ldo + (int64_t)hi_ * d;
+        if (k1 <= k0) {   /* no row of the tile sees a key: output 0, nothing recorded */
+            for (int r = 0; r < m; r++) memset(orow + (int64_t)r * ldo, 0, sizeof(float) * d);
+            continue;
+        }
+        int n = k1 - k0;
+        /* scores (m, n) row-major = Q (m, D) K[k0:k1]^T: column-major, S^T = K^T' Q^T */
+        a->sgemm("T", "N", &n, &m, &d, &a->scale, kh + (int64_t)k0 * ldk, &ldk, qh + (int64_t)r0 * ldq, &ldq, &zero, buf, &n);
+        for (int r = r0; r < r1; r++) {
+            float *s = buf + (int64_t)(r - r0) * n;
+            const int pos = r + off;
+            const int lo = sp[r].lo - k0, hi = sp[r].hi - k0;
+            if (hi <= lo) { memset(s, 0, sizeof(float) * n); continue; }
+            float w = a->row_w ? a->row_w[(int64_t)bi * s_q + r] : 1.0f;
+            int64_t g = a->groups ? a->groups[(int64_t)bi * s_q + r] : -1;
+            if (g >= a->num_groups) g = -1;   /* never write outside the sums (the request checks ids) */
+            if (a->softcap > 0.0f) softcap_row(s + lo, hi - lo, a->softcap);
+            if (!sp[r].dense) {   /* a mask with holes inside the span: those scores never count */
+                const uint8_t *mr = mask + (int64_t)r * s_k + k0;
+                for (int j = lo; j < hi; j++) s[j] = mr[j] ? s[j] : -INFINITY;
+            }
+            memset(s, 0, sizeof(float) * lo);
+            memset(s + hi, 0, sizeof(float) * (n - hi));
+            float mx = row_max(s + lo, hi - lo);
+            if (a->sinks && sink > mx) mx = sink;
+            /* the blocked keys of this row, and the max over what blocking leaves */
+            int blocking = 0;
+            float mx_b = -INFINITY;
+            if (bk) {
+                for (int j = lo; j < hi; j++) {
+                    if (s[j] == -INFINITY) continue;
+                    if (is_blocked(bk, j + k0, pos, a->keep_self)) blocking = 1;
+                    else if (s[j] > mx_b) mx_b = s[j];
+                }
+                if (mx_b == -INFINITY) blocking = 0;   /* every visible key blocked: the row keeps them */
+                if (a->sinks && sink > mx_b) mx_b = sink;
+            }
+            float *e = s + lo;
+            const int len = hi - lo;
+            float inv;
+            if (blocking && mx_b < mx - 60.0f) {
+                /* a blocked key held (almost) all the mass: the would-be sums from a copy, then the
+                 * model's softmax with the max over the keys left (exact, no underflow) */
+                if (unb && w != 0.0f) {
+                    memcpy(tmp, e, sizeof(float) * len);
+                    float c = w / (exp_sum(tmp, len, mx) + (a->sinks ? exp1(sink - mx) : 0.0f));
+                    for (int j = 0; j < len; j++) unb[k0 + lo + j] += tmp[j] * c;
+                }
+                for (int j = 0; j < len; j++) e[j] = is_blocked(bk, j + lo + k0, pos, a->keep_self) ? -INFINITY : e[j];
+                float sink_e = a->sinks ? exp1(sink - mx_b) : 0.0f;
+                inv = 1.0f / (exp_sum(e, len, mx_b) + sink_e);
+                if (a->sink_sums) a->sink_sums[bh] += w * sink_e * inv;
+            } else {
+                float sink_e = a->sinks ? exp1(sink - mx) : 0.0f;
+                float z = exp_sum(e, len, mx) + sink_e;
+                if (unb && w != 0.0f) {   /* the softmax before blocking (= the model's, where nothing is blocked) */
+                    float c = w / z;
+                    for (int j = 0; j < len; j++) unb[k0 + lo + j] += e[j] * c;
+                }
+                if (blocking) {   /* zero the blocked keys, renormalise over the rest */
+                    z = sink_e;
+                    for (int j = 0; j < len; j++) {
+                        e[j] = is_blocked(bk, j + lo + k0, pos, a->keep_self) ? 0.0f : e[j];
+                        z += e[j];
+                    }
+                }
+                inv = 1.0f / z;
+                if (a->sink_sums) a->sink_sums[bh] += w * sink_e * inv;
+            }
+            /* one pass: normalise the row and add it to the column sums */
+            float *rc = rcv && w != 0.0f ? rcv + k0 + lo : NULL;
+            float *gs = a->group_sums && g >= 0 && w != 0.0f
+                ? a->group_sums + (((int64_t)bi * a->num_groups + g) * a->h + hi_) * s_k + k0 + lo : NULL;
+            if (rc && gs) {
+                for (int j = 0; j < len; j++) { float p = e[j] * inv; e[j] = p; rc[j] += w * p; gs[j] += w * p; }
+            } else if (rc || gs) {
+                float *to = rc ? rc : gs;
+                for (int j = 0; j < len; j++) { float p = e[j] * inv; e[j] = p; to[j] += w * p; }
+            } else {
+                for (int j = 0; j < len; j++) e[j] *= inv;
+            }
+            if (w == 0.0f) continue;
+            if (a->diagonal && pos >= k0 + lo && pos < k0 + hi) a->diagonal[bh] += w * e[pos - k0 - lo];
+            if (dist) {   /* offsets j - pos of this row's keys are contiguous: one vector add */
+                float *dd = dist + (k0 + lo - pos + s_k - 1);
+                for (int j = 0; j < len; j++) dd[j] += w * e[j];
+            }
+        }
+        /* output (m, D) = P (m, n) V[k0:k1] (n, D): column-major, O^T = V^T P^T */
+        a->sgemm("N", "N", &d, &m, &n, &one, vh + (int64_t)k0 * ldv, &ldv, buf, &n, &zero, orow, &ldo);
+    }
+}
+
+static void *worker(void *arg) {
+    pool *p = (pool *)arg;
+    const sl_args *a = p->a;
+    int old = a->blas_threads ? a->blas_threads(1) : 0;   /* parallel here, not inside BLAS */
+    float *buf = malloc(sizeof(float) * ((size_t)a->tile * a->s_k + a->s_k));
+    if (buf) {
+        for (;;) {
+            pthread_mutex_lock(&p->lock);
+            int job = p->next++;
+            pthread_mutex_unlock(&p->lock);
+            if (job >= a->b * a->h) break;
+            int bi = job / a->h, hd = job % a->h;
+            run_head(a, p->spans + (int64_t)bi * a->s_q, bi, hd, buf, buf + (size_t)a->tile * a->s_k);
+        }
+        free(buf);
+    }
+    if (a->blas_threads) a->blas_threads(old);
+    return NULL;
+}
+
+/* 0 on success, 1 if out of memory (the caller falls back). A thread that cannot start leaves its
+ * share to the others. */
+int sl_attention(const sl_args *a) {
+    span *spans = malloc(sizeof(span) * (size_t)a->b * a->s_q);
+    if (!spans) return 1;
+    for (int bi = 0; bi < a->b; bi++) row_spans(a, bi, spans + (int64_t)bi * a->s_q);
+    pool p = {.a = a, .spans = spans, .next = 0};
+    pthread_mutex_init(&p.lock, NULL);
+    int n = a->threads < 1 ? 1 : a->threads, rc = 0;
+    if (n > a->b * a->h) n = a->b * a->h;
+    pthread_t *ids = malloc(sizeof(pthread_t) * n);
+    int started = 0;
+    if (ids) {
+        for (; started < n - 1; started++)
+            if (pthread_create(&ids[started], NULL, worker, &p) != 0) break;
+    }
+    worker(&p);   /* the calling thread works too */
+    for (int t = 0; t < started; t++) pthread_join(ids[t], NULL);
+    if (p.next < a->b * a->h) rc = 1;   /* no thread had a buffer */
+    free(ids);
+    free(spans);
+    pthread_mutex_destroy(&p.lock);
+    return rc;
+}

@@ -1,0 +1,224 @@
+"""Every registered capture route against the chunked exact route, and the compiled kernel's build.
+
+The reference is the exact route forced into its chunk loop (itself tested against transformers'
+eager attention in test_attention.py and test_attention_routes.py). Each route runs every case its
+declaration (`Records`) covers and must really run it (not decline to another route); a case it
+declares it cannot record must not be offered to it.
+
+Tolerances (max abs difference against the reference):
+- float32: output 2e-5, every column sum / readout 2e-5 (a column sum adds up to S_q probabilities);
+- bfloat16 inputs: column sums 2e-5 (every route takes its softmax in float32 from the same bf16
+  q and k; the lse route 1e-3 relative more: its log-sum-exp is sdpa's bf16 kernel's); output 1/64 + 1/64·|out| (rounding the same float32 result to bfloat16 along different
+  paths: at most one bf16 step, 2^-7 relative, apart);
+the lse and triton routes' outputs are sdpa's / the kernel's, compared with the same bounds, but
+the lse route's under softcapping or learned sinks in bfloat16: the model's own eager function,
+whose bf16 scores round at every step (1/16 + 1/16·|out|).
+"""
+import types
+
+import pytest
+import torch
+
+from sinklens.attention import AttentionRequest
+from sinklens.attention.function import sinklens_attention
+from sinklens.attention.routes import BY_NAME, REGISTRY, Call, Needs, build, choose_route
+from sinklens.attention.routes.base import NO_MODIFIERS, Modifiers
+
+
+def fake_module(h, h_kv, causal, kind=None, sinks=None):
+    """A layer; with `kind`, one of that transformers model's classes (softcap, sinks: its own eager)."""
+    if kind is None:
+        return types.SimpleNamespace(num_key_value_groups=h // h_kv, is_causal=causal, layer_idx=0)
+    from test_attention_routes import _eager_module   # tests/ is on sys.path
+    return _eager_module(kind, h, h_kv, causal, sinks)
+
+
+def layout_mask(layout: str, s_q: int, s_k: int) -> tuple[torch.Tensor | None, bool]:
+    """(bool mask (2, 1, S_q, S_k) or None, is_causal) of a layout; queries are the last S_q positions."""
+    q_pos = torch.arange(s_k - s_q, s_k)[:, None]
+    j = torch.arange(s_k)[None, :]
+    if layout == "causal":
+        return None, True
+    if layout == "cached":  # a causal block of queries after cached keys: transformers hands over its mask
+        return (j <= q_pos).expand(2, 1, s_q, s_k).contiguous(), True
+    if layout == "bidirectional":
+        return None, False
+    if layout == "block-causal":  # SDAR / LLaDA2: blocks of 4 see themselves and every earlier block
+        m = j // 4 <= q_pos // 4
+    elif layout == "window":  # a causal sliding window of 5 keys
+        m = (j <= q_pos) & (j > q_pos - 5)
+    elif layout == "padded-causal":  # row 0 left-padded by 3: its first queries see no key
+        m = (j <= q_pos).expand(2, 1, s_q, s_k).clone()
+        m[0, ..., :3] = False
+        return m, True
+    elif layout == "padded-bidirectional":  # Dream: row 1's last 2 positions are pads, whose rows see nothing
+        real = torch.ones(2, s_k, dtype=torch.bool)
+        real[1, -2:] = False
+        return (real[:, None, :, None] & real[:, None, None, :])[:, :, s_k - s_q:].contiguous(), False
+    else:
+        raise ValueError(layout)
+    return m.expand(2, 1, s_q, s_k).contiguous(), True
+
+
+# (layout, kv heads, S_q, extras): extras from "block" (blocked keys), "keep" (keep_self), "groups",
+# "sinks", "softcap", "readouts" (diagonal and distance), "maps"
+CASES = [
+    ("causal", 2, 23, ()), ("causal", 6, 23, ("groups", "readouts")), ("bidirectional", 1, 23, ("block",)),
+    ("block-causal", 2, 23, ("block", "groups")), ("window", 3, 23, ("readouts",)),
+    ("padded-causal", 2, 23, ("block", "keep")), ("padded-bidirectional", 2, 23, ("groups", "block")),
+    ("causal", 2, 1, ("block",)), ("cached", 2, 7, ("groups",)),  # a decoding row; a cached block of 7
+    ("bidirectional", 2, 23, ("sinks",)), ("causal", 2, 23, ("softcap", "block")),
+    ("padded-causal", 2, 23, ("sinks", "block")), ("padded-bidirectional", 2, 23, ("softcap",)),
+    ("causal", 2, 23, ("maps",)),
+]
+DTYPES = (torch.float32, torch.bfloat16)
+ROUTES = [r.name for r in REGISTRY if r.name not in ("plain", "exact")]
+
+
+def make(case, dtype, seed=0):
+    layout, kv, s_q, extras = case
+    g = torch.Generator().manual_seed(seed)
+    h, s_k, d = 6, 23, 16
+    q = (torch.randn(2, h, s_q, d, generator=g) * 1.5).to(dtype)
+    k = (torch.randn(2, kv, s_k, d, generator=g) * 1.5).to(dtype)
+    v = torch.randn(2, kv, s_k, d, generator=g).to(dtype)
+    mask, causal = layout_mask(layout, s_q, s_k)
+    blocked = None
+    if "block" in extras:  # (L=1, B, H, S_k): a few keys per head, key 0 in every head of row 0
+        blocked = torch.zeros(1, 2, h, s_k, dtype=torch.bool)
+        blocked[0, :, torch.arange(h), (torch.arange(h) * 3) % s_k] = True
+        blocked[0, 0, :, 0] = True
+    qmask = torch.ones(2, s_q, dtype=torch.bool)
+    qmask[1, 0] = False
+    kwargs = {}
+    if "sinks" in extras:
+        kwargs["s_aux"] = torch.randn(h, generator=g)
+    if "softcap" in extras:
+        kwargs["softcap"] = 2.5
+    kind = "gpt_oss" if "sinks" in extras else "gemma2" if "softcap" in extras else None
+    req = dict(capture=True, query_mask=qmask, blocked=blocked, keep_self="keep" in extras,
+               query_groups=torch.arange(s_q).remainder(3).expand(2, s_q) - 1 if "groups" in extras else None,
+               num_groups=2 if "groups" in extras else 0,
+               diagonal="readouts" in extras, distance="readouts" in extras,
+               map_slices=((0, 1),) if "maps" in extras else ())
+    return fake_module(h, kv, causal, kind, kwargs.get("s_aux")), q, k, v, mask, req, kwargs
+
+
+def run(route, case, dtype, chunk=None):
+    module, q, k, v, mask, req_kw, kwargs = make(case, dtype)
+    req = AttentionRequest(route="exact" if route == "exact-whole" else route, query_chunk=chunk, **req_kw)
+    out, _ = sinklens_attention(module, q, k, v, mask, scaling=0.3, sinklens=req, **kwargs)
+    return out.float(), req
+
+
+def captures(req) -> dict:
+    got = {"received": req.received, "unblocked": req.received_unblocked, "groups": req.received_groups,
+           "learned_sink": req.learned_sink, "diagonal": req.readout("diagonal"), "distance": req.readout("distance")}
+    got.update({f"map{k}": m for k, m in req.maps.items()})
+    return {k: v for k, v in got.items() if v is not None}
+
+
+def needs_of(case, dtype) -> Needs:
+    module, q, k, v, mask, req_kw, kwargs = make(case, dtype)
+    mods = Modifiers(softcap=kwargs.get("softcap"), sinks=kwargs.get("s_aux")) if kwargs else NO_MODIFIERS
+    req = AttentionRequest(**req_kw)
+    blocked = None if req.blocked is None else req.blocked[0]
+    return Needs.of(Call(module, q, k, v, mask, None, module.is_causal, 0.3, req, mods, blocked))
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=str)
+@pytest.mark.parametrize("case", CASES, ids=lambda c: "-".join([c[0], f"kv{c[1]}", f"q{c[2]}", *c[3]]))
+@pytest.mark.parametrize("name", ROUTES)
+def test_every_route_equals_the_exact_route(name, case, dtype, monkeypatch):
+    route = BY_NAME[name]
+    if not route.records.covers(needs_of(case, dtype)):
+        pytest.skip(f"{name} declares it cannot record this case (choose_route never offers it)")
+    if name == "compiled" and build.load() is None:
+        pytest.skip(f"the compiled kernel is unavailable here: {build.reason()}")
+    if name == "triton" and not route.available(types.SimpleNamespace(query=torch.zeros(1))):
+        pytest.skip("triton is not installed (extra gpu)")
+    ran = []
+    real_run = type(route).run
+    monkeypatch.setattr(type(route), "run", lambda self, call: ran.append(out := real_run(self, call)) or out)
+    out, req = run(name, case, dtype)
+    # the one documented decline: the whole-layer pass leaves a row whose every visible key is blocked
+    # (causal row 0 here) to the chunk loop
+    if not (name == "exact-whole" and "block" in case[3] and case[0] in ("causal", "padded-causal")):
+        assert ran and ran[-1] is not None, f"{name} declined a call its declaration covers"
+    ref_out, ref = run("exact", case, dtype, chunk=5)
+    got, want = captures(req), captures(ref)
+    assert got.keys() == want.keys()
+    # the lse route's log-sum-exp comes from sdpa's bf16 kernel: its sums hold to 1e-3 relative
+    rel = 1e-3 if name == "lse" and dtype != torch.float32 else 0.0
+    for key in want:
+        err = (got[key] - want[key]).abs() - rel * want[key].abs()
+        assert err.max() <= 2e-5, (key, err.max())
+    if dtype == torch.float32:
+        assert (out - ref_out).abs().max() <= 2e-5
+    elif name == "lse" and ({"sinks", "softcap"} & set(case[3])):
+        # the model's own eager output, whose bf16 scores and softmax round at every step
+        assert ((out - ref_out).abs() <= 1 / 16 + ref_out.abs() / 16).all()
+    else:
+        assert ((out - ref_out).abs() <= 1 / 64 + ref_out.abs() / 64).all()
+
+
+def test_choose_route_by_declarations():
+    """auto: the compiled kernel first on a float32 CPU (where it builds), the lse route (output = sdpa's
+    bits) in bfloat16; a request for full maps never goes to a route that cannot keep them."""
+    def first(case, dtype, **over):
+        module, q, k, v, mask, req_kw, kwargs = make(case, dtype)
+        req = AttentionRequest(**{**req_kw, **over})
+        return [r.name for r in choose_route(Call(module, q, k, v, mask, None, module.is_causal, 0.3, req,
+                                                  NO_MODIFIERS, None))]
+    fp32 = first(CASES[0], torch.float32)
+    assert fp32[0] == ("compiled" if build.load() is not None else "exact-whole") and fp32[-1] == "exact"
+    assert first(CASES[0], torch.bfloat16)[0] == "lse"
+    assert "compiled" not in first(CASES[-1], torch.float32)  # maps
+    assert first(CASES[0], torch.float32, route="lse")[0] == "lse"
+    assert [r.name for r in choose_route(Call(*make(CASES[0], torch.float32)[:5], None, True, 0.3,
+                                              AttentionRequest(), NO_MODIFIERS, None))] == ["plain"]
+
+
+def test_without_a_compiler_one_note_line_and_the_torch_routes(monkeypatch, tmp_path, capfd):
+    """CC naming a missing compiler: load() gives None with the reason, says so once in one line on stderr,
+    and a capture takes the exact route (the same numbers as asking for it)."""
+    monkeypatch.setenv("CC", str(tmp_path / "no-such-cc"))
+    monkeypatch.setenv("SINKLENS_CACHE", str(tmp_path / "cache"))
+    build.reset()
+    try:
+        assert build.load() is None and build.load() is None
+        err = capfd.readouterr().err.strip().splitlines()
+        assert err == [f"sinklens: capture uses the torch routes (no C compiler ({tmp_path / 'no-such-cc'}; set CC))"]
+        assert "compiled" not in [r.name for r in choose_route(Call(*make(CASES[0], torch.float32)[:5], None, True,
+                                                                    0.3, AttentionRequest(capture=True), NO_MODIFIERS,
+                                                                    None))]
+        out, req = run("compiled", CASES[1], torch.float32)   # named, but unavailable: the auto routes
+        ref_out, ref = run("exact", CASES[1], torch.float32)
+        assert torch.equal(out, ref_out) and torch.equal(req.received, ref.received)
+    finally:
+        monkeypatch.undo()
+        build.reset()
+
+
+def test_the_kernel_is_built_once_into_the_cache(monkeypatch, tmp_path):
+    """The first load compiles into $SINKLENS_CACHE/kernels; the next process (here: a reset) loads that
+    file without running the compiler."""
+    if build.load() is None:
+        pytest.skip(f"the compiled kernel is unavailable here: {build.reason()}")
+    monkeypatch.setenv("SINKLENS_CACHE", str(tmp_path))
+    build.reset()
+    try:
+        assert build.load() is not None
+        built = list((tmp_path / "kernels").glob("onepass-*.so"))
+        assert len(built) == 1
+        build.reset()
+        real_version = build._identity(build._compiler())
+        monkeypatch.setattr(build.subprocess, "run", lambda cmd, **kw: (
+            pytest.fail("compiled again") if "--version" not in cmd else types.SimpleNamespace(returncode=0,
+                                                                                              stdout=real_version)))
+        assert build.load() is not None
+        assert list((tmp_path / "kernels").glob("onepass-*.so")) == built
+    finally:
+        monkeypatch.undo()
+        build.reset()
+
