@@ -5,7 +5,7 @@ Usable on its own (tests build synthetic traces without a model):
     with TraceWriter("run.arrow", {"family": "llada", "prompt": "hi"}) as w:
         w.write_step(0, tokens=ids, is_masked=m, revealed=r, received=rec)   # rec (B, L, H, S)
 
-and as a sampler hook (`after_step(event)`, see sinklens/samplers/base.py). The schema (with the
+and as a sampler hook (`after_step(event)`, see sinklens/samplers/steps.py). The schema (with the
 run metadata) is written at the first step, so a sampler may still `update_meta(...)` until
 then. `close()` writes the end-of-stream marker; a run that dies inside the `with` block is
 left without it (its finished steps written), so readers report it as truncated and load its
@@ -498,7 +498,7 @@ class TraceWriter:
         if due:
             self.flush()
 
-    # ---- hook interface (see sinklens/samplers/base.py) -----------------------------------
+    # ---- hook interface (see sinklens/samplers/steps.py) -----------------------------------
     def after_step(self, event) -> None:
         """Hold a sampler's StepEvent for its group's write (module docstring): all the sampler
         waits for is a copy of the canvas and the request's captures, stacked as it holds them."""
