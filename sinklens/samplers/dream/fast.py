@@ -46,6 +46,7 @@ from sinklens.samplers.capture import CaptureOptions
 from sinklens.samplers.dream.config import DreamConfig
 from sinklens.samplers.dream.draw import sample_tokens
 from sinklens.samplers.kvcache import StepCache, fast_start
+from sinklens.samplers.schedules import linear_time
 from sinklens.samplers.steps import GenerateOutput, attention_is_causal, steps
 from sinklens.trace.layout import TraceLayout
 
@@ -78,7 +79,7 @@ def scheduled_commit(c: DreamConfig, logits, rows, mask_index, bl: int, t, s, la
     mask_index[:, bl:] = False
     confidence, x0 = sample_tokens(logits[mask_index], c.temperature, c.top_p, c.top_k, confidence="neg_entropy")
     n_masked = mask_index.sum() / mask_index.shape[0]  # float32 batch average (official)
-    n = int(n_masked) if last else int(n_masked * (1 - s / t))
+    n = linear_time(n_masked, t, s, last)
     full = torch.full(rows.shape, -torch.inf, dtype=logits.dtype, device=rows.device)  # (B, L)
     full[mask_index] = confidence
     full[:, bl:] = -torch.inf

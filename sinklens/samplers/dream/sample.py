@@ -29,6 +29,7 @@ from sinklens.samplers.dream.config import DreamConfig
 from sinklens.samplers.dream.draw import CONFIDENCE, sample_tokens
 from sinklens.samplers.dream.fast import sample_fast
 from sinklens.samplers.dream.parallel import sample_parallel
+from sinklens.samplers.schedules import linear_time
 from sinklens.samplers.steps import GenerateOutput, attention_is_causal, check_inputs, mask_id_of, steps
 from sinklens.trace.layout import TraceLayout
 
@@ -85,7 +86,7 @@ def sample(model, input_ids, config: DreamConfig, attention_mask=None, *, trace=
             else:
                 conf, x0 = sample_tokens(mask_logits, temperature, top_p, top_k, confidence=CONFIDENCE[alg])
                 n_masked = mask_index.sum() / mask_index.shape[0]  # float32 batch average (official)
-                n_transfer = int(n_masked * (1 - s / t)) if i < c.steps - 1 else int(n_masked)
+                n_transfer = linear_time(n_masked, t, s, last=i == c.steps - 1)
                 full_conf = torch.full_like(x, -torch.inf, dtype=logits.dtype)  # (B, S)
                 full_conf[mask_index] = conf
                 transfer = torch.zeros_like(mask_index)

@@ -52,7 +52,8 @@ import torch.nn.functional as F
 from sinklens.samplers.capture import CaptureOptions
 from sinklens.samplers.kvcache import StepCache, fast_start
 from sinklens.samplers.llada.config import LLaDAConfig
-from sinklens.samplers.llada.schedule import add_gumbel_noise, num_transfer_tokens
+from sinklens.samplers.llada.gumbel import add_gumbel_noise
+from sinklens.samplers.schedules import spread_masks
 from sinklens.samplers.steps import GenerateOutput, attention_is_causal, steps
 from sinklens.trace.layout import TraceLayout
 
@@ -126,7 +127,7 @@ def sample_fast(model, input_ids, config: LLaDAConfig, attention_mask=None, *, t
                total=c.steps, progress=progress, layout_to_hooks=True) as run:
         for b in range(c.num_blocks):
             start, end = P + b * bl, P + (b + 1) * bl
-            schedule = num_transfer_tokens(x[:, start:end] == mask_id, steps_per_block)  # (1, steps_per_block)
+            schedule = spread_masks(x[:, start:end] == mask_id, steps_per_block)  # (1, steps_per_block)
             cache = None if c.cache == "none" else StepCache()
             i = 0
             while True:

@@ -28,7 +28,8 @@ import torch.nn.functional as F
 from sinklens.samplers.capture import CaptureOptions, repeat_rows, take_rows
 from sinklens.samplers.llada.config import LLaDAConfig
 from sinklens.samplers.llada.fast import sample_fast
-from sinklens.samplers.llada.schedule import add_gumbel_noise, num_transfer_tokens
+from sinklens.samplers.llada.gumbel import add_gumbel_noise
+from sinklens.samplers.schedules import spread_masks
 from sinklens.samplers.steps import GenerateOutput, attention_is_causal, check_inputs, mask_id_of, steps
 from sinklens.trace.layout import TraceLayout
 
@@ -81,7 +82,7 @@ def sample(model, input_ids, config: LLaDAConfig, attention_mask=None, *, trace=
                layout=layout, total=c.steps, progress=progress) as run:
         for b in range(num_blocks):
             start, end = P + b * block_length, P + (b + 1) * block_length
-            schedule = num_transfer_tokens(x[:, start:end] == mask_id, steps_per_block)  # (B, steps_per_block)
+            schedule = spread_masks(x[:, start:end] == mask_id, steps_per_block)  # (B, steps_per_block)
             for i in range(steps_per_block):
                 mask_index = x == mask_id  # (B, S)
                 req = run.request(x, mask_index, real, queries=real)

@@ -30,15 +30,9 @@ import torch.nn.functional as F
 
 from sinklens.samplers.capture import CaptureOptions
 from sinklens.samplers.llada2.config import LLaDA2Config
+from sinklens.samplers.schedules import spread
 from sinklens.samplers.steps import GenerateOutput, Steps, check_inputs, check_top_k, steps
 from sinklens.trace.layout import TraceLayout
-
-
-def quota_schedule(block_length: int, steps: int) -> list[int]:
-    """Tokens to commit per step when too few pass the threshold: block_length over `steps`
-    steps, the remainder (+1 each) to the earliest."""
-    base_, remainder = divmod(block_length, steps) if steps else (0, 0)
-    return [base_ + (i < remainder) for i in range(steps)]
 
 
 def top_k_logits(logits: torch.Tensor, k: int | None) -> torch.Tensor:
@@ -182,7 +176,7 @@ def sample(model, input_ids, config: LLaDA2Config, attention_mask=None, *, trace
     r = start(model, input_ids, attention_mask, c, "llada2")
     x, P, bl = r.x, r.P, c.block_length
     n_steps = min(c.steps, c.gen_length // c.minimal_topk)
-    schedule = quota_schedule(bl, n_steps)
+    schedule = spread(bl, n_steps)  # the quota when too few pass the threshold
     num_blocks = x.shape[1] // bl
     with steps(model, capture, trace, hook, name="llada2", args=r.args, input_ids=r.input_ids, seq_len=x.shape[1],
                layout=r.layout, total=(num_blocks - P // bl) * n_steps, progress=progress, layout_to_hooks=True) as run:

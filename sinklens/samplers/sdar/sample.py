@@ -49,15 +49,10 @@ import torch.nn.functional as F
 
 from sinklens.attention.request import AttentionRequest
 from sinklens.samplers.capture import CaptureOptions
+from sinklens.samplers.schedules import spread
 from sinklens.samplers.sdar.config import SDARConfig
 from sinklens.samplers.steps import GenerateOutput, check_inputs, check_top_k, mask_id_of, steps
 from sinklens.trace.layout import TraceLayout
-
-
-def quota(block_length: int, steps: int) -> list[int]:
-    """Positions to commit at each step: block_length spread evenly, the remainder to the earliest."""
-    each, rest = divmod(block_length, steps)
-    return [each + (1 if i < rest else 0) for i in range(steps)]
 
 
 def filter_top_k(logits: torch.Tensor, k: int) -> torch.Tensor:
@@ -157,7 +152,7 @@ def sample(model, input_ids, config: SDARConfig, attention_mask=None, *, trace=N
     prefill_blocks = P // bl
     if prefill_blocks > 0:
         ops.forward_block(model, x[:, :prefill_blocks * bl], 0, cache, store=True, block=bl)
-    n_per_step = quota(bl, denoising)
+    n_per_step = spread(bl, denoising)  # block_length over the steps
     with steps(model, capture, trace, hook, name="sdar", args=args, input_ids=input_ids, seq_len=total, layout=layout,
                total=(num_blocks - prefill_blocks) * denoising, progress=progress, layout_to_hooks=True) as run:
         for nb in range(prefill_blocks, num_blocks):
