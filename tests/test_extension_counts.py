@@ -33,7 +33,7 @@ ONESHOT_CONFIG = '''"""One denoising step: settings."""
 from dataclasses import dataclass
 from typing import ClassVar
 
-from sinklens.samplers.configs import SamplerConfig, param, register
+from sinklens.samplers.registry import SamplerConfig, param, register
 
 
 @register("oneshot")
@@ -48,28 +48,22 @@ ONESHOT_SAMPLE = '''"""One denoising step: every mask filled by its argmax."""
 import torch
 import torch.nn.functional as F
 
-from sinklens.samplers import base
+from sinklens.samplers.steps import check_inputs, steps
 from sinklens.trace.layout import TraceLayout
 
 
 @torch.no_grad()
 def sample(model, input_ids, config, attention_mask=None, *, trace=None, hook=None, capture=None, progress=False):
     P, G = input_ids.shape[1], config.fill_tokens
-    input_ids, attention_mask = base.check_inputs(input_ids, attention_mask, P + G, None)
-    hooks, capture = base.setup_hooks(hook, trace, capture, diffusion=True)
-    writer = base.open_trace_writer(trace, model, "oneshot", config.to_dict(), input_ids, capture, P + G,
-                                    layout=TraceLayout(causal=False, prompt_length=P))
-    all_hooks = base.Hooks(hooks.hooks + ([writer] if writer is not None else []))
+    input_ids, attention_mask = check_inputs(input_ids, attention_mask, P + G, None)
     x = F.pad(input_ids, (0, G), value=model.mask_id)  # (B, S)
     real, is_masked = torch.ones_like(x, dtype=torch.bool), x == model.mask_id
-    with base.run_context(writer, trace, 1, progress, "oneshot"):
-        req = base.build_request(all_hooks.before_step(0, x, is_masked, real), capture, 0, real, None)
-        logits = model.forward_logits(x, attention=req)  # (B, S, V)
+    with steps(model, capture, trace, hook, name="oneshot", args=config.to_dict(), input_ids=input_ids, seq_len=P + G,
+               layout=TraceLayout(causal=False, prompt_length=P), total=1, progress=progress) as run:
+        logits = model.forward_logits(x, attention=run.request(x, is_masked, real, queries=real))  # (B, S, V)
         new = torch.where(is_masked, logits.argmax(-1), x)
-        all_hooks.after_step(base.StepEvent(step=0, tokens=x, is_masked=is_masked, revealed=is_masked, logits=logits,
-                                            attention=req, attention_mask=real))
-    return base.GenerateOutput(sequences=new, history=[new.clone()], num_steps=1,
-                               trace_path=None if writer is None else writer.path)
+        run.step(x, is_masked, logits, is_masked, after=new, attention_mask=real)
+    return run.output(new)
 '''
 
 CHECK = '''
@@ -129,3 +123,31 @@ def test_new_families_and_samplers_are_new_files_only(tmp_path, fixtures_dir):
     assert lines["HEAVY"] == []  # --help imported every sampler's config, the new one too, and no torch
     assert lines["A"] == ["toydlm", "llada", "True"]  # the official LLaDA tokens
     assert lines["B"] == ["toyb", "oneshot", "True", "True", "1"]  # capture changes no token; argmax; traced
+
+
+# What a step's plumbing is made of: only sinklens/samplers/steps.py (and the capture / hook modules it
+# builds on) may name these; a sampler's own files are the algorithm plus `with steps(...) as run`.
+PLUMBING = {"setup_hooks", "open_trace_writer", "run_context", "build_request", "masked_unmasked_groups", "Hooks",
+            "StepEvent", "GenerateOutput", "before_step", "after_step", "make_progress"}
+
+
+def test_every_sampler_runs_its_steps_in_the_shared_step_context():
+    """Every sampler module (a `sample(model, input_ids, config, ...)` function) opens one `with steps(...)`,
+    and no file of a sampler's folder calls the capture / hook plumbing itself."""
+    import ast
+
+    samplers = REPO / "sinklens" / "samplers"
+    folders = [d for d in samplers.iterdir() if (d / "sample.py").is_file()]
+    assert len(folders) >= 8
+    for folder in folders:
+        for path in folder.glob("*.py"):
+            tree = ast.parse(path.read_text())
+            calls = [n.func for n in ast.walk(tree) if isinstance(n, ast.Call)]  # (annotations may name the types)
+            names = {getattr(f, "id", None) or getattr(f, "attr", None) for f in calls}
+            assert not names & PLUMBING, f"{path.relative_to(REPO)} names {sorted(names & PLUMBING)}"
+            samples = [f for f in tree.body if isinstance(f, ast.FunctionDef)   # sample(model, input_ids, config, ...)
+                       and [a.arg for a in f.args.args[:3]] == ["model", "input_ids", "config"]]
+            withs = [i for n in ast.walk(tree) if isinstance(n, ast.With) for i in n.items
+                     if isinstance(i.context_expr, ast.Call) and getattr(i.context_expr.func, "id", None) == "steps"]
+            if samples:  # the module's sampler: one step context (llada's sample also hands fast_dllm to fast.py)
+                assert len(withs) == 1, f"{path.relative_to(REPO)}: one `with steps(...) as run:` per sampler module"

@@ -7,17 +7,23 @@ attention function fills the output fields, one layer at a time.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, make_dataclass
 
 import numpy as np
 import torch
 
+from sinklens.columns import READOUT_NAMES, READOUTS
 
 ROUTES = ("auto", "compiled", "exact", "lse", "triton")  # sinklens/attention/routes/
 
+# The mechanism readouts' instructions (sinklens/attention/readouts.py computes them): one field per
+# readout declared in sinklens/columns.py, off by default (False, or None for a list of indices).
+ReadoutInstructions = make_dataclass(
+    "ReadoutInstructions", [(r.name, bool if r.kind == "bool" else tuple | None, field(default=r.off)) for r in READOUTS])
+
 
 @dataclass
-class AttentionRequest:
+class AttentionRequest(ReadoutInstructions):
     # --- instructions (set by the caller) -------------------------------------------------
     capture: bool = False  # record received attention r_j = sum_i A[i, j] per layer and head
     query_mask: torch.Tensor | None = None  # (B, S_q) bool: real query rows; None = all real
@@ -33,14 +39,7 @@ class AttentionRequest:
     # (earlier keys received nothing) and its `blocked` row is read for its last S_k keys.
     # None = every layer sees all keys.
     num_keys: int | None = None
-    # Mechanism readouts (sinklens/attention/readouts.py; options and trace columns: sinklens/trace/readouts.py)
-    value_norms: bool = False  # ||v_j|| per (layer, head, key)
-    qk_norms: bool = False  # ||k_j||, mean cos(q_i, k_j) per (layer, head, key); mean ||q_i|| per (layer, head)
-    diagonal: bool = False  # sum_i A[i, i] / Q per (layer, head)
-    distance: bool = False  # sum of A[i, j] by |i - j| per (layer, head, distance)
-    hidden_norms: bool = False  # residual-stream norm and largest channels per (layer, position)
-    lens_layers: tuple[int, ...] = ()  # logit lens at these layers
-    lens_positions: tuple[int, ...] | None = None  # at these positions (None: the step's sink positions)
+    # Mechanism readouts: the fields of ReadoutInstructions above (value_norms, ..., lens_positions)
 
     # --- outputs (filled by the attention function) ---------------------------------------
     _received: dict[int, torch.Tensor] = field(default_factory=dict, repr=False)
@@ -78,8 +77,7 @@ class AttentionRequest:
         return (self.capture or bool(self.map_slices) or self.query_groups is not None or self.diagonal
                 or self.distance)
 
-    READOUT_FIELDS = ("value_norms", "qk_norms", "diagonal", "distance", "hidden_norms", "lens_layers",
-                      "lens_positions")
+    READOUT_FIELDS = READOUT_NAMES
 
     def blocked_for(self, layer: int, shape: tuple[int, int, int] | None = None) -> torch.Tensor | None:
         """(B, H, S_k) bool keys blocked in `layer`, or None (also where it blocks no key). `shape`: the

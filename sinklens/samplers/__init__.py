@@ -2,7 +2,7 @@
 
 A sampler is one package of this package: `config.py` holds its config dataclass (torch-free),
 `sample.py` its `sample(model, input_ids, config, ...)` (e.g. `llada/`: `LLaDAConfig` + `sample`);
-the config registers itself by name with the registry in `sinklens.samplers.configs` (`SAMPLERS`,
+the config registers itself by name with the registry in `sinklens.samplers.registry` (`SAMPLERS`,
 `get_config`, `get_sample`), which imports every sampler's config module on its first read.
 `generate(model, input_ids, ...)` picks the model family's sampler (`model.family.sampler`:
 "llada" for LLaDA and MMaDA, "dream", "arm" for causal models), builds its config from the
@@ -15,17 +15,21 @@ import warnings
 from typing import TYPE_CHECKING
 
 from sinklens.samplers import lengths
-from sinklens.samplers.configs import SAMPLERS, SamplerConfig, get_config, get_sample
+from sinklens.samplers.registry import SAMPLERS, SamplerConfig, get_config, get_sample
 
 if TYPE_CHECKING:
-    from sinklens.samplers.base import CaptureOptions, GenerateOutput, StepEvent
+    from sinklens.samplers.capture import CaptureOptions
+    from sinklens.samplers.hooks import StepEvent
+    from sinklens.samplers.steps import GenerateOutput
 
 
 def __getattr__(name: str):
-    # base.py needs torch; importing the configs (the command line's --help) must not
-    if name in ("CaptureOptions", "GenerateOutput", "StepEvent"):
-        from sinklens.samplers import base
-        return getattr(base, name)
+    # these need torch; importing the configs (the command line's --help) must not
+    homes = {"CaptureOptions": "capture", "GenerateOutput": "steps", "StepEvent": "hooks"}
+    if name in homes:
+        import importlib
+
+        return getattr(importlib.import_module(f"sinklens.samplers.{homes[name]}"), name)
     raise AttributeError(f"module 'sinklens.samplers' has no attribute {name!r}")
 
 
@@ -69,7 +73,7 @@ def generate(model, input_ids, attention_mask=None, *, trace=None, hook=None, ca
     out = get_sample(name)(model, input_ids, config, attention_mask, trace=trace, hook=hook, capture=capture,
                            progress=progress)
     if getattr(model, "tokenizer", None) is not None:
-        from sinklens.samplers.base import decode_new
+        from sinklens.samplers.steps import decode_new
 
         P = input_ids.shape[-1]
         out.text = [decode_new(model, row[P:].tolist()) for row in out.sequences]

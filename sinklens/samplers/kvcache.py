@@ -20,7 +20,11 @@ every key at each forward by its position: the same numbers (tests/test_fastdllm
 """
 from __future__ import annotations
 
+from typing import NamedTuple
+
 import torch
+
+from sinklens.samplers.steps import check_inputs, mask_id_of
 from transformers.cache_utils import Cache, DynamicLayer
 
 
@@ -81,3 +85,29 @@ def check_fast_inputs(model, input_ids: torch.Tensor, attention_mask: torch.Tens
     layout_kind = getattr(getattr(model, "family", None), "attention", "bidirectional")
     if needs_bidirectional and layout_kind != "bidirectional":
         raise ValueError(f"{what} needs bidirectional attention (Fast-dLLM's LLaDA / Dream), this model's is {layout_kind}")
+
+
+class FastStart(NamedTuple):
+    """What every Fast-dLLM sampler sets up before its loop (`fast_start`)."""
+
+    x: torch.Tensor  # (B, S) the canvas: the prompt, then gen_length mask ids, on the model's device
+    input_ids: torch.Tensor  # (B, P) the checked prompt, on the model's device
+    mask_id: int
+    args: dict  # the sampler's settings, as the trace metadata records them
+    P: int  # prompt length
+    S: int  # canvas length
+
+
+def fast_start(model, input_ids, attention_mask, config, gen_length: int, what: str, *, one_prompt: str | None,
+               padding_why: str, needs_bidirectional: bool) -> FastStart:
+    """The checks (the prompt batch, then Fast-dLLM's limits: `check_fast_inputs`) and the canvas of a
+    Fast-dLLM run; the canvas lives with the model, since cached forwards take their rows as they are."""
+    mask_id = mask_id_of(model, config)
+    P = torch.as_tensor(input_ids).shape[-1]
+    S = P + gen_length
+    input_ids, attention_mask = check_inputs(input_ids, attention_mask, S, getattr(model, "max_length", None))
+    check_fast_inputs(model, input_ids, attention_mask, what, one_prompt=one_prompt, padding_why=padding_why,
+                      needs_bidirectional=needs_bidirectional)
+    input_ids = input_ids.to(model.device)
+    x = torch.nn.functional.pad(input_ids, (0, gen_length), value=mask_id)
+    return FastStart(x, input_ids, mask_id, {**config.to_dict(), "mask_id": mask_id}, P, S)

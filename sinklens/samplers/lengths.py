@@ -27,7 +27,7 @@ import json
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from sinklens.samplers.configs import SamplerConfig
+from sinklens.samplers.registry import SamplerConfig
 
 DEFAULT_TASK = "gsm8k"  # the paper's setting when no task is named
 

@@ -19,10 +19,13 @@ import numpy as np
 import pyarrow as pa
 
 from sinklens.trace.readouts import COLUMNS
-from sinklens.trace.schema import CHECKSUM_KEY, EOS_MARKER, META_KEY, READABLE_VERSIONS, VOCAB_KEY, TraceFormatError
+from sinklens.trace.schema import (CHECKSUM_KEY, CORE_COLUMNS, EOS_MARKER, META_KEY, READABLE_VERSIONS, VOCAB_KEY,
+                                   TraceFormatError)
 
 
 READOUT_SHAPES = {c.name: c.shape for cols in COLUMNS.values() for c in cols}
+# declared shapes, for traces whose fields do not carry them (written before the fields' metadata)
+DECLARED = {**{c.name: c for c in CORE_COLUMNS}, **{c.name: c for cols in COLUMNS.values() for c in cols}}
 
 
 def _file_ends_with_eos(path: str) -> bool:
@@ -235,6 +238,11 @@ class Trace:
             return None
         return self._cell("edited", step, row)
 
+    def commit_prob(self, step: int, row: int = 0) -> np.ndarray | None:
+        """(S,) float32: the probability the step's logits gave each token it committed (NaN where it
+        committed none; the paper's §5.2 readout); None at a step that commits nothing (or an older trace)."""
+        return self.column("commit_prob", step, row)
+
     def learned_sink(self, step: int, row: int = 0) -> np.ndarray | None:
         """(L, H) float32 attention the model's learned sink logits took at `step` (gpt-oss), summed
         over the same query rows as `received`; None when the model has none (or the trace predates
@@ -250,29 +258,45 @@ class Trace:
         (L, S_q); hidden_top_channels / hidden_top_values (L, S_q, k); lens_positions (P,);
         lens_tokens / lens_probs (N, P, k), N = len(meta["readouts"]["lens_layers"]).
         None where the run did not record it (or the trace predates the column)."""
-        shape = READOUT_SHAPES.get(name)
-        if shape is None:
+        if name not in READOUT_SHAPES:
             raise KeyError(f"unknown readout {name!r}; readouts: {sorted(READOUT_SHAPES)}")
+        return self.column(name, step, row)
+
+    def column(self, name: str, step: int, row: int = 0) -> np.ndarray | None:
+        """Any column at `step` in its declared shape (the shape letters its field carries, else the
+        declarations of sinklens/columns.py and trace/schema.py; sinklens/columns.py says what each
+        letter is); values that were stored in the received dtype as float32. None where the cell is
+        null or the trace has no such column (a run that did not record it, an older trace)."""
         if name not in self.schema.names:
             return None
         cell = self._cell(name, step, row)
         if cell is None:
             return None
-        L, H = self.num_layers, self.num_heads
-        if shape == "LHS":
-            return cell.astype(np.float32).reshape(L, H, -1)
-        if shape == "LH":
-            return cell.reshape(L, H)
-        if shape == "LS":
-            return cell.reshape(L, -1)
-        if shape == "LSK":
-            n = len(self._cell("hidden_norm", step, row)) // L
-            return cell.reshape(L, n, -1)
-        if shape == "NPk":
-            n = len((self.meta.get("readouts") or {}).get("lens_layers") or []) or 1
-            p = len(self._cell("lens_positions", step, row))
-            return cell.reshape(n, p, -1)
-        return cell
+        f = self.schema.field(name)
+        declared = DECLARED.get(name)
+        shape = (f.metadata or {}).get(b"shape", b"").decode() or (declared.shape if declared else "")
+        if pa.types.is_floating(f.type.value_type) and f.type.value_type.bit_width == 16:
+            cell = cell.astype(np.float32)
+        if not shape:
+            return cell
+        sizes = [self._letter(a, step, row) for a in shape]
+        return cell.reshape([-1 if n is None else n for n in sizes])
+
+    def _letter(self, letter: str, step: int, row: int) -> int | None:
+        """The length of shape letter `letter` at `step` (None: the one the cell's size decides)."""
+        if letter == "S":
+            return len(self._cell("tokens", step, row))
+        if letter in "LH":
+            return self.num_layers if letter == "L" else self.num_heads
+        if letter == "3":
+            return 3
+        if letter == "Q" and "hidden_norm" in self.schema.names:  # the hidden readouts' rows
+            return len(self._cell("hidden_norm", step, row)) // self.num_layers
+        if letter == "N":  # lens layers
+            return len((self.meta.get("readouts") or {}).get("lens_layers") or []) or 1
+        if letter == "P" and "lens_positions" in self.schema.names:
+            return len(self._cell("lens_positions", step, row))
+        return None
 
     def readouts(self, step: int, row: int = 0) -> dict[str, np.ndarray]:
         """Every readout recorded at `step`: {column: array} (see `readout`)."""

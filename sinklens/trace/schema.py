@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import pyarrow as pa
 
+from sinklens.columns import Column
 from sinklens.trace.readouts import COLUMNS
 
 SCHEMA_VERSION = 3
@@ -26,7 +27,9 @@ READABLE_VERSIONS = (1, 2, 3)
 META_KEY = b"sinklens"  # schema metadata key (JSON)
 VOCAB_KEY = "sinklens.vocab"  # per-batch custom metadata key (JSON id -> string)
 CHECKSUM_KEY = "sinklens.crc32"  # per-batch custom metadata: zlib.crc32 of RecordBatch.serialize()
-UNITS = "column_sum"  # received[j] = sum over real query rows i of A[i, j]
+# received[j] = sum over the real query rows i of A[i, j]: rule/spec.py's "column_sum" units, the
+# only ones a trace stores (the analysis derives the others from it)
+UNITS = "column_sum"
 RECEIVED_DTYPES = {"float16": pa.float16(), "float32": pa.float32()}
 
 # The 8-byte end-of-stream marker (continuation token 0xFFFFFFFF + zero length) that a
@@ -52,45 +55,63 @@ class TraceFormatError(ValueError):
     """The file is not a readable sinklens trace (corrupt, foreign, or another schema version)."""
 
 
-def build_schema(meta: dict, received_dtype: str = "float16", readout_columns=None) -> pa.Schema:
+# The core columns, one row per (step, batch row), in file order (after `step` and `row`; `maps`,
+# a list of structs, sits after received_unblocked). A column added here is written (`write_step`
+# keyword, a StepEvent field or a request capture of its name), read back (`Trace.column`) and
+# validated (its shape letters against the step's B / S / L / H) with no other edit.
+CORE_COLUMNS: tuple[Column, ...] = (
+    Column("tokens", "S", "int32", "canvas fed to the model (ARM: the prefix so far)"),
+    Column("is_masked", "S", "bool", "mask state fed to the model", fill=False),
+    Column("revealed", "S", "bool", "committed at this step", fill=False),
+    Column("attention_mask", "S", "bool", "real (non-pad) positions", fill=True),
+    Column("query_positions", "Q", "int32", "absolute positions of the summed query rows (default: the real ones)"),
+    Column("received", "LHS", "received", "sum over summed query rows of A[i, j]; null = the sum of received_groups"),
+    Column("received_groups", "GLHS", "received", "received per query group (masked / unmasked) or null"),
+    Column("blocked", "N3", "int32", "(layer, head, position) triples of the blocked keys, or null"),
+    # what the keys would have received had nothing been blocked: the ranking source of sink masking;
+    # null when nothing was blocked at this step (it then equals `received`)
+    Column("received_unblocked", "LHS", "received", "received without the blocking (masking's ranking source)"),
+    # the attention the model's learned sink logits took (gpt-oss), summed over the same query rows as
+    # `received`; null when the model has none. Traces written before this column lack it.
+    Column("learned_sink", "LH", "float32", "attention taken by the learned sink logits (gpt-oss)"),
+    # LLaDA2.1's token editing; null for samplers that never rewrite a token. Absent in older traces.
+    Column("edited", "S", "bool", "already-unmasked tokens rewritten at this step"),
+    # the paper's §5.2 readout: does masking a sink lower the confidence of what is committed? NaN
+    # where nothing was committed; null at a step that commits nothing (ARM, encoders). Absent in older traces.
+    Column("commit_prob", "S", "float32", "probability the step's logits gave each token it committed"),
+)
+VALUE_TYPES = {"int32": pa.int32(), "bool": pa.bool_(), "float32": pa.float32()}
+MAPS_AFTER = "received_unblocked"  # the maps column's place among the core columns
+
+
+def column_field(c: Column, value: pa.DataType) -> pa.Field:
+    """The Arrow field of a declared column: a list of its values; its shape letters and meaning in
+    the field's metadata, so a reader reshapes a column it has no declaration for."""
+    return pa.field(c.name, pa.list_(value if c.dtype == "received" else VALUE_TYPES[c.dtype]),
+                    metadata={b"shape": c.shape.encode(), b"meaning": c.meaning.encode()})
+
+
+def build_schema(meta: dict, received_dtype: str = "float16", readout_columns=None,
+                 core: tuple[Column, ...] = CORE_COLUMNS) -> pa.Schema:
     """The Arrow schema of a trace whose run metadata is `meta` (already JSON-serialisable).
 
     readout_columns: the mechanism-readout columns the run records (names from
-    sinklens/trace/readouts.py COLUMNS); None = all of them."""
+    sinklens/trace/readouts.py COLUMNS); None = all of them. core: the core columns (a writer
+    subclass may declare more)."""
     import json
 
     if received_dtype not in RECEIVED_DTYPES:
         raise ValueError(f"received_dtype must be one of {sorted(RECEIVED_DTYPES)}, got {received_dtype!r}")
     value = RECEIVED_DTYPES[received_dtype]
     map_struct = pa.struct([("layer", pa.int32()), ("head", pa.int32()), ("values", pa.list_(pa.float32()))])
-    fields = [
-        pa.field("step", pa.int32(), nullable=False),
-        pa.field("row", pa.int32(), nullable=False),
-        pa.field("tokens", pa.list_(pa.int32())),  # (S,) canvas fed to the model (ARM: the prefix so far)
-        pa.field("is_masked", pa.list_(pa.bool_())),  # (S,) mask state fed to the model
-        pa.field("revealed", pa.list_(pa.bool_())),  # (S,) committed at this step
-        pa.field("attention_mask", pa.list_(pa.bool_())),  # (S,) real (non-pad) positions
-        pa.field("query_positions", pa.list_(pa.int32())),  # absolute positions of the summed query rows
-        pa.field("received", pa.list_(value)),  # (L*H*S,) row-major (L, H, S); null = sum of received_groups
-        pa.field("received_groups", pa.list_(value)),  # (G*L*H*S,) row-major (G, L, H, S) or null
-        pa.field("blocked", pa.list_(pa.int32())),  # flattened (layer, head, position) triples or null
-        # (L*H*S,) what the keys would have received had nothing been blocked: the ranking source of
-        # sink masking. Null when nothing was blocked at this step (it then equals `received`).
-        pa.field("received_unblocked", pa.list_(value)),
-        pa.field("maps", pa.list_(map_struct)),  # full (S_q, S_k) maps of requested slices or null
-        # (L*H,) row-major (L, H): the attention the model's learned sink logits took (gpt-oss), summed
-        # over the same query rows as `received`; null when the model has none. Traces written before
-        # this column lack it and read as before (the version is unchanged: a reader that does not
-        # know the column never looks it up by name).
-        pa.field("learned_sink", pa.list_(pa.float32())),
-        # (S,) already-unmasked tokens rewritten at this step (LLaDA2.1's token editing); null for
-        # samplers that never rewrite a token. Absent in older traces (read as null).
-        pa.field("edited", pa.list_(pa.bool_())),
-    ]
+    fields = [pa.field("step", pa.int32(), nullable=False), pa.field("row", pa.int32(), nullable=False)]
+    for c in core:
+        fields.append(column_field(c, value))
+        if c.name == MAPS_AFTER:  # full (S_q, S_k) maps of requested slices or null
+            fields.append(pa.field("maps", pa.list_(map_struct)))
     # Mechanism readouts (sinklens/trace/readouts.py): optional columns, only those the run records
     # (each column of a batch costs the writer and the file a few buffers, recorded or not); absent
     # ones, as in older traces, read as None.
-    types = {"received": value, "float32": pa.float32(), "int32": pa.int32()}
-    fields += [pa.field(c.name, pa.list_(types[c.dtype])) for cols in COLUMNS.values() for c in cols
+    fields += [column_field(c, value) for cols in COLUMNS.values() for c in cols
                if readout_columns is None or c.name in readout_columns]
     return pa.schema(fields, metadata={META_KEY: json.dumps(meta, sort_keys=True).encode("utf-8")})

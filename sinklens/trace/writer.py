@@ -5,8 +5,8 @@ Usable on its own (tests build synthetic traces without a model):
     with TraceWriter("run.arrow", {"family": "llada", "prompt": "hi"}) as w:
         w.write_step(0, tokens=ids, is_masked=m, revealed=r, received=rec)   # rec (B, L, H, S)
 
-and as a sampler hook (`after_step(event)`, see sinklens/samplers/base.py). The schema (with the
-run metadata) is written at the first step, so a sampler may still `update_meta(...)` until
+and as a sampler hook (`after_step(event)`, see sinklens/samplers/steps.py). The schema (with the
+run metadata) is written at the first step, so a sampler may still add to `writer.meta` until
 then. `close()` writes the end-of-stream marker; a run that dies inside the `with` block is
 left without it (its finished steps written), so readers report it as truncated and load its
 finished steps. Steps reach the disk in groups: a kill -9 loses at most the last second of
@@ -17,12 +17,20 @@ the step's tensors (a copy of the canvas, which a sampler may change in place la
 as the request stacks them, layer first, moved off an accelerator); the group's write turns each
 column into one array for all its steps (one stack, one cast), decides for all of them at once
 where `received` is the sum of the groups, and finds the group's new token ids in one pass.
+
+The columns are data: `TraceWriter.columns` (the core columns declared in trace/schema.py; a
+subclass may declare more) and the readout columns (sinklens/columns.py). A step's arrays are
+checked against each column's shape letters (B, S, L, H, G bound by the first array that has
+them) in one loop (`check_step`); a StepEvent field or an AttentionRequest capture of a column's
+name is its source (`event_arrays`, `after_step`); `read_back` reads every declared column. Four
+columns are handled by name: query_positions and blocked (per-row lists of varying length),
+received (left out where it is the sum of the groups) and maps (a list of structs). Column
+building (numpy to Arrow) is trace/arrays.py's.
 """
 from __future__ import annotations
 
 import json
 import os
-import sys
 import time
 import zlib
 from dataclasses import dataclass, field
@@ -32,8 +40,11 @@ import numpy as np
 import pyarrow as pa
 
 from sinklens._version import __version__
+from sinklens.columns import Column
+from sinklens.trace.arrays import (_batch_first, _batched, _column, _held, _is_sum_of, _np, _own, _real_positions,
+                                   _stack, _sums_of_groups)
 from sinklens.trace.readouts import COLUMN_NAMES, COLUMNS
-from sinklens.trace.schema import CHECKSUM_KEY, SCHEMA_VERSION, UNITS, VOCAB_KEY, build_schema
+from sinklens.trace.schema import CHECKSUM_KEY, CORE_COLUMNS, SCHEMA_VERSION, UNITS, VOCAB_KEY, build_schema
 
 # Steps are held in memory and written together: at most FLUSH_STEPS steps, FLUSH_SECONDS since the
 # last write or FLUSH_BYTES of attention arrays, whichever comes first (the end of the run and an
@@ -46,81 +57,6 @@ FLUSH_BYTES = 64 * 2**20
 SINK_BUFFER = 2**20  # bytes gathered before they reach the file (a group larger than this is written as it comes)
 
 
-def _np(x) -> np.ndarray | None:
-    """A numpy view of a tensor / array / list (None passes through)."""
-    if x is None or type(x) is np.ndarray:
-        return x
-    if hasattr(x, "detach"):  # torch.Tensor, without importing torch here
-        if x.is_cpu and not x.requires_grad and str(x.dtype) != "torch.bfloat16":
-            return x.numpy()
-        x = x.detach().to("cpu")
-        if str(x.dtype) == "torch.bfloat16":
-            x = x.float()
-        x = x.numpy()
-    return np.asarray(x)
-
-
-def _batched(x, ndim: int) -> np.ndarray | None:
-    """Add the batch axis when a single row (ndim - 1 dims) was given."""
-    x = _np(x)
-    if x is not None and x.ndim == ndim - 1:
-        x = x[None]
-    if x is not None and x.ndim != ndim:
-        raise ValueError(f"expected an array with {ndim} dims (batch first) or {ndim - 1}, got shape {x.shape}")
-    return x
-
-
-def _own(x):
-    """A copy of an array, or of each array of a list (None passes through)."""
-    if x is None:
-        return None
-    if isinstance(x, list):
-        return [_own(a) for a in x]
-    return np.array(x, copy=True)
-
-
-def _held(x, copy: bool = False):
-    """A sampler's tensor kept until its group is written, on the CPU: one on an accelerator is
-    copied now (its device memory is not held); a CPU tensor is kept as it is, or copied with `copy`
-    (a canvas the sampler may change in place after the step). None passes through."""
-    if x is None or not hasattr(x, "detach"):
-        return np.array(x, copy=True) if copy and x is not None else x
-    if not x.is_cpu:
-        return x.to("cpu")
-    return x.clone() if copy else x
-
-
-def _batch_first(x: np.ndarray, layer_axis: int, lead: int = 0) -> np.ndarray:
-    """A view of a capture held layer first ([T,] L, B, ...) with its layer axis moved `layer_axis`
-    places on (1: (B, L, ...); 2: groups (L, B, G, ...) -> (B, G, L, ...)); `lead`: leading axes (steps)."""
-    if layer_axis == 1:
-        return x.swapaxes(lead, lead + 1)
-    return np.moveaxis(x, lead, lead + layer_axis)
-
-
-def _stack(xs: list) -> np.ndarray | None:
-    """One (T, ...) numpy array of T arrays or tensors of one shape (None where the shapes differ): a
-    sampler's tensors in one torch.stack and one conversion (torch is loaded where there are tensors)."""
-    torch = sys.modules.get("torch")
-    if torch is not None and all(isinstance(x, torch.Tensor) for x in xs):
-        return _np(torch.stack(xs)) if len({x.shape for x in xs}) == 1 else None
-    arrays = [_np(x) for x in xs]
-    return np.stack(arrays) if len({a.shape for a in arrays}) == 1 else None
-
-
-def _is_sum_of(received: np.ndarray, groups: np.ndarray) -> bool:
-    """True when received (B, L, H, S) is the sum of groups (B, G, L, H, S) up to float32 rounding
-    (every counted query row in exactly one group: the masked / unmasked split)."""
-    total = groups.astype(np.float32).sum(axis=1)
-    if total.shape != received.shape:
-        return False
-    # np.allclose's own test, without its per-call overhead (a tenth of a tiny model's step);
-    # np.allclose itself decides only what this cannot (inf, nan)
-    if bool((np.abs(total - received) <= 1e-5 + 1e-4 * np.abs(received)).all()):
-        return True
-    return bool(np.allclose(total, received, rtol=1e-4, atol=1e-5))
-
-
 def _groups_cover_rows(req) -> bool:
     """True when every summed query row of the request is in a query group (the masked / unmasked
     split): its received attention is then the groups' sum, which the reader derives (schema 2)."""
@@ -130,158 +66,125 @@ def _groups_cover_rows(req) -> bool:
     return bool(covered.all())
 
 
-def _list_column(rows: list[np.ndarray | None], value_type: pa.DataType) -> pa.Array:
-    """A list<value_type> column from one flat numpy array per row (None = null row)."""
-    if all(r is None for r in rows):
-        return pa.nulls(len(rows), pa.list_(value_type))
-    lengths = [0 if r is None else r.size for r in rows]
-    offsets = np.zeros(len(rows) + 1, dtype=np.int32)
-    np.cumsum(lengths, out=offsets[1:])
-    flat = [r.reshape(-1) for r in rows if r is not None]
-    values = np.concatenate(flat) if flat else np.zeros(0)
-    values = _as(values, _NUMPY[value_type])
-    mask = pa.array([r is None for r in rows]) if any(r is None for r in rows) else None
-    return pa.ListArray.from_arrays(pa.array(offsets), pa.array(values, type=value_type), mask=mask)
+RAGGED = ("query_positions", "blocked")  # per-row lists of varying length (query rows; blocked triples)
 
 
-_NUMPY = {pa.float16(): np.float16, pa.float32(): np.float32, pa.int32(): np.int32, pa.bool_(): np.bool_}
+def from_request(c: Column) -> bool:
+    """Whether a sampler hands column `c` as a capture of its step's request (layer first, named as
+    the column) rather than as a StepEvent field of its name."""
+    return c.layer_axis is not None or c.name == "blocked"
 
 
-def _as(values: np.ndarray, dtype) -> np.ndarray:
-    """values (flat) as `dtype`. float32 -> float16 goes through torch where a sampler has loaded it:
-    numpy's cast costs ~2 ns a value and ~100 ns for one below float16's normal range (9 % of the tiny
-    twins' group sums: 10 ns a value on average), torch's ~0.1 ns. The bits are the same for every
-    float32 but signalling NaNs (NaN either way; checked over all 2^32 patterns)."""
-    torch = sys.modules.get("torch")
-    if dtype is np.float16 and values.dtype == np.float32 and torch is not None:
-        return torch.from_numpy(np.ascontiguousarray(values)).half().numpy()
-    return values.astype(dtype, copy=False)
+def request_capture(req, name: str):
+    """The request's capture `name`, layer first (None where it holds none): received once recorded,
+    received_unblocked where keys were blocked."""
+    if name == "received":
+        return req.received if req.has_received else None
+    if name == "received_unblocked":
+        return req.received_unblocked if req.blocked is not None and req.has_received_unblocked else None
+    return getattr(req, name, None)
 
 
-def _sums_of_groups(received: np.ndarray, groups: np.ndarray) -> np.ndarray:
-    """(T,) bool: `_is_sum_of` for each step of received (T, B, L, H, S) and groups (T, B, G, L, H, S),
-    in one test."""
-    total = groups.astype(np.float32, copy=False).sum(axis=2)
-    if total.shape != received.shape:
-        return np.zeros(len(received), dtype=bool)
-    ok = (np.abs(total - received) <= 1e-5 + 1e-4 * np.abs(received)).reshape(len(received), -1).all(axis=1)
-    for t in np.flatnonzero(~ok):  # what the fast test refuses gets `_is_sum_of`'s own answer (inf, nan)
-        ok[t] = _is_sum_of(received[t], groups[t])
-    return ok
-
-
-def _column(parts, rows: list[int], value_type: pa.DataType) -> pa.Array:
-    """A list<value_type> column of a group, one cell per (step, row). parts: one (T, B, ...) array
-    (a diffusion run's steps have one shape: one cast for the group), or per step a (B, ...) array
-    (a cell per row, flat row-major), a list of its rows (None: a null cell) or None (null cells)."""
-    if type(parts) is np.ndarray:
-        values = parts.reshape(-1)
-        offsets = np.arange(sum(rows) + 1, dtype=np.int32) * (values.size // sum(rows))
-        return pa.ListArray.from_arrays(pa.array(offsets), pa.array(_as(values, _NUMPY[value_type]), type=value_type))
-    if all(p is None for p in parts):
-        return pa.nulls(sum(rows), pa.list_(value_type))
-    cells = []
-    for p, b in zip(parts, rows):
-        cells.extend([None] * b if p is None else p)
-    return _list_column(cells, value_type)
-
-
-def _real_positions(masks) -> pa.Array:
-    """The query_positions column where no step names them: each row's real positions (its
-    attention mask's). masks: (T, B, S) in one pass, or per step (B, S)."""
-    if type(masks) is not np.ndarray:
-        return _list_column([np.flatnonzero(row) for m in masks for row in m], pa.int32())
-    real = masks.reshape(-1, masks.shape[-1])  # (T * B, S)
-    row, position = np.nonzero(real)
-    offsets = np.zeros(len(real) + 1, dtype=np.int32)
-    np.cumsum(np.bincount(row, minlength=len(real)), out=offsets[1:])
-    return pa.ListArray.from_arrays(pa.array(offsets), pa.array(position.astype(np.int32), type=pa.int32()))
-
-
-def event_arrays(event) -> dict:
+def event_arrays(event, columns: tuple[Column, ...] = CORE_COLUMNS) -> dict:
     """A sampler's StepEvent as `write_step`'s arrays, batch first (attention arrives layer-first)."""
     req = event.attention
-    received = received_groups = blocked = unblocked = learned_sink = None
-    maps = None
+    out = {"maps": None, "readouts": {}}
+    for c in columns:
+        if not from_request(c):
+            out[c.name] = getattr(event, c.name, None)
+            continue
+        x = None if req is None else request_capture(req, c.name)
+        out[c.name] = None if x is None else np.moveaxis(_np(x), 0, c.layer_axis or 1)  # (L, B, ...) -> batch first
     if req is not None:
-        groups = req.received_groups
         # where the groups cover every summed row (the masked / unmasked split), received is their
-        # sum: left out, the reader derives it (schema 2), and it is never copied off the device
-        if req.has_received and not (groups is not None and _groups_cover_rows(req)):
-            received = _np(req.received).transpose(1, 0, 2, 3)  # (L,B,H,S) -> (B,L,H,S)
-        if groups is not None:
-            received_groups = _np(groups).transpose(1, 2, 0, 3, 4)  # (L,B,G,H,S) -> (B,G,L,H,S)
-        if req.blocked is not None:
-            blocked = _np(req.blocked).transpose(1, 0, 2, 3)  # (L,B,H,S) -> (B,L,H,S)
-            if req.has_received_unblocked:
-                unblocked = _np(req.received_unblocked).transpose(1, 0, 2, 3)
-        maps = req.maps or None
-        if req.learned_sink is not None:
-            learned_sink = _np(req.learned_sink).transpose(1, 0, 2)  # (L,B,H) -> (B,L,H)
-    readouts = {}
-    if req is not None:
+        # sum: left out, the reader derives it (schema 2)
+        if out.get("received_groups") is not None and _groups_cover_rows(req):
+            out["received"] = None
+        out["maps"] = req.maps or None
         for name in req.readout_names:                # (L, B, ...) -> (B, L, ...)
-            readouts[name] = np.moveaxis(_np(req.readout(name)), 0, 1)
+            out["readouts"][name] = np.moveaxis(_np(req.readout(name)), 0, 1)
         if req.lens is not None:
-            readouts.update(lens_positions=req.lens["positions"], lens_tokens=req.lens["tokens"],
-                            lens_probs=req.lens["probs"])
-    return dict(tokens=event.tokens, is_masked=event.is_masked, revealed=event.revealed,
-                attention_mask=getattr(event, "attention_mask", None),
-                query_positions=getattr(event, "query_positions", None),
-                received=received, received_groups=received_groups, blocked=blocked, maps=maps,
-                received_unblocked=unblocked, learned_sink=learned_sink,
-                edited=getattr(event, "edited", None), readouts=readouts)
+            out["readouts"].update(lens_positions=req.lens["positions"], lens_tokens=req.lens["tokens"],
+                                   lens_probs=req.lens["probs"])
+    return out
 
 
-def read_back(arrays: dict, received_dtype: str = "float16", row: int = 0) -> dict:
+_STORED = {"float32": np.float32, "int32": np.int32, "bool": np.bool_}
+
+
+def read_back(arrays: dict, received_dtype: str = "float16", row: int = 0,
+              columns: tuple[Column, ...] = CORE_COLUMNS) -> dict:
     """What `Trace` reads back for batch row `row` of a step written with `write_step(**arrays)`,
-    without the file: the stored precision (received, groups and per-key readouts in
-    `received_dtype`), received as the sum of its groups where the writer leaves it out, each
-    column in the reader's dtype and shape. Keys: tokens, is_masked, attention_mask,
-    query_positions, received (None: not captured), received_groups, learned_sink, edited, readouts."""
+    without the file: every declared column but `blocked` in its stored precision (received-typed
+    columns in `received_dtype`, read as float32) and the reader's dtype and shape, defaults filled
+    in (query_positions: the real positions), received as the sum of its groups where the writer
+    leaves it out, None for a null cell; `readouts`: {column: array}."""
     value = {"float16": np.float16, "float32": np.float32}[received_dtype]
-    stored = {"received": value, "float32": np.float32, "int32": np.int32}
-    tokens = _batched(arrays["tokens"], 2)
-    B, S = tokens.shape
-    mask = _batched(arrays.get("attention_mask"), 2)
-    mask = np.ones((B, S), bool) if mask is None else mask
-    masked = _batched(arrays.get("is_masked"), 2)
-    q = arrays.get("query_positions")
-    if q is None:
-        q = np.flatnonzero(mask[row])
-    elif isinstance(q, (list, tuple)):
-        q = _np(q[row]).reshape(-1)
-    else:
-        q = _batched(q, 2)[row]
+    as_stored = lambda x, dtype: (x.astype(value).astype(np.float32) if dtype == "received"  # noqa: E731
+                                  else x.astype(_STORED[dtype]))
+    S = _batched(arrays["tokens"], 2).shape[1]
+    out = {}
+    for c in columns:
+        x = arrays.get(c.name)
+        if c.name in RAGGED:
+            continue
+        if x is None:
+            out[c.name] = None if c.fill is None else np.full(S, c.fill)
+            continue
+        out[c.name] = as_stored(_batched(x, len(c.shape) + 1)[row], c.dtype)
+    q = _query_rows(arrays.get("query_positions"))
+    out["query_positions"] = (np.flatnonzero(out["attention_mask"]) if q is None else q[row]).astype(np.int32)
     received, groups = _batched(arrays.get("received"), 4), _batched(arrays.get("received_groups"), 5)
-    as_stored = lambda x: x[row].reshape(-1).astype(value).astype(np.float32)   # noqa: E731 (the reader's float32)
-    out_groups = None if groups is None else as_stored(groups).reshape(groups.shape[1:])
-    if received is None:  # not captured, or left out as the groups' sum: the reader sums the groups
-        out_received = None if out_groups is None else out_groups.sum(axis=0)
-    elif groups is not None and _is_sum_of(received, groups):
-        out_received = out_groups.sum(axis=0)                    # the writer stores none: the reader sums the groups
-    else:
-        out_received = as_stored(received).reshape(received.shape[1:])
-    learned = _batched(arrays.get("learned_sink"), 3)
-    edited = _batched(arrays.get("edited"), 2)
+    if groups is not None and (received is None or _is_sum_of(received, groups)):
+        out["received"] = out["received_groups"].sum(axis=0)  # the writer stores none: the reader sums the groups
     kinds = {c.name: c for cols in COLUMNS.values() for c in cols}
-    readouts = {}
-    for name, x in (arrays.get("readouts") or {}).items():
-        if x is not None:
-            x = _np(x)[row]
-            y = x.reshape(-1).astype(stored[kinds[name].dtype])
-            readouts[name] = (y.astype(np.float32) if kinds[name].shape == "LHS" else y).reshape(x.shape)
-    return dict(tokens=tokens[row].astype(np.int32), is_masked=np.zeros(S, bool) if masked is None else
-                masked[row].astype(bool), attention_mask=mask[row].astype(bool),
-                query_positions=np.asarray(q).astype(np.int32), received=out_received, received_groups=out_groups,
-                learned_sink=None if learned is None else learned[row].astype(np.float32),
-                edited=None if edited is None else edited[row].astype(bool), readouts=readouts)
+    out["readouts"] = {name: as_stored(_np(x)[row], kinds[name].dtype)
+                       for name, x in (arrays.get("readouts") or {}).items() if x is not None}
+    return out
 
 
-# Where the layer axis of a sampler's captures goes (the request stacks them layer first): the
-# file's cells are batch first, (B, L, H, S) and the groups (B, G, L, H, S). Readouts: 1 too.
-REQUEST_LAYER_AXIS = {"received": 1, "received_groups": 2, "received_unblocked": 1, "blocked": 1, "learned_sink": 1}
-CANVAS = ("tokens", "is_masked", "revealed", "attention_mask", "edited")  # (B, S) per step
+def check_step(columns: tuple[Column, ...], arrays: dict, dims: dict) -> dict:
+    """Each declared column's array of one step, batch first (a single row may omit the batch axis),
+    checked against the column's shape letters: B, S, L, H and G agree across the columns and with
+    `dims` (the first array with a letter binds it there). The ragged columns become per-row lists."""
+    cells = {}
+    for c in columns:
+        x = arrays.get(c.name)
+        if c.name == "query_positions":
+            cells[c.name] = _query_rows(x)
+        elif c.name == "blocked":
+            cells[c.name] = _blocked_rows(x, dims["B"])
+        elif x is None:
+            cells[c.name] = None
+        else:
+            x = _batched(x, len(c.shape) + 1)
+            letters = [a for a in "B" + c.shape]
+            if any(a in dims and dims[a] != n for a, n in zip(letters, x.shape) if a in "BSLHG"):
+                want = tuple(dims.get(a, a) if a in "BSLHG" else a for a in letters)
+                raise ValueError(f"{c.name} must have shape ({', '.join(letters)}) = {want} like the step's other "
+                                 f"arrays and the trace, got {x.shape}")
+            dims.update((a, n) for a, n in zip(letters, x.shape) if a in "BSLHG" and a not in dims)
+            cells[c.name] = x
+    return cells
+
+
+def _query_rows(q) -> list | None:
+    """query_positions as per-row 1-D arrays (None: the real positions, found when written)."""
+    if q is None:
+        return None
+    if isinstance(q, (list, tuple)):
+        return [_np(r).reshape(-1) for r in q]
+    return list(_batched(q, 2))
+
+
+def _blocked_rows(blocked, B: int) -> list | None:
+    """blocked keys as per-row (N, 3) (layer, head, position) arrays, from (B, L, H, S) bool or per-row triples."""
+    if blocked is None:
+        return None
+    if isinstance(blocked, (list, tuple)):
+        return [None if b is None else _np(b).reshape(-1, 3) for b in blocked]
+    blocked = _batched(blocked, 4)
+    return [np.argwhere(blocked[b]) for b in range(B)]
 
 
 @dataclass
@@ -309,6 +212,8 @@ class TraceWriter:
         (`tokens_vocab` in the metadata for the first step, per-step additions in the batch
         metadata), so a trace can be read without the tokenizer.
     """
+
+    columns: tuple[Column, ...] = CORE_COLUMNS  # in file order; a subclass may declare more
 
     def __init__(self, path: str | os.PathLike, meta: Mapping | None = None, *,
                  received_dtype: str = "float16", decode: Callable[[list[int]], list[str]] | None = None,
@@ -338,12 +243,6 @@ class TraceWriter:
         self._canvas: dict = {}  # canvas column -> (the sampler's tensor, its version, the held copy): _canvas_copy
 
     # ---- metadata -------------------------------------------------------------------------
-    def update_meta(self, **fields) -> None:
-        """Add run metadata; only possible before the first step is written."""
-        if self._writer is not None:
-            raise RuntimeError("the trace metadata is written with the first step; update it before write_step")
-        self.meta.update(fields)
-
     def _new_ids(self, tokens: list[np.ndarray]) -> list[int]:
         """Token ids of steps' `tokens` whose strings are not stored yet (decoded when written), in one
         pass: by the step that first holds them, ascending within a step (a step at a time's order)."""
@@ -387,99 +286,59 @@ class TraceWriter:
         if vocab:
             self.meta["tokens_vocab"] = {**self.meta.get("tokens_vocab", {}), **vocab}
         try:
-            self._schema = build_schema(self.meta, self.received_dtype, self._readout_columns(readouts))
+            self._schema = build_schema(self.meta, self.received_dtype, self._readout_columns(readouts),
+                                        self.columns)
         except TypeError as e:
             raise TypeError(f"trace metadata must be JSON-serialisable: {e}") from None
         self._writer = pa.ipc.new_stream(self._sink, self._schema)
         self._sink.flush()  # the schema is on disk before the first group (a run killed now reads as empty)
 
     # ---- steps ----------------------------------------------------------------------------
-    def write_step(self, step: int, tokens, *, is_masked=None, revealed=None, attention_mask=None,
-                   query_positions=None, received=None, received_groups=None, blocked=None,
-                   maps: Mapping[tuple[int, int], object] | None = None, received_unblocked=None,
-                   learned_sink=None, edited=None, readouts: Mapping[str, object] | None = None) -> None:
+    def write_step(self, step: int, tokens, *, maps: Mapping[tuple[int, int], object] | None = None,
+                   readouts: Mapping[str, object] | None = None, **columns) -> None:
         """Write one step. Arrays are batch first; a single row may omit the batch axis.
 
-        tokens (B, S) int; is_masked / revealed / attention_mask (B, S) bool (defaults: all
-        False / all False / all True); query_positions (B, S_q) int or a list of per-row 1-D
-        arrays (default: the real positions); received (B, L, H, S) float; received_groups
-        (B, G, L, H, S) float; blocked (B, L, H, S) bool or a list of per-row (N, 3) int
-        (layer, head, position) arrays; maps {(layer, head): (B, S_q, S_k)}; received_unblocked
-        (B, L, H, S) float: what the keys would have received without the blocking (ranking source);
-        learned_sink (B, L, H) float: the attention the model's learned sink logits took (gpt-oss);
-        edited (B, S) bool: unmasked tokens rewritten at this step (LLaDA2.1), None = never;
-        readouts {column: (B, ...) array}: mechanism readouts (sinklens/trace/readouts.py COLUMNS), each
-        row stored flat in its declared row-major shape.
+        tokens (B, S) int; columns: the other declared columns by name (`self.columns`; shapes per
+        row as declared there): is_masked / revealed / attention_mask (B, S) bool (defaults: all
+        False / all False / all True); query_positions (B, S_q) int or a list of per-row 1-D arrays
+        (default: the real positions); received (B, L, H, S) float; received_groups (B, G, L, H, S);
+        blocked (B, L, H, S) bool or a list of per-row (N, 3) int (layer, head, position) arrays;
+        received_unblocked (B, L, H, S): what the keys would have received without the blocking
+        (ranking source); learned_sink (B, L, H): the attention the model's learned sink logits took
+        (gpt-oss); edited (B, S) bool: unmasked tokens rewritten at this step (LLaDA2.1), None =
+        never; commit_prob (B, S) float: the probability of each committed token (NaN elsewhere).
+        maps {(layer, head): (B, S_q, S_k)}; readouts {column: (B, ...) array}: mechanism readouts
+        (sinklens/trace/readouts.py COLUMNS), each row stored flat in its declared row-major shape.
         """
         if self.closed:
             raise RuntimeError(f"trace {self.path} is closed")
+        unknown = sorted(set(columns) - {c.name for c in self.columns})
+        if unknown:
+            raise TypeError(f"write_step got unknown column(s) {unknown}; the trace's columns: "
+                            f"{[c.name for c in self.columns]}")
         tokens = _batched(tokens, 2)
-        B, S = tokens.shape
-        is_masked = _batched(is_masked, 2) if is_masked is not None else np.zeros((B, S), bool)
-        revealed = _batched(revealed, 2) if revealed is not None else np.zeros((B, S), bool)
-        attention_mask = _batched(attention_mask, 2) if attention_mask is not None else np.ones((B, S), bool)
-        received = _batched(received, 4)
-        received_groups = _batched(received_groups, 5)
-        received_unblocked = _batched(received_unblocked, 4)
-        learned_sink = _batched(learned_sink, 3)
-        edited = _batched(edited, 2)
-        if edited is not None and edited.shape != (B, S):
-            raise ValueError(f"edited must have shape {(B, S)} like tokens, got {edited.shape}")
-        # received may be left out where it is the sum of the groups: then a group has its shape
-        like = received if received is not None or received_groups is None else received_groups[:, 0]
-        if received_unblocked is not None and (like is None or received_unblocked.shape != like.shape):
-            raise ValueError("received_unblocked must have the shape of received (B, L, H, S)")
-        for name, arr, want in (("is_masked", is_masked, (B, S)), ("revealed", revealed, (B, S)),
-                                ("attention_mask", attention_mask, (B, S))):
-            if arr.shape != want:
-                raise ValueError(f"{name} must have shape {want} like tokens, got {arr.shape}")
-        if received is not None and (received.shape[0] != B or received.shape[-1] != S):
-            raise ValueError(f"received must have shape (B={B}, L, H, S={S}), got {received.shape}")
-        if received_groups is not None and (received_groups.shape[0] != B or received_groups.shape[-1] != S):
-            raise ValueError(f"received_groups must have shape (B={B}, G, L, H, S={S}), got {received_groups.shape}")
-        if query_positions is None:
-            qpos = None  # the real positions, found for the whole group when it is written
-        elif isinstance(query_positions, (list, tuple)):
-            qpos = [_np(q).reshape(-1) for q in query_positions]
-        else:
-            qpos = list(_batched(query_positions, 2))
-        if blocked is None:
-            blocked_rows = None
-        elif isinstance(blocked, (list, tuple)):
-            blocked_rows = [None if b is None else _np(b).reshape(-1, 3) for b in blocked]
-        else:
-            blocked = _batched(blocked, 4)
-            blocked_rows = [np.argwhere(blocked[b]) for b in range(B)]
-
+        dims = {"B": tokens.shape[0], "S": tokens.shape[1]}
+        if self._writer is not None:  # L and H are the trace's
+            dims.update(L=self.meta.get("num_layers"), H=self.meta.get("num_heads"))
+        cells = check_step(self.columns, {**columns, "tokens": tokens}, dims)
+        B = dims["B"]
         readouts = dict(readouts or {})
         unknown = sorted(set(readouts) - set(COLUMN_NAMES))
         if unknown:
             raise ValueError(f"unknown readout column(s) {unknown}; known: {list(COLUMN_NAMES)}")
         readouts = {name: _np(arr) for name, arr in readouts.items() if arr is not None}
         for name, arr in readouts.items():
-            if arr is not None and arr.shape[0] != B:
+            if arr.shape[0] != B:
                 raise ValueError(f"readout {name} must be batch first with {B} rows, got shape {arr.shape}")
-
         if self._writer is None:
-            first = received if received is not None else received_groups  # (B, [G,] L, H, S)
-            self._start(tokens, None if first is None else first.shape[-3:-1], readouts)
+            self._start(tokens, (dims["L"], dims["H"]) if "L" in dims and "H" in dims else None, readouts)
         absent = sorted(set(readouts) - set(self._schema.names))
         if absent:
             raise ValueError(f"readout column(s) {absent} were not recorded at the first step, so the trace has no "
                              "column for them: declare their options in the metadata's 'readouts'")
-        L = self.meta.get("num_layers")
-        H = self.meta.get("num_heads")
-        for name, arr in (("received", received), ("received_groups", received_groups)):
-            if arr is not None and arr.shape[-3:-1] != (L, H):
-                raise ValueError(f"{name} has (L, H) = {arr.shape[-3:-1]}, the trace has ({L}, {H})")
-        if learned_sink is not None and learned_sink.shape != (B, L, H):
-            raise ValueError(f"learned_sink must have shape (B, L, H) = {(B, L, H)}, got {learned_sink.shape}")
-
-        cells = dict(tokens=tokens, is_masked=is_masked, revealed=revealed, attention_mask=attention_mask,
-                     query_positions=qpos, received=received, received_groups=received_groups, blocked=blocked_rows,
-                     received_unblocked=received_unblocked, learned_sink=learned_sink, edited=edited, **readouts)
-        nbytes = sum(a.nbytes for a in (received, received_groups, received_unblocked, *readouts.values())
-                     if a is not None)
+        cells.update(readouts)
+        nbytes = sum(a.nbytes for name, a in cells.items()
+                     if type(a) is np.ndarray and name not in ("tokens",) and a.dtype != np.bool_)
         due = self._due(nbytes + sum(_np(m).nbytes for m in (maps or {}).values()))
         if not due:  # held past this call: own copies, the caller may reuse its buffers (a tensor's .numpy() is one)
             cells = {k: _own(v) for k, v in cells.items()}
@@ -498,40 +357,44 @@ class TraceWriter:
         if due:
             self.flush()
 
-    # ---- hook interface (see sinklens/samplers/base.py) -----------------------------------
+    # ---- hook interface (see sinklens/samplers/steps.py) ----------------------------------
     def after_step(self, event) -> None:
         """Hold a sampler's StepEvent for its group's write (module docstring): all the sampler
         waits for is a copy of the canvas and the request's captures, stacked as it holds them."""
         if self.closed:
             raise RuntimeError(f"trace {self.path} is closed")
-        cells = {name: self._canvas_copy(name, getattr(event, name, None)) for name in CANVAS}
-        positions = getattr(event, "query_positions", None)  # per row: a 1-D tensor
-        cells["query_positions"] = None if positions is None else [_held(q, copy=True) for q in positions]
-        layer_axis, maps = REQUEST_LAYER_AXIS, None
         req = event.attention
+        cells, maps = {}, None
+        for c in self.columns:
+            if not from_request(c):  # a field of the event: copied (the sampler changes its canvas in place)
+                x = getattr(event, c.name, None)
+                cells[c.name] = [_held(r, copy=True) for r in x] if isinstance(x, list) else self._canvas_copy(c.name, x)
+            elif req is not None:
+                # received is kept beside the groups: where they sum to it (the masked / unmasked split)
+                # the group's write leaves it out, for all the group's steps in one test; blocked is a
+                # hook's instruction, copied (the hook may reuse it)
+                cells[c.name] = _held(request_capture(req, c.name), copy=c.name == "blocked")
+        layer_axis = self._layer_axis
         if req is not None:
-            # received is kept beside the groups: where they sum to it (the masked / unmasked split)
-            # the group's write leaves it out, for all the group's steps in one test
-            cells["received"] = _held(req.received) if req.has_received else None
-            cells["received_groups"] = _held(req.received_groups)
-            if req.blocked is not None:
-                cells["blocked"] = _held(req.blocked, copy=True)  # a hook's instruction: it may reuse it
-                if req.has_received_unblocked:
-                    cells["received_unblocked"] = _held(req.received_unblocked)
-            cells["learned_sink"] = _held(req.learned_sink)
             maps = {k: _held(m) for k, m in req.maps.items()} or None
             names = req.readout_names
             if names:
-                layer_axis = {**REQUEST_LAYER_AXIS, **dict.fromkeys(names, 1)}
+                layer_axis = {**layer_axis, **dict.fromkeys(names, 1)}
                 cells.update((name, _held(req.readout(name))) for name in names)
             if req.lens is not None:  # batch first
                 cells.update(lens_positions=_held(req.lens["positions"]), lens_tokens=_held(req.lens["tokens"]),
                              lens_probs=_held(req.lens["probs"]))
         if self._writer is None:
             self._start_from(cells)
-        nbytes = sum(x.nbytes for name, x in cells.items() if name not in CANVAS and hasattr(x, "nbytes"))
+        nbytes = sum(x.nbytes for name, x in cells.items() if name in layer_axis and hasattr(x, "nbytes"))
         nbytes += sum(m.nbytes for m in (maps or {}).values())
         self._hold(HeldStep(event.step, cells["tokens"].shape[0], cells, layer_axis, maps), self._due(nbytes))
+
+    @property
+    def _layer_axis(self) -> dict:
+        """Where the layer axis of each request capture goes (the request stacks them layer first; the
+        file's cells are batch first): the column's declared place of L; blocked (L, B, H, S): 1."""
+        return {c.name: c.layer_axis or 1 for c in self.columns if from_request(c)}
 
     def _canvas_copy(self, name: str, x):
         """A held copy of the canvas tensor `x`: the previous step's copy where `x` is the same tensor,
@@ -584,41 +447,54 @@ class TraceWriter:
             return
         steps, self._pending, self._pending_bytes = self._pending, [], 0
         rows = [s.rows for s in steps]
-        value_type = lambda name: self._schema.field(name).type.value_type  # noqa: E731
         parts = {name: self._parts(steps, name) for name in self._schema.names if name not in ("step", "row", "maps")}
+        self._fill_defaults(parts)
+        self._derive_received(parts)
+        columns = {"query_positions": self._query_column(parts, rows),
+                   "step": pa.array(np.repeat(np.array([s.step for s in steps], dtype=np.int32), rows)),
+                   "row": pa.array(np.concatenate([np.arange(b, dtype=np.int32) for b in rows])),
+                   "maps": self._maps_column(steps)}
+        # a sampler's blocked keys arrive as (B, L, H, S) bool: the file holds (layer, head, position) triples
+        parts["blocked"] = [[np.argwhere(row) for row in b] if type(b) is np.ndarray else b for b in parts["blocked"]]
+        for name in self._schema.names:
+            if name not in columns:
+                columns[name] = _column(parts[name], rows, self._schema.field(name).type.value_type)
+        self._write_batch(pa.record_batch([columns[f.name] for f in self._schema], schema=self._schema),
+                          parts["tokens"])
+
+    def _fill_defaults(self, parts: dict) -> None:
+        """A declared fill (is_masked, revealed: False; attention_mask: True) where a step gave none."""
         tokens = parts["tokens"]
-        for name, fill in (("is_masked", False), ("revealed", False), ("attention_mask", True)):  # the defaults
-            if type(parts[name]) is not np.ndarray:
-                parts[name] = [np.full(t.shape, fill) if p is None else p for p, t in zip(parts[name], tokens)]
-        # received is left out (null: the reader sums the groups, schema 2) where it is their sum
+        for c in self.columns:
+            if c.fill is not None and type(parts[c.name]) is not np.ndarray:
+                parts[c.name] = [np.full(t.shape, c.fill) if p is None else p for p, t in zip(parts[c.name], tokens)]
+
+    @staticmethod
+    def _derive_received(parts: dict) -> None:
+        """received is left out (null: the reader sums the groups, schema 2) where it is their sum."""
         received, groups = parts["received"], parts["received_groups"]
         if type(received) is np.ndarray and type(groups) is np.ndarray:  # every step holds both: one test
             derivable = _sums_of_groups(received, groups)
         else:
             derivable = [r is not None and g is not None and _is_sum_of(r, g) for r, g in zip(received, groups)]
         if all(derivable):
-            parts["received"] = [None] * len(steps)
+            parts["received"] = [None] * len(derivable)
         elif any(derivable):
             parts["received"] = [None if d else r for d, r in zip(derivable, received)]
-        # a sampler's blocked keys arrive as (B, L, H, S) bool: the file holds (layer, head, position) triples
-        parts["blocked"] = [[np.argwhere(row) for row in b] if type(b) is np.ndarray else b for b in parts["blocked"]]
+
+    @staticmethod
+    def _query_column(parts: dict, rows: list[int]) -> pa.Array:
+        """query_positions, each step's own or its rows' real positions (their attention mask's)."""
         if all(q is None for q in parts["query_positions"]):
-            columns = {"query_positions": _real_positions(parts["attention_mask"])}
-        else:
-            columns = {"query_positions": _column([[np.flatnonzero(r) for r in m] if q is None else q for q, m in
-                                                   zip(parts["query_positions"], parts["attention_mask"])],
-                                                  rows, pa.int32())}
-        columns.update(step=pa.array(np.repeat(np.array([s.step for s in steps], dtype=np.int32), rows)),
-                       row=pa.array(np.concatenate([np.arange(b, dtype=np.int32) for b in rows])),
-                       maps=self._maps_column(steps))
-        for name in self._schema.names:
-            if name not in columns:
-                columns[name] = _column(parts[name], rows, value_type(name))
-        batch = pa.record_batch([columns[f.name] for f in self._schema], schema=self._schema)
-        # One record batch for the group (schema 3): Arrow's per-batch cost (buffers and metadata
-        # per column, the checksum's serialisation) is paid once per group, not once per step. A
-        # checksum of the batch's serialised bytes lets the reader tell damaged steps from good
-        # ones (Arrow itself has none); the reader verifies a batch when it first reads a step of it.
+            return _real_positions(parts["attention_mask"])
+        return _column([[np.flatnonzero(r) for r in m] if q is None else q
+                        for q, m in zip(parts["query_positions"], parts["attention_mask"])], rows, pa.int32())
+
+    def _write_batch(self, batch: pa.RecordBatch, tokens) -> None:
+        """One record batch for the group (schema 3): Arrow's per-batch cost (buffers and metadata per
+        column, the checksum's serialisation) is paid once per group, not once per step. A checksum of
+        the batch's serialised bytes lets the reader tell damaged steps from good ones (Arrow itself
+        has none); the reader verifies a batch when it first reads a step of it."""
         custom = {CHECKSUM_KEY: str(zlib.crc32(batch.serialize()))}
         vocab = self._vocab(self._new_ids(list(tokens)))  # the group's new ids, one decode
         if vocab:
@@ -644,7 +520,7 @@ class TraceWriter:
         if self.closed:
             return
         if self._writer is None:
-            self._schema = build_schema(self.meta, self.received_dtype, self._readout_columns(()))
+            self._schema = build_schema(self.meta, self.received_dtype, self._readout_columns(()), self.columns)
             self._writer = pa.ipc.new_stream(self._sink, self._schema)
         self.flush()
         self._writer.close()

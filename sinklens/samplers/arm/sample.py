@@ -22,9 +22,10 @@ import torch.nn.functional as F
 from transformers import DynamicCache, GenerationConfig
 
 from sinklens.attention.request import AttentionRequest
-from sinklens.samplers import base
+from sinklens.samplers.capture import CaptureOptions
 from sinklens.samplers.arm.config import ARMConfig
 from sinklens.samplers.arm.warpers import warp
+from sinklens.samplers.steps import GenerateOutput, attention_is_causal, check_inputs, steps
 from sinklens.trace.layout import TraceLayout
 
 
@@ -62,7 +63,7 @@ def next_tokens(logits: torch.Tensor, do_sample: bool, settings: dict) -> torch.
 
 @torch.no_grad()
 def sample(model, input_ids, config: ARMConfig, attention_mask=None, *, trace=None, hook=None,
-           capture: base.CaptureOptions | None = None, progress: bool = False) -> base.GenerateOutput:
+           capture: CaptureOptions | None = None, progress: bool = False) -> GenerateOutput:
     """Greedy (default) or sampled decoding of a causal model through the sinklens attention.
 
     input_ids (B, P), left-padded with attention_mask (B, P) for batches of unequal prompts (other
@@ -83,30 +84,27 @@ def sample(model, input_ids, config: ARMConfig, attention_mask=None, *, trace=No
     pad = (stop[0] if stop else 0) if known_pad is None else known_pad
     args = {**c.to_dict(), **(settings if do_sample else {}), "eos_token_id": stop, "pad_token_id": pad}
     P = torch.as_tensor(input_ids).shape[-1]
-    input_ids, attention_mask = base.check_inputs(input_ids, attention_mask, P + max_new_tokens,
+    input_ids, attention_mask = check_inputs(input_ids, attention_mask, P + max_new_tokens,
                                                   getattr(model, "max_length", None))
     if attention_mask is None and known_pad is not None and pad not in stop and bool((input_ids == pad).any()):
         attention_mask = (input_ids != pad).long()  # generate's inferred mask: the pad id is padding
     B, device = input_ids.shape[0], input_ids.device
-    hooks, capture = base.setup_hooks(hook, trace, capture, diffusion=False)
     capture_prefix = capture is not None and capture.capture_prefix
     rows = "prefix" if capture_prefix else "newest"
-    layout = TraceLayout(causal=base.attention_is_causal(model), prompt_length=P, query_rows=rows)
-    writer = base.open_trace_writer(trace, model, "arm", args, input_ids, capture, P + max_new_tokens,
-                                    layout=layout, extra={"arm_query_rows": rows})
-    all_hooks = base.Hooks(hooks.hooks + ([writer] if writer is not None else []))
+    layout = TraceLayout(causal=attention_is_causal(model), prompt_length=P, query_rows=rows)
 
     am = torch.ones_like(input_ids) if attention_mask is None else attention_mask.long()  # (B, P)
     seq = input_ids.clone()  # (B, P + t)
     cache = DynamicCache()
     finished = torch.zeros(B, dtype=torch.bool, device=device)
-    history = []
-    with base.run_context(writer, trace, max_new_tokens, progress, "arm") as bar:
+    with steps(model, capture, trace, hook, name="arm", args=args, input_ids=input_ids, seq_len=P + max_new_tokens,
+               layout=layout, total=max_new_tokens, progress=progress, diffusion=False,
+               extra={"arm_query_rows": rows}) as run:
         for step in range(max_new_tokens):
             S = seq.shape[1]
             real = am.bool()  # (B, S)
             not_masked = torch.zeros_like(real)
-            hook_req = all_hooks.before_step(step, seq, not_masked, real)
+            hook_req = run.instructions(seq, not_masked, real)
             # (B, S) transformers' generate: the prompt counts real tokens (pads 0), each new token is
             # the previous position + 1 (so after a right-padded prompt it continues from the pad's 0)
             positions = prompt_positions(am) if step == 0 else torch.cat([positions, positions[:, -1:] + 1], dim=1)
@@ -116,13 +114,11 @@ def sample(model, input_ids, config: ARMConfig, attention_mask=None, *, trace=No
             else:  # decode: the newest token is the only query
                 feed, feed_pos, qmask = seq[:, -1:], positions[:, -1:], torch.ones(B, 1, dtype=torch.bool)
                 query_positions = [torch.tensor([S - 1]) for _ in range(B)]
-            cached_capture = None if (capture_prefix and step > 0) else capture
-            req = base.build_request(hook_req, cached_capture, step, qmask, None)
+            req = run.record(hook_req, qmask, capture=not (capture_prefix and step > 0))
             logits = model.forward_cached(feed, am, feed_pos, cache, req)  # (B, S_q, V)
             if capture_prefix and step > 0:  # every prefix row, from a separate uncached pass
-                req = base.build_request(AttentionRequest(blocked=None if req is None else req.blocked,
-                                                          keep_self=req is not None and req.keep_self),
-                                         capture, step, real, None)
+                req = run.record(AttentionRequest(blocked=None if req is None else req.blocked,
+                                                  keep_self=req is not None and req.keep_self), real)
                 model.forward_logits(seq, attention_mask=am, position_ids=positions, attention=req)
                 query_positions = [torch.nonzero(r).squeeze(1) for r in real]
             if step == 0 and req is not None and req.query_mask is not None:  # a hook chose the query rows
@@ -131,16 +127,10 @@ def sample(model, input_ids, config: ARMConfig, attention_mask=None, *, trace=No
             if stop:
                 nxt = torch.where(finished, torch.full_like(nxt, pad), nxt)
                 finished |= torch.isin(nxt, torch.tensor(stop, device=nxt.device))
-            seq = torch.cat([seq, nxt[:, None]], dim=1)
+            fed, seq = seq, torch.cat([seq, nxt[:, None]], dim=1)
             am = torch.cat([am, torch.ones(B, 1, dtype=am.dtype, device=device)], dim=1)
-            history.append(seq.clone())
-            if all_hooks:
-                all_hooks.after_step(base.StepEvent(step=step, tokens=seq[:, :S], is_masked=not_masked,
-                                                    revealed=torch.zeros_like(real), logits=logits, attention=req,
-                                                    attention_mask=real, query_positions=query_positions))
-            if bar is not None:
-                bar.update(1)
+            run.step(fed, not_masked, logits, torch.zeros_like(real), after=seq, attention=req, attention_mask=real,
+                     query_positions=query_positions)
             if stop and bool(finished.all()):
                 break
-    return base.GenerateOutput(sequences=seq, history=history, num_steps=len(history),
-                               trace_path=None if writer is None else writer.path)
+    return run.output(seq)

@@ -33,8 +33,9 @@ import math
 import torch
 import torch.nn.functional as F
 
-from sinklens.samplers import base
+from sinklens.samplers.capture import CaptureOptions
 from sinklens.samplers.diffusion_gemma.config import DiffusionGemmaSamplerConfig
+from sinklens.samplers.steps import GenerateOutput, attention_is_causal, check_inputs, steps
 from sinklens.trace.layout import TraceLayout
 
 
@@ -102,7 +103,7 @@ class StableAndConfident:
 
 @torch.no_grad()
 def sample(model, input_ids, config: DiffusionGemmaSamplerConfig, attention_mask=None, *, trace=None, hook=None,
-           capture: base.CaptureOptions | None = None, progress: bool = False) -> base.GenerateOutput:
+           capture: CaptureOptions | None = None, progress: bool = False) -> GenerateOutput:
     """DiffusionGemma generation. input_ids (B, P), left-padded with attention_mask (B, P)."""
     s = resolve(config, model, torch.as_tensor(input_ids).shape[-1])
     dg = model.family.ops  # the model's encoder / decoder passes (sinklens/models/diffusion_gemma.py)
@@ -113,30 +114,26 @@ def sample(model, input_ids, config: DiffusionGemmaSamplerConfig, attention_mask
     N = s["max_denoising_steps"]
     n_canvases = max(math.ceil(s["max_new_tokens"] / C), 0)  # a stored max_length <= the prompt: none
     P0 = torch.as_tensor(input_ids).shape[-1]
-    input_ids, attention_mask = base.check_inputs(input_ids, attention_mask, P0 + n_canvases * C,
+    input_ids, attention_mask = check_inputs(input_ids, attention_mask, P0 + n_canvases * C,
                                                   getattr(model, "max_length", None))
     B, device = input_ids.shape[0], input_ids.device
     eos = s["eos_token_id"]
     eos = None if eos is None else torch.tensor([eos] if isinstance(eos, int) else list(eos), device=device)
     pad = s["pad_token_id"]
 
-    hooks, capture = base.setup_hooks(hook, trace, capture, diffusion=True)
-    layout = TraceLayout(causal=base.attention_is_causal(model), prompt_length=P0, block_length=C, query_rows="block")
-    writer = base.open_trace_writer(trace, model, "diffusion_gemma", {**config.to_dict(), **s}, input_ids, capture,
-                                    P0 + n_canvases * C, layout=layout)
-    all_hooks = base.Hooks(hooks.hooks + ([writer] if writer is not None else []))
+    layout = TraceLayout(causal=attention_is_causal(model), prompt_length=P0, block_length=C, query_rows="block")
 
     real = torch.ones(B, P0, dtype=torch.bool, device=device) if attention_mask is None else attention_mask.bool()
     cache = dg.new_cache(model)
     seq = input_ids  # (B, P_k): prompt + finished canvases
     finished = torch.zeros(B, dtype=torch.bool, device=device)
     new_tokens = seq  # the part of `seq` the encoder has not seen yet
-    history, step = [], 0
     stopper = None
     if s["stability_threshold"] is not None and s["confidence_threshold"] is not None:
         stopper = StableAndConfident(s["stability_threshold"], s["confidence_threshold"])
     embed_dtype = model.model.model.decoder.embed_tokens.weight.dtype
-    with base.run_context(writer, trace, n_canvases * N, progress, "diffusion_gemma") as bar:
+    with steps(model, capture, trace, hook, name="diffusion_gemma", args={**config.to_dict(), **s}, input_ids=input_ids,
+               seq_len=P0 + n_canvases * C, layout=layout, total=n_canvases * N, progress=progress) as run:
         for _ in range(n_canvases):
             Pk = seq.shape[1]
             enc_pos = torch.arange(Pk - new_tokens.shape[1], Pk, dtype=torch.int32, device=device)[None]
@@ -154,11 +151,8 @@ def sample(model, input_ids, config: DiffusionGemmaSamplerConfig, attention_mask
             for n in reversed(range(1, N + 1)):
                 tokens = torch.cat([seq, canvas], dim=1)  # (B, Pk + C)
                 is_masked = F.pad(noise, (Pk, 0), value=False)
-                hook_req = all_hooks.before_step(step, tokens, is_masked, key_real)
-                every_row = torch.ones_like(noise)  # (B, C) all canvas rows are queries
-                split = capture is not None and capture.query_groups
-                groups = base.masked_unmasked_groups(noise, every_row) if split else None  # 0 noise, 1 accepted
-                req = base.build_request(hook_req, capture, step, every_row, groups)
+                # every canvas row (B, C) is a query; the split: 0 noise, 1 accepted
+                req = run.request(tokens, is_masked, key_real, queries=torch.ones_like(noise), queries_masked=noise)
                 if req is not None:
                     req.num_keys = Pk + C  # sliding layers see only the last keys: right-align them
                 logits = dg.denoise(model, canvas, self_cond, masks, cache, dec_pos, attention=req)  # (B, C, V)
@@ -176,18 +170,14 @@ def sample(model, input_ids, config: DiffusionGemmaSamplerConfig, attention_mask
                         new_canvas = torch.where(done[:, None], canvas, new_canvas)
                         logits = torch.where(done[:, None, None], self_cond, logits)
                     done = done | stopper(new_argmax, logits)
-                if all_hooks:
-                    all_hooks.after_step(base.StepEvent(
-                        step=step, tokens=tokens, is_masked=is_masked, revealed=F.pad(accepted, (Pk, 0), value=False),
-                        logits=logits, attention=req, block=(Pk, Pk + C), attention_mask=key_real,
-                        query_positions=[torch.arange(Pk, Pk + C) for _ in range(B)]))
+                # accepted positions commit the drawn token (new_canvas); the history keeps the argmax draft
+                run.step(tokens, is_masked, logits, F.pad(accepted, (Pk, 0), value=False),
+                         after=torch.cat([seq, new_argmax], dim=1), committed=F.pad(new_canvas, (Pk, 0)),
+                         block=(Pk, Pk + C), attention_mask=key_real,
+                         query_positions=[torch.arange(Pk, Pk + C) for _ in range(B)])
                 noise = torch.where(done[:, None], noise, ~accepted) if stopper is not None else ~accepted
                 self_cond = logits.to(embed_dtype)
                 canvas, argmax = new_canvas, new_argmax
-                history.append(torch.cat([seq, argmax], dim=1))
-                step += 1
-                if bar is not None:
-                    bar.update(1)
                 if bool(done.all()):
                     break
             seq, finished = finish_canvas(torch.cat([seq, argmax], dim=1), finished, C, eos, pad)
@@ -195,8 +185,7 @@ def sample(model, input_ids, config: DiffusionGemmaSamplerConfig, attention_mask
                 break
             new_tokens = seq[:, -C:]
             real = F.pad(real, (0, C), value=True)
-    return base.GenerateOutput(sequences=seq, history=history, num_steps=step,
-                               trace_path=None if writer is None else writer.path)
+    return run.output(seq)
 
 
 def finish_canvas(seq: torch.Tensor, finished: torch.Tensor, C: int, eos: torch.Tensor | None, pad: int | None):

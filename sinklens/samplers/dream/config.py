@@ -4,7 +4,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import ClassVar
 
-from sinklens.samplers.configs import SamplerConfig, cache_param, param, register
+from sinklens.samplers.registry import SamplerConfig, cache_param, param, register
 
 
 @register("dream")

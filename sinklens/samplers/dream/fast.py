@@ -42,10 +42,12 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
-from sinklens.samplers import base
+from sinklens.samplers.capture import CaptureOptions
 from sinklens.samplers.dream.config import DreamConfig
 from sinklens.samplers.dream.draw import sample_tokens
-from sinklens.samplers.kvcache import StepCache, check_fast_inputs
+from sinklens.samplers.kvcache import StepCache, fast_start
+from sinklens.samplers.schedules import linear_time
+from sinklens.samplers.steps import GenerateOutput, attention_is_causal, steps
 from sinklens.trace.layout import TraceLayout
 
 
@@ -77,7 +79,7 @@ def scheduled_commit(c: DreamConfig, logits, rows, mask_index, bl: int, t, s, la
     mask_index[:, bl:] = False
     confidence, x0 = sample_tokens(logits[mask_index], c.temperature, c.top_p, c.top_k, confidence="neg_entropy")
     n_masked = mask_index.sum() / mask_index.shape[0]  # float32 batch average (official)
-    n = int(n_masked) if last else int(n_masked * (1 - s / t))
+    n = linear_time(n_masked, t, s, last)
     full = torch.full(rows.shape, -torch.inf, dtype=logits.dtype, device=rows.device)  # (B, L)
     full[mask_index] = confidence
     full[:, bl:] = -torch.inf
@@ -97,35 +99,25 @@ def scheduled_commit(c: DreamConfig, logits, rows, mask_index, bl: int, t, s, la
 
 @torch.no_grad()
 def sample_fast(model, input_ids, config: DreamConfig, attention_mask=None, *, trace=None, hook=None,
-                capture: base.CaptureOptions | None = None, progress: bool = False) -> base.GenerateOutput:
+                capture: CaptureOptions | None = None, progress: bool = False) -> GenerateOutput:
     """Fast-dLLM's Dream block decoding (see the module docstring). input_ids (B, P), no padding."""
     c = config
-    mask_id = base.mask_id_of(model, c)
-    args = {**c.to_dict(), "mask_id": mask_id}
-    P = torch.as_tensor(input_ids).shape[-1]
-    S = P + c.max_new_tokens
-    input_ids, attention_mask = base.check_inputs(input_ids, attention_mask, S, getattr(model, "max_length", None))
     one_prompt = c.cache == "dual" or c.threshold is not None
-    check_fast_inputs(model, input_ids, attention_mask, f"cache={c.cache!r} with threshold={c.threshold!r}",
-                      one_prompt=("batch 1, as Fast-dLLM's code; a batch runs with cache='prefix' and no "
-                                  "threshold") if one_prompt else None,
-                      padding_why="Fast-dLLM's cached Dream forward cannot mask pads", needs_bidirectional=True)
-    B = input_ids.shape[0]
-    device = model.device  # the canvas lives with the model: cached forwards take their rows as they are
-    input_ids = input_ids.to(device)
+    x, input_ids, mask_id, args, P, S = fast_start(
+        model, input_ids, attention_mask, c, c.max_new_tokens, f"cache={c.cache!r} with threshold={c.threshold!r}",
+        one_prompt=("batch 1, as Fast-dLLM's code; a batch runs with cache='prefix' and no threshold")
+        if one_prompt else None, padding_why="Fast-dLLM's cached Dream forward cannot mask pads",
+        needs_bidirectional=True)
+    B, device = x.shape[0], x.device
     bl, steps_per_block = c.cached_block_length, c.steps // c.num_blocks
     timesteps = torch.linspace(1, c.time_eps, steps_per_block + 1, device=device)  # float32, as the official grid
 
-    hooks, capture = base.setup_hooks(hook, trace, capture, diffusion=True)
-    layout = TraceLayout(causal=base.attention_is_causal(model), prompt_length=P,
+    layout = TraceLayout(causal=attention_is_causal(model), prompt_length=P,
                          block_length=bl if bl < c.max_new_tokens else None, query_rows="block")
-    writer = base.open_trace_writer(trace, model, "dream", args, input_ids, capture, S, layout=layout)
-    all_hooks = base.Hooks(hooks.hooks + ([writer] if writer is not None else []))
 
-    x = F.pad(input_ids, (0, c.max_new_tokens), value=mask_id)  # (B, S) the canvas
     real = torch.ones_like(x, dtype=torch.bool)
-    history, step = [], 0
-    with base.run_context(writer, trace, c.steps, progress, "dream") as bar:
+    with steps(model, capture, trace, hook, name="dream", args=args, input_ids=input_ids, seq_len=S, layout=layout,
+               total=c.steps, progress=progress, layout_to_hooks=True) as run:
         for b in range(c.num_blocks):
             start, end = P + b * bl, P + (b + 1) * bl
             cache = StepCache()
@@ -136,15 +128,11 @@ def sample_fast(model, input_ids, config: DreamConfig, attention_mask=None, *, t
                 r1 = end if not first and c.cache == "dual" else S
                 rows = x[:, r0:r1]  # (B, L) a view: commits land in x
                 is_masked = x == mask_id  # (B, S)
-                hook_req = all_hooks.before_step(step, x, is_masked, real)
+                hook_req = run.instructions(x, is_masked, real)
                 if not first and c.cache == "dual" and hook_req is not None and hook_req.keep_self:
                     raise ValueError("keep_self masking cannot be combined with cache='dual' (the block's queries sit "
                                      "mid-sequence); use cache='prefix' or keep_self=False")
-                query_rows = torch.ones_like(rows, dtype=torch.bool)
-                split = capture is not None and capture.query_groups
-                groups = base.masked_unmasked_groups(rows == mask_id, query_rows) if split else None
-                req = base.build_request(hook_req, capture, step, query_rows, groups)
-                tokens_in = x.clone()
+                req = run.record(hook_req, torch.ones_like(rows, dtype=torch.bool), rows == mask_id)  # (B, L) queries
                 if not first:
                     cache.read_at(start)
                 raw = model.forward_cached(rows, None, torch.arange(r0, r1, device=device)[None].expand(B, -1), cache,
@@ -169,19 +157,11 @@ def sample_fast(model, input_ids, config: DreamConfig, attention_mask=None, *, t
                     transfer = scheduled_commit(c, logits, rows, mask_index, bl, timesteps[i], timesteps[i + 1],
                                                 i == steps_per_block - 1, mask_id)
                     i += 1
-                history.append(x.clone())
-                if all_hooks:
-                    all_hooks.after_step(base.StepEvent(
-                        step=step, tokens=tokens_in, is_masked=is_masked, revealed=F.pad(transfer, (r0, S - r1)),
-                        logits=logits.float(), attention=req, block=(start, end), attention_mask=real,
-                        query_positions=[torch.arange(r0, r1)] * B, layout=layout))
-                step += 1
-                if bar is not None:
-                    bar.update(1)
+                run.step(x, is_masked, logits.float(), F.pad(transfer, (r0, S - r1)), after=x, block=(start, end),
+                         attention_mask=real, query_positions=[torch.arange(r0, r1)] * B)
                 if first:
                     first, i = False, 1
                     continue  # the official loop always runs after the refresh
                 if stop or not bool((x[:, start:end] == mask_id).any()):
                     break
-    return base.GenerateOutput(sequences=x, history=history, num_steps=step,
-                               trace_path=None if writer is None else writer.path)
+    return run.output(x)

@@ -19,49 +19,37 @@ Trace: one record per forward, every row a query, every key visible (as Dream's 
 from __future__ import annotations
 
 import torch
-import torch.nn.functional as F
 
-from sinklens.samplers import base
+from sinklens.samplers.capture import CaptureOptions
 from sinklens.samplers.dream.config import DreamConfig
 from sinklens.samplers.dream.draw import sample_tokens
-from sinklens.samplers.kvcache import check_fast_inputs
+from sinklens.samplers.kvcache import fast_start
+from sinklens.samplers.steps import GenerateOutput, attention_is_causal, steps
 from sinklens.trace.layout import TraceLayout
 
 
 @torch.no_grad()
 def sample_parallel(model, input_ids, config: DreamConfig, attention_mask=None, *, trace=None, hook=None,
-                    capture: base.CaptureOptions | None = None, progress: bool = False) -> base.GenerateOutput:
+                    capture: CaptureOptions | None = None, progress: bool = False) -> GenerateOutput:
     """Fast-dLLM's uncached threshold decoding of Dream (see the module docstring). input_ids (1, P)."""
     c = config
-    mask_id = base.mask_id_of(model, c)
-    args = {**c.to_dict(), "mask_id": mask_id}
-    P = torch.as_tensor(input_ids).shape[-1]
-    S = P + c.max_new_tokens
-    input_ids, attention_mask = base.check_inputs(input_ids, attention_mask, S, getattr(model, "max_length", None))
-    check_fast_inputs(model, input_ids, attention_mask, f"threshold={c.threshold!r}",
-                      one_prompt="batch 1, as Fast-dLLM's code",
-                      padding_why="Fast-dLLM's Dream ignores position shifts", needs_bidirectional=False)
+    x, input_ids, mask_id, args, P, S = fast_start(
+        model, input_ids, attention_mask, c, c.max_new_tokens, f"threshold={c.threshold!r}",
+        one_prompt="batch 1, as Fast-dLLM's code", padding_why="Fast-dLLM's Dream ignores position shifts",
+        needs_bidirectional=False)
     if c.max_new_tokens % c.steps:
         raise ValueError(f"threshold={c.threshold!r} without a cache needs max_new_tokens ({c.max_new_tokens}) to be "
                          f"a multiple of steps ({c.steps}), as Fast-dLLM asserts")
-    device = model.device
-    input_ids = input_ids.to(device)
-
-    hooks, capture = base.setup_hooks(hook, trace, capture, diffusion=True)
-    layout = TraceLayout(causal=base.attention_is_causal(model), prompt_length=P)
-    writer = base.open_trace_writer(trace, model, "dream", args, input_ids, capture, S, layout=layout)
-    all_hooks = base.Hooks(hooks.hooks + ([writer] if writer is not None else []))
-
-    x = F.pad(input_ids, (0, c.max_new_tokens), value=mask_id)  # (1, S)
+    device = x.device
+    layout = TraceLayout(causal=attention_is_causal(model), prompt_length=P)
     real = torch.ones_like(x, dtype=torch.bool)
     quota, carried = c.max_new_tokens // c.steps, 0
-    steps, i, history = c.steps, 0, []
-    with base.run_context(writer, trace, c.steps, progress, "dream") as bar:
-        while i < steps:
+    planned, i = c.steps, 0
+    with steps(model, capture, trace, hook, name="dream", args=args, input_ids=input_ids, seq_len=S, layout=layout,
+               total=c.steps, progress=progress) as run:
+        while i < planned:
             mask_index = x == mask_id  # (1, S)
-            groups = base.masked_unmasked_groups(mask_index, real) if capture and capture.query_groups else None
-            req = base.build_request(all_hooks.before_step(i, x, mask_index, real), capture, i, real, groups)
-            tokens_in = x.clone()
+            req = run.request(x, mask_index, real, queries=real)
             raw = model.forward_logits(x, attention=req).to(model.dtype)  # (1, S, V) in the logits' dtype (official)
             logits = torch.cat([raw[:, :1], raw[:, :-1]], dim=1)  # position j predicted from j - 1
             confidence, x0 = sample_tokens(logits[mask_index], c.temperature, c.top_p, c.top_k)
@@ -76,15 +64,9 @@ def sample_parallel(model, input_ids, config: DreamConfig, attention_mask=None, 
             refused = idx[0, 1:][values[0, 1:] < c.threshold]  # the most confident always commits
             transfer[0, refused] = False
             carried = len(refused)
-            if i == steps - 1 and carried:  # the last step turned positions down: one more step, quota 0
-                quota, steps = 0, steps + 1
+            if i == planned - 1 and carried:  # the last step turned positions down: one more step, quota 0
+                quota, planned = 0, planned + 1
             x[transfer] = candidates[transfer]
-            history.append(x.clone())
-            if all_hooks:
-                all_hooks.after_step(base.StepEvent(step=i, tokens=tokens_in, is_masked=mask_index, revealed=transfer,
-                                                    logits=logits.float(), attention=req, attention_mask=real))
+            run.step(x, mask_index, logits.float(), transfer, after=x, attention_mask=real)
             i += 1
-            if bar is not None:
-                bar.update(1)
-    return base.GenerateOutput(sequences=x, history=history, num_steps=i,
-                               trace_path=None if writer is None else writer.path)
+    return run.output(x)

@@ -24,36 +24,34 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
-from sinklens.samplers import base
+from sinklens.samplers.capture import CaptureOptions
 from sinklens.samplers.dream.config import DreamConfig
 from sinklens.samplers.dream.draw import CONFIDENCE, sample_tokens
 from sinklens.samplers.dream.fast import sample_fast
 from sinklens.samplers.dream.parallel import sample_parallel
+from sinklens.samplers.schedules import linear_time
+from sinklens.samplers.steps import GenerateOutput, attention_is_causal, check_inputs, mask_id_of, steps
 from sinklens.trace.layout import TraceLayout
 
 
 @torch.no_grad()
 def sample(model, input_ids, config: DreamConfig, attention_mask=None, *, trace=None, hook=None,
-           capture: base.CaptureOptions | None = None, progress: bool = False) -> base.GenerateOutput:
+           capture: CaptureOptions | None = None, progress: bool = False) -> GenerateOutput:
     """Dream's diffusion_generate(). `model` is a SinkModel (forward_logits returns raw, unshifted logits)."""
     c = config
     if c.cache != "none" or c.threshold is not None:  # Fast-dLLM: cached blocks (fast.py), else parallel.py
         run = sample_fast if c.cache != "none" else sample_parallel
         return run(model, input_ids, c, attention_mask, trace=trace, hook=hook, capture=capture, progress=progress)
-    steps, max_new_tokens, time_eps, alg, alg_temp = c.steps, c.max_new_tokens, c.time_eps, c.alg, c.alg_temp
+    max_new_tokens, time_eps, alg, alg_temp = c.max_new_tokens, c.time_eps, c.alg, c.alg_temp
     temperature, top_p, top_k = c.temperature, c.top_p, c.top_k
-    mask_id = base.mask_id_of(model, c)
+    mask_id = mask_id_of(model, c)
     args = {**c.to_dict(), "mask_id": mask_id}
     P = torch.as_tensor(input_ids).shape[-1]
-    input_ids, attention_mask = base.check_inputs(input_ids, attention_mask, P + max_new_tokens,
+    input_ids, attention_mask = check_inputs(input_ids, attention_mask, P + max_new_tokens,
                                                   getattr(model, "max_length", None))
     B, S = input_ids.shape[0], P + max_new_tokens
     device = input_ids.device
 
-    hooks, capture = base.setup_hooks(hook, trace, capture, diffusion=True)
-    writer = base.open_trace_writer(trace, model, "dream", args, input_ids, capture, S,
-                                    layout=TraceLayout(causal=base.attention_is_causal(model), prompt_length=P))
-    all_hooks = base.Hooks(hooks.hooks + ([writer] if writer is not None else []))
 
     x = F.pad(input_ids, (0, max_new_tokens), value=mask_id)  # (B, S)
     if attention_mask is not None and torch.any(attention_mask == 0):
@@ -63,23 +61,22 @@ def sample(model, input_ids, config: DreamConfig, attention_mask=None, *, trace=
     else:
         attention_mask = position_ids = None
         real = torch.ones_like(x, dtype=torch.bool)
-    timesteps = torch.linspace(1, time_eps, steps + 1, device=device)  # float32, as the official grid
+    timesteps = torch.linspace(1, time_eps, c.steps + 1, device=device)  # float32, as the official grid
     dtype = getattr(model, "dtype", torch.float32)  # the token draw runs in the model's logits dtype (official)
 
-    history = []
-    with base.run_context(writer, trace, steps, progress, "dream") as bar:
-        for i in range(steps):
+    layout = TraceLayout(causal=attention_is_causal(model), prompt_length=P)
+    with steps(model, capture, trace, hook, name="dream", args=args, input_ids=input_ids, seq_len=S, layout=layout,
+               total=c.steps, progress=progress) as run:
+        for i in range(c.steps):
             mask_index = x == mask_id  # (B, S)
-            groups = base.masked_unmasked_groups(mask_index, real) if capture and capture.query_groups else None
-            req = base.build_request(all_hooks.before_step(i, x, mask_index, real), capture, i, real, groups)
-            tokens_in = x.clone()
+            req = run.request(x, mask_index, real, queries=real)
             raw = model.forward_logits(x, attention_mask=attention_mask, position_ids=position_ids,
                                        attention=req).to(dtype)  # exact: float32 copies of the model's logits
             logits = torch.cat([raw[:, :1], raw[:, :-1]], dim=1)  # (B, S, V): position j predicted from j - 1
             mask_logits = logits[mask_index]  # (N_masked, V) row-major over the batch
             t, s = timesteps[i], timesteps[i + 1]
             if alg == "origin":
-                p_transfer = 1 - s / t if i < steps - 1 else 1
+                p_transfer = 1 - s / t if i < c.steps - 1 else 1
                 x0 = torch.full_like(x[mask_index], mask_id)  # (N_masked,)
                 chosen = torch.rand(*x0.shape, device=device) < p_transfer
                 _, x0[chosen] = sample_tokens(mask_logits[chosen], temperature, top_p, top_k)
@@ -89,7 +86,7 @@ def sample(model, input_ids, config: DreamConfig, attention_mask=None, *, trace=
             else:
                 conf, x0 = sample_tokens(mask_logits, temperature, top_p, top_k, confidence=CONFIDENCE[alg])
                 n_masked = mask_index.sum() / mask_index.shape[0]  # float32 batch average (official)
-                n_transfer = int(n_masked * (1 - s / t)) if i < steps - 1 else int(n_masked)
+                n_transfer = linear_time(n_masked, t, s, last=i == c.steps - 1)
                 full_conf = torch.full_like(x, -torch.inf, dtype=logits.dtype)  # (B, S)
                 full_conf[mask_index] = conf
                 transfer = torch.zeros_like(mask_index)
@@ -103,11 +100,5 @@ def sample(model, input_ids, config: DreamConfig, attention_mask=None, *, trace=
                     rows = torch.arange(B, device=device)[:, None].expand_as(idx)
                     x[rows, idx] = candidates[rows, idx]
                     transfer[rows, idx] = True
-            history.append(x.clone())
-            if all_hooks:
-                all_hooks.after_step(base.StepEvent(step=i, tokens=tokens_in, is_masked=mask_index, revealed=transfer,
-                                                    logits=logits.float(), attention=req, attention_mask=real))
-            if bar is not None:
-                bar.update(1)
-    return base.GenerateOutput(sequences=x, history=history, num_steps=steps,
-                               trace_path=None if writer is None else writer.path)
+            run.step(x, mask_index, logits.float(), transfer, after=x, attention_mask=real)
+    return run.output(x)

@@ -9,40 +9,30 @@ from __future__ import annotations
 
 import torch
 
-from sinklens.samplers import base
+from sinklens.samplers.capture import CaptureOptions
 from sinklens.samplers.encoder.config import EncoderConfig
+from sinklens.samplers.steps import GenerateOutput, attention_is_causal, check_inputs, steps
 from sinklens.trace.layout import TraceLayout
 
 
 @torch.no_grad()
 def sample(model, input_ids, config: EncoderConfig, attention_mask=None, *, trace=None, hook=None,
-           capture: base.CaptureOptions | None = None, progress: bool = False) -> base.GenerateOutput:
+           capture: CaptureOptions | None = None, progress: bool = False) -> GenerateOutput:
     """One capture step of an encoder. input_ids (B, S) with its special tokens ([CLS] ... [SEP]);
     attention_mask (B, S) for padded batches. `sequences` is the input, `history` holds it once."""
-    input_ids, attention_mask = base.check_inputs(input_ids, attention_mask, torch.as_tensor(input_ids).shape[-1],
+    input_ids, attention_mask = check_inputs(input_ids, attention_mask, torch.as_tensor(input_ids).shape[-1],
                                                   getattr(model, "max_length", None))
-    hooks, capture = base.setup_hooks(hook, trace, capture, diffusion=True)
     cls_id = getattr(getattr(model, "tokenizer", None), "cls_token_id", None)
     # the whole input is read at once: no prompt / answer split, every real row is a query
-    layout = TraceLayout(causal=base.attention_is_causal(model), prompt_length=None, query_rows="all")
-    writer = base.open_trace_writer(trace, model, "encoder", config.to_dict(), input_ids, capture, input_ids.shape[1],
-                                    layout=layout, extra={"bos_id": cls_id})
-    all_hooks = base.Hooks(hooks.hooks + ([writer] if writer is not None else []))
+    layout = TraceLayout(causal=attention_is_causal(model), prompt_length=None, query_rows="all")
 
     real = torch.ones_like(input_ids, dtype=torch.bool) if attention_mask is None else attention_mask.bool()  # (B, S)
     mask_id = getattr(model, "mask_id", None)
     is_masked = input_ids == mask_id if mask_id is not None else torch.zeros_like(real)  # (B, S)
-    with base.run_context(writer, trace, 1, progress, "encoder") as bar:
-        hook_req = all_hooks.before_step(0, input_ids, is_masked, real)
-        groups = base.masked_unmasked_groups(is_masked, real) if capture is not None and capture.query_groups else None
-        req = base.build_request(hook_req, capture, 0, real, groups)
+    with steps(model, capture, trace, hook, name="encoder", args=config.to_dict(), input_ids=input_ids,
+               seq_len=input_ids.shape[1], layout=layout, total=1, progress=progress, extra={"bos_id": cls_id}) as run:
+        req = run.request(input_ids, is_masked, real, queries=real)
         hidden = model.encode(input_ids, attention_mask, attention=req)  # (B, S, D)
-        if all_hooks:
-            all_hooks.after_step(base.StepEvent(step=0, tokens=input_ids, is_masked=is_masked,
-                                                revealed=torch.zeros_like(real), logits=hidden, attention=req,
-                                                attention_mask=real,
-                                                query_positions=[torch.nonzero(r).squeeze(1) for r in real]))
-        if bar is not None:
-            bar.update(1)
-    return base.GenerateOutput(sequences=input_ids, history=[input_ids.clone()], num_steps=1,
-                               trace_path=None if writer is None else writer.path)
+        run.step(input_ids, is_masked, hidden, torch.zeros_like(real), after=input_ids, attention_mask=real,
+                 query_positions=[torch.nonzero(r).squeeze(1) for r in real])
+    return run.output(input_ids)

@@ -49,10 +49,12 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
-from sinklens.samplers import base
-from sinklens.samplers.kvcache import StepCache, check_fast_inputs
+from sinklens.samplers.capture import CaptureOptions
+from sinklens.samplers.kvcache import StepCache, fast_start
 from sinklens.samplers.llada.config import LLaDAConfig
-from sinklens.samplers.llada.schedule import add_gumbel_noise, num_transfer_tokens
+from sinklens.samplers.llada.gumbel import add_gumbel_noise
+from sinklens.samplers.schedules import spread_masks
+from sinklens.samplers.steps import GenerateOutput, attention_is_causal, steps
 from sinklens.trace.layout import TraceLayout
 
 
@@ -106,38 +108,26 @@ def factor_index(logits: torch.Tensor, temperature: float, remasking: str, mask_
 
 @torch.no_grad()
 def sample_fast(model, input_ids, config: LLaDAConfig, attention_mask=None, *, trace=None, hook=None,
-                capture: base.CaptureOptions | None = None, progress: bool = False) -> base.GenerateOutput:
+                capture: CaptureOptions | None = None, progress: bool = False) -> GenerateOutput:
     """Fast-dLLM's LLaDA decoding (see the module docstring). input_ids (1, P), no padding."""
     c = config
-    mask_id = base.mask_id_of(model, c)
-    args = {**c.to_dict(), "mask_id": mask_id}
-    P = torch.as_tensor(input_ids).shape[-1]
-    S = P + c.gen_length
-    input_ids, attention_mask = base.check_inputs(input_ids, attention_mask, S, getattr(model, "max_length", None))
     what = f"factor={c.factor!r}" if c.factor is not None else f"cache={c.cache!r} / threshold={c.threshold!r}"
-    check_fast_inputs(model, input_ids, attention_mask, what,
-                      one_prompt="batch 1, as Fast-dLLM's generate functions",
-                      padding_why="Fast-dLLM's LLaDA ignores the attention mask",
-                      needs_bidirectional=c.cache != "none")
-    device = model.device  # the canvas lives with the model: cached forwards take their rows as they are
-    input_ids = input_ids.to(device)
+    x, input_ids, mask_id, args, P, S = fast_start(
+        model, input_ids, attention_mask, c, c.gen_length, what, one_prompt="batch 1, as Fast-dLLM's generate functions",
+        padding_why="Fast-dLLM's LLaDA ignores the attention mask", needs_bidirectional=c.cache != "none")
+    device = x.device
     bl, steps_per_block = c.block_length, c.steps // c.num_blocks
 
-    hooks, capture = base.setup_hooks(hook, trace, capture, diffusion=True)
-    layout = TraceLayout(causal=base.attention_is_causal(model), prompt_length=P,
+    layout = TraceLayout(causal=attention_is_causal(model), prompt_length=P,
                          block_length=bl if bl < c.gen_length else None,
                          query_rows="all" if c.cache == "none" else "block")
-    writer = base.open_trace_writer(trace, model, "llada", args, input_ids, capture, S, layout=layout)
-    all_hooks = base.Hooks(hooks.hooks + ([writer] if writer is not None else []))
 
-    x = torch.full((1, S), mask_id, dtype=torch.long, device=device)  # (1, S) the canvas
-    x[:, :P] = input_ids
     real = torch.ones_like(x, dtype=torch.bool)
-    history, step = [], 0
-    with base.run_context(writer, trace, c.steps, progress, "llada") as bar:
+    with steps(model, capture, trace, hook, name="llada", args=args, input_ids=input_ids, seq_len=S, layout=layout,
+               total=c.steps, progress=progress, layout_to_hooks=True) as run:
         for b in range(c.num_blocks):
             start, end = P + b * bl, P + (b + 1) * bl
-            schedule = num_transfer_tokens(x[:, start:end] == mask_id, steps_per_block)  # (1, steps_per_block)
+            schedule = spread_masks(x[:, start:end] == mask_id, steps_per_block)  # (1, steps_per_block)
             cache = None if c.cache == "none" else StepCache()
             i = 0
             while True:
@@ -151,15 +141,11 @@ def sample_fast(model, input_ids, config: LLaDAConfig, attention_mask=None, *, t
                 mask_index = rows == mask_id
                 mask_index[:, end - r0:] = False  # later blocks wait
                 is_masked = x == mask_id  # (1, S) the canvas' mask state fed to the model
-                hook_req = all_hooks.before_step(step, x, is_masked, real)
+                hook_req = run.instructions(x, is_masked, real)
                 if cached and c.cache == "dual" and hook_req is not None and hook_req.keep_self:
                     raise ValueError("keep_self masking cannot be combined with cache='dual' (the block's queries sit "
                                      "mid-sequence); use cache='prefix' or keep_self=False")
-                query_rows = torch.ones_like(rows, dtype=torch.bool)  # (1, L)
-                split = capture is not None and capture.query_groups
-                groups = base.masked_unmasked_groups(rows == mask_id, query_rows) if split else None
-                req = base.build_request(hook_req, capture, step, query_rows, groups)
-                tokens_in = x.clone()
+                req = run.record(hook_req, torch.ones_like(rows, dtype=torch.bool), rows == mask_id)  # (1, L) queries
                 if cached:
                     cache.read_at(start)
                     logits = model.forward_cached(rows, None, torch.arange(r0, r1, device=device)[None], cache,
@@ -180,18 +166,10 @@ def sample_fast(model, input_ids, config: LLaDAConfig, attention_mask=None, *, t
                     x0, transfer = transfer_index(logits, c.temperature, c.remasking, mask_index, rows, quota,
                                                   c.threshold)
                 rows[transfer] = x0[transfer]
-                history.append(x.clone())
-                if all_hooks:
-                    all_hooks.after_step(base.StepEvent(
-                        step=step, tokens=tokens_in, is_masked=is_masked, revealed=F.pad(transfer, (r0, S - r1)),
-                        logits=logits, attention=req, block=(start, end), attention_mask=real,
-                        query_positions=[torch.arange(r0, r1)], layout=layout))
-                step += 1
+                run.step(x, is_masked, logits, F.pad(transfer, (r0, S - r1)), after=x, block=(start, end),
+                         attention_mask=real, query_positions=[torch.arange(r0, r1)])
                 i += 1
-                if bar is not None:
-                    bar.update(1)
                 # the official loops test for a finished block after every step but the refreshing one
                 if not (cache is not None and i == 1) and not bool((x[:, start:end] == mask_id).any()):
                     break
-    return base.GenerateOutput(sequences=x, history=history, num_steps=step,
-                               trace_path=None if writer is None else writer.path)
+    return run.output(x)

@@ -25,16 +25,18 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
-from sinklens.samplers import base
+from sinklens.samplers.capture import CaptureOptions, repeat_rows, take_rows
 from sinklens.samplers.llada.config import LLaDAConfig
 from sinklens.samplers.llada.fast import sample_fast
-from sinklens.samplers.llada.schedule import add_gumbel_noise, num_transfer_tokens
+from sinklens.samplers.llada.gumbel import add_gumbel_noise
+from sinklens.samplers.schedules import spread_masks
+from sinklens.samplers.steps import GenerateOutput, attention_is_causal, check_inputs, mask_id_of, steps
 from sinklens.trace.layout import TraceLayout
 
 
 @torch.no_grad()
 def sample(model, input_ids, config: LLaDAConfig, attention_mask=None, *, trace=None, hook=None,
-           capture: base.CaptureOptions | None = None, progress: bool = False) -> base.GenerateOutput:
+           capture: CaptureOptions | None = None, progress: bool = False) -> GenerateOutput:
     """LLaDA's generate(). `model` is a SinkModel (forward_logits, mask_id, eos_id, eot_id, max_length).
 
     input_ids (B, P) prompt ids (left-padded batches with `attention_mask` (B, P));
@@ -45,11 +47,11 @@ def sample(model, input_ids, config: LLaDAConfig, attention_mask=None, *, trace=
     if c.fast_dllm:  # Fast-dLLM's cached / parallel decoding (fast.py)
         return sample_fast(model, input_ids, c, attention_mask, trace=trace, hook=hook, capture=capture,
                            progress=progress)
-    steps, gen_length, block_length, temperature = c.steps, c.gen_length, c.block_length, c.temperature
+    gen_length, block_length, temperature = c.gen_length, c.block_length, c.temperature
     cfg_scale, remasking, logits_eos_inf, confidence_eos_eot_inf = (c.cfg_scale, c.remasking, c.logits_eos_inf,
                                                                     c.confidence_eos_eot_inf)
     num_blocks = c.num_blocks
-    mask_id = base.mask_id_of(model, c)
+    mask_id = mask_id_of(model, c)
     args = {**c.to_dict(), "mask_id": mask_id}
     eos_id, eot_id = getattr(model, "eos_id", None), getattr(model, "eot_id", None)
     if logits_eos_inf and eos_id is None:
@@ -57,20 +59,17 @@ def sample(model, input_ids, config: LLaDAConfig, attention_mask=None, *, trace=
     if confidence_eos_eot_inf and eos_id is None and eot_id is None:
         raise ValueError("confidence_eos_eot_inf=True but the model has neither an EOS nor an EoT id")
     P = torch.as_tensor(input_ids).shape[-1]
-    input_ids, attention_mask = base.check_inputs(input_ids, attention_mask, P + gen_length,
+    input_ids, attention_mask = check_inputs(input_ids, attention_mask, P + gen_length,
                                                   getattr(model, "max_length", None))
-    steps_per_block = steps // num_blocks
+    steps_per_block = c.steps // num_blocks
     device = input_ids.device
     # The official sampler computes in the dtype of the model's logits (CFG, softmax: bfloat16 in a bfloat16
     # model); forward_logits returns them as float32, exactly, and they go back without rounding.
     dtype = getattr(model, "dtype", torch.float32)
     B = input_ids.shape[0]
 
-    hooks, capture = base.setup_hooks(hook, trace, capture, diffusion=True)
-    layout = TraceLayout(causal=base.attention_is_causal(model), prompt_length=P,
+    layout = TraceLayout(causal=attention_is_causal(model), prompt_length=P,
                          block_length=block_length if block_length < gen_length else None)  # one block: None
-    writer = base.open_trace_writer(trace, model, "llada", args, input_ids, capture, P + gen_length, layout=layout)
-    all_hooks = base.Hooks(hooks.hooks + ([writer] if writer is not None else []))
 
     x = torch.full((B, P + gen_length), mask_id, dtype=torch.long, device=device)  # (B, S)
     x[:, :P] = input_ids
@@ -79,26 +78,23 @@ def sample(model, input_ids, config: LLaDAConfig, attention_mask=None, *, trace=
                                                                device=device)], dim=-1)
     real = torch.ones_like(x, dtype=torch.bool) if attention_mask is None else attention_mask.bool()
     prompt_index = x != mask_id  # (B, S) what CFG blanks out (official: every non-mask prompt position)
-    history = []
-    with base.run_context(writer, trace, steps, progress, "llada") as bar:
+    with steps(model, capture, trace, hook, name="llada", args=args, input_ids=input_ids, seq_len=P + gen_length,
+               layout=layout, total=c.steps, progress=progress) as run:
         for b in range(num_blocks):
             start, end = P + b * block_length, P + (b + 1) * block_length
-            schedule = num_transfer_tokens(x[:, start:end] == mask_id, steps_per_block)  # (B, steps_per_block)
+            schedule = spread_masks(x[:, start:end] == mask_id, steps_per_block)  # (B, steps_per_block)
             for i in range(steps_per_block):
-                step = b * steps_per_block + i
                 mask_index = x == mask_id  # (B, S)
-                groups = base.masked_unmasked_groups(mask_index, real) if capture and capture.query_groups else None
-                req = base.build_request(all_hooks.before_step(step, x, mask_index, real), capture, step, real, groups)
-                tokens_in = x.clone()
+                req = run.request(x, mask_index, real, queries=real)
                 if cfg_scale > 0.0:
                     un_x = x.clone()
                     un_x[prompt_index] = mask_id
                     am = None if attention_mask is None else torch.cat([attention_mask, attention_mask])
                     both = model.forward_logits(torch.cat([x, un_x]), attention_mask=am,
-                                                attention=base.repeat_rows(req, 2)).to(dtype)  # (2B, S, V)
+                                                attention=repeat_rows(req, 2)).to(dtype)  # (2B, S, V)
                     cond, un = torch.chunk(both, 2, dim=0)
                     logits = un + (cfg_scale + 1) * (cond - un)
-                    req = base.take_rows(req, B)
+                    req = take_rows(req, B)
                 else:
                     logits = model.forward_logits(x, attention_mask=attention_mask,
                                                   attention=req).to(dtype)  # (B, S, V)
@@ -125,12 +121,6 @@ def sample(model, input_ids, config: LLaDAConfig, attention_mask=None, *, trace=
                     _, idx = torch.topk(confidence[j], k=int(schedule[j, i]))
                     transfer[j, idx] = True
                 x[transfer] = x0[transfer]
-                history.append(x.clone())
-                if all_hooks:
-                    all_hooks.after_step(base.StepEvent(step=step, tokens=tokens_in, is_masked=mask_index,
-                                                        revealed=transfer, logits=logits.float(), attention=req,
-                                                        block=(start, end), attention_mask=real))
-                if bar is not None:
-                    bar.update(1)
-    return base.GenerateOutput(sequences=x, history=history, num_steps=steps,
-                               trace_path=None if writer is None else writer.path)
+                run.step(x, mask_index, logits.float(), transfer, after=x, attention=req, block=(start, end),
+                         attention_mask=real)
+    return run.output(x, num_steps=c.steps)

@@ -28,16 +28,11 @@ from dataclasses import dataclass
 import torch
 import torch.nn.functional as F
 
-from sinklens.samplers import base
+from sinklens.samplers.capture import CaptureOptions
 from sinklens.samplers.llada2.config import LLaDA2Config
+from sinklens.samplers.schedules import spread
+from sinklens.samplers.steps import GenerateOutput, Steps, check_inputs, check_top_k, steps
 from sinklens.trace.layout import TraceLayout
-
-
-def quota_schedule(block_length: int, steps: int) -> list[int]:
-    """Tokens to commit per step when too few pass the threshold: block_length over `steps`
-    steps, the remainder (+1 each) to the earliest."""
-    base_, remainder = divmod(block_length, steps) if steps else (0, 0)
-    return [base_ + (i < remainder) for i in range(steps)]
 
 
 def top_k_logits(logits: torch.Tensor, k: int | None) -> torch.Tensor:
@@ -131,100 +126,78 @@ def window_layout(model, P: int, block_length: int) -> TraceLayout:
 
 
 @dataclass
-class Run:
-    """What both LLaDA2 samplers set up once: the canvas, ids, trace writer and hooks."""
+class Start:
+    """What both LLaDA2 samplers set up before their loop: the canvas, ids and the trace's facts."""
 
     x: torch.Tensor  # (1, T) canvas: prompt + mask tokens up to whole blocks
     P: int  # prompt length
     mask_id: int
     eos_id: int
-    writer: object
-    hooks: base.Hooks  # the user's hooks and the trace writer
-    capture: base.CaptureOptions | None
+    args: dict  # the sampler's settings, as the trace records them
+    input_ids: torch.Tensor  # (1, P) the checked prompt
     layout: TraceLayout  # block-causal from position 0: handed to the hooks with every step (masking reads it)
 
 
-def start_run(model, input_ids, attention_mask, c, name: str, *, trace, hook, capture) -> Run:
-    """Checks (batch 1, no padding, the context), the canvas and the trace writer of a run."""
+def start(model, input_ids, attention_mask, c, name: str) -> Start:
+    """Checks (batch 1, no padding, the context) and the canvas of a run."""
     mask_id, eos_id = special_ids(model, c)
-    base.check_top_k(model, c.top_k if c.temperature > 0 else None)  # greedy never reads top_k, there as here
+    check_top_k(model, c.top_k if c.temperature > 0 else None)  # greedy never reads top_k, there as here
     P = torch.as_tensor(input_ids).shape[-1]
-    input_ids, attention_mask = base.check_inputs(input_ids, attention_mask, P + c.gen_length,
-                                                  getattr(model, "max_length", None))
+    input_ids, attention_mask = check_inputs(input_ids, attention_mask, P + c.gen_length,
+                                             getattr(model, "max_length", None))
     check_batch_one(input_ids, attention_mask, name)
     x = canvas(input_ids, c.gen_length, c.block_length, mask_id)
     args = {**c.to_dict(), "mask_id": mask_id, "eos_id": eos_id}
-    hooks, capture = base.setup_hooks(hook, trace, capture, diffusion=True)
-    layout = window_layout(model, P, c.block_length)
-    writer = base.open_trace_writer(trace, model, name, args, input_ids, capture, x.shape[1], layout=layout)
-    return Run(x, P, mask_id, eos_id, writer, base.Hooks(hooks.hooks + ([writer] if writer is not None else [])),
-               capture, layout)
+    return Start(x, P, mask_id, eos_id, args, input_ids, window_layout(model, P, c.block_length))
 
 
-def window_forward(model, run: Run, win: torch.Tensor, step: int, block_length: int):
-    """One step's forward of the window (1, S): (canvas fed, is_masked (1, S), request, logits (1, S, V))."""
-    masked = win == run.mask_id
-    real = torch.ones_like(masked)
-    groups = base.masked_unmasked_groups(masked, real) if run.capture and run.capture.query_groups else None
-    req = base.build_request(run.hooks.before_step(step, win, masked, real), run.capture, step, None, groups)
-    tokens_in = win.clone()
-    return tokens_in, masked, req, model.family.ops.window_logits(model, win, block_length, attention=req)
+def window_forward(model, run: Steps, win: torch.Tensor, mask_id: int, block_length: int):
+    """One step's forward of the window (1, S): (is_masked (1, S), logits (1, S, V)); every window row
+    is a query."""
+    masked = win == mask_id
+    req = run.request(win, masked, torch.ones_like(masked))
+    return masked, model.family.ops.window_logits(model, win, block_length, attention=req)
 
 
-def after_step(run: Run, step: int, tokens_in, masked, req, logits, revealed, edited=None) -> None:
-    """Hand the step to the hooks; revealed / edited: (bl,) bool over the current (last) block."""
-    if not run.hooks:
-        return
-    bl = revealed.shape[0]
-    end = tokens_in.shape[1]
-    on_canvas = lambda block_flags: torch.cat([torch.zeros(1, end - bl, dtype=torch.bool, device=masked.device),  # noqa: E731
-                                               block_flags[None]], dim=1)
-    run.hooks.after_step(base.StepEvent(step=step, tokens=tokens_in, is_masked=masked, revealed=on_canvas(revealed),
-                                        logits=logits, attention=req, block=(end - bl, end),
-                                        edited=None if edited is None else on_canvas(edited),
-                                        attention_mask=torch.ones_like(masked), layout=run.layout))
+def on_canvas(block_flags: torch.Tensor, end: int) -> torch.Tensor:
+    """(bl,) flags over the current (last) block of the window -> (1, end) over the window."""
+    return F.pad(block_flags[None], (end - block_flags.shape[0], 0), value=False)
 
 
 @torch.no_grad()
 def sample(model, input_ids, config: LLaDA2Config, attention_mask=None, *, trace=None, hook=None,
-           capture: base.CaptureOptions | None = None, progress: bool = False) -> base.GenerateOutput:
+           capture: CaptureOptions | None = None, progress: bool = False) -> GenerateOutput:
     """LLaDA2.0's generate(). `model`: a SinkModel of the llada2 family (its `family.ops.window_logits`).
 
     input_ids (1, P); trace: a path or TraceWriter to record every step; hook: a step hook or a list;
     capture: what to record (default when tracing: received + masked/unmasked split).
     """
     c = config
-    run = start_run(model, input_ids, attention_mask, c, "llada2", trace=trace, hook=hook, capture=capture)
-    x, P, bl = run.x, run.P, c.block_length
-    steps = min(c.steps, c.gen_length // c.minimal_topk)
-    schedule = quota_schedule(bl, steps)
+    r = start(model, input_ids, attention_mask, c, "llada2")
+    x, P, bl = r.x, r.P, c.block_length
+    n_steps = min(c.steps, c.gen_length // c.minimal_topk)
+    schedule = spread(bl, n_steps)  # the quota when too few pass the threshold
     num_blocks = x.shape[1] // bl
-    history, step = [], 0
-    with base.run_context(run.writer, trace, (num_blocks - P // bl) * steps, progress, "llada2") as bar:
+    with steps(model, capture, trace, hook, name="llada2", args=r.args, input_ids=r.input_ids, seq_len=x.shape[1],
+               layout=r.layout, total=(num_blocks - P // bl) * n_steps, progress=progress, layout_to_hooks=True) as run:
         for b in range(P // bl, num_blocks):
             end = (b + 1) * bl
             win = x[:, :end]  # a view: commits land in x
-            for i in range(steps):
-                active = win[0, -bl:] == run.mask_id  # (bl,)
+            for i in range(n_steps):
+                active = win[0, -bl:] == r.mask_id  # (bl,)
                 if not bool(active.any()):
                     break  # the block finished early
-                tokens_in, masked, req, logits = window_forward(model, run, win, step, bl)  # logits (1, end, V)
+                masked, logits = window_forward(model, run, win, r.mask_id, bl)  # logits (1, end, V)
                 x0, x0_p = sample_tokens(logits[:, -bl:], c.temperature, c.top_k, c.top_p)  # (1, bl) each
                 confidence = torch.where(active, x0_p[0], -torch.inf)
                 commit = commit_masked(confidence, active, c.threshold, schedule[i])  # (bl,)
                 win[0, -bl:][commit] = x0[0][commit]
-                history.append(x.clone())
-                after_step(run, step, tokens_in, masked, req, logits, commit)
-                step += 1
-                if bar is not None:
-                    bar.update(1)
-                if c.eos_early_stop and bool((x0[0][commit] == run.eos_id).any()):
-                    eos = (win[0] == run.eos_id).nonzero()  # the first end token of the window, prompt included
-                    if len(eos) and bool((win[0, P:int(eos[0])] != run.mask_id).all()):
-                        out = torch.cat([x[:, :P], x[:, P:int(eos[0]) + 1]], dim=1)
-                        return base.GenerateOutput(sequences=out, history=history, num_steps=step,
-                                                   trace_path=None if run.writer is None else run.writer.path)
-            if bool((x[0, P:end] == run.eos_id).any()):
+                run.step(win, masked, logits, on_canvas(commit, end), after=x, block=(end - bl, end),
+                         attention_mask=torch.ones_like(masked))
+                if c.eos_early_stop and bool((x0[0][commit] == r.eos_id).any()):
+                    eos = (win[0] == r.eos_id).nonzero()  # the first end token of the window, prompt included
+                    if len(eos) and bool((win[0, P:int(eos[0])] != r.mask_id).all()):
+                        return run.output(torch.cat([x[:, :P], x[:, P:int(eos[0]) + 1]], dim=1))
+            if bool((x[0, P:end] == r.eos_id).any()):
                 break  # an end token was generated: no further block
-    return base.GenerateOutput(sequences=official_return(x, P, c.gen_length, run.eos_id), history=history,
-                               num_steps=step, trace_path=None if run.writer is None else run.writer.path)
+    return run.output(official_return(x, P, c.gen_length, r.eos_id))

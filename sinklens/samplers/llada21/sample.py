@@ -29,10 +29,11 @@ from __future__ import annotations
 
 import torch
 
-from sinklens.samplers import base
-from sinklens.samplers.llada2.sample import (after_step, commit_masked, official_return, sample_tokens, start_run,
+from sinklens.samplers.capture import CaptureOptions
+from sinklens.samplers.llada2.sample import (commit_masked, official_return, on_canvas, sample_tokens, start,
                                              window_forward)
 from sinklens.samplers.llada21.config import LLaDA21Config
+from sinklens.samplers.steps import GenerateOutput, steps
 
 
 def edits(x0: torch.Tensor, x0_p: torch.Tensor, old: torch.Tensor, editable: torch.Tensor,
@@ -46,7 +47,7 @@ def edits(x0: torch.Tensor, x0_p: torch.Tensor, old: torch.Tensor, editable: tor
 
 @torch.no_grad()
 def sample(model, input_ids, config: LLaDA21Config, attention_mask=None, *, trace=None, hook=None,
-           capture: base.CaptureOptions | None = None, progress: bool = False) -> base.GenerateOutput:
+           capture: CaptureOptions | None = None, progress: bool = False) -> GenerateOutput:
     """LLaDA2.1's generate(). `model`: a SinkModel of the llada2 family (its `family.ops.window_logits`).
 
     input_ids (1, P); trace: a path or TraceWriter to record every step (with the `edited` column);
@@ -54,24 +55,24 @@ def sample(model, input_ids, config: LLaDA21Config, attention_mask=None, *, trac
     masked/unmasked split).
     """
     c = config
-    run = start_run(model, input_ids, attention_mask, c, "llada21", trace=trace, hook=hook, capture=capture)
-    x, P, bl = run.x, run.P, c.block_length
+    r = start(model, input_ids, attention_mask, c, "llada21")
+    x, P, bl = r.x, r.P, c.block_length
     num_blocks = x.shape[1] // bl
-    history, step = [], 0
-    with base.run_context(run.writer, trace, 0, progress, "llada21") as bar:  # the step count is not known ahead
+    with steps(model, capture, trace, hook, name="llada21", args=r.args, input_ids=r.input_ids, seq_len=x.shape[1],
+               layout=r.layout, total=0, progress=progress, layout_to_hooks=True) as run:  # the step count is not known ahead
         for b in range(P // bl, num_blocks):
-            end, start = (b + 1) * bl, b * bl
+            end, begin = (b + 1) * bl, b * bl
             win = x[:, :end]  # a view: commits land in x
-            is_prompt = torch.arange(start, end, device=x.device) < P  # (bl,) prompt positions of the block
+            is_prompt = torch.arange(begin, end, device=x.device) < P  # (bl,) prompt positions of the block
             post_steps = 0
             while True:
                 old = win[0, -bl:].clone()
-                active = old == run.mask_id  # (bl,)
+                active = old == r.mask_id  # (bl,)
                 if not bool(active.any()):
                     post_steps += 1
                 if post_steps > c.max_post_steps:
                     break
-                tokens_in, masked, req, logits = window_forward(model, run, win, step, bl)  # logits (1, end, V)
+                masked, logits = window_forward(model, run, win, r.mask_id, bl)  # logits (1, end, V)
                 x0, x0_p = sample_tokens(logits[:, -bl:], c.temperature, c.top_k, c.top_p, greedy_on_logits=True)
                 x0, x0_p = x0[0], x0_p[0]  # (bl,)
                 commit = torch.zeros_like(active)
@@ -86,17 +87,12 @@ def sample(model, input_ids, config: LLaDA21Config, attention_mask=None, *, trac
                     raise ValueError(f"llada21: a greedy step changed no token while {int(active.sum())} masks remain "
                                      f"(the official generate() loops forever here): lower threshold or set "
                                      f"num_to_transfer >= 1")
-                history.append(x.clone())
-                after_step(run, step, tokens_in, masked, req, logits, commit, edited=edit)
-                step += 1
-                if bar is not None:
-                    bar.total += 1
-                    bar.update(1)
+                run.step(win, masked, logits, on_canvas(commit, end), after=x, grow=True, block=(end - bl, end),
+                         attention_mask=torch.ones_like(masked), edited=on_canvas(edit, end))
                 if not bool(active.any()) and not bool(edit.any()):
                     break
             if c.eos_early_stop:
                 generated = x[0, P:end]
-                if not bool((generated == run.mask_id).any()) and bool((generated == run.eos_id).any()):
+                if not bool((generated == r.mask_id).any()) and bool((generated == r.eos_id).any()):
                     break
-    return base.GenerateOutput(sequences=official_return(x, P, c.gen_length, run.eos_id), history=history,
-                               num_steps=step, trace_path=None if run.writer is None else run.writer.path)
+    return run.output(official_return(x, P, c.gen_length, r.eos_id))

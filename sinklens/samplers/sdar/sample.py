@@ -48,15 +48,11 @@ import torch
 import torch.nn.functional as F
 
 from sinklens.attention.request import AttentionRequest
-from sinklens.samplers import base
+from sinklens.samplers.capture import CaptureOptions
+from sinklens.samplers.schedules import spread
 from sinklens.samplers.sdar.config import SDARConfig
+from sinklens.samplers.steps import GenerateOutput, check_inputs, check_top_k, mask_id_of, steps
 from sinklens.trace.layout import TraceLayout
-
-
-def quota(block_length: int, steps: int) -> list[int]:
-    """Positions to commit at each step: block_length spread evenly, the remainder to the earliest."""
-    each, rest = divmod(block_length, steps)
-    return [each + (1 if i < rest else 0) for i in range(steps)]
 
 
 def filter_top_k(logits: torch.Tensor, k: int) -> torch.Tensor:
@@ -124,19 +120,19 @@ def stop_ids(config: SDARConfig, model) -> list[int]:
 
 @torch.no_grad()
 def sample(model, input_ids, config: SDARConfig, attention_mask=None, *, trace=None, hook=None,
-           capture: base.CaptureOptions | None = None, progress: bool = False) -> base.GenerateOutput:
+           capture: CaptureOptions | None = None, progress: bool = False) -> GenerateOutput:
     """SDAR generation. input_ids (1, P), no padding."""
     c = config
     ops = model.family.ops
     if ops is None or not hasattr(ops, "forward_block"):
         raise ValueError(f"the sdar sampler needs an SDAR checkpoint, got family {model.family.name!r}")
-    mask_id = base.mask_id_of(model, c)
-    base.check_top_k(model, c.top_k)
-    bl, steps = c.block_length, c.denoising_steps
+    mask_id = mask_id_of(model, c)
+    check_top_k(model, c.top_k)
+    bl, denoising = c.block_length, c.denoising_steps
     P = torch.as_tensor(input_ids).shape[-1]
     num_blocks = -(-(P + c.gen_length) // bl)
     total = num_blocks * bl
-    input_ids, attention_mask = base.check_inputs(input_ids, attention_mask, total, getattr(model, "max_length", None))
+    input_ids, attention_mask = check_inputs(input_ids, attention_mask, total, getattr(model, "max_length", None))
     if input_ids.shape[0] != 1:
         raise ValueError(f"the sdar sampler takes one prompt at a time (batch 1, as the official code), "
                          f"got a batch of {input_ids.shape[0]}")
@@ -147,11 +143,8 @@ def sample(model, input_ids, config: SDARConfig, attention_mask=None, *, trace=N
     args = {**c.to_dict(), "mask_id": mask_id, "stopping_criteria_idx": stops}
     device = model.device
 
-    hooks, capture = base.setup_hooks(hook, trace, capture, diffusion=True)
     layout = TraceLayout(causal=False, prompt_length=P, query_rows="block", attention_block=bl)
     layout = layout.with_model_facts(model.attention_layout)  # the sampler's block wins over the config's
-    writer = base.open_trace_writer(trace, model, "sdar", args, input_ids, capture, total, layout=layout)
-    all_hooks = base.Hooks(hooks.hooks + ([writer] if writer is not None else []))
 
     x = torch.full((1, total), mask_id, dtype=torch.long, device=device)  # (1, S) the canvas
     x[:, :P] = input_ids.to(device)
@@ -159,14 +152,14 @@ def sample(model, input_ids, config: SDARConfig, attention_mask=None, *, trace=N
     prefill_blocks = P // bl
     if prefill_blocks > 0:
         ops.forward_block(model, x[:, :prefill_blocks * bl], 0, cache, store=True, block=bl)
-    n_per_step = quota(bl, steps)
-    history, step = [], 0
-    with base.run_context(writer, trace, (num_blocks - prefill_blocks) * steps, progress, "sdar") as bar:
+    n_per_step = spread(bl, denoising)  # block_length over the steps
+    with steps(model, capture, trace, hook, name="sdar", args=args, input_ids=input_ids, seq_len=total, layout=layout,
+               total=(num_blocks - prefill_blocks) * denoising, progress=progress, layout_to_hooks=True) as run:
         for nb in range(prefill_blocks, num_blocks):
             s, e = nb * bl, (nb + 1) * bl
             cur = x[:, s:e].clone()  # (1, bl) the active block
             req = None
-            for i in range(steps + 1):
+            for i in range(denoising + 1):
                 is_masked = cur == mask_id  # (1, bl)
                 if not bool(is_masked.any()):
                     # store the finished block's K/V (with the last step's blocked keys, if any)
@@ -174,33 +167,23 @@ def sample(model, input_ids, config: SDARConfig, attention_mask=None, *, trace=N
                         blocked=req.blocked, keep_self=req.keep_self)
                     ops.forward_block(model, cur, s, cache, store=True, block=bl, attention=store_req)
                     break
-                if i == steps:
-                    raise ValueError(f"block {nb} still holds [MASK] after {steps} denoising steps (a sampled token "
+                if i == denoising:
+                    raise ValueError(f"block {nb} still holds [MASK] after {denoising} denoising steps (a sampled token "
                                      "was the mask id itself); the official code fails here too")
                 tokens = torch.cat([x[:, :s], cur], dim=1)  # (1, e): the keys of this step
                 masked_all = tokens == mask_id
                 real = torch.ones_like(tokens, dtype=torch.bool)
-                hook_req = all_hooks.before_step(step, tokens, masked_all, real)
-                rows = torch.ones_like(is_masked)  # (1, bl) every block row is a query
-                split = capture is not None and capture.query_groups
-                groups = base.masked_unmasked_groups(is_masked, rows) if split else None
-                req = base.build_request(hook_req, capture, step, rows, groups)
+                # every block row (1, bl) is a query
+                req = run.request(tokens, masked_all, real, queries=torch.ones_like(is_masked), queries_masked=is_masked)
                 logits = ops.forward_block(model, cur, s, cache, store=False, block=bl, attention=req)  # (1, bl, V)
                 x0, prob = draw(logits, c.temperature, c.top_k, c.top_p)
                 transfer = choose(c.remasking_strategy, is_masked, prob, n_per_step[i], c.confidence_threshold)
                 cur[transfer] = x0[transfer]
-                if all_hooks:
-                    all_hooks.after_step(base.StepEvent(
-                        step=step, tokens=tokens, is_masked=masked_all, revealed=F.pad(transfer, (s, 0), value=False),
-                        logits=logits, attention=req, block=(s, e), attention_mask=real,
-                        query_positions=[torch.arange(s, e)], layout=layout))
-                history.append(torch.cat([x[:, :s], cur, x[:, e:]], dim=1))
-                step += 1
-                if bar is not None:
-                    bar.update(1)
+                after = torch.cat([x[:, :s], cur, x[:, e:]], dim=1)
+                run.step(tokens, masked_all, logits, F.pad(transfer, (s, 0), value=False), after=after, block=(s, e),
+                         attention_mask=real, query_positions=[torch.arange(s, e)])
             x[:, s:e] = cur
             if stops and bool(torch.isin(x[:, P:], torch.tensor(stops, device=device)).any()):
                 break
-    return base.GenerateOutput(sequences=x, history=history, num_steps=step,
-                               trace_path=None if writer is None else writer.path)
+    return run.output(x)
 

@@ -1,0 +1,153 @@
+"""Column building for the trace writer: a step's arrays and tensors as numpy, and a group of
+steps' cells as Arrow list columns (one stack and one cast per column where the steps agree in
+shape). No trace semantics here: which columns exist and what they hold is trace/schema.py's.
+"""
+from __future__ import annotations
+
+import sys
+
+import numpy as np
+import pyarrow as pa
+
+
+def _np(x) -> np.ndarray | None:
+    """A numpy view of a tensor / array / list (None passes through)."""
+    if x is None or type(x) is np.ndarray:
+        return x
+    if hasattr(x, "detach"):  # torch.Tensor, without importing torch here
+        if x.is_cpu and not x.requires_grad and str(x.dtype) != "torch.bfloat16":
+            return x.numpy()
+        x = x.detach().to("cpu")
+        if str(x.dtype) == "torch.bfloat16":
+            x = x.float()
+        x = x.numpy()
+    return np.asarray(x)
+
+
+def _batched(x, ndim: int) -> np.ndarray | None:
+    """Add the batch axis when a single row (ndim - 1 dims) was given."""
+    x = _np(x)
+    if x is not None and x.ndim == ndim - 1:
+        x = x[None]
+    if x is not None and x.ndim != ndim:
+        raise ValueError(f"expected an array with {ndim} dims (batch first) or {ndim - 1}, got shape {x.shape}")
+    return x
+
+
+def _own(x):
+    """A copy of an array, or of each array of a list (None passes through)."""
+    if x is None:
+        return None
+    if isinstance(x, list):
+        return [_own(a) for a in x]
+    return np.array(x, copy=True)
+
+
+def _held(x, copy: bool = False):
+    """A sampler's tensor kept until its group is written, on the CPU: one on an accelerator is
+    copied now (its device memory is not held); a CPU tensor is kept as it is, or copied with `copy`
+    (a canvas the sampler may change in place after the step). None passes through."""
+    if x is None or not hasattr(x, "detach"):
+        return np.array(x, copy=True) if copy and x is not None else x
+    if not x.is_cpu:
+        return x.to("cpu")
+    return x.clone() if copy else x
+
+
+def _batch_first(x: np.ndarray, layer_axis: int, lead: int = 0) -> np.ndarray:
+    """A view of a capture held layer first ([T,] L, B, ...) with its layer axis moved `layer_axis`
+    places on (1: (B, L, ...); 2: groups (L, B, G, ...) -> (B, G, L, ...)); `lead`: leading axes (steps)."""
+    if layer_axis == 1:
+        return x.swapaxes(lead, lead + 1)
+    return np.moveaxis(x, lead, lead + layer_axis)
+
+
+def _stack(xs: list) -> np.ndarray | None:
+    """One (T, ...) numpy array of T arrays or tensors of one shape (None where the shapes differ): a
+    sampler's tensors in one torch.stack and one conversion (torch is loaded where there are tensors)."""
+    torch = sys.modules.get("torch")
+    if torch is not None and all(isinstance(x, torch.Tensor) for x in xs):
+        return _np(torch.stack(xs)) if len({x.shape for x in xs}) == 1 else None
+    arrays = [_np(x) for x in xs]
+    return np.stack(arrays) if len({a.shape for a in arrays}) == 1 else None
+
+
+def _is_sum_of(received: np.ndarray, groups: np.ndarray) -> bool:
+    """True when received (B, L, H, S) is the sum of groups (B, G, L, H, S) up to float32 rounding
+    (every counted query row in exactly one group: the masked / unmasked split)."""
+    total = groups.astype(np.float32).sum(axis=1)
+    if total.shape != received.shape:
+        return False
+    # np.allclose's own test, without its per-call overhead (a tenth of a tiny model's step);
+    # np.allclose itself decides only what this cannot (inf, nan)
+    if bool((np.abs(total - received) <= 1e-5 + 1e-4 * np.abs(received)).all()):
+        return True
+    return bool(np.allclose(total, received, rtol=1e-4, atol=1e-5))
+
+
+def _list_column(rows: list[np.ndarray | None], value_type: pa.DataType) -> pa.Array:
+    """A list<value_type> column from one flat numpy array per row (None = null row)."""
+    if all(r is None for r in rows):
+        return pa.nulls(len(rows), pa.list_(value_type))
+    lengths = [0 if r is None else r.size for r in rows]
+    offsets = np.zeros(len(rows) + 1, dtype=np.int32)
+    np.cumsum(lengths, out=offsets[1:])
+    flat = [r.reshape(-1) for r in rows if r is not None]
+    values = np.concatenate(flat) if flat else np.zeros(0)
+    values = _as(values, _NUMPY[value_type])
+    mask = pa.array([r is None for r in rows]) if any(r is None for r in rows) else None
+    return pa.ListArray.from_arrays(pa.array(offsets), pa.array(values, type=value_type), mask=mask)
+
+
+_NUMPY = {pa.float16(): np.float16, pa.float32(): np.float32, pa.int32(): np.int32, pa.bool_(): np.bool_}
+
+
+def _as(values: np.ndarray, dtype) -> np.ndarray:
+    """values (flat) as `dtype`. float32 -> float16 goes through torch where a sampler has loaded it:
+    numpy's cast costs ~2 ns a value and ~100 ns for one below float16's normal range (9 % of the tiny
+    twins' group sums: 10 ns a value on average), torch's ~0.1 ns. The bits are the same for every
+    float32 but signalling NaNs (NaN either way; checked over all 2^32 patterns)."""
+    torch = sys.modules.get("torch")
+    if dtype is np.float16 and values.dtype == np.float32 and torch is not None:
+        return torch.from_numpy(np.ascontiguousarray(values)).half().numpy()
+    return values.astype(dtype, copy=False)
+
+
+def _sums_of_groups(received: np.ndarray, groups: np.ndarray) -> np.ndarray:
+    """(T,) bool: `_is_sum_of` for each step of received (T, B, L, H, S) and groups (T, B, G, L, H, S),
+    in one test."""
+    total = groups.astype(np.float32, copy=False).sum(axis=2)
+    if total.shape != received.shape:
+        return np.zeros(len(received), dtype=bool)
+    ok = (np.abs(total - received) <= 1e-5 + 1e-4 * np.abs(received)).reshape(len(received), -1).all(axis=1)
+    for t in np.flatnonzero(~ok):  # what the fast test refuses gets `_is_sum_of`'s own answer (inf, nan)
+        ok[t] = _is_sum_of(received[t], groups[t])
+    return ok
+
+
+def _column(parts, rows: list[int], value_type: pa.DataType) -> pa.Array:
+    """A list<value_type> column of a group, one cell per (step, row). parts: one (T, B, ...) array
+    (a diffusion run's steps have one shape: one cast for the group), or per step a (B, ...) array
+    (a cell per row, flat row-major), a list of its rows (None: a null cell) or None (null cells)."""
+    if type(parts) is np.ndarray:
+        values = parts.reshape(-1)
+        offsets = np.arange(sum(rows) + 1, dtype=np.int32) * (values.size // sum(rows))
+        return pa.ListArray.from_arrays(pa.array(offsets), pa.array(_as(values, _NUMPY[value_type]), type=value_type))
+    if all(p is None for p in parts):
+        return pa.nulls(sum(rows), pa.list_(value_type))
+    cells = []
+    for p, b in zip(parts, rows):
+        cells.extend([None] * b if p is None else p)
+    return _list_column(cells, value_type)
+
+
+def _real_positions(masks) -> pa.Array:
+    """The query_positions column where no step names them: each row's real positions (its
+    attention mask's). masks: (T, B, S) in one pass, or per step (B, S)."""
+    if type(masks) is not np.ndarray:
+        return _list_column([np.flatnonzero(row) for m in masks for row in m], pa.int32())
+    real = masks.reshape(-1, masks.shape[-1])  # (T * B, S)
+    row, position = np.nonzero(real)
+    offsets = np.zeros(len(real) + 1, dtype=np.int32)
+    np.cumsum(np.bincount(row, minlength=len(real)), out=offsets[1:])
+    return pa.ListArray.from_arrays(pa.array(offsets), pa.array(position.astype(np.int32), type=pa.int32()))

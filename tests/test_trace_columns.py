@@ -1,0 +1,151 @@
+"""Trace columns as data, and the commit-probability readout (the paper's §5.2 hypothesis).
+
+A new core column is one declaration: a test-only writer subclass adds two columns (one per
+position, one per layer and head); they are written from `write_step` keywords and from a step
+event's field, validated against the step's shapes, and read back by `Trace.column` and
+`read_back` with no other edit. The §5.2 readout is checked on a planted case with a real model:
+the shipped tiny DLM answers an addition; blocking the keys of the operands (every layer and head),
+which the answer's digits depend on, must lower the probability of the committed answer digits and
+defer some of the unmasked run's commits.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+import pytest
+import torch
+
+import sinklens
+from sinklens.attention.request import AttentionRequest
+from sinklens.columns import Column
+from sinklens.samplers.hooks import StepEvent
+from sinklens.trace.commits import CommitRecorder, Commits, deferrals
+from sinklens.trace.writer import TraceWriter, event_arrays, read_back
+
+L, H, S = 2, 3, 6
+SCORE = Column("score", "S", "float32", "a test-only value per position")
+HEAT = Column("heat", "LH", "float32", "a test-only value per layer and head")
+
+
+class WiderWriter(TraceWriter):
+    columns = TraceWriter.columns + (SCORE, HEAT)
+
+
+@dataclass
+class WiderEvent(StepEvent):
+    score: torch.Tensor | None = None  # (B, S)
+
+
+def _step(t: int):
+    rng = np.random.default_rng(t)
+    return dict(tokens=np.arange(S) + t, received=rng.random((1, L, H, S), dtype=np.float32),
+                score=np.linspace(0, 1, S, dtype=np.float32) + t, heat=rng.random((1, L, H), dtype=np.float32))
+
+
+def test_a_new_column_is_one_declaration(tmp_path):
+    path = tmp_path / "wide.arrow"
+    steps = [_step(t) for t in range(3)]
+    with WiderWriter(path, {"family": "test"}) as w:
+        for t, arrays in enumerate(steps):
+            w.write_step(t, **arrays)
+        # the same column from a sampler's step event (a field of its name)
+        w.after_step(WiderEvent(step=3, tokens=torch.arange(S)[None], is_masked=torch.zeros(1, S, dtype=torch.bool),
+                                revealed=torch.zeros(1, S, dtype=torch.bool), logits=torch.zeros(1, S, 4),
+                                attention=None, score=torch.full((1, S), 7.0)))
+    t = sinklens.open_trace(path)
+    assert t.schema.field("score").metadata[b"shape"] == b"S"
+    for step, arrays in enumerate(steps):
+        np.testing.assert_array_equal(t.column("score", step), arrays["score"])
+        np.testing.assert_array_equal(t.column("heat", step), arrays["heat"][0])       # (L, H) as declared
+        back = read_back(arrays, "float16", columns=WiderWriter.columns)
+        np.testing.assert_array_equal(back["score"], t.column("score", step))
+        np.testing.assert_array_equal(back["heat"], t.column("heat", step))
+        np.testing.assert_array_equal(back["received"], t.received(step))
+    np.testing.assert_array_equal(t.column("score", 3), np.full(S, 7.0, np.float32))
+    assert t.column("heat", 3) is None                                                  # not given: a null cell
+    assert event_arrays(WiderEvent(step=0, tokens=None, is_masked=None, revealed=None, logits=None, attention=None,
+                                   score=5), WiderWriter.columns)["score"] == 5
+    # a plain writer has no such column and says which ones it has
+    with TraceWriter(tmp_path / "plain.arrow") as w, pytest.raises(TypeError, match="unknown column.*score"):
+        w.write_step(0, **steps[0])
+
+
+def test_a_declared_column_is_checked_against_the_steps_shapes(tmp_path):
+    with WiderWriter(tmp_path / "w.arrow") as w:
+        bad = dict(_step(0), heat=np.zeros((1, L, H + 1), np.float32))
+        with pytest.raises(ValueError, match=r"heat must have shape \(B, L, H\) = \(1, 2, 3\)"):
+            w.write_step(0, **bad)
+        with pytest.raises(ValueError, match=r"score must have shape \(B, S\) = \(1, 6\)"):
+            w.write_step(0, **dict(_step(0), score=np.zeros(S + 1, np.float32)))
+        w.write_step(0, **_step(0))
+        with pytest.raises(ValueError, match="received must have shape"):  # L and H are the trace's from now on
+            w.write_step(1, **dict(_step(1), received=np.zeros((1, L + 1, H, S), np.float32)))
+
+
+def test_commit_probabilities_and_deferrals_by_hand():
+    from sinklens.samplers.steps import commit_probabilities
+
+    logits = torch.log(torch.tensor([[[0.7, 0.2, 0.1], [0.1, 0.6, 0.3], [0.5, 0.25, 0.25]]]))  # (1, 3 rows, V=3)
+    revealed = torch.tensor([[False, True, True, False]])                                    # positions 1, 2
+    chosen = torch.tensor([[0, 2, 1, 0]])
+    # rows are positions 1..3 (query_positions start at 1): position 1 -> row 0, position 2 -> row 1
+    p = commit_probabilities(logits, revealed, chosen, query_positions=[torch.arange(1, 4)])
+    np.testing.assert_allclose(p[0, 1:3].numpy(), [0.1, 0.6], rtol=1e-6)
+    assert torch.isnan(p[0, [0, 3]]).all()
+    assert commit_probabilities(logits, torch.zeros(1, 4, dtype=torch.bool), chosen) is None
+
+    a, b = Commits.empty(5), Commits.empty(5)
+    for step, rev in enumerate([[0, 0, 1, 1, 0], [0, 0, 0, 0, 1]]):
+        a.add(step, np.array(rev, bool), np.full(5, 0.9))
+    for step, rev in enumerate([[0, 0, 1, 0, 1], [0, 0, 0, 0, 0], [0, 0, 0, 1, 0]]):
+        b.add(step, np.array(rev, bool), np.full(5, 0.5))
+    d = deferrals(a, b)
+    assert (d.commits, d.deferred, d.advanced, d.same) == (3, 1, 1, 1)  # 3 later, 4 earlier, 2 the same
+    assert d.per_step == {0: (2, 1), 1: (1, 0)} and (d.prob_unmasked, d.prob_masked) == pytest.approx((0.9, 0.5))
+
+
+class BlockKeys:
+    """A step hook that blocks the same keys in every layer and head (a planted mask)."""
+
+    def __init__(self, positions, num_layers, num_heads):
+        self.positions, self.shape = list(positions), (num_layers, num_heads)
+
+    def before_step(self, step, tokens, is_masked):
+        blocked = torch.zeros(self.shape[0], tokens.shape[0], self.shape[1], tokens.shape[1], dtype=torch.bool)
+        blocked[..., self.positions] = True
+        return AttentionRequest(blocked=blocked)
+
+
+def test_masking_the_keys_an_answer_depends_on_lowers_its_commit_probability_and_defers_it(tmp_path):
+    """Planted: the tiny DLM answers "Max has 29 cards. He finds 22 more. ..." with "29+22=51. #### 51":
+    it copies the operands from the prompt. Blocking every prompt key that holds a digit (every layer
+    and head) takes away what the copied digits depend on: their commit probability drops (each is
+    1.000 unmasked) and the masked run commits some of them later than the unmasked run does."""
+    from sinklens.experiments.twins import LOAD, dlm_sampler, heldout_prompt
+
+    m = sinklens.load("tiny-dlm", **LOAD)
+    ids = torch.tensor([m.apply_chat_template(heldout_prompt(0))])
+    P = ids.shape[1]
+    digits = [i for i, t in enumerate(m.tokenizer.convert_ids_to_tokens(ids[0].tolist())) if any(c.isdigit() for c in t)]
+    assert len(digits) == 4, "the prompt holds two two-digit operands"
+    plain = m.generate(ids, trace=str(tmp_path / "plain.arrow"), **dlm_sampler())
+    recorder = CommitRecorder()
+    m.generate(ids, trace=str(tmp_path / "masked.arrow"), **dlm_sampler(),
+               hook=[BlockKeys(digits, m.num_layers, m.num_heads), recorder])
+    a = Commits.from_trace(sinklens.open_trace(tmp_path / "plain.arrow"))
+    b = Commits.from_trace(sinklens.open_trace(tmp_path / "masked.arrow"))
+    np.testing.assert_array_equal(b.step, recorder.rows[0].step)          # a hook gets what the trace holds
+    np.testing.assert_array_equal(b.prob, recorder.rows[0].prob)
+    committed = a.step >= 0
+    assert committed.sum() == plain.sequences.shape[1] - P                # one commit per generated position
+    assert ((a.prob[committed] > 0) & (a.prob[committed] <= 1)).all()
+    answer = m.tokenizer.convert_ids_to_tokens(plain.sequences[0, P:].tolist())
+    assert "".join(answer).startswith("29+22="), answer                  # the case as planted
+    copied = np.array([P + j for j, t in enumerate(answer[:answer.index("=")]) if t.isdigit()])  # 29, 22
+    assert len(copied) == 4 and (a.prob[copied] > 0.99).all()
+    assert b.prob[copied].mean() < a.prob[copied].mean() - 0.05 and b.prob[copied].min() < 0.9
+    copied_only = Commits(np.where(np.isin(np.arange(len(a.step)), copied), a.step, -1), a.prob)
+    d = deferrals(copied_only, b)
+    assert d.commits == 4 and d.deferred >= 1 and d.prob_masked < d.prob_unmasked
+    assert deferrals(a, a).deferred == 0 and deferrals(a, b).deferred >= d.deferred
