@@ -27,8 +27,8 @@ from sinklens.analysis.accumulate import Accumulator, Step, rounded
 from sinklens.analysis.k_sigma import KSigma
 from sinklens.analysis.readouts import READOUT_ACCUMULATORS
 from sinklens.analysis.learned_sink import LearnedSink, learned_sink_line
-from sinklens.analysis.dynamics import (DriftEvent, SinkTrack, SplitEvent, drift_events, drift_summary, head_class,
-                                        largest_sink_changes, largest_sink_moves, track_sinks)
+from sinklens.analysis.dynamics import (DriftEvent, SinkTrack, SplitEvent, drift_events, drift_line, drift_summary,
+                                        head_class, largest_sink_changes, largest_sink_moves, track_sinks)
 from sinklens.analysis.sinks import EpsSweep, EpsSweepAccumulator
 from sinklens.analysis.source import Source, as_source
 from sinklens.analysis.step_stats import (HIST_EDGES, QUANTILES, Eq3Sinks, MarginDistribution,  # noqa: F401
@@ -241,7 +241,7 @@ class Analysis:
                 ("strongest-sink head", f"layer {l}, head {h}"),
                 ("sink tracks", kv(d["track_kinds"])),
                 ("head classes", kv(d["head_classes"])),
-                ("drift (positions)", kv(d["drift"])),
+                ("drift", drift_line(d["drift"])),
                 ("masked / unmasked splits", f"{d['masked_unmasked_splits']['count']} (step, layer, head)")]
         if d["learned_sink"] is not None:
             rows.append(("learned sink", learned_sink_line(d["learned_sink"])))

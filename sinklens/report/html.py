@@ -50,12 +50,6 @@ def quantise(x: np.ndarray, xmax: float) -> np.ndarray:
     return np.round(255 * np.log1p(x / x0) / math.log1p(LOG_RANGE)).astype(np.uint8)
 
 
-def dequantise(q: np.ndarray, xmax: float) -> np.ndarray:
-    """Inverse of `quantise` (what the page computes)."""
-    x0 = xmax / LOG_RANGE
-    return x0 * np.expm1(np.asarray(q, dtype=np.float64) / 255 * math.log1p(LOG_RANGE))
-
-
 def _b64(a: np.ndarray) -> str:
     return base64.b64encode(np.ascontiguousarray(a).tobytes()).decode("ascii")
 

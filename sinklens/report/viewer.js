@@ -45,7 +45,7 @@
     if (parent) parent.appendChild(e);
     return e;
   }
-  // log-quantised byte -> value (html.py `dequantise`): x0 = xmax / range
+  // log-quantised byte -> value, the inverse of html.py `quantise`: x0 = xmax / range
   function dequant(q, xmax, range) { return xmax / range * Math.expm1(q / 255 * Math.log1p(range)); }
 
   class TraceData {
@@ -157,18 +157,17 @@
       this.slider = el("input", { type: "range", min: 0, max: data.T - 1, value: 0, step: 1, class: "sl-step",
                                   "aria-label": "step" }, c);
       this.stepLabel = el("span", { class: "sl-steplabel" }, c);
-      el("label", {}, c, " layer ");
-      this.layerSel = el("select", { class: "sl-layer" }, c);
+      // the pickers on a row of their own, each label with its select (they wrap as pairs, never apart)
+      const pk = el("div", { class: "sl-controls sl-pickers" }, box);
+      this.layerSel = el("select", { class: "sl-layer" }, el("label", { class: "sl-pick" }, pk, "layer "));
       for (let l = 0; l < data.L; l++) el("option", { value: l }, this.layerSel, String(l));
       this.layerSel.value = this.l;
-      el("label", {}, c, " head ");
-      this.headSel = el("select", { class: "sl-head" }, c);
+      this.headSel = el("select", { class: "sl-head" }, el("label", { class: "sl-pick" }, pk, "head "));
       el("option", { value: -1 }, this.headSel, "mean over heads");
       for (let h = 0; h < data.H; h++) el("option", { value: h }, this.headSel, String(h));
       this.headSel.value = this.h;
       if (alts.length > 1) {
-        el("label", {}, c, " units ");
-        this.unitsSel = el("select", { class: "sl-units" }, c);
+        this.unitsSel = el("select", { class: "sl-units" }, el("label", { class: "sl-pick" }, pk, "units "));
         alts.forEach((a, i) => el("option", { value: i }, this.unitsSel, a.units));
         this.unitsSel.addEventListener("change", () => this.setUnits(+this.unitsSel.value));
       }
