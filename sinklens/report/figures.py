@@ -292,6 +292,7 @@ def score_distribution(a: Analysis) -> Figure:
     top = float(np.nanmax(a.margin_quantiles)) if np.isfinite(a.margin_quantiles).any() else hi
     ax.set_ylim(lo, max(hi, a.config.sink_eps * 2, top * 1.5))    # the max line stays inside the axes
     ax.set_xlabel(_step_label(a))
+    integer_ticks(ax, "x")
     ax.set_ylabel(f"Eq. 3 margin: score_j − mean of the others\n[units={a.units}]")
     low = 100 * frac[:, 0]
     share = f"{low.min():.0f}–{low.max():.0f} %" if np.ptp(low) >= 0.5 else f"{low.mean():.0f} %"
@@ -423,6 +424,7 @@ def sink_positions(a: Analysis, heads=None, *, show_frontier: bool = True) -> Fi
         handles.append(line)
     ax.set_xlabel(_step_label(a))
     ax.set_xlim(-0.5, a.num_steps - 0.5)              # every step, even when only some have a sink
+    integer_ticks(ax, "x")
     ax.set_ylabel("position of the largest sink and its token")
     ax.set_ylim(S - 0.5, -0.5)                        # position 0 on top, as on Fig. 1's rows of tokens
     _token_axis(ax, a, "y")

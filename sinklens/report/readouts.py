@@ -145,10 +145,10 @@ def _massive(series) -> Figure:
             for l in range(ratio.shape[1]):
                 ax0.plot(ratio[:, l], color=c, ls=ls, alpha=0.3 + 0.7 * l / max(ratio.shape[1] - 1, 1),
                          label=label if l == 0 else None)
-            ax0.set(xlabel="step index", title="massive activations (one line per layer, darker = deeper)")
+            ax0.set(xlabel="step index", title="massive activations\n(one line per layer, darker = deeper)")
         else:
             ax0.plot(ratio, color=c, ls=ls, marker="o", label=label)
-            ax0.set(xlabel="layer", title="massive activations (mean over prompts × steps)")
+            ax0.set(xlabel="layer", title="massive activations\n(mean over prompts × steps)")
         ax1.plot(sink_norm, color=c, ls=ls, marker="o", label=label)
     ax0.set(ylabel="largest |h_c| / median position's", yscale="log")
     ax1.axhline(1.0, color="k", lw=0.5)

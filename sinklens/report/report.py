@@ -244,7 +244,7 @@ def build_report(traces, out: str | os.PathLike, *, labels: list[str] | None = N
         folder = out if len(traces) == 1 else out / _safe_name(label, k, folders)
         rep = TraceReport(label, folder, analyses)
         page_figs.append(_trace_report(rep, opts, control, log))
-        for name, why in {**rep.skipped, **rep.not_available}.items():
+        for name, why in rep.not_available.items():    # (the skipped ones the CLI prints anyway)
             log(f"{label}: {name} not drawn: {why}")
         reps.append(rep)
 
