@@ -133,29 +133,29 @@ def _value_norms(series, units: str) -> Figure:
 
 
 def massive(a: Analysis, control: Analysis | None = None) -> Figure:
-    return _massive([(label, c, ls, ma.ratio, nanmean(ma.sink_norm_ratio, axis=0))
+    return _massive([(label, c, ls, nanmean(ma.ratio, axis=0), nanmean(ma.ratio_all, axis=0),
+                      nanmean(ma.sink_norm_ratio, axis=0))
                      for label, ma, c, ls in _pairs(a, control, "massive_activations", "hidden_norms")])
 
 
 def _massive(series) -> Figure:
-    """series: [(label, colour, style, (T, L) ratio per step, or (L,) its mean over steps, (L,) sink norm ratio)]."""
+    """series: [(label, colour, style, (L,) largest |h_c| / the median position's largest, (L,) / the
+    median |h_c| of all activations (Sun et al. 2024; NaN: not recorded), (L,) sink norm ratio)],
+    each a mean over steps (and prompts)."""
     fig, (ax0, ax1) = _fig(2)
-    for label, c, ls, ratio, sink_norm in series:
-        if ratio.ndim == 2:
-            for l in range(ratio.shape[1]):
-                ax0.plot(ratio[:, l], color=c, ls=ls, alpha=0.3 + 0.7 * l / max(ratio.shape[1] - 1, 1),
-                         label=label if l == 0 else None)
-            ax0.set(xlabel="step index", title="massive activations\n(one line per layer, darker = deeper)")
-        else:
-            ax0.plot(ratio, color=c, ls=ls, marker="o", label=label)
-            ax0.set(xlabel="layer", title="massive activations\n(mean over prompts × steps)")
+    for label, c, ls, ratio, ratio_all, sink_norm in series:
+        ax0.plot(ratio, color=c, ls=ls, marker="o", label=f"{label}: ÷ median position's largest |h_c|")
+        if np.isfinite(ratio_all).any():
+            ax0.plot(ratio_all, color=c, ls=ls, marker="s", mfc="none", alpha=0.7,
+                     label=f"{label}: ÷ median |h_c| of all (Sun et al.)")
         ax1.plot(sink_norm, color=c, ls=ls, marker="o", label=label)
-    ax0.set(ylabel="largest |h_c| / median position's", yscale="log")
+    ax0.set(xlabel="layer", ylabel="largest |h_c| / median", yscale="log",
+            title="massive activations (mean over steps)")
     ax1.axhline(1.0, color="k", lw=0.5)
     ax1.set(xlabel="layer", ylabel="||h|| at the strongest sink / median ||h||", title="residual norm at sinks")
     integer_ticks(ax0, "x")
     integer_ticks(ax1, "x")
-    ax0.legend(fontsize=7)
+    ax0.legend(fontsize=6)
     return fig
 
 
@@ -283,8 +283,9 @@ def value_norm_ratio(t: dict) -> np.ndarray:
 def corpus_massive(runs: list[tuple[str, dict]], units: str) -> Figure:
     for _, t in runs:
         _corpus_needs(t, ("ratio", "sink_norm_ratio"), "hidden_norms")
-    return _massive([(label, c, ls, _mean(t["ratio"]["sum"], t["ratio"]["n"]),
-                      _mean(t["sink_norm_ratio"]["sum"], t["sink_norm_ratio"]["n"])) for label, t, c, ls in _styled(runs)])
+    mean = lambda t, k: _mean(t[k]["sum"], t[k]["n"]) if k in t else np.full(np.shape(t["ratio"]["sum"]), np.nan)  # noqa: E731
+    return _massive([(label, c, ls, mean(t, "ratio"), mean(t, "ratio_all"), mean(t, "sink_norm_ratio"))
+                     for label, t, c, ls in _styled(runs)])
 
 
 def corpus_diagonal_heads(runs: list[tuple[str, dict]], units: str) -> Figure:

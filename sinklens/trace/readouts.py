@@ -68,7 +68,9 @@ COLUMNS: dict[str, tuple[Column, ...]] = {
     "distance": (Column("distance", "LHS", "received", "sum of A[i, j] over summed rows i and keys |i - j| = d"),),
     "hidden_norms": (Column("hidden_norm", "LS", "float32", "||h_l,i||_2 of layer l's output at position i"),
                      Column("hidden_top_channels", "LSK", "int32", "the largest |h_c| channels, largest first"),
-                     Column("hidden_top_values", "LSK", "float32", "their signed values")),
+                     Column("hidden_top_values", "LSK", "float32", "their signed values"),
+                     Column("hidden_median_abs", "L", "float32", "median |h_c| over every (position, channel) of "
+                                                               "layer l's output (Sun et al. 2024's denominator)")),
     "lens_layers": (Column("lens_positions", "P", "int32", "positions the logit lens read at this step"),
                     Column("lens_tokens", "NPk", "int32", "top tokens per (lens layer, position), N = lens layers"),
                     Column("lens_probs", "NPk", "float32", "their probabilities under the lens' softmax")),
