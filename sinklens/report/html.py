@@ -36,6 +36,7 @@ import numpy as np
 
 from sinklens.analysis.analyze import Analysis
 from sinklens.analysis.blocks import block_dynamics, blocks, edited_sinks
+from sinklens.analysis.sinks import near_threshold
 from sinklens.report.options import PageOptions
 
 HERE = Path(__file__).parent
@@ -79,7 +80,11 @@ def _sink_index(a: Analysis) -> dict:
     order = np.lexsort((s["pos"], key)) if key.size else np.zeros(0, np.int64)
     off = np.zeros(T * L * H + 1, np.int32)
     np.add.at(off, key[order] + 1, 1) if key.size else None
-    return {"off": _b64(np.cumsum(off).astype(np.int32)), "pos": _b64(s["pos"][order].astype(np.int32))}
+    # float16 traces: the sinks whose verdict the storage's rounding could flip, one byte each
+    near = (near_threshold(s["score"], s["margin"], a.config.sink_eps) if a.near_threshold is not None
+            else np.zeros(key.size, bool))
+    return {"off": _b64(np.cumsum(off).astype(np.int32)), "pos": _b64(s["pos"][order].astype(np.int32)),
+            "near": _b64(near[order].astype(np.uint8))}
 
 
 def _header(a: Analysis, steps_with_heads: list[int], stride: int, layers, xmax: float, figures: dict) -> dict:

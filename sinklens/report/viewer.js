@@ -59,6 +59,7 @@
       this.largestMean = typed(h.largest_mean, Int16Array);
       this.sinkOff = typed(h.sinks.off, Int32Array);
       this.sinkPos = typed(h.sinks.pos, Int32Array);
+      this.sinkNear = bytes(h.sinks.near);        // 1: a sink float16 rounding could flip (near ε)
       this.headSet = new Set(h.head_steps);
       this.meanIndex = new Map();
       let i = 0;
@@ -126,6 +127,12 @@
       if (head < 0) { const p = this.largestMean[t * this.L + l]; return p >= 0 ? [p] : []; }
       const key = (t * this.L + l) * this.H + head;
       return Array.from(this.sinkPos.subarray(this.sinkOff[key], this.sinkOff[key + 1]));
+    }
+    nearList(t, l, head) {        // the sinks of sinkList(t, l, head) within float16 rounding of ε
+      if (head < 0) return [];
+      const key = (t * this.L + l) * this.H + head, out = [];
+      for (let i = this.sinkOff[key]; i < this.sinkOff[key + 1]; i++) if (this.sinkNear[i]) out.push(this.sinkPos[i]);
+      return out;
     }
     largestAt(t, l, head) {
       return head < 0 ? this.largestMean[t * this.L + l] : this.largestArr[(t * this.L + l) * this.H + head];
@@ -261,7 +268,7 @@
         el("span", { class: "sl-legend-num", style: "left:" + q + "px" }, bar, fmt(d.lut[q]));
       }
       el("span", {}, lg, "received attention per token, log colour [units=" + d.units + "]; outlined: Eq. 3 sink, " +
-         "thick: largest; dotted underline: masked");
+         "thick: largest; dashed: a sink within float16 rounding of ε; dotted underline: masked");
     }
     summary() {
       const s = this.d.summary, det = this.summaryBox;
@@ -314,6 +321,7 @@
       this.stepLabel.textContent = " step " + d.step_numbers[t] + " (" + (t + 1) + "/" + d.T + ")";
       const v = d.values(t, l, h);
       const sinks = new Set(d.sinkList(t, l, h));
+      const near = new Set(d.nearList(t, l, h));
       const big = d.largestAt(t, l, h);
       const n = d.seq_len[t];
       let note = "";
@@ -337,11 +345,12 @@
           cell.textContent = id === d.mask_id ? "[M]" : showToken(tokText.length > 14 ? tokText.slice(0, 13) + "…" : tokText);
           cell._tok = tokText;
         }
-        cell.className = "sl-tok" + (sinks.has(j) ? " sink" : "") + (j === big ? " largest" : "") + (d.isMasked(t, j) ? " masked" : "") +
+        cell.className = "sl-tok" + (sinks.has(j) ? " sink" : "") + (near.has(j) ? " near" : "") + (j === big ? " largest" : "") + (d.isMasked(t, j) ? " masked" : "") +
           (d.blockStarts.has(j) ? " block-start" : "") + (d.isEdited(t, j) ? " edited" : "");
         cell.title = "position " + j + " · " + JSON.stringify(tokText) + " · score " +
           (v.q ? fmt(d.lut[q]) : "n/a") + " (" + d.units + ")" + (d.isMasked(t, j) ? " · masked" : "") +
-          (d.isEdited(t, j) ? " · edited" : "") + (sinks.has(j) ? " · SINK" : "");
+          (d.isEdited(t, j) ? " · edited" : "") + (sinks.has(j) ? " · SINK" : "") +
+          (near.has(j) ? " (near ε: within float16 rounding, could flip)" : "");
       }
       this.drawChart();
       this.drawMap();
