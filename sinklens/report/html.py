@@ -103,6 +103,8 @@ def _header(a: Analysis, steps_with_heads: list[int], stride: int, layers, xmax:
         "causal": a.source.causal, "mask_id": a.source.mask_id, "T": T, "L": L, "H": H, "S": S,
         "step_numbers": list(map(int, a.step_numbers)), "seq_len": a.seq_len.tolist(),
         "xmax": xmax, "log_range": LOG_RANGE, "chunk_bytes": _chunk_bytes(H, S),
+        # query rows summed at the step of the largest score: at a one-row step every units view agrees
+        "xmax_rows": int(a.n_queries[int(np.nanargmax(np.nanmax(a.top_score, axis=(1, 2))))]) if a.top_score.size else 0,
         "head_steps": steps_with_heads, "head_stride": stride,
         "head_layers": list(range(L)) if layers is None else list(layers),
         "tokens": _b64(a.tokens.astype(np.int32)), "masked": _b64(a.is_masked.astype(np.uint8)),

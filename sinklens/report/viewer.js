@@ -267,7 +267,13 @@
       for (const q of [0, 64, 128, 192, 255]) {
         el("span", { class: "sl-legend-num", style: "left:" + q + "px" }, bar, fmt(d.lut[q]));
       }
-      el("span", {}, lg, "received attention per token, log colour [units=" + d.units + "]; outlined: Eq. 3 sink, " +
+      // an ARM's largest score is often at a decoding step of one query row, where uniform_ratio and the
+      // summed units agree: the same numbers are then right for both views, and said so
+      const same = this.alts.length > 1 && this.alts.every(x => x.xmax === d.xmax) && d.xmax_rows === 1;
+      this.legendSame = same;
+      el("span", {}, lg, "received attention per token, log colour [units=" + d.units + "]" +
+         (same ? " (same scale in every units view: the largest score is at a step of one query row, where " +
+                 this.alts.map(x => x.units).join(" and ") + " agree)" : "") + "; outlined: Eq. 3 sink, " +
          "thick: largest; dashed: a sink within float16 rounding of ε; dotted underline: masked");
     }
     summary() {
