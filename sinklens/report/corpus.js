@@ -5,18 +5,7 @@
 "use strict";
 (function () {
   const RAMP = JSON.parse(document.getElementById("sl-cmap").textContent);   // magma, as the trace page
-  const rgb = (c) => "rgb(" + c[0] + "," + c[1] + "," + c[2] + ")";
-  function el(tag, attrs, parent, text) {
-    const e = document.createElement(tag);
-    for (const k in attrs || {}) e.setAttribute(k, attrs[k]);
-    if (text !== undefined) e.textContent = text;
-    if (parent) parent.appendChild(e);
-    return e;
-  }
-  function fmt(v) {
-    if (v === null || v === undefined || !isFinite(v)) return "—";
-    return Number.isInteger(v) ? String(v) : String(Number(v.toPrecision(3)));
-  }
+  /*__SL_COMMON__*/
 
   class LayerHeadPanel {
     constructor(root) {

@@ -39,7 +39,7 @@ from sinklens.report import corpus_figures as CF
 from sinklens.report.doc import Section, Table, html_sections, markdown
 from sinklens.report.figures import save
 from sinklens.report.folder import check_out_folder
-from sinklens.report.html import HERE, _colormap
+from sinklens.report.html import HERE, colormap, script
 from sinklens.report.readouts import CORPUS_FIGURES, value_norm_ratio
 
 
@@ -357,7 +357,7 @@ def _page(label: str, views: list[str], sections: list[Section], pngs: dict[str,
     """One self-contained page in the trace viewer's style: the sections as cards with HTML tables,
     the figures inlined, a units picker when there are several views."""
     css = (HERE / "viewer.css").read_text(encoding="utf-8")
-    js = (HERE / "corpus.js").read_text(encoding="utf-8")
+    js = script("corpus.js")
     picker = ("<label class='sl-pick'>units <select id='sl-units'>" + "".join(
         f"<option value='{html.escape(u)}'>{html.escape(u)}</option>" for u in views) + "</select></label>"
               if len(views) > 1 else "")
@@ -368,5 +368,5 @@ def _page(label: str, views: list[str], sections: list[Section], pngs: dict[str,
             f"<header><h1>Corpus report: {html.escape(label)}</h1><p class='note'>Self-contained (no network). A corpus "
             "run's totals over every prompt; sinks are the paper's Eq. 3 (score − mean of the other tokens ≥ ε). "
             f"{picker}</p></header>\n<main class='sl-viewers sl-corpus' style='--n:1'>\n{html_sections(sections, pngs)}\n"
-            f"</main><script type='application/json' id='sl-cmap'>{json.dumps(_colormap(), separators=(',', ':'))}"
+            f"</main><script type='application/json' id='sl-cmap'>{json.dumps(colormap(), separators=(',', ':'))}"
             f"</script><script>{js}</script></div></body></html>\n")

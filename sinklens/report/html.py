@@ -51,6 +51,12 @@ def quantise(x: np.ndarray, xmax: float) -> np.ndarray:
     return np.round(255 * np.log1p(x / x0) / math.log1p(LOG_RANGE)).astype(np.uint8)
 
 
+def script(name: str) -> str:
+    """A page script with the helpers both pages share (common.js) inlined at its marker."""
+    common = (HERE / "common.js").read_text(encoding="utf-8")
+    return (HERE / name).read_text(encoding="utf-8").replace("/*__SL_COMMON__*/", common)
+
+
 def _b64(a: np.ndarray) -> str:
     return base64.b64encode(np.ascontiguousarray(a).tobytes()).decode("ascii")
 
@@ -162,7 +168,7 @@ def _groups(analyses) -> list[list[Analysis]]:
     return [list(g) if isinstance(g, (list, tuple)) else [g] for g in analyses]
 
 
-def _colormap() -> list[list[int]]:
+def colormap() -> list[list[int]]:
     """The figures' colormap (magma, Fig. 1 / Fig. 4) as 256 RGB triplets for the page."""
     import matplotlib
 
@@ -207,7 +213,7 @@ def write_fragment(f, analyses, opts: PageOptions, figures: list[dict] | None = 
     _check(analyses, opts)
     P = opts.element_prefix
     groups = _groups(analyses)
-    js = (HERE / "viewer.js").read_text(encoding="utf-8").replace("__SL_PREFIX__", P)
+    js = script("viewer.js").replace("__SL_PREFIX__", P)
     if css is not None:
         f.write(f"<style>{css}</style>\n")
     f.write(f"""<div class="sl-page" id="{P}-page"><header><h1>{html.escape(opts.title)}</h1>
@@ -216,7 +222,7 @@ exact paper Eq. 3 results (score − mean of the other tokens ≥ ε); colours c
 scores (±1.8 % relative). <label><input type="checkbox" id="{P}-link" checked> link steps across traces</label></p>
 </header>
 <main class="sl-viewers" id="{P}-viewers" style="--n:{len(groups)}"></main>
-<script type="application/json" id="{P}-cmap">{json.dumps(_colormap(), separators=(",", ":"))}</script>
+<script type="application/json" id="{P}-cmap">{json.dumps(colormap(), separators=(",", ":"))}</script>
 """)
     k = 0
     for g, group in enumerate(groups):

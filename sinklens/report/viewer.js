@@ -21,13 +21,7 @@
   }
   // the figures' colormap (magma), 256 RGB entries written by html.py
   const RAMP = JSON.parse($("cmap").textContent);
-  function rgb(c) { return "rgb(" + c[0] + "," + c[1] + "," + c[2] + ")"; }
-  function fmt(v) {                   // 3 significant digits; integers as they are
-    if (typeof v !== "number") return String(v);
-    if (!isFinite(v)) return String(v);
-    if (Number.isInteger(v)) return String(v);
-    return String(Number(v.toPrecision(3)));
-  }
+  /*__SL_COMMON__*/
   function niceStride(n, want) {      // 1, 2, 5, 10, 20, 50, ... so that about `want` ticks show
     const raw = Math.max(1, n / Math.max(want, 1));
     const p = Math.pow(10, Math.floor(Math.log10(raw)));
@@ -37,13 +31,6 @@
   function showToken(s) {
     return s.replace(/Ġ/g, "␣").replace(/Ċ/g, "↵").replace(/ĉ/g, "⇥").replace(/▁/g, "␣")
             .replace(/\n/g, "↵").replace(/ /g, "␣") || "∅";
-  }
-  function el(tag, attrs, parent, text) {
-    const e = document.createElement(tag);
-    for (const k in attrs || {}) e.setAttribute(k, attrs[k]);
-    if (text !== undefined) e.textContent = text;
-    if (parent) parent.appendChild(e);
-    return e;
   }
   // log-quantised byte -> value, the inverse of html.py `quantise`: x0 = xmax / range
   function dequant(q, xmax, range) { return xmax / range * Math.expm1(q / 255 * Math.log1p(range)); }
