@@ -208,6 +208,36 @@ def _trace_report(rep: TraceReport, opts: ReportOptions, control: Analysis | Non
     return pngs
 
 
+def _open_trace(tr, label: str, opts: ReportOptions, log) -> list[Analysis]:
+    """One trace read, its flags checked and analysed in every units view it gets."""
+    src = as_source(tr, row=opts.row, label=label)
+    src.label = label
+    _check_options(src, opts)
+    t0 = time.perf_counter()
+    analyses = _views(src, opts)
+    a = analyses[0]
+    log(f"{label}: {a.num_steps} steps × {a.num_layers} layers × {a.num_heads} heads, up to {a.tokens.shape[1]} "
+        f"tokens, {'causal' if src.causal else 'bidirectional'}; analysed in units "
+        f"{', '.join(v.units for v in analyses)} in {time.perf_counter() - t0:.1f} s: {int(a.sink_count.sum())} "
+        f"Eq. 3 sinks (ε = {a.config.sink_eps:g})")
+    return analyses
+
+
+def _write_outputs(report: Report, opts: ReportOptions, page_figs: list[dict[str, bytes]], log) -> None:
+    """The comparison figure, summary.json / .md and the page."""
+    if len(report.traces) > 1 and opts.figures:
+        primaries = [r.analyses[0] for r in report.traces]
+        report.figures["compare_fig10_eps_sweep"] = F.save(F.eps_sweep(primaries), report.out / "compare_fig10_eps_sweep")
+    _write_summary(report, opts)
+    opts.page.progress = opts.page.progress or opts.progress
+    # one column per trace; a causal trace's uniform_ratio view is a units toggle in its column
+    # (report both); the figures go with the trace's first view
+    t0 = time.perf_counter()
+    render_page([r.analyses for r in report.traces], report.html, opts.page, figures=page_figs)
+    log(f"index.html: {report.html.stat().st_size / 1e6:.1f} MB in {time.perf_counter() - t0:.1f} s "
+        f"(--html-max-mb {opts.page.max_mb or 0:g})")
+
+
 def build_report(traces, out: str | os.PathLike, *, labels: list[str] | None = None,
                  options: ReportOptions | None = None) -> Report:
     """Analyse every trace (path, Trace or Source) and write the report into `out`."""
@@ -227,40 +257,19 @@ def build_report(traces, out: str | os.PathLike, *, labels: list[str] | None = N
     notes: list[str] = []
     for k, tr in enumerate(traces):
         label = labels[k] if labels else _label(tr, k, used)
-        src = as_source(tr, row=opts.row, label=label)
-        src.label = label
-        _check_options(src, opts)
-        t0 = time.perf_counter()
-        analyses = _views(src, opts)
-        a = analyses[0]
-        log(f"{label}: {a.num_steps} steps × {a.num_layers} layers × {a.num_heads} heads, up to {a.tokens.shape[1]} "
-            f"tokens, {'causal' if src.causal else 'bidirectional'}; analysed in units "
-            f"{', '.join(v.units for v in analyses)} in {time.perf_counter() - t0:.1f} s: {int(a.sink_count.sum())} "
-            f"Eq. 3 sinks (ε = {a.config.sink_eps:g})")
+        analyses = _open_trace(tr, label, opts, log)
         if control is not None:
-            _check_control(control, a, opts)
-            notes = _control_notes(control, opts.control, a) if k == 0 else notes
+            _check_control(control, analyses[0], opts)
+            notes = _control_notes(control, opts.control, analyses[0]) if k == 0 else notes
         out.mkdir(parents=True, exist_ok=True)     # made once a trace has been read: a bad one leaves no folder
-        folder = out if len(traces) == 1 else out / _safe_name(label, k, folders)
-        rep = TraceReport(label, folder, analyses)
+        rep = TraceReport(label, out if len(traces) == 1 else out / _safe_name(label, k, folders), analyses)
         page_figs.append(_trace_report(rep, opts, control, log))
         for name, why in rep.not_available.items():    # (the skipped ones the CLI prints anyway)
             log(f"{label}: {name} not drawn: {why}")
         reps.append(rep)
-
     report = Report(out=out, traces=reps, html=out / "index.html", summary_json=out / "summary.json",
                     summary_md=out / "summary.md", notes=notes)
-    if len(reps) > 1 and opts.figures:
-        primaries = [r.analyses[0] for r in reps]
-        report.figures["compare_fig10_eps_sweep"] = F.save(F.eps_sweep(primaries), out / "compare_fig10_eps_sweep")
-    _write_summary(report, opts)
-    opts.page.progress = opts.page.progress or opts.progress
-    # one column per trace; a causal trace's uniform_ratio view is a units toggle in its column
-    # (report both); the figures go with the trace's first view
-    t0 = time.perf_counter()
-    render_page([r.analyses for r in reps], report.html, opts.page, figures=page_figs)
-    log(f"index.html: {report.html.stat().st_size / 1e6:.1f} MB in {time.perf_counter() - t0:.1f} s "
-        f"(--html-max-mb {opts.page.max_mb or 0:g})")
+    _write_outputs(report, opts, page_figs, log)
     return report
 
 
