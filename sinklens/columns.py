@@ -68,7 +68,9 @@ READOUTS: tuple[Readout, ...] = (
                                     "largest channels (massive activations)",
             (Column("hidden_norm", "LQ", "float32", "||h_l,i||_2 of layer l's output at position i"),
              Column("hidden_top_channels", "LQK", "int32", "the largest |h_c| channels, largest first"),
-             Column("hidden_top_values", "LQK", "float32", "their signed values"))),
+             Column("hidden_top_values", "LQK", "float32", "their signed values"),
+             Column("hidden_median_abs", "L", "float32", "median |h_c| over every (position, channel) of "
+                                                       "layer l's output (Sun et al. 2024's denominator)"))),
     Readout("lens_layers", "indices", "readout: logit lens at these layers (0-based; the layer's output through the "
                                       "final norm and LM head, its top tokens), at the positions --lens-positions "
                                       "names, else each step's Eq. 3 sink positions",

@@ -310,3 +310,60 @@ def test_page_blocks_and_edits_on_real_traces(browser, tmp_path):
         assert _errors(browser) == []
     finally:
         browser.execute_cdp_cmd("Emulation.clearDeviceMetricsOverride", {})
+
+
+@pytest.mark.parametrize("n", [1, 2, 4])
+def test_layer_and_head_pickers_share_a_row_at_1366(browser, tmp_path, n):
+    """At 1366 px the head picker wrapped under the layer picker; pickers now wrap as pairs, on a
+    row of their own."""
+    srcs = [P.arm_source("arm"), P.source(label="a"), P.source(seed=1, with_maps=False, label="b"),
+            P.source(seed=2, label="c")][:n]
+    rep = build_report(srcs, tmp_path / f"pick{n}", options=QUICK)
+    _at_width(browser, 1366, 768)
+    try:
+        browser.get(rep.html.resolve().as_uri())
+        tops = browser.execute_script("""return window.sinklensViewers.map(v =>
+            [v.layerSel.getBoundingClientRect().top, v.headSel.getBoundingClientRect().top])""")
+        assert len(tops) == n and all(abs(layer - head) < 2 for layer, head in tops), tops
+        _screenshot(browser, tmp_path / f"pickers-{n}-1366.png")
+        assert _errors(browser) == []
+    finally:
+        browser.execute_cdp_cmd("Emulation.clearDeviceMetricsOverride", {})
+
+
+def test_legend_says_when_both_units_views_share_the_scale(browser, tmp_path):
+    """An ARM whose largest score is at a one-row decoding step: uniform_ratio equals the summed
+    units there, so the legend's numbers stay — and the legend says why."""
+    import numpy as np
+
+    from sinklens.analysis import ArraySource
+
+    rng = np.random.default_rng(0)
+    prompt, decode = 12, 6
+    S = prompt + decode
+    received = np.zeros((decode + 1, 1, 2, S), np.float32)
+    tokens = np.full((decode + 1, S), -1)
+    qpos = []
+    for t in range(decode + 1):
+        n = prompt + t
+        rows = rng.dirichlet(np.full(n, 0.3), size=n if t == 0 else 1)
+        if t == 3:
+            rows[:] = 0.01 / (n - 1)
+            rows[:, 0] = 0.99                                     # one row, nearly all on key 0: the largest score
+        received[t, 0, :, :n] = rows.sum(0)
+        tokens[t, :n] = np.arange(n) % 5
+        qpos.append(np.arange(n) if t == 0 else np.array([n - 1]))
+    key_mask = tokens >= 0
+    src = ArraySource(received, np.where(key_mask, tokens, 0), key_mask=key_mask, query_positions=qpos, causal=True,
+                      vocab={i: f"t{i}" for i in range(5)}, prompt_length=prompt, label="arm")
+    rep = build_report([src], tmp_path / "legend", options=QUICK)
+    browser.get(rep.html.resolve().as_uri())
+    nums = lambda: browser.execute_script(                       # noqa: E731
+        "return Array.from(document.querySelectorAll('.sl-legend-num')).map(e => e.textContent)")
+    before = nums()
+    browser.execute_script("""const v = window.sinklensViewers[0]; v.unitsSel.value = 1;
+        v.unitsSel.dispatchEvent(new Event('change'));""")
+    assert nums() == before                                      # right: the two views' scales are the same
+    legend = browser.execute_script("return document.querySelector('.sl-legend').textContent")
+    assert "same scale in every units view" in legend and "units=uniform_ratio" in legend
+    assert _errors(browser) == []

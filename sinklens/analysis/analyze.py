@@ -27,11 +27,11 @@ from sinklens.analysis.accumulate import Accumulator, Step, rounded
 from sinklens.analysis.k_sigma import KSigma
 from sinklens.analysis.readouts import READOUT_ACCUMULATORS
 from sinklens.analysis.learned_sink import LearnedSink, learned_sink_line
-from sinklens.analysis.dynamics import (DriftEvent, SinkTrack, SplitEvent, drift_events, drift_summary, head_class,
-                                        largest_sink_changes, largest_sink_moves, track_sinks)
+from sinklens.analysis.dynamics import (DriftEvent, SinkTrack, SplitEvent, drift_events, drift_line, drift_summary,
+                                        head_class, largest_sink_changes, largest_sink_moves, track_sinks)
 from sinklens.analysis.sinks import EpsSweep, EpsSweepAccumulator
 from sinklens.analysis.source import Source, as_source
-from sinklens.analysis.step_stats import (HIST_EDGES, QUANTILES, Eq3Sinks, MarginDistribution,  # noqa: F401
+from sinklens.analysis.step_stats import (HIST_EDGES, QUANTILES, Eq3Sinks, MarginDistribution, NearThreshold,  # noqa: F401
                                           MeanOverHeads, ScoreDistribution, SinkTokens, Splits, StepArrays, TopKey)
 from sinklens.analysis.tokens import SinkTokenTable
 from sinklens.rule import np_rule
@@ -41,8 +41,8 @@ DEFAULT_EPS_VALUES = np.round(np.arange(0.0, 10.01, 0.25), 2)
 
 # Every per-step analysis, in the order they see each step. A new one: a file + an entry here.
 ACCUMULATORS: list[type[Accumulator]] = [StepArrays, TopKey, Eq3Sinks, MeanOverHeads, ScoreDistribution,
-                                         MarginDistribution, EpsSweepAccumulator, Splits, SinkTokens, LearnedSink,
-                                         KSigma, Absorption, *READOUT_ACCUMULATORS]
+                                         MarginDistribution, NearThreshold, EpsSweepAccumulator, Splits, SinkTokens,
+                                         LearnedSink, KSigma, Absorption, *READOUT_ACCUMULATORS]
 
 
 @dataclass
@@ -97,6 +97,7 @@ class Analysis:
     distance_profile: object | None = None
     logit_lens: list | None = None
     mask_query_ranking: list | None = None
+    near_threshold: object | None = None    # float16 traces: Eq. 3 cells within the storage's rounding of ε
     extra: dict = field(default_factory=dict)              # results of accumulators beyond the built-in ones
     accumulators: list = field(default_factory=list, repr=False)   # their to_dict() parts
     _dict: dict | None = field(default=None, repr=False)   # to_dict() cache (an Analysis is final once built)
@@ -241,7 +242,7 @@ class Analysis:
                 ("strongest-sink head", f"layer {l}, head {h}"),
                 ("sink tracks", kv(d["track_kinds"])),
                 ("head classes", kv(d["head_classes"])),
-                ("drift (positions)", kv(d["drift"])),
+                ("drift", drift_line(d["drift"])),
                 ("masked / unmasked splits", f"{d['masked_unmasked_splits']['count']} (step, layer, head)")]
         if d["learned_sink"] is not None:
             rows.append(("learned sink", learned_sink_line(d["learned_sink"])))
@@ -249,6 +250,11 @@ class Analysis:
         if cats:
             rows.append(("sink tokens by category",
                          ", ".join(f"{k} {_fmt(v['fraction'])} ({v['count']})" for k, v in cats.items())))
+        near = d.get("near_threshold")
+        if near:
+            rows.append(("near ε (float16)", f"{near['cells']} (layer, head, key) cells within float16 rounding of ε, "
+                                             f"{near['sinks']} of them sinks: their verdict could differ with "
+                                             "float32 storage (trace --float32)"))
         rows += [("note", n) for n in d["notes"]]
         return rows
 

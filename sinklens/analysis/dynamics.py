@@ -385,6 +385,22 @@ def drift_summary(events: list[DriftEvent]) -> dict:
     return out
 
 
+def drift_line(d: dict) -> str:
+    """`drift_summary` as one sentence for a reader (the page's Summary, summary.md)."""
+    n = d.get("moves", 0)
+    if not n:
+        return "no move of the largest sink"
+    pct = lambda x: f"{100 * x:.0f} %"   # noqa: E731
+    out = (f"{n} move{'s' if n != 1 else ''} of the largest sink: {pct(d['fraction_leftward'])} leftward, "
+           f"{d['mean_abs_distance_positions']:.3g} positions on average (signed mean "
+           f"{d['mean_distance_positions']:+.3g}); {pct(d['fraction_to_masked_token'])} onto a masked token")
+    if "fraction_to_rightmost_masked" in d:
+        out += f", {pct(d['fraction_to_rightmost_masked'])} onto the rightmost masked one"
+    if "fraction_crossing_block_boundary" in d:
+        out += f"; {pct(d['fraction_crossing_block_boundary'])} cross a block boundary"
+    return out
+
+
 @dataclass
 class SplitEvent:
     """At (step, layer, head) masked and unmasked queries attend to different largest sinks."""

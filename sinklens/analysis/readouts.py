@@ -111,8 +111,10 @@ class SinkVectors(Accumulator):
 
 class MassiveActivations(Accumulator):
     """Per (step, layer): the largest |h_c| over positions, where (position, channel) it sits, its
-    ratio to the median position's largest |h_c|; the residual norm at the step's strongest sink
-    (the key flagged in most heads of the layer) over the median norm."""
+    ratio to the median position's largest |h_c| (`ratio`) and to the median magnitude of all
+    activations (`ratio_all`, Sun et al. 2024's; traces with the hidden_median_abs column); the
+    residual norm at the step's strongest sink (the key flagged in most heads of the layer) over
+    the median norm."""
 
     name = "massive_activations"
     not_streamed = "the largest channel's position and index per step (positions and channel ids do not add)"
@@ -123,6 +125,7 @@ class MassiveActivations(Accumulator):
         self.position = np.full(shape, -1, np.int64)
         self.channel = np.full(shape, -1, np.int64)
         self.ratio = np.full(shape, np.nan)
+        self.ratio_all = np.full(shape, np.nan)      # NaN on traces written before hidden_median_abs
         self.sink_norm_ratio = np.full(shape, np.nan)
         self.seen = False
 
@@ -142,6 +145,8 @@ class MassiveActivations(Accumulator):
         self.channel[step.index] = ch[layers, at, 0]
         with np.errstate(all="ignore"):
             self.ratio[step.index] = top[layers, at] / np.median(top, axis=-1)
+            if "hidden_median_abs" in ro:
+                self.ratio_all[step.index] = top[layers, at] / ro["hidden_median_abs"]
             count = step.flagged.sum(axis=1)[:, first:]                   # (L, R) heads flagging each key
             strongest = count.argmax(-1)
             has = count.max(-1) > 0
@@ -154,7 +159,8 @@ class MassiveActivations(Accumulator):
         """(L,) ratios summed over steps; |largest channel| too (positions and channels do not add)."""
         if not self.seen:
             return {}
-        return {"massive_activations": {"ratio": step_sum(self.ratio), "sink_norm_ratio": step_sum(self.sink_norm_ratio),
+        return {"massive_activations": {"ratio": step_sum(self.ratio), "ratio_all": step_sum(self.ratio_all),
+                                        "sink_norm_ratio": step_sum(self.sink_norm_ratio),
                                         "abs_value": step_sum(np.abs(self.value))}}
 
     def to_dict(self) -> dict:
@@ -162,9 +168,12 @@ class MassiveActivations(Accumulator):
             return {"massive_activations": None}
         return {"massive_activations": {
             "units": "value: the signed largest channel of the layer's output; ratio: its |value| / the median "
-                     "position's largest |h_c|; sink_norm_ratio: ||h|| at the strongest sink / median ||h||",
+                     "position's largest |h_c|; ratio_all: its |value| / the median |h_c| over every (position, "
+                     "channel), Sun et al. 2024's ratio (NaN: the trace predates it); sink_norm_ratio: ||h|| at the "
+                     "strongest sink / median ||h||",
             "value": rounded(self.value), "position": self.position.tolist(), "channel": self.channel.tolist(),
-            "ratio": rounded(self.ratio), "sink_norm_ratio": rounded(self.sink_norm_ratio),
+            "ratio": rounded(self.ratio), "ratio_all": rounded(self.ratio_all),
+            "sink_norm_ratio": rounded(self.sink_norm_ratio),
             "layer_max_ratio": rounded(np.where(np.isfinite(self.ratio), self.ratio, -np.inf).max(axis=0))}}
 
 

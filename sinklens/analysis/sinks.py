@@ -136,3 +136,16 @@ def eps_sweep(scores, eps_values=None, key_mask=None, units: str = DEFAULT_UNITS
     acc = EpsSweepAccumulator(eps_values, units)
     acc.add_margins(sink_margin(scores, key_mask))
     return acc.sweep()
+
+
+FLOAT16_ROUNDING = 2.0 ** -11    # float16 (a trace's default storage) rounds each value by up to this share of it
+
+
+def near_threshold(score: np.ndarray, margin: np.ndarray, eps: float, rel: float = FLOAT16_ROUNDING) -> np.ndarray:
+    """True where Eq. 3's verdict could flip had the scores been stored exactly: the margin lies
+    within the rounding of what it is made of (score_j and the mean of the others, each rounded by
+    up to `rel` of itself; scores ≥ 0, so that is rel · (score_j + mean of the others)).
+    Invisible keys (margin −inf) are never near."""
+    score, margin = np.asarray(score, np.float64), np.asarray(margin, np.float64)
+    with np.errstate(invalid="ignore"):
+        return np.abs(margin - eps) <= rel * (2 * score - margin)

@@ -10,7 +10,7 @@ import numpy as np
 
 from sinklens.analysis.accumulate import Accumulator, CorpusStream, Step, rounded
 from sinklens.analysis.dynamics import split_events
-from sinklens.analysis.sinks import largest_flagged
+from sinklens.analysis.sinks import largest_flagged, near_threshold
 from sinklens.rule import np_rule
 from sinklens.analysis.tokens import counted_token_table, sink_token_table
 
@@ -301,3 +301,41 @@ def token_part(t) -> dict:
                             "token_strings": {str(r.token_id): r.token for r in t.rows},
                             "token_categories": {str(r.token_id): r.category for r in t.rows},
                             "category_counts": {c: v["count"] for c, v in t.categories.items()}}}
+
+
+class NearThreshold(Accumulator):
+    """Eq. 3 cells whose verdict float16 storage could flip (`sinks.near_threshold`): per (step,
+    layer, head) how many (layer, head, key) cells lie within the rounding of ε, and how many of them
+    are flagged. Only for traces stored in float16 (meta received_dtype); None otherwise."""
+
+    name = "near_threshold"
+
+    def __init__(self, source, config):
+        shape = (source.num_steps, source.num_layers, source.num_heads)
+        self.applies = source.meta.get("received_dtype") == "float16"
+        self.eps = config.sink_eps
+        self.cells, self.sinks = np.zeros(shape, np.int32), np.zeros(shape, np.int32)
+
+    def add(self, step: Step) -> None:
+        if self.applies:
+            near = near_threshold(step.scores, step.margin, self.eps)
+            self.cells[step.index] = near.sum(-1)
+            self.sinks[step.index] = (near & step.flagged).sum(-1)
+
+    def result(self) -> dict:
+        return {"near_threshold": self if self.applies else None}
+
+    def corpus(self, num_steps: int) -> dict:
+        if not self.applies:
+            return {}
+        return {"near_threshold": {"cells": self.cells.sum(axis=0).astype(np.int64),
+                                   "sinks": self.sinks.sum(axis=0).astype(np.int64)}}
+
+    def to_dict(self) -> dict:
+        if not self.applies:
+            return {"near_threshold": None}
+        return {"near_threshold": {
+            "units": "(step, layer, head, key) cells whose Eq. 3 margin is within float16 rounding of ε "
+                     "(2^-11 of the scores it is made of): the verdict could differ with float32 storage",
+            "cells": int(self.cells.sum()), "sinks": int(self.sinks.sum()),
+            "per_step": self.cells.sum(axis=(1, 2)).tolist()}}

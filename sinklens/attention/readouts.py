@@ -89,6 +89,9 @@ def readout_hooks(model, req):
                 req.record_readout("hidden_norm", layer, hf.norm(dim=-1), aligned=False)
                 req.record_readout("hidden_top_channels", layer, top.int(), aligned=False)
                 req.record_readout("hidden_top_values", layer, hf.gather(-1, top), aligned=False)
+                # Sun et al. 2024's massive-activation ratio divides by the median magnitude of all
+                # activations: one number per layer (the rows this forward computed)
+                req.record_readout("hidden_median_abs", layer, mag.flatten(1).median(dim=-1).values, aligned=False)
             if layer in lens:
                 req._lens_hidden[layer] = h.detach()
         return hook

@@ -23,30 +23,31 @@ def options(args: argparse.Namespace):
     """ReportOptions from the parsed flags; `progress` comes from --quiet."""
     from sinklens.report.options import PageOptions, ReportOptions
 
+    from sinklens.cli.logs import verbose
+
     page = PageOptions(**flag_values(PageOptions, args, PAGE_PREFIX))
-    return ReportOptions(**flag_values(ReportOptions, args), page=page, progress=args.progress)
+    return ReportOptions(**flag_values(ReportOptions, args), page=page, progress=args.progress, log=verbose)
 
 
 WANTED = "expected a trace .arrow of `sinklens trace`, or the corpus.jsonl of `sinklens trace --prompts`"
 
 
-def check_inputs(paths: list[str]) -> None:
-    """Each input named in one line when it cannot be what `report` reads, before any work."""
+def check_inputs(paths: list[str]) -> list[str]:
+    """The files `report` reads (a corpus run's folder: its corpus.jsonl; a folder of traces: its
+    .arrow files), each input named in one line when it cannot be read, before any work."""
     from sinklens.cli.types import CliError
+    from sinklens.report.folder import expand_inputs
 
     for p in paths:
-        if os.path.isdir(p):
-            inside = os.path.join(p, "corpus.jsonl")
-            hint = f"; its corpus file is {inside}" if os.path.isfile(inside) else ""
-            raise CliError(f"{p!r} is a folder; {WANTED}{hint}")
-        if not os.path.isfile(p):
+        if not os.path.exists(p):
             raise CliError(f"{p!r}: no such file; {WANTED}")
+    return expand_inputs(paths)
 
 
 def run(args: argparse.Namespace) -> int:
     from sinklens.analysis.corpus import is_corpus_file
 
-    check_inputs(args.traces)
+    args.traces = check_inputs(args.traces)
     corpora = [p for p in args.traces if is_corpus_file(p)]
     if args.control is not None and not os.path.isfile(args.control):
         from sinklens.cli.types import CliError
@@ -150,8 +151,8 @@ def register(sub) -> None:
                        description="Analyse saved traces (no model needed): sinks (paper Eq. 3), dynamics, the "
                                    "paper's figures, summary.md/json and one self-contained HTML page. Several "
                                    "traces are compared side by side.")
-    p.add_argument("traces", nargs="+", help="trace files (.arrow) written by the samplers, or one corpus file "
-                   "(corpus.jsonl of `sinklens trace --prompts`)")
+    p.add_argument("traces", nargs="+", help="trace files (.arrow) written by the samplers or a folder of them, or "
+                   "one corpus file (corpus.jsonl of `sinklens trace --prompts`) or the run folder holding it")
     p.add_argument("--out", required=True, help="output folder")
     p.add_argument("--labels", type=lambda s: s.split(","), default=None,
                    help="comma-separated display names for the traces (default: file names); each trace's "

@@ -246,13 +246,13 @@ def _caption(rows: list[dict], varying: list[str]) -> str:
         shown = {_short(v) for v in varying if v.startswith("masking.")} | {"mask_k", "top_k", "control"}
         fixed = {k: v for k, v in masked[0].items()
                  if k not in shown and all(m.get(k) == v for m in masked)}
-        rule = ", ".join(f"{k}={v}" for k, v in sorted(fixed.items()))
+        rule = ", ".join(f"{k}={v}" for k, v in sorted(fixed.items()) if v is not None)   # unset: not a setting
         parts.append(f"Masked runs block K keys per step; rule: {rule or 'see the rows'}."
                      + (" Control rows block K random keys instead." if any(r["control"] not in (None, "none")
                                                                            for r in rows) else ""))
     per_model = {}
     for r in rows:
-        s = {k: v for k, v in r["sampler_settings"].items() if f"settings.{k}" not in varying}
+        s = {k: v for k, v in r["sampler_settings"].items() if f"settings.{k}" not in varying and v is not None}
         per_model.setdefault(r["model"], s)
     samplers = "; ".join(f"{m}: " + ", ".join(f"{k}={v}" for k, v in s.items()) for m, s in sorted(per_model.items()))
     parts.append(f"Sampler settings: {samplers}.")

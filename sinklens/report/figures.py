@@ -33,6 +33,7 @@ from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.colors import ListedColormap, LogNorm
 from matplotlib.figure import Figure
 from matplotlib.patches import Patch
+from matplotlib.ticker import MaxNLocator
 
 from sinklens.analysis.analyze import HIST_EDGES, QUANTILES, Analysis
 from sinklens.analysis.blocks import block_dynamics, blocks, edited_sinks
@@ -91,7 +92,7 @@ def _renderer(fig: Figure):
     return fig.canvas.get_renderer()
 
 
-def _fit_colorbar_labels(fig: Figure, bars) -> None:
+def fit_colorbar_labels(fig: Figure, bars) -> None:
     """Wrap each colour-bar label onto as many lines as it needs to be no taller than its bar: a
     label longer than a short panel (an ARM's one-row prefill) was clipped at the figure's edge.
     One layout pass to measure (the bars' heights depend on the layout); 15 % slack covers the
@@ -113,6 +114,13 @@ def _fit_colorbar_labels(fig: Figure, bars) -> None:
         lines = math.ceil(1.15 * tall / max(room, 1.0) * (lab.get_text().count("\n") + 1))
         lab.set_text(textwrap.fill(text, width=max(8, math.ceil(len(text) / lines)), break_long_words=False,
                                    break_on_hyphens=False))
+
+
+def integer_ticks(ax, which: str = "xy") -> None:
+    """Whole-number ticks on the axes named in `which` ("x", "y"): layers, heads, steps and
+    distances are counts, never −0.5 or 2.5."""
+    for w in which:
+        (ax.xaxis if w == "x" else ax.yaxis).set_major_locator(MaxNLocator(integer=True))
 
 
 def _block_lines(ax, a: Analysis, which: str, n: int | None = None) -> list:
@@ -250,7 +258,7 @@ def received_over_steps(a: Analysis, layer: int | None = None, head: int | None 
     axes[-1].set_xlabel("token position j and its token (last unmasked state)")
     fig.suptitle(f"{a.source.label}: received attention, layer {layer}, {_head_name(head)}"
                  + (" (separate colour scales)" if split else ""))
-    _fit_colorbar_labels(fig, bars)
+    fit_colorbar_labels(fig, bars)
     return fig
 
 
@@ -264,8 +272,15 @@ def score_distribution(a: Analysis) -> Figure:
     ax = fig.add_subplot()
     edges = np.concatenate([HIST_EDGES[1:2] / 10, HIST_EDGES[1:], HIST_EDGES[-1:] * 10])  # bin 0 drawn below 1e-3
     steps = np.arange(a.num_steps + 1) - 0.5
-    im = ax.pcolormesh(steps, edges, np.where(frac > 0, frac, np.nan).T, cmap="viridis",
-                       norm=LogNorm(vmin=max(frac[frac > 0].min(), 1e-7), vmax=1.0) if (frac > 0).any() else None)
+    # bin 0 (margins ≤ 1e-3, negatives included: most keys are below the mean) holds most cells; on the
+    # colour scale it would be the brightest band and squash the bins that matter into the dark end, so
+    # it is drawn in grey with its share written on it, and the colour scale covers the other bins only
+    rest = np.where(frac > 0, frac, np.nan)
+    rest[:, 0] = np.nan
+    shown = rest[np.isfinite(rest)]
+    im = ax.pcolormesh(steps, edges, rest.T, cmap="viridis",
+                       norm=LogNorm(vmin=max(shown.min(), 1e-7), vmax=shown.max()) if shown.size else None)
+    ax.axhspan(edges[0], edges[1], color="0.85", zorder=0.5, lw=0)
     for qi, q in enumerate(QUANTILES):
         ax.plot(np.arange(a.num_steps), np.where(a.margin_quantiles[:, qi] > 0, a.margin_quantiles[:, qi], np.nan),
                 lw=1, label=f"{q * 100:g}th percentile" if q < 1 else "max")
@@ -277,13 +292,16 @@ def score_distribution(a: Analysis) -> Figure:
     top = float(np.nanmax(a.margin_quantiles)) if np.isfinite(a.margin_quantiles).any() else hi
     ax.set_ylim(lo, max(hi, a.config.sink_eps * 2, top * 1.5))    # the max line stays inside the axes
     ax.set_xlabel(_step_label(a))
+    integer_ticks(ax, "x")
     ax.set_ylabel(f"Eq. 3 margin: score_j − mean of the others\n[units={a.units}]")
-    ax.text(0.01, np.sqrt(edges[0] * edges[1]), "≤ 1e-3 or negative", transform=ax.get_yaxis_transform(),
-            va="center", fontsize=7, color="0.2")
+    low = 100 * frac[:, 0]
+    share = f"{low.min():.0f}–{low.max():.0f} %" if np.ptp(low) >= 0.5 else f"{low.mean():.0f} %"
+    ax.text(0.01, np.sqrt(edges[0] * edges[1]), f"≤ 1e-3 or negative (grey): {share} of the cells",
+            transform=ax.get_yaxis_transform(), va="center", fontsize=7, color="0.2")
     ax.set_title(f"{a.source.label}: Eq. 3 margin per step (all layers, heads, keys) against ε")
     _legend_below(fig, *ax.get_legend_handles_labels())
     bar = fig.colorbar(im, ax=ax, label="fraction of (layer, head, key) cells in the bin")
-    _fit_colorbar_labels(fig, [bar])
+    fit_colorbar_labels(fig, [bar])
     return fig
 
 
@@ -334,7 +352,7 @@ def attention_maps(a: Analysis, steps, layer: int, head: int) -> Figure:
                   fontsize=8)
     fig.suptitle(f"{src.label}: attention map, layer {layer}, head {head}")
     bar = fig.colorbar(im, ax=list(axes), label="attention probability A[i, j] (rows sum to 1)")
-    _fit_colorbar_labels(fig, [bar])
+    fit_colorbar_labels(fig, [bar])
     return fig
 
 
@@ -370,7 +388,7 @@ def layer_head_scores(a: Analysis) -> Figure:
         ax.yaxis.get_major_locator().set_params(integer=True)
     fig.suptitle(f"{a.source.label}: sinks per layer × head")
     fig.supxlabel(f"units={a.units}: {a.units_short}", fontsize=8)    # the long meaning, once, below
-    _fit_colorbar_labels(fig, bars)
+    fit_colorbar_labels(fig, bars)
     return fig
 
 
@@ -406,6 +424,7 @@ def sink_positions(a: Analysis, heads=None, *, show_frontier: bool = True) -> Fi
         handles.append(line)
     ax.set_xlabel(_step_label(a))
     ax.set_xlim(-0.5, a.num_steps - 0.5)              # every step, even when only some have a sink
+    integer_ticks(ax, "x")
     ax.set_ylabel("position of the largest sink and its token")
     ax.set_ylim(S - 0.5, -0.5)                        # position 0 on top, as on Fig. 1's rows of tokens
     _token_axis(ax, a, "y")
@@ -493,7 +512,7 @@ def sinks_on_edited(a: Analysis) -> Figure:
     bar = fig.colorbar(im, ax=ax, label="(layer, head) with an Eq. 3 sink here (count)")
     fig.suptitle(f"{a.source.label}: sinks on edited tokens — {int(e.on_edited.sum())} (step, layer, head) sinks "
                  f"on edited tokens, {len(e.positions)} positions edited (ε = {a.config.sink_eps:g}, units={a.units})")
-    _fit_colorbar_labels(fig, [bar])
+    fit_colorbar_labels(fig, [bar])
     return fig
 
 
@@ -515,7 +534,7 @@ def eps_sweep(analyses, labels=None) -> Figure:
     ax.axvline(eps0, color="red", ls=":", lw=1)
     ax.set_ylim(bottom=0)
     u = units.pop()
-    ax.set_xlabel(f"ε (Eq. 3 threshold) in {UNITS[u].label} [units={u}]")
+    ax.set_xlabel(f"ε (Eq. 3 threshold) [units={u}]\n" + textwrap.fill(UNITS[u].label, 64), fontsize=9)
     ax.set_ylabel("% of tokens flagged as sinks")
     ax.set_title("ε sweep: fraction of (step, layer, head, key) cells flagged")
     ax.legend(fontsize=7)

@@ -57,3 +57,24 @@ def earlier_files(out: str | Path, since: float) -> list[Path]:
         if p.stat().st_mtime < since:
             found.append(p)
     return found
+
+
+def expand_inputs(paths: list[str]) -> list[str]:
+    """What `sinklens report` reads from each path it is given: a file as it is; a folder a corpus run
+    wrote (`trace --prompts ... --out DIR`) as its DIR/corpus.jsonl; a folder of traces as its
+    .arrow files in name order. Anything else: one line why not."""
+    out = []
+    for p in paths:
+        d = Path(p)
+        if not d.is_dir():
+            out.append(p)
+            continue
+        if (d / "corpus.jsonl").is_file():
+            out.append(str(d / "corpus.jsonl"))
+            continue
+        traces = sorted(str(f) for f in d.glob("*.arrow") if f.is_file())
+        if not traces:
+            raise AnalysisInputError(f"{p!r} is a folder with neither a corpus.jsonl (a `sinklens trace --prompts` run) "
+                                     "nor .arrow traces; give a trace, a corpus file or such a folder")
+        out += traces
+    return out

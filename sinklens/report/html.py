@@ -36,6 +36,7 @@ import numpy as np
 
 from sinklens.analysis.analyze import Analysis
 from sinklens.analysis.blocks import block_dynamics, blocks, edited_sinks
+from sinklens.analysis.sinks import near_threshold
 from sinklens.report.options import PageOptions
 
 HERE = Path(__file__).parent
@@ -50,10 +51,10 @@ def quantise(x: np.ndarray, xmax: float) -> np.ndarray:
     return np.round(255 * np.log1p(x / x0) / math.log1p(LOG_RANGE)).astype(np.uint8)
 
 
-def dequantise(q: np.ndarray, xmax: float) -> np.ndarray:
-    """Inverse of `quantise` (what the page computes)."""
-    x0 = xmax / LOG_RANGE
-    return x0 * np.expm1(np.asarray(q, dtype=np.float64) / 255 * math.log1p(LOG_RANGE))
+def script(name: str) -> str:
+    """A page script with the helpers both pages share (common.js) inlined at its marker."""
+    common = (HERE / "common.js").read_text(encoding="utf-8")
+    return (HERE / name).read_text(encoding="utf-8").replace("/*__SL_COMMON__*/", common)
 
 
 def _b64(a: np.ndarray) -> str:
@@ -85,7 +86,11 @@ def _sink_index(a: Analysis) -> dict:
     order = np.lexsort((s["pos"], key)) if key.size else np.zeros(0, np.int64)
     off = np.zeros(T * L * H + 1, np.int32)
     np.add.at(off, key[order] + 1, 1) if key.size else None
-    return {"off": _b64(np.cumsum(off).astype(np.int32)), "pos": _b64(s["pos"][order].astype(np.int32))}
+    # float16 traces: the sinks whose verdict the storage's rounding could flip, one byte each
+    near = (near_threshold(s["score"], s["margin"], a.config.sink_eps) if a.near_threshold is not None
+            else np.zeros(key.size, bool))
+    return {"off": _b64(np.cumsum(off).astype(np.int32)), "pos": _b64(s["pos"][order].astype(np.int32)),
+            "near": _b64(near[order].astype(np.uint8))}
 
 
 def _header(a: Analysis, steps_with_heads: list[int], stride: int, layers, xmax: float, figures: dict) -> dict:
@@ -104,6 +109,8 @@ def _header(a: Analysis, steps_with_heads: list[int], stride: int, layers, xmax:
         "causal": a.source.causal, "mask_id": a.source.mask_id, "T": T, "L": L, "H": H, "S": S,
         "step_numbers": list(map(int, a.step_numbers)), "seq_len": a.seq_len.tolist(),
         "xmax": xmax, "log_range": LOG_RANGE, "chunk_bytes": _chunk_bytes(H, S),
+        # query rows summed at the step of the largest score: at a one-row step every units view agrees
+        "xmax_rows": int(a.n_queries[int(np.nanargmax(np.nanmax(a.top_score, axis=(1, 2))))]) if a.top_score.size else 0,
         "head_steps": steps_with_heads, "head_stride": stride,
         "head_layers": list(range(L)) if layers is None else list(layers),
         "tokens": _b64(a.tokens.astype(np.int32)), "masked": _b64(a.is_masked.astype(np.uint8)),
@@ -161,7 +168,7 @@ def _groups(analyses) -> list[list[Analysis]]:
     return [list(g) if isinstance(g, (list, tuple)) else [g] for g in analyses]
 
 
-def _colormap() -> list[list[int]]:
+def colormap() -> list[list[int]]:
     """The figures' colormap (magma, Fig. 1 / Fig. 4) as 256 RGB triplets for the page."""
     import matplotlib
 
@@ -206,7 +213,7 @@ def write_fragment(f, analyses, opts: PageOptions, figures: list[dict] | None = 
     _check(analyses, opts)
     P = opts.element_prefix
     groups = _groups(analyses)
-    js = (HERE / "viewer.js").read_text(encoding="utf-8").replace("__SL_PREFIX__", P)
+    js = script("viewer.js").replace("__SL_PREFIX__", P)
     if css is not None:
         f.write(f"<style>{css}</style>\n")
     f.write(f"""<div class="sl-page" id="{P}-page"><header><h1>{html.escape(opts.title)}</h1>
@@ -215,7 +222,7 @@ exact paper Eq. 3 results (score − mean of the other tokens ≥ ε); colours c
 scores (±1.8 % relative). <label><input type="checkbox" id="{P}-link" checked> link steps across traces</label></p>
 </header>
 <main class="sl-viewers" id="{P}-viewers" style="--n:{len(groups)}"></main>
-<script type="application/json" id="{P}-cmap">{json.dumps(_colormap(), separators=(",", ":"))}</script>
+<script type="application/json" id="{P}-cmap">{json.dumps(colormap(), separators=(",", ":"))}</script>
 """)
     k = 0
     for g, group in enumerate(groups):

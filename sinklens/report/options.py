@@ -6,6 +6,7 @@ plain `field` are set by the caller, not by a flag. Torch- and numpy-free, for a
 """
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from sinklens.params import check_fields, param
@@ -44,6 +45,7 @@ class ReportOptions:
                                            "trace for a trace report, its corpus.jsonl for a corpus report")
     page: PageOptions = field(default_factory=PageOptions)
     progress: bool = True
+    log: Callable[[str], None] | None = None   # where --verbose lines go: what was read, timings, figures left out
 
     def __post_init__(self):
         check_fields(self)

@@ -19,6 +19,7 @@ corpus totals with the same drawing code (`CORPUS_FIGURES`: means over every (pr
 """
 from __future__ import annotations
 
+import matplotlib
 import numpy as np
 from matplotlib.figure import Figure
 
@@ -26,7 +27,7 @@ from sinklens.analysis.analyze import Analysis
 from sinklens.analysis.readouts import HEAD_SHARE, SCORE_BINS, nanmean
 from sinklens.analysis.source import AnalysisInputError, ReadoutNotAvailable
 from sinklens.models.options import control_label
-from sinklens.report.figures import NotebookFigure
+from sinklens.report.figures import NotebookFigure, fit_colorbar_labels, integer_ticks
 from sinklens.rule.spec import UNITS
 
 TRAINED, CONTROL = "C0", "0.55"   # colours: the trace, its random-init control
@@ -66,6 +67,8 @@ def k_sigma(a: Analysis, control: Analysis | None = None) -> Figure:
         ax1.plot(ks.jaccard, color=c, ls=ls, label=label)
     ax0.set(xlabel="step index", ylabel="sink keys per step", title="mean + k·σ rule beside Eq. 3")
     ax1.set(xlabel="step index", ylabel="Jaccard(k·σ, Eq. 3 any head)", ylim=(-0.02, 1.02), title="agreement")
+    integer_ticks(ax0, "xy")
+    integer_ticks(ax1, "x")
     ax0.legend(fontsize=7)
     ax1.legend(fontsize=7)
     return fig
@@ -75,13 +78,18 @@ def absorption(a: Analysis, control: Analysis | None = None) -> Figure:
     fig, (ax0, ax1) = _fig(2)
     for label, ab, c, ls in _pairs(a, control, "absorption", None):
         ax0.plot(ab.rate.mean(axis=(1, 2)), color=c, ls=ls, label=label)
-    ax0.set(xlabel="step index", ylabel="Σ_{j ∈ sinks} r_j / Σ r_j (mean over heads)", ylim=(-0.02, 1.02),
+    ax0.set(xlabel="step index", ylabel="Σ_{j ∈ sinks} r_j / Σ r_j\n(mean over heads)", ylim=(-0.02, 1.02),
             title="absorption rate")
+    integer_ticks(ax0, "x")
     ax0.legend(fontsize=7)
     var = a.absorption.position_variance()
-    im = ax1.imshow(np.sqrt(var), aspect="auto", cmap="viridis")
-    fig.colorbar(im, ax=ax1, label="σ of the largest sink's position over steps (positions)")
-    ax1.set(xlabel="head", ylabel="layer", title=f"sink-position spread, {a.source.label} (white: < 2 steps with a sink)")
+    cm = matplotlib.colormaps["viridis"].with_extremes(bad="white")
+    im = ax1.imshow(np.sqrt(var), aspect="auto", cmap=cm, interpolation="nearest")
+    bar = fig.colorbar(im, ax=ax1, label="σ of the largest sink's position over steps (positions)")
+    ax1.set(xlabel="head", ylabel="layer", title=f"sink-position spread, {a.source.label}\n(white: < 2 steps with a sink)")
+    ax1.title.set_fontsize(10)
+    integer_ticks(ax1, "xy")
+    fit_colorbar_labels(fig, [bar])
     return fig
 
 
@@ -94,6 +102,7 @@ def mask_ranking(a: Analysis, control: Analysis | None = None) -> Figure:
         ax.plot([r["step"] for r in rows], [r["overlap"] for r in rows], color=c, ls=ls, marker=".", label=label)
     ax.set(xlabel="step", ylabel="overlap of the top keys (0..1)", ylim=(-0.02, 1.02),
            title="keys ranked by masked queries vs by all queries")
+    integer_ticks(ax, "x")
     ax.legend(fontsize=7)
     return fig
 
@@ -118,32 +127,35 @@ def _value_norms(series, units: str) -> Figure:
             title="value norm by received")
     ax1.axhline(1.0, color="k", lw=0.5)
     ax1.set(xlabel="layer", ylabel="||v|| at sinks / at other keys", title="do sinks carry low-norm values?")
+    integer_ticks(ax1, "x")
     ax0.legend(fontsize=7)
     return fig
 
 
 def massive(a: Analysis, control: Analysis | None = None) -> Figure:
-    return _massive([(label, c, ls, ma.ratio, nanmean(ma.sink_norm_ratio, axis=0))
+    return _massive([(label, c, ls, nanmean(ma.ratio, axis=0), nanmean(ma.ratio_all, axis=0),
+                      nanmean(ma.sink_norm_ratio, axis=0))
                      for label, ma, c, ls in _pairs(a, control, "massive_activations", "hidden_norms")])
 
 
 def _massive(series) -> Figure:
-    """series: [(label, colour, style, (T, L) ratio per step, or (L,) its mean over steps, (L,) sink norm ratio)]."""
+    """series: [(label, colour, style, (L,) largest |h_c| / the median position's largest, (L,) / the
+    median |h_c| of all activations (Sun et al. 2024; NaN: not recorded), (L,) sink norm ratio)],
+    each a mean over steps (and prompts)."""
     fig, (ax0, ax1) = _fig(2)
-    for label, c, ls, ratio, sink_norm in series:
-        if ratio.ndim == 2:
-            for l in range(ratio.shape[1]):
-                ax0.plot(ratio[:, l], color=c, ls=ls, alpha=0.3 + 0.7 * l / max(ratio.shape[1] - 1, 1),
-                         label=label if l == 0 else None)
-            ax0.set(xlabel="step index", title="massive activations (one line per layer, darker = deeper)")
-        else:
-            ax0.plot(ratio, color=c, ls=ls, marker="o", label=label)
-            ax0.set(xlabel="layer", title="massive activations (mean over prompts × steps)")
+    for label, c, ls, ratio, ratio_all, sink_norm in series:
+        ax0.plot(ratio, color=c, ls=ls, marker="o", label=f"{label}: ÷ median position's largest |h_c|")
+        if np.isfinite(ratio_all).any():
+            ax0.plot(ratio_all, color=c, ls=ls, marker="s", mfc="none", alpha=0.7,
+                     label=f"{label}: ÷ median |h_c| of all (Sun et al.)")
         ax1.plot(sink_norm, color=c, ls=ls, marker="o", label=label)
-    ax0.set(ylabel="largest |h_c| / median position's", yscale="log")
+    ax0.set(xlabel="layer", ylabel="largest |h_c| / median", yscale="log",
+            title="massive activations (mean over steps)")
     ax1.axhline(1.0, color="k", lw=0.5)
     ax1.set(xlabel="layer", ylabel="||h|| at the strongest sink / median ||h||", title="residual norm at sinks")
-    ax0.legend(fontsize=7)
+    integer_ticks(ax0, "x")
+    integer_ticks(ax1, "x")
+    ax0.legend(fontsize=6)
     return fig
 
 
@@ -178,25 +190,56 @@ def _distance(series) -> Figure:
             ratio = prof / np.where(uni > 0, uni, np.nan)
         ax.plot(nanmean(ratio, axis=0), color=c, ls=ls, label=f"{label} (mean over layers)")
     ax.axhline(1.0, color="k", lw=0.5)
-    ax.set(xlabel="distance |i − j| (positions)", ylabel="attention / uniform attention at that distance",
+    ax.set(xlabel="distance |i − j| (positions)", ylabel="attention / uniform attention\nat that distance",
            yscale="log", title="received attention vs distance")
+    integer_ticks(ax, "x")
     ax.legend(fontsize=7)
     return fig
 
 
 def logit_lens(a: Analysis, control: Analysis | None = None, rows: int = 14) -> Figure:
+    """The lens as a grid: one row per (step, sink position), one column per lens layer; each cell
+    names the lens' top token there, coloured by its probability (the first `rows` rows)."""
     lens = _need(a, "logit_lens", "lens_layers")
-    fig = NotebookFigure(figsize=(9.0, 0.6 + 0.28 * min(rows, len(lens))), layout="constrained")
+    layers = sorted({r["layer"] for r in lens})
+    keys = list(dict.fromkeys((r["step"], r["position"]) for r in lens))[:rows]   # in the order recorded
+    prob = np.full((len(keys), len(layers)), np.nan)
+    text = [["" for _ in layers] for _ in keys]
+    where = {k: i for i, k in enumerate(keys)}
+    token_at = {}
+    for r in lens:
+        i = where.get((r["step"], r["position"]))
+        if i is None or not r["top"]:
+            continue
+        j = layers.index(r["layer"])
+        prob[i, j] = r["probs"][0]
+        text[i][j] = _short(r["top"][0], 10) + f"\n{r['probs'][0]:.2f}"
+        token_at[keys[i]] = r["token"]
+    fig = NotebookFigure(figsize=(min(3.2 + 1.15 * len(layers), 14), 1.4 + 0.42 * len(keys)), layout="constrained")
     ax = fig.subplots()
-    ax.axis("off")
-    cells = [[r["step"], r["position"], r["token"], r["layer"],
-              ", ".join(f"{t} {p:.2f}" for t, p in zip(r["top"][:3], r["probs"][:3]))] for r in lens[:rows]]
-    table = ax.table(cellText=cells, colLabels=["step", "position", "token there", "lens layer", "top tokens (p)"],
-                     loc="center", cellLoc="left")
-    table.auto_set_font_size(False)
-    table.set_fontsize(7)
-    ax.set_title(f"logit lens at the sink positions ({len(lens)} rows; all in summary.json)", fontsize=9)
+    im = ax.imshow(prob, aspect="auto", cmap="Blues", vmin=0, vmax=1, interpolation="nearest")
+    for i, row in enumerate(text):
+        for j, t in enumerate(row):
+            if t:
+                ax.text(j, i, t, ha="center", va="center", fontsize=7, fontfamily="monospace",
+                        color="white" if prob[i, j] > 0.6 else "black")
+    ax.set_xticks(range(len(layers)), [str(l) for l in layers])
+    ax.set_yticks(range(len(keys)), [f"step {s}, {p} {_short(token_at.get((s, p), ''), 10)}" for s, p in keys],
+                  fontsize=7, fontfamily="monospace")
+    ax.set_xlabel("lens layer (its output through the final norm and LM head)")
+    ax.set_ylabel("sink position and its token")
+    bar = fig.colorbar(im, ax=ax, label="probability of the top token")
+    ax.set_title(f"{a.source.label}: logit lens at the sink positions\n({len(keys)} of "
+                 f"{len(dict.fromkeys((r['step'], r['position']) for r in lens))} positions; every row in summary.json)",
+                 fontsize=9)
+    fit_colorbar_labels(fig, [bar])
     return fig
+
+
+def _short(token, n: int) -> str:
+    """A token as a tick or cell shows it: whitespace visible, at most n characters."""
+    t = str(token).replace("\n", "↵").replace(" ", "␣").replace("Ġ", "␣").replace("▁", "␣").replace("$", r"\$") or "∅"
+    return t if len(t) <= n else t[: n - 1] + "…"
 
 
 FIGURES = {"readout_k_sigma": k_sigma, "readout_absorption": absorption, "readout_mask_ranking": mask_ranking,
@@ -240,8 +283,9 @@ def value_norm_ratio(t: dict) -> np.ndarray:
 def corpus_massive(runs: list[tuple[str, dict]], units: str) -> Figure:
     for _, t in runs:
         _corpus_needs(t, ("ratio", "sink_norm_ratio"), "hidden_norms")
-    return _massive([(label, c, ls, _mean(t["ratio"]["sum"], t["ratio"]["n"]),
-                      _mean(t["sink_norm_ratio"]["sum"], t["sink_norm_ratio"]["n"])) for label, t, c, ls in _styled(runs)])
+    mean = lambda t, k: _mean(t[k]["sum"], t[k]["n"]) if k in t else np.full(np.shape(t["ratio"]["sum"]), np.nan)  # noqa: E731
+    return _massive([(label, c, ls, mean(t, "ratio"), mean(t, "ratio_all"), mean(t, "sink_norm_ratio"))
+                     for label, t, c, ls in _styled(runs)])
 
 
 def corpus_diagonal_heads(runs: list[tuple[str, dict]], units: str) -> Figure:

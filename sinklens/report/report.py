@@ -20,9 +20,11 @@ the rule's `coverage(...).expected` removes it, and the page and summary report 
 """
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import re
+import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -30,6 +32,7 @@ import numpy as np
 
 from sinklens.analysis.analyze import Analysis, AnalysisConfig, analyze
 from sinklens.analysis.blocks import block_dynamics, edited_sinks
+from sinklens.analysis.dynamics import drift_line
 from sinklens.analysis.learned_sink import learned_sink_line
 from sinklens.analysis.source import AnalysisInputError, ReadoutNotAvailable, as_source
 from sinklens.report import figures as F
@@ -148,10 +151,7 @@ def _maps_figure(a: Analysis, opts: ReportOptions):
     return F.attention_maps(a, steps, l, h)
 
 
-def build_report(traces, out: str | os.PathLike, *, labels: list[str] | None = None,
-                 options: ReportOptions | None = None) -> Report:
-    """Analyse every trace (path, Trace or Source) and write the report into `out`."""
-    opts = options or ReportOptions()
+def _check_inputs(traces, labels) -> list:
     traces = [traces] if isinstance(traces, (str, os.PathLike)) else list(traces)   # one path is one trace
     if not traces:
         raise AnalysisInputError("give at least one trace to report on")
@@ -161,6 +161,89 @@ def build_report(traces, out: str | os.PathLike, *, labels: list[str] | None = N
     if empty:   # a figure's legend and the page's tabs would have no name for it
         raise AnalysisInputError(f"labels: label {', '.join(map(str, empty))} of {len(labels)} is empty; give each "
                                  "trace a name (e.g. --labels LLaDA,SmolLM2)")
+    return traces
+
+
+def _check_options(src, opts: ReportOptions) -> None:
+    """Flags that name a layer, head or step of the trace, checked before any work."""
+    for l, h in opts.heads or []:
+        src.check_layer_head(l, h)
+    for t in opts.map_steps or []:      # --map-steps 9999 was drawn as "not drawn" after the whole analysis
+        try:
+            src.check_index(t)
+        except AnalysisInputError as e:
+            raise AnalysisInputError(f"--map-steps: {e}") from None
+
+
+def _check_control(control: Analysis, a: Analysis, opts: ReportOptions) -> None:
+    if (control.num_layers, control.num_heads) != (a.num_layers, a.num_heads):
+        raise AnalysisInputError(f"--control {opts.control}: {control.num_layers} layers x {control.num_heads} heads, "
+                                 f"but trace '{a.source.label}' has {a.num_layers} x {a.num_heads}; the control must be "
+                                 "the same model's shape (its random-init control)")
+
+
+def _views(src, opts: ReportOptions) -> list[Analysis]:
+    """The trace in the units asked for; causal and block-causal attention both give early keys more
+    column sum under uniform attention, so those traces get the rule's uniform baseline removed too
+    (units uniform_ratio) and the report shows both."""
+    cfg = AnalysisConfig(units=opts.units, sink_eps=opts.sink_eps, progress=opts.progress)
+    views = [analyze(src, cfg)]
+    if (src.causal or src.layout.attention_block) and opts.units != BASELINE_UNITS:
+        views.append(analyze(src, dataclasses.replace(cfg, units=BASELINE_UNITS)))
+    return views
+
+
+def _trace_report(rep: TraceReport, opts: ReportOptions, control: Analysis | None, log) -> dict[str, bytes]:
+    """Figures and Table 2 of every view of one trace into its folder; {name: png} for the page."""
+    pngs: dict[str, bytes] = {}
+    for a in rep.analyses:
+        suffix = "" if a is rep.analyses[0] else f"_{a.units}"
+        if opts.figures:
+            t0 = time.perf_counter()
+            pngs.update(_figures_for(a, rep.folder, opts, suffix, rep, control))
+            log(f"{rep.label} [{a.units}]: figures in {time.perf_counter() - t0:.1f} s")
+        F.sink_token_table(a, rep.folder / f"table2_sink_tokens{suffix}")
+        rep.figures[f"table2_sink_tokens{suffix}"] = [rep.folder / f"table2_sink_tokens{suffix}.csv",
+                                                      rep.folder / f"table2_sink_tokens{suffix}.md"]
+    return pngs
+
+
+def _open_trace(tr, label: str, opts: ReportOptions, log) -> list[Analysis]:
+    """One trace read, its flags checked and analysed in every units view it gets."""
+    src = as_source(tr, row=opts.row, label=label)
+    src.label = label
+    _check_options(src, opts)
+    t0 = time.perf_counter()
+    analyses = _views(src, opts)
+    a = analyses[0]
+    log(f"{label}: {a.num_steps} steps × {a.num_layers} layers × {a.num_heads} heads, up to {a.tokens.shape[1]} "
+        f"tokens, {'causal' if src.causal else 'bidirectional'}; analysed in units "
+        f"{', '.join(v.units for v in analyses)} in {time.perf_counter() - t0:.1f} s: {int(a.sink_count.sum())} "
+        f"Eq. 3 sinks (ε = {a.config.sink_eps:g})")
+    return analyses
+
+
+def _write_outputs(report: Report, opts: ReportOptions, page_figs: list[dict[str, bytes]], log) -> None:
+    """The comparison figure, summary.json / .md and the page."""
+    if len(report.traces) > 1 and opts.figures:
+        primaries = [r.analyses[0] for r in report.traces]
+        report.figures["compare_fig10_eps_sweep"] = F.save(F.eps_sweep(primaries), report.out / "compare_fig10_eps_sweep")
+    _write_summary(report, opts)
+    opts.page.progress = opts.page.progress or opts.progress
+    # one column per trace; a causal trace's uniform_ratio view is a units toggle in its column
+    # (report both); the figures go with the trace's first view
+    t0 = time.perf_counter()
+    render_page([r.analyses for r in report.traces], report.html, opts.page, figures=page_figs)
+    log(f"index.html: {report.html.stat().st_size / 1e6:.1f} MB in {time.perf_counter() - t0:.1f} s "
+        f"(--html-max-mb {opts.page.max_mb or 0:g})")
+
+
+def build_report(traces, out: str | os.PathLike, *, labels: list[str] | None = None,
+                 options: ReportOptions | None = None) -> Report:
+    """Analyse every trace (path, Trace or Source) and write the report into `out`."""
+    opts = options or ReportOptions()
+    log = opts.log or (lambda message: None)
+    traces = _check_inputs(traces, labels)
     out = Path(out)
     check_out_folder(out)
     control = None
@@ -174,47 +257,19 @@ def build_report(traces, out: str | os.PathLike, *, labels: list[str] | None = N
     notes: list[str] = []
     for k, tr in enumerate(traces):
         label = labels[k] if labels else _label(tr, k, used)
-        src = as_source(tr, row=opts.row, label=label)
-        src.label = label
-        if opts.heads:
-            for l, h in opts.heads:
-                src.check_layer_head(l, h)
-        cfg = AnalysisConfig(units=opts.units, sink_eps=opts.sink_eps, progress=opts.progress)
-        analyses = [analyze(src, cfg)]
-        if control is not None and (control.num_layers, control.num_heads) != (analyses[0].num_layers, analyses[0].num_heads):
-            raise AnalysisInputError(f"--control {opts.control}: {control.num_layers} layers x {control.num_heads} heads, "
-                                     f"but trace '{label}' has {analyses[0].num_layers} x {analyses[0].num_heads}; the "
-                                     "control must be the same model's shape (its random-init control)")
-        if control is not None and k == 0:
-            notes = _control_notes(control, opts.control, analyses[0])
-        # causal and block-causal attention both give early keys more column sum under uniform
-        # attention: report the rule's uniform baseline removed too (units uniform_ratio)
-        if (src.causal or src.layout.attention_block) and opts.units != BASELINE_UNITS:
-            analyses.append(analyze(src, AnalysisConfig(units=BASELINE_UNITS, sink_eps=opts.sink_eps, progress=opts.progress)))
+        analyses = _open_trace(tr, label, opts, log)
+        if control is not None:
+            _check_control(control, analyses[0], opts)
+            notes = _control_notes(control, opts.control, analyses[0]) if k == 0 else notes
         out.mkdir(parents=True, exist_ok=True)     # made once a trace has been read: a bad one leaves no folder
-        folder = out if len(traces) == 1 else out / _safe_name(label, k, folders)
-        rep = TraceReport(label, folder, analyses)
-        pngs = {}
-        for a in analyses:
-            if opts.figures:
-                pngs.update(_figures_for(a, folder, opts, "" if a is analyses[0] else f"_{a.units}", rep, control))
-            suffix = "" if a is analyses[0] else f"_{a.units}"
-            F.sink_token_table(a, folder / f"table2_sink_tokens{suffix}")
-            rep.figures[f"table2_sink_tokens{suffix}"] = [folder / f"table2_sink_tokens{suffix}.csv",
-                                                          folder / f"table2_sink_tokens{suffix}.md"]
+        rep = TraceReport(label, out if len(traces) == 1 else out / _safe_name(label, k, folders), analyses)
+        page_figs.append(_trace_report(rep, opts, control, log))
+        for name, why in rep.not_available.items():    # (the skipped ones the CLI prints anyway)
+            log(f"{label}: {name} not drawn: {why}")
         reps.append(rep)
-        page_figs.append(pngs)
-
     report = Report(out=out, traces=reps, html=out / "index.html", summary_json=out / "summary.json",
                     summary_md=out / "summary.md", notes=notes)
-    if len(reps) > 1 and opts.figures:
-        primaries = [r.analyses[0] for r in reps]
-        report.figures["compare_fig10_eps_sweep"] = F.save(F.eps_sweep(primaries), out / "compare_fig10_eps_sweep")
-    _write_summary(report, opts)
-    opts.page.progress = opts.page.progress or opts.progress
-    # one column per trace; a causal trace's uniform_ratio view is a units toggle in its column
-    # (report both); the figures go with the trace's first view
-    render_page([r.analyses for r in reps], report.html, opts.page, figures=page_figs)
+    _write_outputs(report, opts, page_figs, log)
     return report
 
 
@@ -271,8 +326,7 @@ def _markdown(report: Report) -> str:
                       f"{100 * d['fraction_heads_steps_with_sink']:.1f} % of (step, layer, head) have a sink",
                       f"- tracks: " + ", ".join(f"{k} {v}" for k, v in d["track_kinds"].items()),
                       f"- heads: " + ", ".join(f"{k} {v}" for k, v in sorted(d["head_classes"].items())),
-                      f"- drift (positions): " + ", ".join(f"{k} {v:.3g}" if isinstance(v, float) else f"{k} {v}"
-                                                            for k, v in d["drift"].items()),
+                      f"- drift: {drift_line(d['drift'])}",
                       *([f"- learned sink: {learned_sink_line(d['learned_sink'])}"] if d["learned_sink"] else []),
                       f"- masked/unmasked splits: {d['masked_unmasked_splits']['count']} (step, layer, head)"
                       + ("" if a.source.group_names else " (trace has no per-group attention)"),

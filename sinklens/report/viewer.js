@@ -21,13 +21,7 @@
   }
   // the figures' colormap (magma), 256 RGB entries written by html.py
   const RAMP = JSON.parse($("cmap").textContent);
-  function rgb(c) { return "rgb(" + c[0] + "," + c[1] + "," + c[2] + ")"; }
-  function fmt(v) {                   // 3 significant digits; integers as they are
-    if (typeof v !== "number") return String(v);
-    if (!isFinite(v)) return String(v);
-    if (Number.isInteger(v)) return String(v);
-    return String(Number(v.toPrecision(3)));
-  }
+  /*__SL_COMMON__*/
   function niceStride(n, want) {      // 1, 2, 5, 10, 20, 50, ... so that about `want` ticks show
     const raw = Math.max(1, n / Math.max(want, 1));
     const p = Math.pow(10, Math.floor(Math.log10(raw)));
@@ -38,14 +32,7 @@
     return s.replace(/Ġ/g, "␣").replace(/Ċ/g, "↵").replace(/ĉ/g, "⇥").replace(/▁/g, "␣")
             .replace(/\n/g, "↵").replace(/ /g, "␣") || "∅";
   }
-  function el(tag, attrs, parent, text) {
-    const e = document.createElement(tag);
-    for (const k in attrs || {}) e.setAttribute(k, attrs[k]);
-    if (text !== undefined) e.textContent = text;
-    if (parent) parent.appendChild(e);
-    return e;
-  }
-  // log-quantised byte -> value (html.py `dequantise`): x0 = xmax / range
+  // log-quantised byte -> value, the inverse of html.py `quantise`: x0 = xmax / range
   function dequant(q, xmax, range) { return xmax / range * Math.expm1(q / 255 * Math.log1p(range)); }
 
   class TraceData {
@@ -59,6 +46,7 @@
       this.largestMean = typed(h.largest_mean, Int16Array);
       this.sinkOff = typed(h.sinks.off, Int32Array);
       this.sinkPos = typed(h.sinks.pos, Int32Array);
+      this.sinkNear = bytes(h.sinks.near);        // 1: a sink float16 rounding could flip (near ε)
       this.headSet = new Set(h.head_steps);
       this.meanIndex = new Map();
       let i = 0;
@@ -127,6 +115,12 @@
       const key = (t * this.L + l) * this.H + head;
       return Array.from(this.sinkPos.subarray(this.sinkOff[key], this.sinkOff[key + 1]));
     }
+    nearList(t, l, head) {        // the sinks of sinkList(t, l, head) within float16 rounding of ε
+      if (head < 0) return [];
+      const key = (t * this.L + l) * this.H + head, out = [];
+      for (let i = this.sinkOff[key]; i < this.sinkOff[key + 1]; i++) if (this.sinkNear[i]) out.push(this.sinkPos[i]);
+      return out;
+    }
     largestAt(t, l, head) {
       return head < 0 ? this.largestMean[t * this.L + l] : this.largestArr[(t * this.L + l) * this.H + head];
     }
@@ -157,18 +151,17 @@
       this.slider = el("input", { type: "range", min: 0, max: data.T - 1, value: 0, step: 1, class: "sl-step",
                                   "aria-label": "step" }, c);
       this.stepLabel = el("span", { class: "sl-steplabel" }, c);
-      el("label", {}, c, " layer ");
-      this.layerSel = el("select", { class: "sl-layer" }, c);
+      // the pickers on a row of their own, each label with its select (they wrap as pairs, never apart)
+      const pk = el("div", { class: "sl-controls sl-pickers" }, box);
+      this.layerSel = el("select", { class: "sl-layer" }, el("label", { class: "sl-pick" }, pk, "layer "));
       for (let l = 0; l < data.L; l++) el("option", { value: l }, this.layerSel, String(l));
       this.layerSel.value = this.l;
-      el("label", {}, c, " head ");
-      this.headSel = el("select", { class: "sl-head" }, c);
+      this.headSel = el("select", { class: "sl-head" }, el("label", { class: "sl-pick" }, pk, "head "));
       el("option", { value: -1 }, this.headSel, "mean over heads");
       for (let h = 0; h < data.H; h++) el("option", { value: h }, this.headSel, String(h));
       this.headSel.value = this.h;
       if (alts.length > 1) {
-        el("label", {}, c, " units ");
-        this.unitsSel = el("select", { class: "sl-units" }, c);
+        this.unitsSel = el("select", { class: "sl-units" }, el("label", { class: "sl-pick" }, pk, "units "));
         alts.forEach((a, i) => el("option", { value: i }, this.unitsSel, a.units));
         this.unitsSel.addEventListener("change", () => this.setUnits(+this.unitsSel.value));
       }
@@ -261,8 +254,14 @@
       for (const q of [0, 64, 128, 192, 255]) {
         el("span", { class: "sl-legend-num", style: "left:" + q + "px" }, bar, fmt(d.lut[q]));
       }
-      el("span", {}, lg, "received attention per token, log colour [units=" + d.units + "]; outlined: Eq. 3 sink, " +
-         "thick: largest; dotted underline: masked");
+      // an ARM's largest score is often at a decoding step of one query row, where uniform_ratio and the
+      // summed units agree: the same numbers are then right for both views, and said so
+      const same = this.alts.length > 1 && this.alts.every(x => x.xmax === d.xmax) && d.xmax_rows === 1;
+      this.legendSame = same;
+      el("span", {}, lg, "received attention per token, log colour [units=" + d.units + "]" +
+         (same ? " (same scale in every units view: the largest score is at a step of one query row, where " +
+                 this.alts.map(x => x.units).join(" and ") + " agree)" : "") + "; outlined: Eq. 3 sink, " +
+         "thick: largest; dashed: a sink within float16 rounding of ε; dotted underline: masked");
     }
     summary() {
       const s = this.d.summary, det = this.summaryBox;
@@ -315,6 +314,7 @@
       this.stepLabel.textContent = " step " + d.step_numbers[t] + " (" + (t + 1) + "/" + d.T + ")";
       const v = d.values(t, l, h);
       const sinks = new Set(d.sinkList(t, l, h));
+      const near = new Set(d.nearList(t, l, h));
       const big = d.largestAt(t, l, h);
       const n = d.seq_len[t];
       let note = "";
@@ -338,11 +338,12 @@
           cell.textContent = id === d.mask_id ? "[M]" : showToken(tokText.length > 14 ? tokText.slice(0, 13) + "…" : tokText);
           cell._tok = tokText;
         }
-        cell.className = "sl-tok" + (sinks.has(j) ? " sink" : "") + (j === big ? " largest" : "") + (d.isMasked(t, j) ? " masked" : "") +
+        cell.className = "sl-tok" + (sinks.has(j) ? " sink" : "") + (near.has(j) ? " near" : "") + (j === big ? " largest" : "") + (d.isMasked(t, j) ? " masked" : "") +
           (d.blockStarts.has(j) ? " block-start" : "") + (d.isEdited(t, j) ? " edited" : "");
         cell.title = "position " + j + " · " + JSON.stringify(tokText) + " · score " +
           (v.q ? fmt(d.lut[q]) : "n/a") + " (" + d.units + ")" + (d.isMasked(t, j) ? " · masked" : "") +
-          (d.isEdited(t, j) ? " · edited" : "") + (sinks.has(j) ? " · SINK" : "");
+          (d.isEdited(t, j) ? " · edited" : "") + (sinks.has(j) ? " · SINK" : "") +
+          (near.has(j) ? " (near ε: within float16 rounding, could flip)" : "");
       }
       this.drawChart();
       this.drawMap();

@@ -1,0 +1,42 @@
+"""Both massive-activation ratios: the median position's largest |h_c| (sinklens' `ratio`) and the
+median magnitude of all activations (Sun et al. 2024, `ratio_all`), against transformers' own
+hidden states; the last layer's readout is its output before the final norm."""
+import numpy as np
+import torch
+from transformers import LlamaConfig, LlamaForCausalLM
+
+from sinklens.analysis import ArraySource, analyze
+from sinklens.attention import ATTENTION_NAME, AttentionRequest
+from sinklens.attention.readouts import readout_hooks
+
+NAMES = ("hidden_norm", "hidden_top_channels", "hidden_top_values", "hidden_median_abs")
+
+
+def test_both_ratios_against_the_hidden_states():
+    torch.manual_seed(0)
+    cfg = LlamaConfig(vocab_size=50, hidden_size=32, intermediate_size=48, num_hidden_layers=3,
+                      num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=64)
+    model = LlamaForCausalLM(cfg).eval()
+    model.config._attn_implementation = ATTENTION_NAME
+    with torch.no_grad():
+        model.model.embed_tokens.weight[3, 5] = 400.0                # a massive activation at token 3
+    last = {}
+    model.model.layers[-1].register_forward_hook(lambda m, a, out: last.update(h=out[0] if isinstance(out, tuple) else out))
+    ids = torch.tensor([[1, 2, 3, 4, 6, 7]])
+    req = AttentionRequest(capture=True, hidden_norms=True)
+    with torch.no_grad(), readout_hooks(model, req):
+        out = model(ids, sinklens=req, output_hidden_states=True)
+    hs = [h[0].abs() for h in out.hidden_states[1:-1]] + [last["h"][0].abs()]   # layers' outputs, the last before the norm
+    median = req.readout("hidden_median_abs")[:, 0]                               # (L,)
+    for l, h in enumerate(hs):
+        assert torch.isclose(median[l], h.flatten().median(), rtol=1e-6), l
+    # transformers' last hidden state is after the final norm: not what the readout holds
+    assert not torch.isclose(median[-1], out.hidden_states[-1][0].abs().flatten().median(), rtol=1e-3)
+    readouts = {n: req.readout(n).numpy().transpose(1, 0, *range(2, req.readout(n).dim()))[:1] for n in NAMES}
+    ma = analyze(ArraySource(req.received.numpy().transpose(1, 0, 2, 3), ids.numpy(), readouts=readouts)).massive_activations
+    big = np.array([float(h.max()) for h in hs])
+    np.testing.assert_allclose(ma.ratio_all[0], big / np.array([float(h.flatten().median()) for h in hs]), rtol=1e-5)
+    per_position_max = [h.max(dim=-1).values for h in hs]
+    np.testing.assert_allclose(ma.ratio[0], big / np.array([float(np.median(m.numpy())) for m in per_position_max]),
+                               rtol=1e-5)
+    assert (ma.ratio_all[0] >= ma.ratio[0]).all()                     # the median of all ≤ the median of the maxima
