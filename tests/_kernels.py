@@ -1,12 +1,14 @@
 """Which CPU kernels a golden fixture's half-precision outputs were made with, and whether this process has them.
 
-The official code wrote the bfloat16 / float16 fixtures on one CPU. A bfloat16 matmul there ran ATen's own
-AVX2 kernel (no AVX-512, so oneDNN's bf16 gemm was off); an Intel CPU with AMX-BF16 runs oneDNN's AMX kernel,
-which adds the products in another order. One rounding step of bfloat16 (2^-8) then moves a confidence across
-a tie and the official tokens differ: the comparison is with the kernels, not with sinklens. So every such
-fixture file records the kernels that made it ("kernels", RECORD_FIELDS) and tests/conftest.py compares a
-half-precision case where this process computes the same bits (probe()), else in a child process pinned to the
-fixture's kernels (the record's "pin": environment variables read once when torch starts), else says so.
+The official code wrote the bfloat16 / float16 fixtures on one CPU, with AVX-512: an Intel Xeon reproduces them
+with oneDNN's bf16 gemm capped at AVX512_CORE_VNNI; its default AMX-BF16 kernel adds the products in another
+order, and so does ATen's own AVX2 gemm on an AVX2-only AMD EPYC. One rounding step of bfloat16 (2^-8) then
+moves a confidence across a tie and the official tokens differ: the comparison is with the kernels, not with
+sinklens. So every such fixture file records the kernels that made it ("kernels", RECORD_FIELDS; the digest
+`probe` was not taken when they were made: null) and tests/conftest.py compares a half-precision case where
+this process computes the recorded digest, else in a child process pinned to the record's kernels (its "pin":
+environment variables read once when torch starts), where a mismatch on kernels not confirmed to be the
+fixture's is an xfail that names both.
 """
 from __future__ import annotations
 
@@ -88,8 +90,8 @@ def record() -> dict:
 
 def describe(rec: dict) -> str:
     """One line: the kernels a record names."""
-    return (f"{rec['cpu']} ({' '.join(rec['isa'])}), torch {rec['torch']}, ATen {rec['aten_cpu_capability']}, "
-            f"{'oneDNN' if rec['onednn_bf16_gemm'] else 'no oneDNN'} bf16 gemm, probe {rec['probe']}")
+    return (f"torch {rec['torch']}, {'/'.join(rec['isa'])}, ATen {rec['aten_cpu_capability']}, "
+            f"{'oneDNN' if rec['onednn_bf16_gemm'] else 'no oneDNN'} bf16 gemm, probe {rec['probe'] or 'not recorded'}")
 
 
 def param(*values, id: str, dtype: str, kernels: dict | None):
