@@ -222,3 +222,21 @@ def test_the_kernel_is_built_once_into_the_cache(monkeypatch, tmp_path):
         monkeypatch.undo()
         build.reset()
 
+
+
+@pytest.mark.parametrize("case", [CASES[1], CASES[3], CASES[5], CASES[6]], ids=lambda c: c[0])
+def test_compiled_tiles_of_any_height_give_the_same_numbers(case, monkeypatch):
+    """The kernel walks a layer in tiles of query rows (tall ones at these sizes: one tile); tiles of 5
+    rows, each seeing its own span of keys, must give what the exact route gives."""
+    import sinklens.attention.routes.compiled as compiled
+
+    if build.load() is None:
+        pytest.skip(f"the compiled kernel is unavailable here: {build.reason()}")
+    monkeypatch.setattr(compiled, "tile_rows", lambda s_k: 5)
+    out, req = run("compiled", case, torch.float32)
+    ref_out, ref = run("exact", case, torch.float32, chunk=7)
+    assert (out - ref_out).abs().max() <= 2e-5
+    got, want = captures(req), captures(ref)
+    assert got.keys() == want.keys()
+    for key in want:
+        assert (got[key] - want[key]).abs().max() <= 2e-5, key
