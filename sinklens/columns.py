@@ -15,6 +15,7 @@ length is whatever the step records). Stored row-major and flat, one cell per (s
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import cached_property
 from typing import Any
 
 
@@ -29,7 +30,7 @@ class Column:
     meaning: str
     fill: Any = None  # what an absent (S,)-shaped cell holds (False / True); None: null
 
-    @property
+    @cached_property  # read at every step of a trace
     def layer_axis(self) -> int | None:
         """Where the layer axis goes when a capture is held layer first ([T,] L, B, ...): its place in
         the batch-first cell (1 for "LHS", 2 for "GLHS"); None when the column has no layer axis."""

@@ -241,6 +241,10 @@ class TraceWriter:
         self._pending_bytes = 0
         self._flushed_at = time.monotonic()
         self._canvas: dict = {}  # canvas column -> (the sampler's tensor, its version, the held copy): _canvas_copy
+        # the columns a StepEvent carries as fields, and those its request captures (layer first): where
+        # their layer axis goes in the file's batch-first cells (the declared place of L; blocked: 1)
+        self._event_columns = [c.name for c in self.columns if not from_request(c)]
+        self._layer_axis = {c.name: c.layer_axis or 1 for c in self.columns if from_request(c)}
 
     # ---- metadata -------------------------------------------------------------------------
     def _new_ids(self, tokens: list[np.ndarray]) -> list[int]:
@@ -365,15 +369,15 @@ class TraceWriter:
             raise RuntimeError(f"trace {self.path} is closed")
         req = event.attention
         cells, maps = {}, None
-        for c in self.columns:
-            if not from_request(c):  # a field of the event: copied (the sampler changes its canvas in place)
-                x = getattr(event, c.name, None)
-                cells[c.name] = [_held(r, copy=True) for r in x] if isinstance(x, list) else self._canvas_copy(c.name, x)
-            elif req is not None:
-                # received is kept beside the groups: where they sum to it (the masked / unmasked split)
-                # the group's write leaves it out, for all the group's steps in one test; blocked is a
-                # hook's instruction, copied (the hook may reuse it)
-                cells[c.name] = _held(request_capture(req, c.name), copy=c.name == "blocked")
+        for name in self._event_columns:  # a field of the event: copied (the sampler changes its canvas in place)
+            x = getattr(event, name, None)
+            cells[name] = [_held(r, copy=True) for r in x] if isinstance(x, list) else self._canvas_copy(name, x)
+        if req is not None:
+            # received is kept beside the groups: where they sum to it (the masked / unmasked split)
+            # the group's write leaves it out, for all the group's steps in one test; blocked is a
+            # hook's instruction, copied (the hook may reuse it)
+            for name in self._layer_axis:
+                cells[name] = _held(request_capture(req, name), copy=name == "blocked")
         layer_axis = self._layer_axis
         if req is not None:
             maps = {k: _held(m) for k, m in req.maps.items()} or None
@@ -389,12 +393,6 @@ class TraceWriter:
         nbytes = sum(x.nbytes for name, x in cells.items() if name in layer_axis and hasattr(x, "nbytes"))
         nbytes += sum(m.nbytes for m in (maps or {}).values())
         self._hold(HeldStep(event.step, cells["tokens"].shape[0], cells, layer_axis, maps), self._due(nbytes))
-
-    @property
-    def _layer_axis(self) -> dict:
-        """Where the layer axis of each request capture goes (the request stacks them layer first; the
-        file's cells are batch first): the column's declared place of L; blocked (L, B, H, S): 1."""
-        return {c.name: c.layer_axis or 1 for c in self.columns if from_request(c)}
 
     def _canvas_copy(self, name: str, x):
         """A held copy of the canvas tensor `x`: the previous step's copy where `x` is the same tensor,
