@@ -22,6 +22,7 @@ from __future__ import annotations
 import matplotlib
 import numpy as np
 from matplotlib.figure import Figure
+from matplotlib.ticker import LogFormatter
 
 from sinklens.analysis.analyze import Analysis
 from sinklens.analysis.readouts import HEAD_SHARE, SCORE_BINS, nanmean
@@ -151,6 +152,8 @@ def _massive(series) -> Figure:
         ax1.plot(sink_norm, color=c, ls=ls, marker="o", label=label)
     ax0.set(xlabel="layer", ylabel="largest |h_c| / median", yscale="log",
             title="massive activations (mean over steps)")
+    ax0.yaxis.set_major_formatter(LogFormatter())                       # 2, 30: not 2×10^0, 3×10^1
+    ax0.yaxis.set_minor_formatter(LogFormatter(minor_thresholds=(2, 0.5)))
     ax1.axhline(1.0, color="k", lw=0.5)
     ax1.set(xlabel="layer", ylabel="||h|| at the strongest sink / median ||h||", title="residual norm at sinks")
     integer_ticks(ax0, "x")
@@ -192,6 +195,8 @@ def _distance(series) -> Figure:
     ax.axhline(1.0, color="k", lw=0.5)
     ax.set(xlabel="distance |i − j| (positions)", ylabel="attention / uniform attention\nat that distance",
            yscale="log", title="received attention vs distance")
+    ax.yaxis.set_major_formatter(LogFormatter())
+    ax.yaxis.set_minor_formatter(LogFormatter(minor_thresholds=(2, 0.5)))
     integer_ticks(ax, "x")
     ax.legend(fontsize=7)
     return fig
