@@ -233,7 +233,7 @@ def run(args, trace=None, capture=None, check=None):
         check(model)
     ids = torch.tensor([prompt_ids(model, args)])
     try:
-        sampler = model.family.pick_sampler(args.sampler)
+        sampler = model.family.pick_sampler(args.sampler, sampler_args(args, args.sampler_fields))
     except ValueError as e:
         raise CliError(str(e)) from None
     try:

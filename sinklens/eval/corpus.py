@@ -93,7 +93,7 @@ def run_corpus(cfg: CorpusConfig, model=None) -> str | None:
     m = model
     if m.tokenizer is None:
         raise ValueError(f"{cfg.model!r} ships no tokenizer; --prompts needs one to read text prompts")
-    sampler = m.family.pick_sampler(cfg.sampler)
+    sampler = m.family.pick_sampler(cfg.sampler, cfg.sampler_args)
     settings, notes = sampler_settings(m, None, sampler=sampler, **cfg.sampler_args)
     gen = get_config(sampler).from_kwargs(**settings).length or 0
     items, prompts = _prepare(m, items, errors, cfg, gen)
@@ -181,7 +181,7 @@ def _run_prompt(m, item: dict, index: int, ids: list[int], path: str | None, set
     w = StreamWriter(cfg.units, cfg.sink_eps, received_dtype=cfg.capture.received_dtype, keep=path)
     try:
         out = m.generate(torch.tensor([ids], dtype=torch.long), trace=w, capture=cfg.capture,
-                         sampler=m.family.pick_sampler(cfg.sampler), **settings)
+                         sampler=m.family.pick_sampler(cfg.sampler, cfg.sampler_args), **settings)
     except BaseException:
         w.abandon()                                       # a kept trace keeps its finished steps, marked truncated
         raise

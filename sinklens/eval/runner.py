@@ -57,7 +57,7 @@ def one_thread_for_a_small_model(m, note: bool = True) -> None:
 
 def run_sampler(m, cfg: EvalConfig) -> str:
     """The sampler an eval runs: --sampler, which must be one the model's family runs, else the family's own."""
-    return m.family.pick_sampler(cfg.sampler)
+    return m.family.pick_sampler(cfg.sampler, cfg.sampler_args)
 
 
 def model_slug(name: str) -> str:
