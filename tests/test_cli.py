@@ -86,7 +86,7 @@ def test_every_eval_config_field_is_set_from_a_flag():
     flags = [o for a in eval_parser._actions for o in a.option_strings]
     assert len(flags) == len(set(flags))                    # no flag written twice
     args = build_parser("eval").parse_args(["eval", "--model", "m", "--task", "gsm8k", "--out", "o", "--shots", "0",
-                                            "--keep-self", "--threshold", "2.5", "--mask-units", "sum", "-q"])
+                                            "--mask-keep-self", "--mask-threshold", "2.5", "--mask-units", "sum", "-q"])
     setup(args)
     kw = config_kwargs(args)
     assert (kw["shots"], kw["keep_self"], kw["threshold"], kw["mask_units"], kw["loglik"]) == (0, True, 2.5, "sum", True)
@@ -104,9 +104,9 @@ def test_eval_masking_flags_reach_the_masking_config(tmp_path):
 
     args = build_parser("eval").parse_args([
         "eval", "--model", "m", "--task", "gsm8k", "--out", str(tmp_path / "o"), "--mask-topk", "0,2",
-        "--mask-sinks", "topk", "--sink-eps", "2", "--mask-units", "sum", "--mask-scope", "prompt",
-        "--mask-control", "random", "--ranking", "global", "--threshold", "1.5", "--keep-self", "--step0", "probe",
-        "--arm-rule", "prefix", "--seed", "4", "-q"])
+        "--mask-sinks", "topk", "--mask-eps", "2", "--mask-units", "sum", "--mask-scope", "prompt",
+        "--mask-control", "random", "--mask-ranking", "global", "--mask-threshold", "1.5", "--mask-keep-self",
+        "--mask-step0", "probe", "--mask-arm-rule", "prefix", "--seed", "4", "-q"])
     setup(args)
     cfg = EvalConfig(**config_kwargs(args))
     assert cfg.runs() == [(0, "none"), (2, "none"), (2, "random")]
@@ -117,17 +117,63 @@ def test_eval_masking_flags_reach_the_masking_config(tmp_path):
     assert not cfg.masking(0).active                      # K = 0: unmasked, the threshold is not applied
 
 
-def test_old_eps_flag_still_works_with_a_note(tmp_path, capsys):
-    """`--eps` was Eq. 3's margin before Dream's schedule `eps` and the sink ε got distinct names."""
-    from sinklens.cli import build_parser
-    from sinklens.cli.eval import config_kwargs
+MASKING = {"mask_sinks": "--mask-sinks", "sink_eps": "--mask-eps", "mask_units": "--mask-units",
+           "mask_scope": "--mask-scope", "mask_control": "--mask-control", "ranking": "--mask-ranking",
+           "threshold": "--mask-threshold", "keep_self": "--mask-keep-self", "step0": "--mask-step0",
+           "arm_rule": "--mask-arm-rule"}
 
-    for cmd in (["eval", "--model", "m", "--task", "gsm8k", "--out", str(tmp_path / "o")], ["report", "t.arrow", "--out", str(tmp_path / "r")]):
-        args = build_parser(cmd[0]).parse_args([*cmd, "--eps", "2.5"])
-        assert args.sink_eps == 2.5
-        assert "--eps is deprecated, use --sink-eps" in capsys.readouterr().err
-    args = build_parser("eval").parse_args(["eval", "--model", "m", "--task", "gsm8k", "--out", "o", "--sink-eps", "4"])
-    assert args.sink_eps == 4.0 and capsys.readouterr().err == ""
+
+def _visible_flags(command: str) -> dict[str, str]:
+    """flag -> dest of what `sinklens COMMAND --help` lists."""
+    p = next(a for a in build_parser()._actions if isinstance(a, argparse._SubParsersAction)).choices[command]
+    return {o: a.dest for a in p._actions if a.help != argparse.SUPPRESS for o in a.option_strings}
+
+
+def test_every_masking_setting_is_one_mask_flag_with_one_meaning():
+    """One prefix for every masking setting of `sinklens eval`, and none of them is also a flag of
+    generate / trace / report (`--threshold` was eval's masking threshold and LLaDA2's commit threshold)."""
+    from dataclasses import fields
+
+    from sinklens.eval.config import EvalConfig
+    from sinklens.masking.config import MaskingConfig
+
+    shared = {f.name for f in fields(EvalConfig) if any(f.metadata.get("help") == m.metadata.get("help")
+                                                          for m in fields(MaskingConfig) if "help" in m.metadata)}
+    assert shared == set(MASKING)                        # every masking field is listed here
+    flags = _visible_flags("eval")
+    assert {dest: [f for f, d in flags.items() if d == dest and not f.startswith("--no-")][0] for dest in MASKING} == MASKING
+    others = set(_visible_flags("generate")) | set(_visible_flags("trace")) | set(_visible_flags("report"))
+    assert not set(MASKING.values()) & others
+    # --threshold is the sampler's commit threshold in eval too, as its docs' LLaDA2.1 example means it
+    from sinklens.cli.eval import config_kwargs
+    from sinklens.cli.logs import setup
+
+    args = build_parser("eval").parse_args(["eval", "--model", "m", "--task", "arith", "--out", "o", "--threshold",
+                                            "0.7", "--mask-threshold", "2", "-q"])
+    setup(args)
+    kw = config_kwargs(args)
+    assert kw["sampler_args"] == {"threshold": 0.7} and kw["threshold"] == 2.0
+
+
+@pytest.mark.parametrize("old,new,dest,value", [
+    (["--eps", "2.5"], "--mask-eps", "sink_eps", 2.5), (["--sink-eps", "2.5"], "--mask-eps", "sink_eps", 2.5),
+    (["--ranking", "global"], "--mask-ranking", "ranking", "global"),
+    (["--keep-self"], "--mask-keep-self", "keep_self", True), (["--no-keep-self"], "--no-mask-keep-self", "keep_self", False),
+    (["--step0", "probe"], "--mask-step0", "step0", "probe"), (["--arm-rule", "prefix"], "--mask-arm-rule", "arm_rule", "prefix")])
+def test_old_masking_spellings_still_work_with_a_note(old, new, dest, value, capsys):
+    args = build_parser("eval").parse_args(["eval", "--model", "m", "--task", "gsm8k", "--out", "o", *old])
+    assert getattr(args, dest) == value
+    assert capsys.readouterr().err == f"note: {old[0]} is deprecated, use {new}\n"
+    args = build_parser("eval").parse_args(["eval", "--model", "m", "--task", "gsm8k", "--out", "o", new, *old[1:]])
+    assert getattr(args, dest) == value and capsys.readouterr().err == ""
+    assert old[0] not in build_parser("eval").format_help()        # --help lists the new spelling only
+
+
+def test_old_eps_flag_of_report_still_works_with_a_note(tmp_path, capsys):
+    """`--eps` was Eq. 3's margin before Dream's schedule `eps` and the sink ε got distinct names."""
+    args = build_parser("report").parse_args(["report", "t.arrow", "--out", str(tmp_path / "r"), "--eps", "2.5"])
+    assert args.sink_eps == 2.5
+    assert "--eps is deprecated, use --sink-eps" in capsys.readouterr().err
 
 
 def test_every_report_option_is_a_flag():

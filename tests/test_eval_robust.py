@@ -58,8 +58,9 @@ def run_dir_of(out, model) -> Path:
     (["eval", *FAST, "--block-length", "0"], "--block-length"),
     (["eval", *FAST, "--limit", "0"], "--limit"),
     (["eval", *FAST, "--shots", "-1"], "--shots"),
-    (["eval", *FAST, "--threshold", "-1"], "--threshold"),
-    (["eval", *FAST, "--threshold", "nan"], "--threshold"),
+    (["eval", *FAST, "--mask-threshold", "-1"], "--mask-threshold"),
+    (["eval", *FAST, "--mask-threshold", "nan"], "--mask-threshold"),
+    (["eval", *FAST, "--ranking", "nan"], "--ranking"),              # an old spelling, named as typed
     (["eval", *FAST, "--sandbox-timeout", "0"], "--sandbox-timeout"),
     (["eval", *FAST, "--shots", "9"], "--shots"),
     (["eval", *FAST, "--limit", "0"], "--limit"),
@@ -72,7 +73,7 @@ def run_dir_of(out, model) -> Path:
     (["generate", "--input-ids", "1,2", "--top-p", "2"], "--top-p"),
     (["generate", "--input-ids", "1,2", "--temperature", "inf"], "--temperature"),
     (["report", "t.arrow", "--sink-eps", "nan"], "--sink-eps"),
-    (["report", "t.arrow", "--eps", "-1"], "--sink-eps/--eps"),
+    (["report", "t.arrow", "--eps", "-1"], "--eps"),
     (["report", "t.arrow", "--row", "-1"], "--row"),
 ])
 def test_bad_numbers_are_one_line_errors(argv, flag, tmp_path, capsys):

@@ -23,12 +23,13 @@ from sinklens.cli.types import CliError, nonneg_int
 
 def add_sampler_flags(parser: argparse.ArgumentParser, exclude: tuple[str, ...] = (),
                       title: str = "sampler arguments (official names; only those of the model's sampler are accepted)"
-                      ) -> list[str]:
+                      ) -> dict[str, str]:
     """One flag per field of the registered sampler configs (`SAMPLERS`: every sampler's config.py): type,
     range, help and default come from the field, so no flag table is kept by hand. A field that
     several samplers share (steps, temperature, ...) is one flag. A field's old name (`RENAMED`,
     e.g. Dream's --eps for --time-eps) is accepted with a deprecation note unless `exclude` names
-    it. Returns the field names."""
+    it. Returns field name -> dest (the name, or `sampler_<name>` where the command has a setting
+    of that name: eval's masking `threshold`)."""
     from sinklens.samplers.configs import SAMPLERS, expected
 
     by_name: dict[str, list] = {}
@@ -37,6 +38,8 @@ def add_sampler_flags(parser: argparse.ArgumentParser, exclude: tuple[str, ...] 
             if f.name not in exclude:
                 by_name.setdefault(f.name, []).append((sampler, f))
     group = parser.add_argument_group(title)
+    taken = {a.dest for a in parser._actions}
+    dests = {name: f"sampler_{name}" if name in taken else name for name in by_name}
     for name, uses in by_name.items():
         old = tuple("--" + o.replace("_", "-") for s, _ in uses for o, new in SAMPLERS[s].RENAMED.items()
                     if new == name and o not in exclude)
@@ -51,8 +54,8 @@ def add_sampler_flags(parser: argparse.ArgumentParser, exclude: tuple[str, ...] 
             text += f"; {expected(meta)}"
         text += " [official default " + ", ".join(f"{s}: {'unset' if f.default is None else f.default}"
                                                   for s, f in uses) + "]"
-        add_field_flag(group, "--" + name.replace("_", "-"), name, meta, None, text)
-    return list(by_name)
+        add_field_flag(group, "--" + name.replace("_", "-"), dests[name], meta, None, text)
+    return dests
 
 
 def _loosest_range(metas: list[dict]) -> dict:
@@ -70,9 +73,10 @@ def _loosest_range(metas: list[dict]) -> dict:
     return {**bound("min", "gt", min), **bound("max", "lt", max)}
 
 
-def sampler_args(args: argparse.Namespace, names: list[str]) -> dict:
-    """The sampler flags the user gave (a flag left out keeps the sampler's / preset's default)."""
-    return {n: getattr(args, n) for n in names if getattr(args, n, None) is not None}
+def sampler_args(args: argparse.Namespace, dests: dict[str, str]) -> dict:
+    """The sampler flags the user gave, by field name (`dests`: `add_sampler_flags`'s answer; a
+    flag left out keeps the sampler's / preset's default)."""
+    return {n: getattr(args, d) for n, d in dests.items() if getattr(args, d, None) is not None}
 
 
 RUN_SAMPLER_TITLE = ("sampler arguments (official names; only those of the model's sampler are accepted; "

@@ -22,7 +22,7 @@ class MaskingConfig:
     sinks: str = param(DEFAULT_PROTOCOL, str, "; ".join(f"{k}: {v}" for k, v in PROTOCOLS.items()),
                        choices=tuple(PROTOCOLS))
     sink_eps: float = param(DEFAULT_EPS, float, "Eq. 3 margin eps in the score units (the eq3 protocol's gate; "
-                                                "the random control never picks an Eq. 3 sink)", old_flags=("--eps",))
+                                                "the random control never picks an Eq. 3 sink)")
     units: str = param(DEFAULT_UNITS, str, f"score units of the ranking and of Eq. 3 (default {DEFAULT_UNITS}: column "
                                            "sums scaled so the average visible key scores 1; docs/analysis.md)",
                        choices=tuple(UNITS))
