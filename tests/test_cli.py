@@ -678,3 +678,52 @@ def test_quiet_command_silences_the_libraries_own_bars_too(tmp_path):
     before = os.environ.get("TQDM_DISABLE")
     assert main(["report", str(trace), "--out", str(tmp_path / "r2"), "--no-figures", "-q"]) == 0
     assert os.environ.get("TQDM_DISABLE") == before
+
+
+def test_help_with_a_model_lists_its_samplers_flags_only(fixtures_dir, capsys):
+    """`sinklens trace --model X --help`: X's sampler flags only (the generic help lists every
+    sampler's and says how to get one model's); the same for generate and eval."""
+    def help_of(argv):
+        with pytest.raises(SystemExit):
+            main([*argv, "--help"])
+        return capsys.readouterr().out
+
+    def flags(text):          # the flags --help describes (not the examples of its description)
+        return set(re.findall(r"^  (--[a-z0-9-]+)", text, re.MULTILINE))
+
+    generic = help_of(["trace"])
+    assert {"--alg", "--max-new-tokens", "--block-length"} <= flags(generic) and "--model M --help" in generic
+    for command in ("trace", "generate", "eval"):
+        llada = help_of([command, "--model", str(fixtures_dir / "llada")])
+        assert "The llada sampler's flags" in llada and "--block-length" in flags(llada), command
+        assert not {"--alg", "--max-new-tokens", "--denoising-steps"} & flags(llada), command
+    dream = flags(help_of(["generate", "--model", str(fixtures_dir / "dream")]))
+    assert {"--alg", "--max-new-tokens"} <= dream and not {"--gen-length", "--remasking"} & dream
+    assert len(help_of(["trace", "--model", str(fixtures_dir / "llada")]).splitlines()) < len(generic.splitlines()) - 100
+
+
+def test_a_flag_the_models_sampler_does_not_take_is_refused_before_the_load(fixtures_dir, bad_inputs, monkeypatch,
+                                                                            capsys):
+    """An unknown sampler flag, gen_length not a multiple of block_length, generate on an encoder:
+    one line, exit 2, and no model loaded (each used to cost a full load first)."""
+    import sinklens.models.loader as loader
+
+    def no_load(*args, **kwargs):
+        raise AssertionError("the model was loaded")
+
+    monkeypatch.setattr(loader, "load", no_load)
+    llada, ids, d = str(fixtures_dir / "llada"), ["--input-ids", "1,2,3"], bad_inputs
+    cases = [
+        (["generate", "--model", llada, *ids, "--alg", "entropy"], "the llada sampler got unknown argument(s) ['alg']"),
+        (["trace", "--model", llada, *ids, "--gen-length", "8", "--block-length", "3", "--out", str(d / "g.arrow")],
+         "gen_length (8) must be a multiple of block_length (3)"),
+        (["eval", "--model", llada, "--task", "arith", "--gen-length", "8", "--block-length", "3", "--out",
+          str(d / "g")], "gen_length (8) must be a multiple of block_length (3)"),
+        (["generate", "--model", "all-minilm-l6-v2", "--prompt", "hi"], "encoder: it generates no text"),
+        (["eval", "--model", "all-minilm-l6-v2", "--task", "arith", "--out", str(d / "enc")], "nothing to evaluate"),
+    ]
+    for argv, said in cases:
+        assert main(argv) == 2, argv
+        err = capsys.readouterr().err.strip().splitlines()
+        assert len(err) == 1 and said in err[0], (argv, err)
+    assert not (d / "g.arrow").exists() and not (d / "g").exists()

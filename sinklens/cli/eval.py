@@ -10,13 +10,13 @@ import os
 import sys
 
 from sinklens.cli.fields import add_config_flags, flag_values
-from sinklens.cli.generate import add_sampler_flags, sampler_args
+from sinklens.cli.generate import add_sampler_flags, sampler_args, sampler_title
 from sinklens.cli.replicate import k_list
 from sinklens.cli.types import CliError
 from sinklens.sandbox import SandboxUnavailable
 
 
-def register(sub) -> None:
+def register(sub, sampler: str | None = None) -> None:
     from sinklens.eval.config import EvalConfig
 
     p = sub.add_parser("eval", help="GSM8K / HumanEval / arith accuracy with the top-K sinks masked (paper Table 1)",
@@ -34,7 +34,8 @@ def register(sub) -> None:
     # --eps is an old spelling of Eq. 3's --mask-eps here, so Dream's --time-eps does not take it
     p.set_defaults(func=_eval, sampler_fields=add_sampler_flags(
         p, exclude=("gen_length", "max_new_tokens", "eps"),
-        title="sampler arguments over the task preset (only those of the model's sampler are accepted)"))
+        title=sampler_title("sampler arguments over the task preset (only those of the model's sampler are accepted)",
+                            "eval", sampler), only=sampler))
 
 
 def config_kwargs(args) -> dict:
@@ -67,6 +68,8 @@ def _eval(args) -> int:
         cfg.sandbox_config()        # HumanEval: a sandbox this machine can give, before any model loads
     except SandboxUnavailable as e:
         raise CliError(str(e)) from None
+    precheck.model_sampler(cfg.model, cfg.sampler, cfg.sampler_args, task=cfg.task, gen_length=cfg.gen_length,
+                           generates="there is nothing to evaluate; trace it with `sinklens trace` instead")
     from sinklens.eval.runner import run_eval
     try:  # bad input raises before anything is written; a failed write (OSError) says what was kept
         run_dirs = run_eval(cfg)

@@ -22,18 +22,20 @@ from sinklens.cli.types import CliError, nonneg_int
 
 
 def add_sampler_flags(parser: argparse.ArgumentParser, exclude: tuple[str, ...] = (),
-                      title: str = "sampler arguments (official names; only those of the model's sampler are accepted)"
-                      ) -> dict[str, str]:
+                      title: str = "sampler arguments (official names; only those of the model's sampler are accepted)",
+                      only: str | None = None) -> dict[str, str]:
     """One flag per field of the registered sampler configs (`SAMPLERS`: every sampler's config.py): type,
     range, help and default come from the field, so no flag table is kept by hand. A field that
     several samplers share (steps, temperature, ...) is one flag. A field's old name (`RENAMED`,
     e.g. Dream's --eps for --time-eps) is accepted with a deprecation note unless `exclude` names
-    it. Returns field name -> dest (the name, or `sampler_<name>` where the command has a setting
-    of that name: eval's masking `threshold`)."""
+    it. `only`: that sampler's flags alone (`--model X --help`). Returns field name -> dest (the
+    name, or `sampler_<name>` where the command has a setting of that name: eval's masking `threshold`)."""
     from sinklens.samplers.configs import SAMPLERS, expected
 
     by_name: dict[str, list] = {}
     for sampler, cls in SAMPLERS.items():
+        if only is not None and sampler != only:
+            continue
         for f in fields(cls):
             if f.name not in exclude:
                 by_name.setdefault(f.name, []).append((sampler, f))
@@ -52,8 +54,8 @@ def add_sampler_flags(parser: argparse.ArgumentParser, exclude: tuple[str, ...] 
             text += "; " + ", ".join(f"{s}: {expected(f.metadata)}" for s, f in uses)
         elif meta["type"] is not bool and not meta["choices"]:
             text += f"; {expected(meta)}"
-        text += " [official default " + ", ".join(f"{s}: {'unset' if f.default is None else f.default}"
-                                                  for s, f in uses) + "]"
+        text += " [official default " + ", ".join(("" if only else f"{s}: ") + ("unset" if f.default is None else
+                                                                                 str(f.default)) for s, f in uses) + "]"
         add_field_flag(group, "--" + name.replace("_", "-"), dests[name], meta, None, text)
     return dests
 
@@ -84,8 +86,39 @@ RUN_SAMPLER_TITLE = ("sampler arguments (official names; only those of the model
                      "GSM8K setting, capped by the context)")
 
 
-def add_run_flags(p: argparse.ArgumentParser, prompts_file: bool = False) -> None:
-    """Model, prompt and sampler flags (generate and trace; prompts_file: trace's --prompts too)."""
+def sampler_title(title: str, command: str, sampler: str | None) -> str:
+    """A sampler group's title: every sampler's flags, and how to list one model's; or whose these are."""
+    if sampler is None:
+        return (f"{title}. Every sampler's flags are listed; `sinklens {command} --model M --help` lists only those of "
+                "M's sampler")
+    return f"{title}. The {sampler} sampler's flags (the one --model runs; without --model: every sampler's)"
+
+
+def help_sampler(command: str, argv: list[str]) -> str | None:
+    """The sampler whose flags `sinklens COMMAND --model M [--sampler S] --help` lists: M's, told
+    from its config.json (`precheck.model_sampler`'s reading); None for the generic help (no
+    --model, or one that cannot be told without loading it)."""
+    given = {}
+    for i, word in enumerate(argv):
+        flag, eq, value = word.partition("=")
+        if flag.startswith("--"):
+            given[flag[2:].replace("-", "_")] = value if eq else (argv[i + 1] if i + 1 < len(argv) else "")
+    if not given.get("model"):
+        return None
+    from sinklens.models.loader import checkpoint_family
+    from sinklens.samplers.configs import SAMPLERS
+
+    found = checkpoint_family(given["model"])
+    try:
+        return None if found is None else found[0].pick_sampler(given.get("sampler"), given)
+    except ValueError:                     # a --sampler it does not run: the run says so
+        return None if given.get("sampler") not in SAMPLERS else given["sampler"]
+
+
+def add_run_flags(p: argparse.ArgumentParser, prompts_file: bool = False, command: str = "generate",
+                  sampler: str | None = None) -> None:
+    """Model, prompt and sampler flags (generate and trace; prompts_file: trace's --prompts too).
+    `sampler`: list only its flags (`--model X --help`)."""
     p.add_argument("--model", required=True, help="alias, local folder, .gguf file or hub id")
     src = p.add_mutually_exclusive_group(required=True)
     src.add_argument("--prompt", help="prompt text (wrapped in the chat template when the tokenizer has one)")
@@ -107,7 +140,8 @@ def add_run_flags(p: argparse.ArgumentParser, prompts_file: bool = False) -> Non
     big.add_argument("--offload-folder", default=None, help="with --device-map: folder for the layers that fit nowhere")
     from sinklens.models.options import LoadOptions
     add_config_flags(p.add_argument_group("random-init control (docs/analysis.md)"), LoadOptions)
-    p.set_defaults(sampler_fields=add_sampler_flags(p, title=RUN_SAMPLER_TITLE))
+    p.set_defaults(sampler_fields=add_sampler_flags(p, title=sampler_title(RUN_SAMPLER_TITLE, command, sampler),
+                                                    only=sampler))
 
 
 def parse_max_memory(text: str) -> dict:
@@ -143,8 +177,13 @@ def prompt_ids(model, args) -> list[int]:
     return model.tokenizer.encode(args.prompt)
 
 
-def check_run_flags(args) -> None:
-    """The model's name, --dtype and the sampler flags, answered before torch is imported."""
+ENCODER_HINT = "use `sinklens trace` to record where its attention goes"
+
+
+def check_run_flags(args, generates: str | None = None) -> None:
+    """The model's name, --dtype and the sampler flags, answered before torch is imported; then,
+    from the model's config.json, whether its sampler takes the flags (and generates text, when
+    `generates` says what to do instead), before any weight is read."""
     from sinklens.cli import precheck
 
     if getattr(args, "prompt", None) is not None and not args.prompt.strip():
@@ -158,6 +197,7 @@ def check_run_flags(args) -> None:
     precheck.sampler_flags(sampler_args(args, args.sampler_fields))
     if getattr(args, "random_init", None) is not None and getattr(args, "device_map", None) is not None:
         raise CliError("--random-init re-initialises a model held whole on one device; it does not go with --device-map")
+    precheck.model_sampler(args.model, args.sampler, sampler_args(args, args.sampler_fields), generates=generates)
 
 
 class Interrupted(KeyboardInterrupt):
@@ -220,8 +260,8 @@ def tokens_and_steps(config) -> tuple[int, int]:
 def run(args, trace=None, capture=None, check=None):
     """Load, `check(model)`, build the sampler config (model defaults + flags, notes on stderr),
     say the settings and (after the first step, when long) an estimate, generate. Returns (model,
-    ids (1, P), config, GenerateOutput); Ctrl-C raises `Interrupted` with the canvas so far."""
-    check_run_flags(args)
+    ids (1, P), config, GenerateOutput); Ctrl-C raises `Interrupted` with the canvas so far. The
+    caller has checked the flags (`check_run_flags`)."""
     import torch
 
     from sinklens.cli.logs import note, verbose
@@ -291,9 +331,9 @@ def _check_generates(model) -> None:
     from sinklens.samplers.configs import get_config
 
     if not get_config(model.family.sampler).generates:
-        raise CliError(f"{model.source.get('name_or_path', 'the model')} is a {model.family.name!r} encoder: it "
-                       "generates no text (one forward pass reads the whole input at once); use `sinklens trace` "
-                       "to record where its attention goes")
+        from sinklens.cli.precheck import encoder_refusal
+
+        raise CliError(encoder_refusal(model.source.get("name_or_path", "the model"), model.family.name, ENCODER_HINT))
 
 
 def _print_interrupted(e: Interrupted, as_json: bool) -> int:
@@ -313,6 +353,7 @@ def _print_interrupted(e: Interrupted, as_json: bool) -> int:
 
 
 def cmd_generate(args) -> int:
+    check_run_flags(args, generates=ENCODER_HINT)
     try:
         model, ids, config, out = run(args, check=_check_generates)
     except Interrupted as e:
@@ -327,9 +368,9 @@ def cmd_generate(args) -> int:
     return 0
 
 
-def register(sub) -> None:
+def register(sub, sampler: str | None = None) -> None:
     g = sub.add_parser("generate", help="run a model's own sampler and print the text", description=__doc__)
-    add_run_flags(g)
+    add_run_flags(g, sampler=sampler)
     g.add_argument("--json", action="store_true",
                    help="print one JSON object: text, prompt / generated / full ids, steps, sampler settings")
     g.set_defaults(func=cmd_generate)

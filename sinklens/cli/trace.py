@@ -153,10 +153,10 @@ def cmd_corpus(args, capture) -> int:
     return 0
 
 
-def register(sub) -> None:
+def register(sub, sampler: str | None = None) -> None:
     t = sub.add_parser("trace", help="run a model's own sampler and record every step's attention to a trace file",
                        description=__doc__)
-    add_run_flags(t, prompts_file=True)
+    add_run_flags(t, prompts_file=True, command="trace", sampler=sampler)
     t.add_argument("--out", required=True, help="trace file to write (Arrow IPC stream, .arrow); with --prompts "
                    "the run folder")
     t.add_argument("--keep-traces", type=nonneg_int, default=0, help="with --prompts: keep the full traces of this "

@@ -229,6 +229,29 @@ def check_weights(folder: Path) -> list[Path]:
     raise FileNotFoundError(f"missing weights: {folder} has no *.safetensors file (and no .gguf was given)")
 
 
+def checkpoint_family(name_or_path: str | Path) -> tuple[Family, Path] | None:
+    """(family, folder) of a checkpoint from its config.json alone, before any weight is read: the
+    command line checks the sampler flags and answers `--model X --help` with it. None where that
+    takes more than a local file (a GGUF checkpoint, a hub id not in the local hub cache) or the
+    folder is not a checkpoint `load` would take: `load` says why then."""
+    name = str(name_or_path)
+    path = Path(name).expanduser()
+    try:
+        if name in ALIASES or path.is_dir():
+            where = resolve(name)
+            folder = None if where.gguf_file is not None else where.folder
+        elif HUB_ID.match(name) and not path.exists():
+            from huggingface_hub import try_to_load_from_cache
+
+            cached = try_to_load_from_cache(name, "config.json")   # a path, or None / a no-such-file marker
+            folder = Path(cached).parent if isinstance(cached, str) else None
+        else:
+            folder = None
+        return None if folder is None else (detect_family(read_config(folder)), folder)
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
+
+
 def read_config(folder: Path) -> dict:
     path = folder / "config.json"
     if not path.is_file():
