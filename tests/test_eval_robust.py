@@ -7,6 +7,7 @@ import errno
 import json
 import os
 import resource
+import shutil
 import signal
 import subprocess
 import sys
@@ -276,6 +277,42 @@ def test_lock_is_per_rank_and_names_the_holder(tmp_path):
                 pass
     with RunLock(str(tmp_path), rank=0):               # released on exit
         pass
+
+
+def test_the_lock_is_taken_before_the_model_loads(tmp_path, monkeypatch, capsys):
+    """A second writer into the same --out (eval, a corpus run, a single trace) is refused before
+    any model loads (it used to pay a full load first); a run refused after taking the lock leaves
+    no folder or file behind."""
+    from sinklens.runlock import FileLock
+
+    loads = []
+
+    def load(*args, **kwargs):
+        loads.append(args)
+        raise RuntimeError("the model failed to load")
+
+    monkeypatch.setattr("sinklens.models.loader.load", load)
+    prompts = tmp_path / "p.jsonl"
+    prompts.write_text('{"prompt": "hi"}\n')
+    runs = [(tmp_path / "e" / "tiny-dlm" / "arith" / "k0", RunLock, "sinklens eval",
+             ["eval", "--model", "tiny-dlm", "--task", "arith", "--out", str(tmp_path / "e")]),
+            (tmp_path / "c", RunLock, "sinklens trace --prompts",
+             ["trace", "--model", "tiny-dlm", "--prompts", str(prompts), "--out", str(tmp_path / "c")]),
+            (tmp_path / "t.arrow", FileLock, "sinklens trace",
+             ["trace", "--model", "tiny-dlm", "--prompt", "hi", "--out", str(tmp_path / "t.arrow")])]
+    for held, lock, who, argv in runs:
+        with lock(str(held)):
+            assert main([*argv, "-q"]) == 2
+        err = error_lines(capsys.readouterr().err)
+        assert len(err) == 1 and f"another {who} is already writing {held}" in err[0], err
+    assert loads == []
+    for held, lock, who, argv in runs:                 # the load fails: nothing left behind
+        shutil.rmtree(tmp_path / "e", ignore_errors=True)
+        shutil.rmtree(tmp_path / "c", ignore_errors=True)
+        (tmp_path / "t.arrow").unlink(missing_ok=True)
+        assert main([*argv, "-q"]) == 1
+        assert "the model failed to load" in capsys.readouterr().err
+        assert sorted(p.name for p in tmp_path.iterdir()) == ["p.jsonl"], argv
 
 
 # --- disk full / file-size limit ------------------------------------------------------------------

@@ -61,6 +61,7 @@ def cmd_trace(args) -> int:
         raise CliError("--keep-traces goes with --prompts FILE.jsonl (a corpus run)")
     if args.prompts is not None:
         _check_corpus_flags(args)
+    from sinklens.runlock import FileLock, RunDirBusy
     from sinklens.samplers.base import CaptureOptions
     from sinklens.trace.schema import replaceable
 
@@ -69,9 +70,7 @@ def cmd_trace(args) -> int:
     if args.prompts is None and os.path.isfile(args.out) and not replaceable(args.out):
         raise CliError(f"--out {args.out!r} exists and is not a trace; not overwriting it (choose another "
                        "path such as run.arrow, or remove the file)")
-    if args.prompts is None and os.path.isfile(args.out):     # a trace of an earlier run: replaced, and said
-        from sinklens.cli.logs import note
-        note(f"note: {args.out} holds an earlier trace; this run replaces it")
+    replaces = args.prompts is None and os.path.isfile(args.out)   # a trace of an earlier run: replaced, and said
     if args.prompts is None and os.path.dirname(args.out):
         os.makedirs(os.path.dirname(args.out), exist_ok=True)   # made now, as report and eval make theirs, not after the load
     capture = CaptureOptions(query_groups=False if args.no_groups else None, map_slices=args.map_slices,
@@ -93,7 +92,12 @@ def cmd_trace(args) -> int:
             note_triton_fallback(model.device.type)
 
     try:
-        model, ids, config, out = run(args, trace=args.out, capture=capture, check=check)
+        with FileLock(args.out):        # before the load: a second `trace --out` of this file pays none
+            if replaces:
+                note(f"note: {args.out} holds an earlier trace; this run replaces it")
+            model, ids, config, out = run(args, trace=args.out, capture=capture, check=check)
+    except RunDirBusy as e:
+        raise CliError(str(e)) from None
     except Interrupted as e:
         if os.path.isfile(args.out) and os.path.getsize(args.out) == 0:
             os.remove(args.out)   # stopped before a step was written: no empty file left for `report` to trip on

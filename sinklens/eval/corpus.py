@@ -77,8 +77,6 @@ _SAME_RUN = ("model", "random_init", "prompts_file", "sampler", "settings", "uni
 
 def run_corpus(cfg: CorpusConfig, model=None) -> str | None:
     """Run (or resume) a corpus; returns the merged corpus file (None on a rank that does not merge)."""
-    from tqdm import tqdm
-
     # 1. Everything that can be wrong with the inputs is found before any file is written.
     items, errors = read_jsonl(cfg.prompts, required=("prompt",),
                                check=lambda r: None if r["prompt"].strip() else "the prompt is empty")
@@ -86,6 +84,20 @@ def run_corpus(cfg: CorpusConfig, model=None) -> str | None:
     if os.path.exists(cfg.out) and not os.path.isdir(cfg.out):
         raise ValueError(f"--out {cfg.out!r} is a file; with --prompts it is the run folder")
     dist = dist_state(cfg.device)
+    # 2. The folder locked for this rank before the model loads: a second writer is refused at once
+    with rundir.RunLock(cfg.out, dist.rank, who="sinklens trace --prompts"):
+        m, items, prompts, settings, meta = _plan(cfg, model, items, errors, dist)
+        _write_prompts(cfg, m, items, prompts, settings, meta, dist)
+    if dist.world == 1 or "MASTER_ADDR" in os.environ:    # hand-set shards have no group: a later run merges
+        dist.barrier()
+        if dist.is_main:
+            return merge(cfg.out, meta)
+    return None
+
+
+def _plan(cfg: CorpusConfig, model, items: list[dict], errors: list[str], dist):
+    """(model, usable items, their prompt ids, sampler settings, the run's header): the model
+    loaded (unless given) and every prompt checked against it, nothing written yet."""
     if model is None:
         from sinklens.models.loader import load
         model = load(cfg.model, dtype=cfg.dtype, device=None if cfg.load_args.get("device_map") else
@@ -107,37 +119,37 @@ def run_corpus(cfg: CorpusConfig, model=None) -> str | None:
     meta = {**header(m, cfg.model, sampler, settings, cfg.units, cfg.sink_eps, cfg.capture),
             "prompts_file": os.path.abspath(cfg.prompts), "n_expected": len(items), "seed": cfg.seed, "raw": cfg.raw,
             "kept_traces": [trace_name(i) for i in sorted(keep)], "skipped": errors}
-    _check_same_run(cfg.out, meta)
+    _check_same_run(cfg.out, meta)                        # under the lock: a resumed run is the same run
+    return m, items, prompts, settings, meta
 
-    # 2. Compute and write, one fsynced line per prompt; this rank's share only.
+
+def _write_prompts(cfg: CorpusConfig, m, items: list[dict], prompts: list[list[int]], settings: dict, meta: dict,
+                   dist) -> None:
+    """This rank's prompts not yet on disk, one fsynced line each (a kept prompt's trace beside it)."""
+    from tqdm import tqdm
+
     rank, world = dist.rank, dist.world
-    with rundir.RunLock(cfg.out, rank, who="sinklens trace --prompts"):
-        _check_same_run(cfg.out, meta)                    # again, under the lock
-        if dist.is_main:
-            rundir.write_json(os.path.join(cfg.out, "config.json"), meta)
-        done = set(finished(cfg.out))
-        mine = [i for i in range(len(items)) if i % world == rank]
-        todo = [i for i in mine if items[i]["id"] not in done]
-        bar = tqdm(total=len(mine), initial=len(mine) - len(todo), unit="prompt", desc="corpus" + (
-            f" [rank 0 of {world}: 1 prompt in {world}]" if world > 1 else ""),
-            disable=not cfg.progress or not dist.is_main, dynamic_ncols=True)
-        os.makedirs(os.path.join(cfg.out, "traces"), exist_ok=True)
-        try:
-            with records.RecordWriter(os.path.join(cfg.out, f"samples.rank{rank}.jsonl")) as out:
-                for i in todo:
-                    path = os.path.join(cfg.out, "traces", trace_name(i)) if i in keep else None
-                    out.write(_run_prompt(m, items[i], i, prompts[i], path, settings, cfg))
-                    bar.update(1)
-        except records.WriteError as e:
-            e.note = f"{len(finished(cfg.out))} prompts kept, re-running the same command resumes"
-            raise
-        finally:
-            bar.close()
-    if world == 1 or "MASTER_ADDR" in os.environ:         # hand-set shards have no group: a later run merges
-        dist.barrier()
-        if dist.is_main:
-            return merge(cfg.out, meta)
-    return None
+    keep = kept_indices(len(items), cfg.keep_traces)
+    if dist.is_main:
+        rundir.write_json(os.path.join(cfg.out, "config.json"), meta)
+    done = set(finished(cfg.out))
+    mine = [i for i in range(len(items)) if i % world == rank]
+    todo = [i for i in mine if items[i]["id"] not in done]
+    bar = tqdm(total=len(mine), initial=len(mine) - len(todo), unit="prompt", desc="corpus" + (
+        f" [rank 0 of {world}: 1 prompt in {world}]" if world > 1 else ""),
+        disable=not cfg.progress or not dist.is_main, dynamic_ncols=True)
+    os.makedirs(os.path.join(cfg.out, "traces"), exist_ok=True)
+    try:
+        with records.RecordWriter(os.path.join(cfg.out, f"samples.rank{rank}.jsonl")) as out:
+            for i in todo:
+                path = os.path.join(cfg.out, "traces", trace_name(i)) if i in keep else None
+                out.write(_run_prompt(m, items[i], i, prompts[i], path, settings, cfg))
+                bar.update(1)
+    except records.WriteError as e:
+        e.note = f"{len(finished(cfg.out))} prompts kept, re-running the same command resumes"
+        raise
+    finally:
+        bar.close()
 
 
 def kept_indices(n: int, keep_traces: int) -> set[int]:
