@@ -207,6 +207,10 @@ def _prepare(m, items: list[dict], errors: list[str], cfg: CorpusConfig, gen: in
     """(usable items, their prompt ids); a duplicate id or a prompt + generation longer than the
     model's context is skipped and added to `errors` as file:line."""
     limit = getattr(m, "max_length", None)
+    # no token spells more characters than the vocabulary's longest entry: a prompt longer than the
+    # context times that cannot fit, and is skipped before templating and tokenising (which a line
+    # of megabytes would stall on)
+    chars = None if limit is None else limit * max(map(len, m.tokenizer.get_vocab()), default=1)
     kept, prompts, seen = [], [], {}
     template = not cfg.raw and getattr(m.tokenizer, "chat_template", None)
     for it in items:
@@ -214,6 +218,10 @@ def _prepare(m, items: list[dict], errors: list[str], cfg: CorpusConfig, gen: in
         it["id"] = str(it.get("id", f"line{it['_line']}"))
         if it["id"] in seen:
             errors.append(f"{where}: duplicate id {it['id']!r} (first at {seen[it['id']]}); skipped")
+            continue
+        if chars is not None and len(it["prompt"]) > chars:
+            errors.append(f"{where}: prompt of {len(it['prompt'])} characters exceeds the context of {cfg.model!r} "
+                          f"({limit} tokens, none longer than {chars // limit} characters); skipped")
             continue
         ids = m.apply_chat_template(it["prompt"]) if template else m.tokenizer.encode(it["prompt"])
         if limit is not None and len(ids) + gen > limit:
