@@ -727,3 +727,36 @@ def test_a_flag_the_models_sampler_does_not_take_is_refused_before_the_load(fixt
         err = capsys.readouterr().err.strip().splitlines()
         assert len(err) == 1 and said in err[0], (argv, err)
     assert not (d / "g.arrow").exists() and not (d / "g").exists()
+
+
+def test_progress_piped_to_a_log_is_a_plain_line_every_n_seconds(tmp_path):
+    """stderr not a terminal: no `\\r` redraws joined on a few lines, but one plain line every N
+    seconds of a bar's time and its last state; notes pass unchanged."""
+    import io
+
+    from tqdm import tqdm
+
+    from sinklens.cli.logs import ProgressLines
+
+    now, log = [0.0], io.StringIO()
+    stream = ProgressLines(log, every=10, clock=lambda: now[0])
+    bar = tqdm(total=100, file=stream, mininterval=0, miniters=1, desc="steps")
+    for i in range(100):
+        now[0] += 1                                          # a step a second: a line every 10 steps
+        bar.update(1)
+        if i == 50:
+            bar.write("a note", file=stream)
+    bar.close()
+    lines = log.getvalue().splitlines()
+    assert "\r" not in log.getvalue() and "a note" in lines
+    bars = [line for line in lines if line.startswith("steps:")]
+    assert 10 <= len(bars) <= 12 and "0/100" in bars[0] and "100/100" in bars[-1]
+    # the command line as a process with stderr in a file
+    with open(tmp_path / "log.txt", "w") as err:
+        run = subprocess.run([sys.executable, "-m", "sinklens", "generate", "--model", "tiny-dlm", "--prompt", TOM],
+                             env={**_env(), "SINKLENS_PROGRESS_EVERY": "1000"}, stdout=subprocess.PIPE, stderr=err,
+                             text=True, timeout=300)
+    text = (tmp_path / "log.txt").read_text()
+    assert run.returncode == 0 and "\r" not in text, text
+    steps = [line for line in text.splitlines() if "step" in line and "|" in line]
+    assert len(steps) == 2 and " 0/" in steps[0] and "100%" in steps[-1], steps       # the start and the end

@@ -91,6 +91,8 @@ def main(argv: list[str] | None = None) -> int:
         logs.setup(args)
         if whole_process and args.quiet:   # libraries' own tqdm bars too (transformers' GGUF conversion); tqdm
             os.environ.setdefault("TQDM_DISABLE", "1")   # reads it once, on import: for this process only
+        if whole_process:
+            logs.progress_for_a_log()        # piped to a file: a plain progress line every N seconds
         from sinklens.cli.launch import maybe_relaunch
         relaunched = maybe_relaunch(args.command, argv)
         if relaunched is not None:
