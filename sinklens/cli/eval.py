@@ -11,8 +11,7 @@ import sys
 
 from sinklens.cli.fields import add_config_flags, flag_values
 from sinklens.cli.generate import add_sampler_flags, sampler_args, sampler_title
-from sinklens.cli.replicate import k_list
-from sinklens.cli.types import CliError
+from sinklens.cli.types import CliError, k_list
 from sinklens.sandbox import SandboxUnavailable
 
 

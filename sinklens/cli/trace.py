@@ -40,9 +40,7 @@ def note_triton_fallback(device_type: str) -> None:
 def map_slices(text: str) -> tuple[tuple[int, int], ...]:
     """'3:0,5:7' -> ((3, 0), (5, 7))"""
     out = []
-    for part in text.split(","):
-        if not part:
-            continue
+    for part in text.split(","):       # an empty element ('3:0,,5:7') is refused like any other bad one
         try:
             layer, head = (int(x) for x in part.split(":"))
         except ValueError:
@@ -78,6 +76,8 @@ def cmd_trace(args) -> int:
                              received_dtype="float32" if args.float32 else "float16",
                              **flag_values(ReadoutOptions, args))
     if args.prompts is not None:
+        if args.route == "triton" and args.device_map is None:   # said before the load (a single trace: after)
+            note_triton_fallback((args.device or "cpu").split(":")[0])
         return cmd_corpus(args, capture)
 
     def check(model):
@@ -112,12 +112,16 @@ def cmd_trace(args) -> int:
     size = os.path.getsize(args.out)
     note(f"wrote {args.out}: {out.num_steps} steps x {layers} layers x {heads} heads, {size / 1e6:.2f} MB "
          f"({size / max(out.num_steps, 1) / 1e3:.1f} kB per step); next: sinklens report {args.out} --out report/")
-    print(new_text(ids, out))
+    if config.generates:                # an encoder's trace is its one forward pass: no text to print
+        print(new_text(ids, out))
     return 0
 
 
 def _check_corpus_flags(args) -> None:
     """What a corpus run cannot take, answered before torch is imported."""
+    if os.path.isdir(args.prompts):
+        raise CliError(f"--prompts {args.prompts!r} is a folder; expected a JSON Lines file, one {{\"prompt\": text}} "
+                       "per line")
     if not os.path.isfile(args.prompts):
         raise CliError(f"--prompts {args.prompts!r}: no such file (expected a JSON Lines file, one "
                        "{\"prompt\": text} per line)")

@@ -15,7 +15,7 @@ from dataclasses import MISSING, dataclass, field, fields
 from sinklens.eval.rundir import recorded_model_name
 from sinklens.masking.config import MaskingConfig
 from sinklens.models.options import LoadOptions
-from sinklens.params import check_value, flag_name, param, param_like
+from sinklens.params import MAX_SEED, check_value, flag_name, param, param_like
 from sinklens.samplers.configs import SAMPLERS
 from sinklens.sandbox import SandboxConfig, probe
 
@@ -75,7 +75,7 @@ class EvalConfig:
     sampler: str | None = param(None, str, "the sampler to run (default: the model family's own; llada21: LLaDA2.1's "
                                            "editing sampler on an llada2_moe checkpoint)")
     sampler_args: dict = field(default_factory=dict)  # sampler fields over the task preset, e.g. {"steps": 64}
-    seed: int = param(0, int, "sample i uses seed + i (the same on any rank)", min=0)
+    seed: int = param(0, int, "sample i uses seed + i (the same on any rank)", min=0, max=MAX_SEED)
     dtype: str | None = param(None, str, "float32 | bfloat16 | float16 (default: as stored)")
     device: str | None = param(None, str, "e.g. cpu, cuda:0 (default: the launcher's device, else cpu)")
     random_init: int | None = param_like(LoadOptions, "random_init")   # the results go to OUT/<model>-random-init-<seed>/
