@@ -18,7 +18,7 @@ import time
 from dataclasses import fields
 
 from sinklens.cli.fields import add_config_flags, add_field_flag, flag_values
-from sinklens.cli.types import CliError, nonneg_int
+from sinklens.cli.types import CliError, nonneg_int, seed
 
 
 def add_sampler_flags(parser: argparse.ArgumentParser, exclude: tuple[str, ...] = (),
@@ -129,7 +129,7 @@ def add_run_flags(p: argparse.ArgumentParser, prompts_file: bool = False, comman
     p.add_argument("--raw", action="store_true", help="do not apply the chat template to --prompt")
     p.add_argument("--sampler", default=None, help="the sampler to run (default: the model family's own); another "
                    "one its checkpoints run, e.g. llada21 = LLaDA2.1's editing sampler on an llada2_moe checkpoint")
-    p.add_argument("--seed", type=nonneg_int, default=0, help="torch seed set right before sampling")
+    p.add_argument("--seed", type=seed, default=0, help="torch seed set right before sampling")
     p.add_argument("--dtype", default=None, help="float32 | bfloat16 | float16 (default: as stored)")
     p.add_argument("--device", default=None, help="e.g. cpu, cuda:0")
     big = p.add_argument_group("models bigger than one device (accelerate's big-model inference; docs/models.md)")
@@ -147,7 +147,7 @@ def add_run_flags(p: argparse.ArgumentParser, prompts_file: bool = False, comman
 def parse_max_memory(text: str) -> dict:
     """'0=70GiB,cpu=200GiB' -> {0: '70GiB', 'cpu': '200GiB'} (accelerate's max_memory)."""
     out = {}
-    for part in filter(None, text.split(",")):
+    for part in text.split(","):
         dev, sep, size = part.partition("=")
         if not sep or not dev or not size:
             raise argparse.ArgumentTypeError(f"expected DEVICE=SIZE pairs like 0=70GiB,cpu=200GiB, got {text!r}")
@@ -156,12 +156,12 @@ def parse_max_memory(text: str) -> dict:
 
 
 def parse_ids(text: str) -> list[int]:
+    if not text.strip():
+        raise argparse.ArgumentTypeError("is empty")
     try:
-        ids = [int(t) for t in text.replace(" ", "").split(",") if t]
+        ids = [int(t) for t in text.replace(" ", "").split(",")]   # an empty element ('1,,2') is refused
     except ValueError:
         raise argparse.ArgumentTypeError(f"must be comma-separated integers, got {text!r}") from None
-    if not ids:
-        raise argparse.ArgumentTypeError("is empty")
     if min(ids) < 0:
         raise argparse.ArgumentTypeError(f"must be token ids >= 0, got {min(ids)}")
     return ids
@@ -250,11 +250,20 @@ def _note_beside_bar(message: str) -> None:
     tqdm.write(message, file=sys.stderr)
 
 
-def tokens_and_steps(config) -> tuple[int, int]:
-    """(new tokens, the most steps) of `config`: its steps field, else one step per token; a
-    sampler that generates nothing (an encoder) is one forward pass."""
-    tokens = config.length if config.length_field else 0
-    return tokens, getattr(config, config.steps_field) if config.steps_field else max(tokens, 1)
+def settings_line(name: str, config, prompt: int) -> str:
+    """What a run is about to do, in one line: its sampler, lengths, steps and settings."""
+    settings = ", ".join(f"{k}={v}" for k, v in config.to_dict().items() if v is not None)
+    if not config.generates:
+        return (f"{name}: {config.name} sampler, one forward pass over the prompt's {prompt} tokens (an encoder "
+                f"generates nothing)" + (f" ({settings})" if settings else ""))
+    tokens, steps = tokens_and_steps(config, prompt)
+    return (f"{name}: {config.name} sampler, prompt {prompt} tokens, {tokens} new tokens x up to {steps} steps = "
+            f"{tokens * steps} token-steps ({settings})")
+
+
+def tokens_and_steps(config, prompt: int) -> tuple[int, int]:
+    """(new tokens, the most steps) of `config` after a prompt of `prompt` tokens (`max_steps`)."""
+    return (config.length or 0) if config.length_field else 0, config.max_steps(prompt)
 
 
 def run(args, trace=None, capture=None, check=None):
@@ -289,11 +298,8 @@ def run(args, trace=None, capture=None, check=None):
     for line in plan.deprecated + plan.notes:
         note(line)
     verbose(f"prompt: {ids.shape[1]} tokens; sampler {config.name}: {config.to_dict()}")
-    tokens, steps = tokens_and_steps(config)
-    settings = ", ".join(f"{k}={v}" for k, v in config.to_dict().items() if v is not None)
-    name = control_label(args.model, getattr(args, "random_init", None))
-    note(f"{name}: {config.name} sampler, prompt {ids.shape[1]} tokens, {tokens} new tokens x up to "
-         f"{steps} steps = {tokens * steps} token-steps ({settings})")
+    note(settings_line(control_label(args.model, getattr(args, "random_init", None)), config, ids.shape[1]))
+    tokens, steps = tokens_and_steps(config, ids.shape[1])
     torch.manual_seed(args.seed)
     progress = Progress(steps) if trace is None else Progress(steps, "keeps the finished steps as a truncated trace")
     try:
