@@ -812,3 +812,21 @@ def test_progress_piped_to_a_log_is_a_plain_line_every_n_seconds(tmp_path):
     assert run.returncode == 0 and "\r" not in text, text
     steps = [line for line in text.splitlines() if "step" in line and "|" in line]
     assert len(steps) == 2 and " 0/" in steps[0] and "100%" in steps[-1], steps       # the start and the end
+
+
+def test_a_corpus_run_takes_its_units_and_eps_from_the_flags(tmp_path, monkeypatch, capsys):
+    """`trace --prompts` built CorpusConfig by hand: its totals used the default units and ε whatever
+    was passed. Its corpus-only settings are now flags from CorpusConfig's fields, refused without --prompts."""
+    import sinklens.eval.corpus as corpus
+
+    got = []
+    monkeypatch.setattr(corpus, "run_corpus", lambda cfg: got.append(cfg))
+    prompts = tmp_path / "p.jsonl"
+    prompts.write_text('{"prompt": "hi"}\n')
+    assert main(["trace", "--model", "tiny-dlm", "--prompts", str(prompts), "--out", str(tmp_path / "c"),
+                 "--units", "uniform_ratio", "--sink-eps", "2", "--keep-traces", "1", "-q"]) == 0
+    (cfg,) = got
+    assert (cfg.units, cfg.sink_eps, cfg.keep_traces) == ("uniform_ratio", 2.0, 1)
+    assert main(["trace", "--model", "tiny-dlm", "--prompt", "hi", "--out", str(tmp_path / "t.arrow"),
+                 "--sink-eps", "2"]) == 2
+    assert "--sink-eps goes with --prompts" in capsys.readouterr().err

@@ -17,10 +17,11 @@ from __future__ import annotations
 import argparse
 import os
 import sys
+from dataclasses import fields
 
 from sinklens.cli.fields import add_config_flags, flag_values
 from sinklens.cli.generate import Interrupted, add_run_flags, check_run_flags, new_text, run
-from sinklens.cli.types import CliError, nonneg_int, positive_int
+from sinklens.cli.types import CliError, positive_int
 from sinklens.trace.readouts import ReadoutOptions
 
 
@@ -55,8 +56,13 @@ def cmd_trace(args) -> int:
     from sinklens.cli.logs import note
 
     check_run_flags(args)               # before CaptureOptions imports torch
-    if args.prompts is None and args.keep_traces:
-        raise CliError("--keep-traces goes with --prompts FILE.jsonl (a corpus run)")
+    from sinklens.eval.corpus_config import CorpusConfig
+
+    given = [f.name for f in fields(CorpusConfig) if "type" in f.metadata and getattr(args, f.name) != f.default]
+    if args.prompts is None and given:
+        raise CliError(f"{', '.join('--' + g.replace('_', '-') for g in given)} {'goes' if len(given) == 1 else 'go'} "
+                       "with --prompts FILE.jsonl (a corpus run); a single trace stores the attention itself (its "
+                       "units and eps are `sinklens report`'s)")
     if args.prompts is not None:
         _check_corpus_flags(args)
     from sinklens.runlock import FileLock, RunDirBusy
@@ -137,7 +143,7 @@ def cmd_corpus(args, capture) -> int:
     from sinklens.eval.corpus import CorpusConfig, run_corpus
     from sinklens.runlock import RunDirBusy
 
-    cfg = CorpusConfig(model=args.model, prompts=args.prompts, out=args.out, keep_traces=args.keep_traces,
+    cfg = CorpusConfig(**flag_values(CorpusConfig, args), model=args.model, prompts=args.prompts, out=args.out,
                        raw=args.raw, seed=args.seed, sampler=args.sampler,
                        sampler_args=sampler_args(args, args.sampler_fields),
                        dtype=args.dtype, device=args.device, load_args=load_args(args), capture=capture,
@@ -167,8 +173,6 @@ def register(sub, sampler: str | None = None) -> None:
     add_run_flags(t, prompts_file=True, command="trace", sampler=sampler)
     t.add_argument("--out", required=True, help="trace file to write (Arrow IPC stream, .arrow); with --prompts "
                    "the run folder")
-    t.add_argument("--keep-traces", type=nonneg_int, default=0, help="with --prompts: keep the full traces of this "
-                   "many prompts, chosen evenly over the file (the others keep only their totals)")
     t.add_argument("--float32", action="store_true", help="store received attention as float32 (default float16)")
     t.add_argument("--map-slices", type=map_slices, default=(), help="full attention maps to keep, as LAYER:HEAD "
                    "pairs, e.g. 3:0,5:7")
@@ -182,4 +186,6 @@ def register(sub, sampler: str | None = None) -> None:
                         "an untraced run), triton (fused kernel, extra gpu; falls back to lse where it does not "
                         "apply); auto = lse on CUDA and in bfloat16/float16, exact for float32 on CPU (measured faster there)")
     add_config_flags(t.add_argument_group("mechanism readouts (off by default; docs/analysis.md)"), ReadoutOptions)
+    from sinklens.eval.corpus_config import CorpusConfig
+    add_config_flags(t.add_argument_group("corpus run (--prompts; docs/corpus.md)"), CorpusConfig)
     t.set_defaults(func=cmd_trace, out_is="file")   # a folder with --prompts: cmd_trace checks which

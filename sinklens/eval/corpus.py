@@ -26,7 +26,7 @@ from __future__ import annotations
 import json
 import os
 import sys
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict
 
 import numpy as np
 import torch
@@ -36,38 +36,16 @@ from sinklens.analysis.corpus import FORMAT, prompt_part, to_json
 from sinklens.analysis.step_stats import HIST_EDGES
 from sinklens.eval import records, rundir
 from sinklens.eval.dist import dist_state
-from sinklens.eval.rundir import recorded_model_name
+from sinklens.eval.corpus_config import CorpusConfig  # noqa: F401  (re-exported: run_corpus's argument)
 from sinklens.eval.jsonl import read_jsonl
 from sinklens.eval.settings import sampler_settings
 from sinklens.eval.stream import StreamWriter
-from sinklens.rule.spec import BASELINE_UNITS, DEFAULT_EPS, DEFAULT_UNITS
+from sinklens.rule.spec import BASELINE_UNITS
 from sinklens.samplers.base import CaptureOptions
 from sinklens.samplers.configs import get_config
 from sinklens._version import __version__
 
 CORPUS_FILE = "corpus.jsonl"
-
-
-@dataclass
-class CorpusConfig:
-    model: str
-    prompts: str                    # JSON Lines, one {"prompt": text} per line ("id" optional)
-    out: str                        # the run folder (re-running resumes)
-    keep_traces: int = 0            # prompts whose full trace is kept (chosen evenly over the file)
-    raw: bool = False               # do not apply the chat template
-    seed: int = 0                   # prompt i uses seed + i (the same on any rank)
-    sampler: str | None = None                          # default: the model family's own (Family.pick_sampler)
-    sampler_args: dict = field(default_factory=dict)   # sampler fields over the model's defaults
-    units: str = DEFAULT_UNITS      # analysis units (sinklens/rule/spec.py)
-    sink_eps: float = DEFAULT_EPS   # Eq. 3 threshold ε in `units`
-    dtype: str | None = None
-    device: str | None = None
-    load_args: dict = field(default_factory=dict)      # load()'s device_map / max_memory / offload_folder / random_init
-    capture: CaptureOptions = field(default_factory=CaptureOptions)
-    progress: bool = False
-
-    def __post_init__(self):
-        self.model = recorded_model_name(self.model)
 
 
 # What must not change when a run is resumed (the totals would mix two experiments).
