@@ -489,3 +489,24 @@ def test_quiet_eval_prints_results_only(tmp_path):
     # the table, then where it and the runs are (a result: said under -q too)
     assert f"wrote {tmp_path / 'ev' / 'summary.md'} and summary.csv; each run's samples and settings in " \
            f"{tmp_path / 'ev' / 'tiny-dlm' / 'arith' / 'k<K>'}/" in quiet.stdout.splitlines()[-1]
+
+
+def test_file_size_limit_names_the_file_and_what_is_kept(tmp_path):
+    """`ulimit -f` hit while a trace is written: pyarrow's "File too large" names no file; the
+    command's one line names it, and for a corpus run says that the same command resumes."""
+    def small_files():
+        resource.setrlimit(resource.RLIMIT_FSIZE, (25_000, 25_000))
+
+    prompts = tmp_path / "p.jsonl"
+    prompts.write_text('{"prompt": "Tom has 3 apples"}\n{"prompt": "Ann has 2 pears"}\n')
+    runs = {tmp_path / "t.arrow": ["--prompt", "Tom has 3 apples"],
+            tmp_path / "c": ["--prompts", str(prompts), "--keep-traces", "2"]}
+    for out, argv in runs.items():
+        run = subprocess.run([sys.executable, "-m", "sinklens", "trace", "--model", "tiny-dlm", *argv, "--out", str(out),
+                              "-q"], env={**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[1])},
+                             capture_output=True, text=True, timeout=600, preexec_fn=small_files)
+        err = error_lines(run.stderr)
+        assert run.returncode == 1 and len(err) == 1 and "File too large" in err[0], run.stderr[-2000:]
+        written = out if out.suffix else out / "traces" / "000000.arrow"
+        assert f"could not write {written} (" in err[0]
+        assert ("the same command resumes" in err[0]) == (not out.suffix), err[0]

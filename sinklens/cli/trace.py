@@ -15,6 +15,7 @@ re-running resumes; under torchrun / accelerate launch the prompts are split ove
 from __future__ import annotations
 
 import argparse
+import errno
 import os
 import sys
 from dataclasses import fields
@@ -104,6 +105,12 @@ def cmd_trace(args) -> int:
             model, ids, config, out = run(args, trace=args.out, capture=capture, check=check)
     except RunDirBusy as e:
         raise CliError(str(e)) from None
+    except OSError as e:                # the trace's write (disk full, `ulimit -f`): pyarrow names no file
+        full = {errno.EFBIG, errno.ENOSPC}
+        if e.filename is not None or not (e.errno in full or any(f"errno {n}]" in str(e) for n in full)):
+            raise
+        raise OSError(f"could not write {args.out} ({' '.join(str(e).split())}); the steps written before stay in it "
+                      "as a truncated trace (`sinklens report` reads them)") from None
     except Interrupted as e:
         if os.path.isfile(args.out) and os.path.getsize(args.out) == 0:
             os.remove(args.out)   # stopped before a step was written: no empty file left for `report` to trip on

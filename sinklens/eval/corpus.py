@@ -121,7 +121,11 @@ def _write_prompts(cfg: CorpusConfig, m, items: list[dict], prompts: list[list[i
         with records.RecordWriter(os.path.join(cfg.out, f"samples.rank{rank}.jsonl")) as out:
             for i in todo:
                 path = os.path.join(cfg.out, "traces", trace_name(i)) if i in keep else None
-                out.write(_run_prompt(m, items[i], i, prompts[i], path, settings, cfg))
+                try:
+                    record = _run_prompt(m, items[i], i, prompts[i], path, settings, cfg)
+                except OSError as e:              # a kept trace's write (pyarrow names no file): said with its path
+                    raise e if path is None or isinstance(e, records.WriteError) else records.WriteError(path, e)
+                out.write(record)
                 bar.update(1)
     except records.WriteError as e:
         e.note = f"{len(finished(cfg.out))} prompts kept, re-running the same command resumes"
