@@ -11,6 +11,11 @@ import math
 from dataclasses import field, fields
 
 
+# The largest seed any setting takes: torch's generators take 64 bits, and an eval seeds sample i
+# with seed + i, so a signed 64-bit range leaves room for any number of samples.
+MAX_SEED = 2**63 - 1
+
+
 def param(default, type: type, help: str, *, min=None, gt=None, max=None, lt=None, choices=None, flag=None,
           old_flags=()):
     """A config field: default, parse type (int | float | str | bool | "ids" | "indices" | "pairs"),
@@ -49,33 +54,62 @@ def check_fields(config) -> None:
             check_value(f.name, getattr(config, f.name), f.metadata)
 
 
+def _num(x) -> str:
+    return str(x) if isinstance(x, int) else f"{x:g}"
+
+
 def expected(meta: dict) -> str:
     """What a field accepts, in words: 'a positive integer', '>= 0', 'in (0, 1]', 'one of [...]'."""
     if meta["choices"] is not None:
         return f"one of {list(meta['choices'])}"
     t, lo, hi = meta["type"], meta["min"], meta["max"]
+    if t in _LIST_WORDS:
+        return _LIST_WORDS[t]
     if t is bool:
         return "True or False"
-    if t == "ids":
-        return "a token id >= 0 or a list of them"
-    if t == "indices":
-        return "comma-separated integers >= 0, e.g. 0,5"
-    if t == "pairs":
-        return "LAYER:HEAD pairs (integers >= 0) separated by commas, e.g. 3:5,31:0"
     if t is int:
         if lo == 1 and hi is None:
             return "a positive integer"
         if lo is not None and hi is None:
             return f"an integer >= {lo}"
     if meta["gt"] is not None and meta["lt"] is None and hi is None:
-        return f"> {meta['gt']:g}"
+        return f"> {_num(meta['gt'])}"
     if meta["gt"] is not None or meta["lt"] is not None or (lo is not None and hi is not None):
-        left = f"({meta['gt']:g}" if meta["gt"] is not None else (f"[{lo:g}" if lo is not None else "(-inf")
-        right = f"{meta['lt']:g})" if meta["lt"] is not None else (f"{hi:g}]" if hi is not None else "inf)")
+        left = f"({_num(meta['gt'])}" if meta["gt"] is not None else (f"[{_num(lo)}" if lo is not None else "(-inf")
+        right = f"{_num(meta['lt'])})" if meta["lt"] is not None else (f"{_num(hi)}]" if hi is not None else "inf)")
         return f"in {left}, {right}"
     if lo is not None:
-        return f">= {lo:g}"
+        return f">= {_num(lo)}"
     return {int: "an integer", float: "a finite number", str: "a string"}.get(t, str(t))
+
+
+_LIST_WORDS = {"ids": "a token id >= 0 or a list of them", "indices": "comma-separated integers >= 0, e.g. 0,5",
+               "pairs": "LAYER:HEAD pairs (integers >= 0) separated by commas, e.g. 3:5,31:0"}
+
+
+def _is_list(value, item) -> bool:
+    return isinstance(value, (list, tuple)) and len(value) > 0 and all(item(v) for v in value)
+
+
+def _is_pair(p) -> bool:
+    return isinstance(p, (list, tuple)) and len(p) == 2 and all(_nonneg_int(i) for i in p)
+
+
+# parse type -> does a value have it (before its choices and range are checked)
+_HAS_TYPE = {
+    bool: lambda v: isinstance(v, bool),
+    "ids": lambda v: _nonneg_int(v) or (isinstance(v, (list, tuple)) and all(_nonneg_int(i) for i in v)),
+    "indices": lambda v: _is_list(v, _nonneg_int),
+    "pairs": lambda v: _is_list(v, _is_pair),
+    int: lambda v: isinstance(v, int) and not isinstance(v, bool),
+    float: lambda v: isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v),
+    str: lambda v: isinstance(v, str),
+}
+
+
+def _in_range(value, meta: dict) -> bool:
+    return ((meta["min"] is None or value >= meta["min"]) and (meta["max"] is None or value <= meta["max"])
+            and (meta["gt"] is None or value > meta["gt"]) and (meta["lt"] is None or value < meta["lt"]))
 
 
 def check_value(name: str, value, meta: dict) -> None:
@@ -83,28 +117,11 @@ def check_value(name: str, value, meta: dict) -> None:
     if value is None:
         return
     t = meta["type"]
-    ok = True
-    if t is bool:
-        ok = isinstance(value, bool)
-    elif t == "ids":
-        ids = [value] if isinstance(value, int) else value
-        ok = isinstance(ids, (list, tuple)) and all(_nonneg_int(i) for i in ids)
-    elif t == "indices":
-        ok = isinstance(value, (list, tuple)) and len(value) > 0 and all(_nonneg_int(i) for i in value)
-    elif t == "pairs":
-        ok = isinstance(value, (list, tuple)) and len(value) > 0 and all(
-            isinstance(p, (list, tuple)) and len(p) == 2 and all(_nonneg_int(i) for i in p) for p in value)
-    elif t is int:
-        ok = isinstance(value, int) and not isinstance(value, bool)
-    elif t is float:
-        ok = isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
-    elif t is str:
-        ok = isinstance(value, str)
+    ok = _HAS_TYPE.get(t, lambda v: True)(value)
     if ok and meta["choices"] is not None:
         ok = value in meta["choices"]
     if ok and t in (int, float):
-        ok = ((meta["min"] is None or value >= meta["min"]) and (meta["max"] is None or value <= meta["max"])
-              and (meta["gt"] is None or value > meta["gt"]) and (meta["lt"] is None or value < meta["lt"]))
+        ok = _in_range(value, meta)
     if not ok:
         raise ValueError(f"{name} must be {expected(meta)}, got {value!r}")
 
@@ -121,10 +138,10 @@ def parse_text(name: str, text, meta: dict):
                 if lowered not in ("true", "false", "1", "0", "yes", "no"):
                     raise ValueError
                 value = lowered in ("true", "1", "yes")
-            elif t in ("ids", "indices"):
-                value = [int(x) for x in text.split(",") if x.strip()]
+            elif t in ("ids", "indices"):         # an empty element ('1,,2', '1,') is refused, not dropped
+                value = [int(x) for x in text.split(",")]
             elif t == "pairs":
-                value = [tuple(int(y) for y in x.split(":")) for x in text.split(",") if x.strip()]
+                value = [tuple(int(y) for y in x.split(":")) for x in text.split(",")]
             elif t in (int, float):
                 value = t(text)
         except ValueError:

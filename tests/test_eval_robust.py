@@ -7,6 +7,7 @@ import errno
 import json
 import os
 import resource
+import shutil
 import signal
 import subprocess
 import sys
@@ -58,8 +59,9 @@ def run_dir_of(out, model) -> Path:
     (["eval", *FAST, "--block-length", "0"], "--block-length"),
     (["eval", *FAST, "--limit", "0"], "--limit"),
     (["eval", *FAST, "--shots", "-1"], "--shots"),
-    (["eval", *FAST, "--threshold", "-1"], "--threshold"),
-    (["eval", *FAST, "--threshold", "nan"], "--threshold"),
+    (["eval", *FAST, "--mask-threshold", "-1"], "--mask-threshold"),
+    (["eval", *FAST, "--mask-threshold", "nan"], "--mask-threshold"),
+    (["eval", *FAST, "--ranking", "nan"], "--ranking"),              # an old spelling, named as typed
     (["eval", *FAST, "--sandbox-timeout", "0"], "--sandbox-timeout"),
     (["eval", *FAST, "--shots", "9"], "--shots"),
     (["eval", *FAST, "--limit", "0"], "--limit"),
@@ -72,7 +74,7 @@ def run_dir_of(out, model) -> Path:
     (["generate", "--input-ids", "1,2", "--top-p", "2"], "--top-p"),
     (["generate", "--input-ids", "1,2", "--temperature", "inf"], "--temperature"),
     (["report", "t.arrow", "--sink-eps", "nan"], "--sink-eps"),
-    (["report", "t.arrow", "--eps", "-1"], "--sink-eps/--eps"),
+    (["report", "t.arrow", "--eps", "-1"], "--eps"),
     (["report", "t.arrow", "--row", "-1"], "--row"),
 ])
 def test_bad_numbers_are_one_line_errors(argv, flag, tmp_path, capsys):
@@ -277,6 +279,42 @@ def test_lock_is_per_rank_and_names_the_holder(tmp_path):
         pass
 
 
+def test_the_lock_is_taken_before_the_model_loads(tmp_path, monkeypatch, capsys):
+    """A second writer into the same --out (eval, a corpus run, a single trace) is refused before
+    any model loads (it used to pay a full load first); a run refused after taking the lock leaves
+    no folder or file behind."""
+    from sinklens.runlock import FileLock
+
+    loads = []
+
+    def load(*args, **kwargs):
+        loads.append(args)
+        raise RuntimeError("the model failed to load")
+
+    monkeypatch.setattr("sinklens.models.loader.load", load)
+    prompts = tmp_path / "p.jsonl"
+    prompts.write_text('{"prompt": "hi"}\n')
+    runs = [(tmp_path / "e" / "tiny-dlm" / "arith" / "k0", RunLock, "sinklens eval",
+             ["eval", "--model", "tiny-dlm", "--task", "arith", "--out", str(tmp_path / "e")]),
+            (tmp_path / "c", RunLock, "sinklens trace --prompts",
+             ["trace", "--model", "tiny-dlm", "--prompts", str(prompts), "--out", str(tmp_path / "c")]),
+            (tmp_path / "t.arrow", FileLock, "sinklens trace",
+             ["trace", "--model", "tiny-dlm", "--prompt", "hi", "--out", str(tmp_path / "t.arrow")])]
+    for held, lock, who, argv in runs:
+        with lock(str(held)):
+            assert main([*argv, "-q"]) == 2
+        err = error_lines(capsys.readouterr().err)
+        assert len(err) == 1 and f"another {who} is already writing {held}" in err[0], err
+    assert loads == []
+    for held, lock, who, argv in runs:                 # the load fails: nothing left behind
+        shutil.rmtree(tmp_path / "e", ignore_errors=True)
+        shutil.rmtree(tmp_path / "c", ignore_errors=True)
+        (tmp_path / "t.arrow").unlink(missing_ok=True)
+        assert main([*argv, "-q"]) == 1
+        assert "the model failed to load" in capsys.readouterr().err
+        assert sorted(p.name for p in tmp_path.iterdir()) == ["p.jsonl"], argv
+
+
 # --- disk full / file-size limit ------------------------------------------------------------------
 
 def test_failed_write_leaves_no_torn_line(tmp_path, monkeypatch):
@@ -451,3 +489,24 @@ def test_quiet_eval_prints_results_only(tmp_path):
     # the table, then where it and the runs are (a result: said under -q too)
     assert f"wrote {tmp_path / 'ev' / 'summary.md'} and summary.csv; each run's samples and settings in " \
            f"{tmp_path / 'ev' / 'tiny-dlm' / 'arith' / 'k<K>'}/" in quiet.stdout.splitlines()[-1]
+
+
+def test_file_size_limit_names_the_file_and_what_is_kept(tmp_path):
+    """`ulimit -f` hit while a trace is written: pyarrow's "File too large" names no file; the
+    command's one line names it, and for a corpus run says that the same command resumes."""
+    def small_files():
+        resource.setrlimit(resource.RLIMIT_FSIZE, (25_000, 25_000))
+
+    prompts = tmp_path / "p.jsonl"
+    prompts.write_text('{"prompt": "Tom has 3 apples"}\n{"prompt": "Ann has 2 pears"}\n')
+    runs = {tmp_path / "t.arrow": ["--prompt", "Tom has 3 apples"],
+            tmp_path / "c": ["--prompts", str(prompts), "--keep-traces", "2"]}
+    for out, argv in runs.items():
+        run = subprocess.run([sys.executable, "-m", "sinklens", "trace", "--model", "tiny-dlm", *argv, "--out", str(out),
+                              "-q"], env={**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[1])},
+                             capture_output=True, text=True, timeout=600, preexec_fn=small_files)
+        err = error_lines(run.stderr)
+        assert run.returncode == 1 and len(err) == 1 and "File too large" in err[0], run.stderr[-2000:]
+        written = out if out.suffix else out / "traces" / "000000.arrow"
+        assert f"could not write {written} (" in err[0]
+        assert ("the same command resumes" in err[0]) == (not out.suffix), err[0]

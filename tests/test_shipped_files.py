@@ -67,7 +67,7 @@ def test_study_random_control_runs_for_every_shipped_twin(twin, tmp_path):
     and format, every weight re-initialised), traced on one held-out problem by the study's own path,
     even with the training config pointing at a teacher that is not on this machine; the trace
     records that it is the control."""
-    from sinklens.experiments.model_spec import DemoModel
+    from sinklens.experiments.demo_model import DemoModel
     from sinklens.experiments.replicate import trace_problems
     from sinklens.experiments.study import CONTROL_SEED, LOAD, sampler_kwargs, twin_files
     from sinklens.trace.reader import open_trace

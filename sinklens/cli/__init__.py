@@ -37,9 +37,14 @@ def _chosen(argv: list[str]) -> str | None:
     return next((a for a in argv if a in COMMANDS), None)
 
 
-def build_parser(command: str | None = None) -> argparse.ArgumentParser:
+# the sub-commands that run a model's sampler: `sinklens COMMAND --model M --help` lists M's sampler's flags only
+SAMPLER_COMMANDS = ("generate", "trace", "eval")
+
+
+def build_parser(command: str | None = None, sampler: str | None = None) -> argparse.ArgumentParser:
     """The parser; sub-commands other than `command` are listed without their flags
-    (command=None: every sub-command in full, e.g. for tests that read all flags)."""
+    (command=None: every sub-command in full, e.g. for tests that read all flags). `sampler`:
+    `command`'s sampler flags are that sampler's only (`--model M --help`)."""
     p = OneLineParser(prog="sinklens", description="sinklens: where attention goes inside diffusion language "
                       "models while they denoise. Run `sinklens COMMAND --help` for a command's flags.")
     p.add_argument("--version", action="store_true", help="print the version and exit")
@@ -48,7 +53,8 @@ def build_parser(command: str | None = None) -> argparse.ArgumentParser:
     for name, (module, help_) in COMMANDS.items():
         if command is None or name == command:
             before = set(sub.choices)
-            importlib.import_module(f"sinklens.cli.{module}").register(sub)
+            only = {"sampler": sampler} if sampler is not None and name in SAMPLER_COMMANDS else {}
+            importlib.import_module(f"sinklens.cli.{module}").register(sub, **only)
             for new in set(sub.choices) - before:
                 add_common_flags(sub.choices[new])
         elif name not in sub.choices:
@@ -59,7 +65,12 @@ def build_parser(command: str | None = None) -> argparse.ArgumentParser:
 def main(argv: list[str] | None = None) -> int:
     whole_process = argv is None      # the command line of this process, not a call from Python
     argv = sys.argv[1:] if argv is None else list(argv)
-    parser = build_parser(_chosen(argv) or "")
+    command = _chosen(argv)
+    sampler = None
+    if command in SAMPLER_COMMANDS and {"-h", "--help"} & set(argv):
+        from sinklens.cli.generate import help_sampler
+        sampler = help_sampler(command, argv)
+    parser = build_parser(command or "", sampler)
     args, extra = parser.parse_known_args(argv)
     if extra:  # said by the sub-command's parser, so the line names it: "sinklens trace: error: ..."
         sub = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction))
@@ -80,6 +91,8 @@ def main(argv: list[str] | None = None) -> int:
         logs.setup(args)
         if whole_process and args.quiet:   # libraries' own tqdm bars too (transformers' GGUF conversion); tqdm
             os.environ.setdefault("TQDM_DISABLE", "1")   # reads it once, on import: for this process only
+        if whole_process:
+            logs.progress_for_a_log()        # piped to a file: a plain progress line every N seconds
         from sinklens.cli.launch import maybe_relaunch
         relaunched = maybe_relaunch(args.command, argv)
         if relaunched is not None:

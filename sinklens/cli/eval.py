@@ -10,13 +10,12 @@ import os
 import sys
 
 from sinklens.cli.fields import add_config_flags, flag_values
-from sinklens.cli.generate import add_sampler_flags, sampler_args
-from sinklens.cli.replicate import k_list
-from sinklens.cli.types import CliError
+from sinklens.cli.generate import add_sampler_flags, sampler_args, sampler_title
+from sinklens.cli.types import CliError, k_list
 from sinklens.sandbox import SandboxUnavailable
 
 
-def register(sub) -> None:
+def register(sub, sampler: str | None = None) -> None:
     from sinklens.eval.config import EvalConfig
 
     p = sub.add_parser("eval", help="GSM8K / HumanEval / arith accuracy with the top-K sinks masked (paper Table 1)",
@@ -31,11 +30,11 @@ def register(sub) -> None:
                    help="K sinks per (layer, head), e.g. 0,1,5,10 (0 = unmasked; default 0) or shares of the "
                         "sequence, e.g. 1%%,5%%")
     # every other sampler field, over the task preset (steps = gen length, LLaDA blocks of 32, ...);
-    # --eps is the old spelling of Eq. 3's --sink-eps here, so Dream's --time-eps does not take it;
-    # --threshold is the masking's here, so LLaDA2's commit threshold keeps its official default
+    # --eps is an old spelling of Eq. 3's --mask-eps here, so Dream's --time-eps does not take it
     p.set_defaults(func=_eval, sampler_fields=add_sampler_flags(
-        p, exclude=("gen_length", "max_new_tokens", "eps", "threshold"),
-        title="sampler arguments over the task preset (only those of the model's sampler are accepted)"))
+        p, exclude=("gen_length", "max_new_tokens", "eps"),
+        title=sampler_title("sampler arguments over the task preset (only those of the model's sampler are accepted)",
+                            "eval", sampler), only=sampler))
 
 
 def config_kwargs(args) -> dict:
@@ -49,6 +48,7 @@ def config_kwargs(args) -> dict:
 
 def _eval(args) -> int:
     from sinklens.cli import precheck
+    from sinklens.cli.logs import note
     from sinklens.eval.config import EvalConfig
     from sinklens.eval.dist import env_world
     from sinklens.eval.rundir import RunDirBusy
@@ -56,6 +56,9 @@ def _eval(args) -> int:
 
     # the settings, the model's name, the data: all checked before torch is imported
     cfg = EvalConfig(**config_kwargs(args))
+    if "threshold" in cfg.sampler_args:
+        note("note: --threshold is the sampler's commit threshold (LLaDA2, Fast-dLLM), as in generate and trace; "
+             "the masking threshold, which --threshold set in eval before, is --mask-threshold")
     precheck.model_name(cfg.model)
     precheck.dtype(cfg.dtype)
     precheck.sampler_flags(cfg.sampler_args)
@@ -64,6 +67,8 @@ def _eval(args) -> int:
         cfg.sandbox_config()        # HumanEval: a sandbox this machine can give, before any model loads
     except SandboxUnavailable as e:
         raise CliError(str(e)) from None
+    precheck.model_sampler(cfg.model, cfg.sampler, cfg.sampler_args, task=cfg.task, gen_length=cfg.gen_length,
+                           generates="there is nothing to evaluate; trace it with `sinklens trace` instead")
     from sinklens.eval.runner import run_eval
     try:  # bad input raises before anything is written; a failed write (OSError) says what was kept
         run_dirs = run_eval(cfg)

@@ -13,26 +13,34 @@ import sys
 from dataclasses import MISSING, fields
 
 
-class _OldSpelling(argparse.Action):
-    """Stores the value like a plain flag; an old spelling of the flag also prints a deprecation note."""
+class _Deprecated(argparse.Action):
+    """An old spelling of a flag (hidden from --help): stores like the flag `now` and says so in one line."""
+
+    def __init__(self, option_strings, dest, now: str, store: argparse.Action, **kwargs):
+        super().__init__(option_strings, dest, **kwargs)
+        self.now, self.store = now, store
 
     def __call__(self, parser, namespace, values, option_string=None):
-        if option_string in self.metadata_old:
-            print(f"note: {option_string} is deprecated, use {self.option_strings[0]}", file=sys.stderr)
-        setattr(namespace, self.dest, values)
+        print(f"note: {option_string} is deprecated, use {self.now}", file=sys.stderr)
+        self.store(parser, namespace, values, option_string)
 
 
 def add_field_flag(group, flag: str, dest: str, meta: dict, default, text: str) -> None:
     """One argparse flag for a field with `param` metadata; a bad value is argparse's one-line
     'argument --flag: must be <expected>, got <value>'. Booleans get --x / --no-x; a field without
-    a default (`MISSING`) is a required flag."""
+    a default (`MISSING`) is a required flag. The field's `old_flags` are accepted too, with a
+    deprecation note, and not listed in --help."""
     from sinklens.params import parse_text
 
     required = default is MISSING
     default = None if required else default
     if meta["type"] is bool:
-        group.add_argument(flag, dest=dest, action=argparse.BooleanOptionalAction, default=default,
-                           required=required, help=text.replace("%", "%%"))
+        action = group.add_argument(flag, dest=dest, action=argparse.BooleanOptionalAction, default=default,
+                                    required=required, help=text.replace("%", "%%"))
+        for old in meta.get("old_flags") or ():
+            for spelling, now, value in ((old, flag, True), (old.replace("--", "--no-", 1), "--no-" + flag[2:], False)):
+                group.add_argument(spelling, dest=dest, action=_Deprecated, now=now, nargs=0, default=argparse.SUPPRESS,
+                                   help=argparse.SUPPRESS, store=lambda p, ns, v, o, value=value: setattr(ns, dest, value))
         return
 
     def parse(value):
@@ -44,11 +52,12 @@ def add_field_flag(group, flag: str, dest: str, meta: dict, default, text: str) 
     metavar = "{" + ",".join(meta["choices"]) + "}" if meta["choices"] else {
         "ids": "ID[,ID...]", "indices": "I[,I...]", "pairs": "L:H[,L:H...]", int: "N", float: "X"}.get(
         meta["type"], "TEXT")
-    old = tuple(meta.get("old_flags") or ())
-    action = group.add_argument(flag, *old, dest=dest, type=parse, default=default, required=required,
-                                metavar=metavar, help=text.replace("%", "%%"),
-                                **({"action": _OldSpelling} if old else {}))
-    action.metadata_old = old
+    group.add_argument(flag, dest=dest, type=parse, default=default, required=required, metavar=metavar,
+                       help=text.replace("%", "%%"))
+    for old in meta.get("old_flags") or ():
+        group.add_argument(old, dest=dest, type=parse, action=_Deprecated, now=flag, default=argparse.SUPPRESS,
+                           metavar=metavar, help=argparse.SUPPRESS,
+                           store=lambda p, ns, v, o: setattr(ns, dest, v))
 
 
 def add_config_flags(parser, cls, prefix: str = "", required: tuple[str, ...] = ()) -> list[str]:

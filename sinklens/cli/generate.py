@@ -18,25 +18,30 @@ import time
 from dataclasses import fields
 
 from sinklens.cli.fields import add_config_flags, add_field_flag, flag_values
-from sinklens.cli.types import CliError, nonneg_int
+from sinklens.cli.types import CliError, nonneg_int, seed
 
 
 def add_sampler_flags(parser: argparse.ArgumentParser, exclude: tuple[str, ...] = (),
-                      title: str = "sampler arguments (official names; only those of the model's sampler are accepted)"
-                      ) -> list[str]:
+                      title: str = "sampler arguments (official names; only those of the model's sampler are accepted)",
+                      only: str | None = None) -> dict[str, str]:
     """One flag per field of the registered sampler configs (`SAMPLERS`: every sampler's config.py): type,
     range, help and default come from the field, so no flag table is kept by hand. A field that
     several samplers share (steps, temperature, ...) is one flag. A field's old name (`RENAMED`,
     e.g. Dream's --eps for --time-eps) is accepted with a deprecation note unless `exclude` names
-    it. Returns the field names."""
+    it. `only`: that sampler's flags alone (`--model X --help`). Returns field name -> dest (the
+    name, or `sampler_<name>` where the command has a setting of that name: eval's masking `threshold`)."""
     from sinklens.samplers.configs import SAMPLERS, expected
 
     by_name: dict[str, list] = {}
     for sampler, cls in SAMPLERS.items():
+        if only is not None and sampler != only:
+            continue
         for f in fields(cls):
             if f.name not in exclude:
                 by_name.setdefault(f.name, []).append((sampler, f))
     group = parser.add_argument_group(title)
+    taken = {a.dest for a in parser._actions}
+    dests = {name: f"sampler_{name}" if name in taken else name for name in by_name}
     for name, uses in by_name.items():
         old = tuple("--" + o.replace("_", "-") for s, _ in uses for o, new in SAMPLERS[s].RENAMED.items()
                     if new == name and o not in exclude)
@@ -49,10 +54,10 @@ def add_sampler_flags(parser: argparse.ArgumentParser, exclude: tuple[str, ...] 
             text += "; " + ", ".join(f"{s}: {expected(f.metadata)}" for s, f in uses)
         elif meta["type"] is not bool and not meta["choices"]:
             text += f"; {expected(meta)}"
-        text += " [official default " + ", ".join(f"{s}: {'unset' if f.default is None else f.default}"
-                                                  for s, f in uses) + "]"
-        add_field_flag(group, "--" + name.replace("_", "-"), name, meta, None, text)
-    return list(by_name)
+        text += " [official default " + ", ".join(("" if only else f"{s}: ") + ("unset" if f.default is None else
+                                                                                 str(f.default)) for s, f in uses) + "]"
+        add_field_flag(group, "--" + name.replace("_", "-"), dests[name], meta, None, text)
+    return dests
 
 
 def _loosest_range(metas: list[dict]) -> dict:
@@ -70,9 +75,10 @@ def _loosest_range(metas: list[dict]) -> dict:
     return {**bound("min", "gt", min), **bound("max", "lt", max)}
 
 
-def sampler_args(args: argparse.Namespace, names: list[str]) -> dict:
-    """The sampler flags the user gave (a flag left out keeps the sampler's / preset's default)."""
-    return {n: getattr(args, n) for n in names if getattr(args, n, None) is not None}
+def sampler_args(args: argparse.Namespace, dests: dict[str, str]) -> dict:
+    """The sampler flags the user gave, by field name (`dests`: `add_sampler_flags`'s answer; a
+    flag left out keeps the sampler's / preset's default)."""
+    return {n: getattr(args, d) for n, d in dests.items() if getattr(args, d, None) is not None}
 
 
 RUN_SAMPLER_TITLE = ("sampler arguments (official names; only those of the model's sampler are accepted; "
@@ -80,8 +86,39 @@ RUN_SAMPLER_TITLE = ("sampler arguments (official names; only those of the model
                      "GSM8K setting, capped by the context)")
 
 
-def add_run_flags(p: argparse.ArgumentParser, prompts_file: bool = False) -> None:
-    """Model, prompt and sampler flags (generate and trace; prompts_file: trace's --prompts too)."""
+def sampler_title(title: str, command: str, sampler: str | None) -> str:
+    """A sampler group's title: every sampler's flags, and how to list one model's; or whose these are."""
+    if sampler is None:
+        return (f"{title}. Every sampler's flags are listed; `sinklens {command} --model M --help` lists only those of "
+                "M's sampler")
+    return f"{title}. The {sampler} sampler's flags (the one --model runs; without --model: every sampler's)"
+
+
+def help_sampler(command: str, argv: list[str]) -> str | None:
+    """The sampler whose flags `sinklens COMMAND --model M [--sampler S] --help` lists: M's, told
+    from its config.json (`precheck.model_sampler`'s reading); None for the generic help (no
+    --model, or one that cannot be told without loading it)."""
+    given = {}
+    for i, word in enumerate(argv):
+        flag, eq, value = word.partition("=")
+        if flag.startswith("--"):
+            given[flag[2:].replace("-", "_")] = value if eq else (argv[i + 1] if i + 1 < len(argv) else "")
+    if not given.get("model"):
+        return None
+    from sinklens.models.loader import checkpoint_family
+    from sinklens.samplers.configs import SAMPLERS
+
+    found = checkpoint_family(given["model"])
+    try:
+        return None if found is None else found[0].pick_sampler(given.get("sampler"), given)
+    except ValueError:                     # a --sampler it does not run: the run says so
+        return None if given.get("sampler") not in SAMPLERS else given["sampler"]
+
+
+def add_run_flags(p: argparse.ArgumentParser, prompts_file: bool = False, command: str = "generate",
+                  sampler: str | None = None) -> None:
+    """Model, prompt and sampler flags (generate and trace; prompts_file: trace's --prompts too).
+    `sampler`: list only its flags (`--model X --help`)."""
     p.add_argument("--model", required=True, help="alias, local folder, .gguf file or hub id")
     src = p.add_mutually_exclusive_group(required=True)
     src.add_argument("--prompt", help="prompt text (wrapped in the chat template when the tokenizer has one)")
@@ -92,7 +129,7 @@ def add_run_flags(p: argparse.ArgumentParser, prompts_file: bool = False) -> Non
     p.add_argument("--raw", action="store_true", help="do not apply the chat template to --prompt")
     p.add_argument("--sampler", default=None, help="the sampler to run (default: the model family's own); another "
                    "one its checkpoints run, e.g. llada21 = LLaDA2.1's editing sampler on an llada2_moe checkpoint")
-    p.add_argument("--seed", type=nonneg_int, default=0, help="torch seed set right before sampling")
+    p.add_argument("--seed", type=seed, default=0, help="torch seed set right before sampling")
     p.add_argument("--dtype", default=None, help="float32 | bfloat16 | float16 (default: as stored)")
     p.add_argument("--device", default=None, help="e.g. cpu, cuda:0")
     big = p.add_argument_group("models bigger than one device (accelerate's big-model inference; docs/models.md)")
@@ -103,13 +140,14 @@ def add_run_flags(p: argparse.ArgumentParser, prompts_file: bool = False) -> Non
     big.add_argument("--offload-folder", default=None, help="with --device-map: folder for the layers that fit nowhere")
     from sinklens.models.options import LoadOptions
     add_config_flags(p.add_argument_group("random-init control (docs/analysis.md)"), LoadOptions)
-    p.set_defaults(sampler_fields=add_sampler_flags(p, title=RUN_SAMPLER_TITLE))
+    p.set_defaults(sampler_fields=add_sampler_flags(p, title=sampler_title(RUN_SAMPLER_TITLE, command, sampler),
+                                                    only=sampler))
 
 
 def parse_max_memory(text: str) -> dict:
     """'0=70GiB,cpu=200GiB' -> {0: '70GiB', 'cpu': '200GiB'} (accelerate's max_memory)."""
     out = {}
-    for part in filter(None, text.split(",")):
+    for part in text.split(","):
         dev, sep, size = part.partition("=")
         if not sep or not dev or not size:
             raise argparse.ArgumentTypeError(f"expected DEVICE=SIZE pairs like 0=70GiB,cpu=200GiB, got {text!r}")
@@ -118,12 +156,12 @@ def parse_max_memory(text: str) -> dict:
 
 
 def parse_ids(text: str) -> list[int]:
+    if not text.strip():
+        raise argparse.ArgumentTypeError("is empty")
     try:
-        ids = [int(t) for t in text.replace(" ", "").split(",") if t]
+        ids = [int(t) for t in text.replace(" ", "").split(",")]   # an empty element ('1,,2') is refused
     except ValueError:
         raise argparse.ArgumentTypeError(f"must be comma-separated integers, got {text!r}") from None
-    if not ids:
-        raise argparse.ArgumentTypeError("is empty")
     if min(ids) < 0:
         raise argparse.ArgumentTypeError(f"must be token ids >= 0, got {min(ids)}")
     return ids
@@ -139,8 +177,13 @@ def prompt_ids(model, args) -> list[int]:
     return model.tokenizer.encode(args.prompt)
 
 
-def check_run_flags(args) -> None:
-    """The model's name, --dtype and the sampler flags, answered before torch is imported."""
+ENCODER_HINT = "use `sinklens trace` to record where its attention goes"
+
+
+def check_run_flags(args, generates: str | None = None) -> None:
+    """The model's name, --dtype and the sampler flags, answered before torch is imported; then,
+    from the model's config.json, whether its sampler takes the flags (and generates text, when
+    `generates` says what to do instead), before any weight is read."""
     from sinklens.cli import precheck
 
     if getattr(args, "prompt", None) is not None and not args.prompt.strip():
@@ -154,6 +197,7 @@ def check_run_flags(args) -> None:
     precheck.sampler_flags(sampler_args(args, args.sampler_fields))
     if getattr(args, "random_init", None) is not None and getattr(args, "device_map", None) is not None:
         raise CliError("--random-init re-initialises a model held whole on one device; it does not go with --device-map")
+    precheck.model_sampler(args.model, args.sampler, sampler_args(args, args.sampler_fields), generates=generates)
 
 
 class Interrupted(KeyboardInterrupt):
@@ -206,18 +250,27 @@ def _note_beside_bar(message: str) -> None:
     tqdm.write(message, file=sys.stderr)
 
 
-def tokens_and_steps(config) -> tuple[int, int]:
-    """(new tokens, the most steps) of `config`: its steps field, else one step per token; a
-    sampler that generates nothing (an encoder) is one forward pass."""
-    tokens = config.length if config.length_field else 0
-    return tokens, getattr(config, config.steps_field) if config.steps_field else max(tokens, 1)
+def settings_line(name: str, config, prompt: int) -> str:
+    """What a run is about to do, in one line: its sampler, lengths, steps and settings."""
+    settings = ", ".join(f"{k}={v}" for k, v in config.to_dict().items() if v is not None)
+    if not config.generates:
+        return (f"{name}: {config.name} sampler, one forward pass over the prompt's {prompt} tokens (an encoder "
+                f"generates nothing)" + (f" ({settings})" if settings else ""))
+    tokens, steps = tokens_and_steps(config, prompt)
+    return (f"{name}: {config.name} sampler, prompt {prompt} tokens, {tokens} new tokens x up to {steps} steps = "
+            f"{tokens * steps} token-steps ({settings})")
+
+
+def tokens_and_steps(config, prompt: int) -> tuple[int, int]:
+    """(new tokens, the most steps) of `config` after a prompt of `prompt` tokens (`max_steps`)."""
+    return (config.length or 0) if config.length_field else 0, config.max_steps(prompt)
 
 
 def run(args, trace=None, capture=None, check=None):
     """Load, `check(model)`, build the sampler config (model defaults + flags, notes on stderr),
     say the settings and (after the first step, when long) an estimate, generate. Returns (model,
-    ids (1, P), config, GenerateOutput); Ctrl-C raises `Interrupted` with the canvas so far."""
-    check_run_flags(args)
+    ids (1, P), config, GenerateOutput); Ctrl-C raises `Interrupted` with the canvas so far. The
+    caller has checked the flags (`check_run_flags`)."""
     import torch
 
     from sinklens.cli.logs import note, verbose
@@ -233,7 +286,7 @@ def run(args, trace=None, capture=None, check=None):
         check(model)
     ids = torch.tensor([prompt_ids(model, args)])
     try:
-        sampler = model.family.pick_sampler(args.sampler)
+        sampler = model.family.pick_sampler(args.sampler, sampler_args(args, args.sampler_fields))
     except ValueError as e:
         raise CliError(str(e)) from None
     try:
@@ -245,11 +298,8 @@ def run(args, trace=None, capture=None, check=None):
     for line in plan.deprecated + plan.notes:
         note(line)
     verbose(f"prompt: {ids.shape[1]} tokens; sampler {config.name}: {config.to_dict()}")
-    tokens, steps = tokens_and_steps(config)
-    settings = ", ".join(f"{k}={v}" for k, v in config.to_dict().items() if v is not None)
-    name = control_label(args.model, getattr(args, "random_init", None))
-    note(f"{name}: {config.name} sampler, prompt {ids.shape[1]} tokens, {tokens} new tokens x up to "
-         f"{steps} steps = {tokens * steps} token-steps ({settings})")
+    note(settings_line(control_label(args.model, getattr(args, "random_init", None)), config, ids.shape[1]))
+    tokens, steps = tokens_and_steps(config, ids.shape[1])
     torch.manual_seed(args.seed)
     progress = Progress(steps) if trace is None else Progress(steps, "keeps the finished steps as a truncated trace")
     try:
@@ -287,9 +337,9 @@ def _check_generates(model) -> None:
     from sinklens.samplers.configs import get_config
 
     if not get_config(model.family.sampler).generates:
-        raise CliError(f"{model.source.get('name_or_path', 'the model')} is a {model.family.name!r} encoder: it "
-                       "generates no text (one forward pass reads the whole input at once); use `sinklens trace` "
-                       "to record where its attention goes")
+        from sinklens.cli.precheck import encoder_refusal
+
+        raise CliError(encoder_refusal(model.source.get("name_or_path", "the model"), model.family.name, ENCODER_HINT))
 
 
 def _print_interrupted(e: Interrupted, as_json: bool) -> int:
@@ -309,6 +359,7 @@ def _print_interrupted(e: Interrupted, as_json: bool) -> int:
 
 
 def cmd_generate(args) -> int:
+    check_run_flags(args, generates=ENCODER_HINT)
     try:
         model, ids, config, out = run(args, check=_check_generates)
     except Interrupted as e:
@@ -323,9 +374,9 @@ def cmd_generate(args) -> int:
     return 0
 
 
-def register(sub) -> None:
+def register(sub, sampler: str | None = None) -> None:
     g = sub.add_parser("generate", help="run a model's own sampler and print the text", description=__doc__)
-    add_run_flags(g)
+    add_run_flags(g, sampler=sampler)
     g.add_argument("--json", action="store_true",
                    help="print one JSON object: text, prompt / generated / full ids, steps, sampler settings")
     g.set_defaults(func=cmd_generate)

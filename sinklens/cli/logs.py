@@ -4,6 +4,9 @@
 library chatter (transformers' info/warnings) hidden. --verbose: library warnings and info too.
 --debug: as --verbose, and a failure shows its traceback instead of one line.
 Notes are printed with `note(...)` (stderr, only by the main process under a launcher).
+Progress in a log: when stderr is not a terminal (piped to a file), the bars' `\r` redraws
+become a plain line every `SINKLENS_PROGRESS_EVERY` seconds (default 30) and the bar's last
+state (`ProgressLines`), instead of hundreds of redraws joined on a few lines.
 """
 from __future__ import annotations
 
@@ -16,6 +19,65 @@ INPUT_ERRORS = (ValueError, TypeError, LookupError, FileNotFoundError, IsADirect
                 FileExistsError, PermissionError)
 
 _LEVEL = {"quiet": False, "verbose": False}
+PROGRESS_EVERY_S = 30.0   # a log's progress line interval (SINKLENS_PROGRESS_EVERY overrides)
+
+
+class ProgressLines:
+    """A text stream for a log in place of stderr: a progress bar's redraws (text after `\r`,
+    as tqdm writes them) become a plain line, at most one every `every` seconds, plus the bar's
+    last state when it ends; cleared bars leave nothing; every other write passes unchanged."""
+
+    def __init__(self, stream, every: float = PROGRESS_EVERY_S, clock=None):
+        import re
+        import time
+
+        self.stream, self.every, self.clock = stream, every, clock or time.monotonic
+        self.split = re.compile(r"(\r|\n)").split
+        self.bar, self.redrawing, self.said, self.said_at = "", False, None, float("-inf")
+
+    def write(self, text: str) -> int:
+        for piece in self.split(text):
+            if piece == "\r":
+                self._offer(final=False)
+                self.bar, self.redrawing = "", True
+            elif piece == "\n":
+                if self.redrawing:
+                    self._offer(final=True)
+                else:
+                    self.stream.write("\n")
+                self.bar, self.redrawing = "", False
+            elif self.redrawing:
+                self.bar += piece
+            else:
+                self.stream.write(piece)
+        if self.redrawing:
+            self._offer(final=False)
+        return len(text)
+
+    def _offer(self, final: bool) -> None:
+        """The bar as drawn now: written as a line when it ends or `every` seconds have passed."""
+        bar, now = self.bar.rstrip(), self.clock()
+        if bar and bar != self.said and (final or now - self.said_at >= self.every):
+            self.stream.write(bar + "\n")
+            self.stream.flush()
+            self.said, self.said_at = bar, now
+
+    def isatty(self) -> bool:
+        return False
+
+    def __getattr__(self, name):          # flush, fileno, encoding, ...: the stream's own
+        return getattr(self.stream, name)
+
+
+def progress_for_a_log() -> None:
+    """This process's stderr, when it is not a terminal, through `ProgressLines` (command-line entry only)."""
+    if isinstance(sys.stderr, ProgressLines) or sys.stderr.isatty():
+        return
+    try:
+        every = float(os.environ.get("SINKLENS_PROGRESS_EVERY", PROGRESS_EVERY_S))
+    except ValueError:
+        every = PROGRESS_EVERY_S
+    sys.stderr = ProgressLines(sys.stderr, every)
 
 
 def setup(args: argparse.Namespace) -> None:

@@ -6,7 +6,9 @@ a hub id "owner/name" (not looked up, `sinklens.load` does that; refused at once
 not in the local hub cache and the hub cannot be reached); a GGUF checkpoint without the `gguf`
 extra installed.
 `sampler_flags`: the sampler flags given must all belong to one sampler. `dtype`: a known name.
-Each raises `CliError` (one line naming the flag, exit 2).
+`model_sampler`: the sampler the model runs, told from its config.json (this one imports the
+model stack, but reads no weight), takes the flags given. Each raises `CliError` (one line naming
+the flag, exit 2).
 """
 from __future__ import annotations
 
@@ -93,3 +95,36 @@ def sampler_name(name: str | None, flag: str = "--sampler") -> None:
 
     if name is not None and name not in SAMPLERS:
         raise CliError(f"{flag} {name!r}: expected one of {', '.join(sorted(SAMPLERS))}")
+
+
+def model_sampler(model: str, sampler: str | None, given: dict, task: str | None = None,
+                  gen_length: int | None = None, generates: str | None = None) -> str | None:
+    """The sampler `model` runs with the sampler flags `given` (by field name), told from its
+    config.json before any weight is read; None where that takes loading it (`loader.checkpoint_family`).
+    Refused now, not after a model load of minutes: a sampler its family does not run, a flag the
+    sampler does not take, settings it refuses (gen_length not a multiple of block_length; over
+    `task`'s preset, with `gen_length`, as eval runs it), and an encoder where text is wanted
+    (`generates`: what to do instead, said in the refusal)."""
+    from sinklens.eval.settings import planned_settings
+    from sinklens.models.loader import checkpoint_family
+    from sinklens.samplers import lengths
+    from sinklens.samplers.configs import get_config
+
+    found = checkpoint_family(model)
+    if found is None:
+        return None
+    family, folder = found
+    try:
+        name = family.pick_sampler(sampler, given)
+        cls = get_config(name)
+        if generates is not None and not cls.generates:
+            raise ValueError(encoder_refusal(model, family.name, generates))
+        planned_settings(cls, lengths.ModelFacts(None, lengths.training_config(folder)), task, gen_length, None, given)
+    except (TypeError, ValueError) as e:
+        raise CliError(str(e)) from None
+    return name
+
+
+def encoder_refusal(model: str, family: str, instead: str) -> str:
+    return (f"{model} is a {family!r} encoder: it generates no text (one forward pass reads the whole input at "
+            f"once); {instead}")

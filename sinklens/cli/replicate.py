@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from sinklens.cli.types import nonneg_int, positive_int
+from sinklens.cli.types import k_list, nonneg_int, positive_int
 from sinklens.rule.spec import PROTOCOLS
 
 
@@ -12,17 +12,6 @@ def default_workers() -> int:
     import os
 
     return max(1, min(4, len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1))
-
-
-def k_list(text: str) -> tuple:
-    """'0,1,5,1%' -> (0, 1, 5, '1%'), checked like `sinklens eval --mask-topk`."""
-    import argparse
-
-    from sinklens.eval.config import parse_k
-    try:
-        return tuple(parse_k(k) for k in text.split(",") if k.strip())
-    except ValueError as e:
-        raise argparse.ArgumentTypeError(str(e)) from None
 
 
 def protocol_list(text: str) -> tuple:

@@ -5,8 +5,8 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from sinklens.cli.replicate import default_workers, k_list
-from sinklens.cli.types import nonneg_int, positive_int
+from sinklens.cli.replicate import default_workers
+from sinklens.cli.types import k_list, nonneg_int, positive_int
 
 
 def label_run(text: str) -> tuple[str, str]:

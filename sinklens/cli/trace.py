@@ -15,12 +15,14 @@ re-running resumes; under torchrun / accelerate launch the prompts are split ove
 from __future__ import annotations
 
 import argparse
+import errno
 import os
 import sys
+from dataclasses import fields
 
 from sinklens.cli.fields import add_config_flags, flag_values
 from sinklens.cli.generate import Interrupted, add_run_flags, check_run_flags, new_text, run
-from sinklens.cli.types import CliError, nonneg_int, positive_int
+from sinklens.cli.types import CliError, positive_int
 from sinklens.trace.readouts import ReadoutOptions
 
 
@@ -40,9 +42,7 @@ def note_triton_fallback(device_type: str) -> None:
 def map_slices(text: str) -> tuple[tuple[int, int], ...]:
     """'3:0,5:7' -> ((3, 0), (5, 7))"""
     out = []
-    for part in text.split(","):
-        if not part:
-            continue
+    for part in text.split(","):       # an empty element ('3:0,,5:7') is refused like any other bad one
         try:
             layer, head = (int(x) for x in part.split(":"))
         except ValueError:
@@ -57,10 +57,16 @@ def cmd_trace(args) -> int:
     from sinklens.cli.logs import note
 
     check_run_flags(args)               # before CaptureOptions imports torch
-    if args.prompts is None and args.keep_traces:
-        raise CliError("--keep-traces goes with --prompts FILE.jsonl (a corpus run)")
+    from sinklens.eval.corpus_config import CorpusConfig
+
+    given = [f.name for f in fields(CorpusConfig) if "type" in f.metadata and getattr(args, f.name) != f.default]
+    if args.prompts is None and given:
+        raise CliError(f"{', '.join('--' + g.replace('_', '-') for g in given)} {'goes' if len(given) == 1 else 'go'} "
+                       "with --prompts FILE.jsonl (a corpus run); a single trace stores the attention itself (its "
+                       "units and eps are `sinklens report`'s)")
     if args.prompts is not None:
         _check_corpus_flags(args)
+    from sinklens.runlock import FileLock, RunDirBusy
     from sinklens.samplers.base import CaptureOptions
     from sinklens.trace.schema import replaceable
 
@@ -69,9 +75,7 @@ def cmd_trace(args) -> int:
     if args.prompts is None and os.path.isfile(args.out) and not replaceable(args.out):
         raise CliError(f"--out {args.out!r} exists and is not a trace; not overwriting it (choose another "
                        "path such as run.arrow, or remove the file)")
-    if args.prompts is None and os.path.isfile(args.out):     # a trace of an earlier run: replaced, and said
-        from sinklens.cli.logs import note
-        note(f"note: {args.out} holds an earlier trace; this run replaces it")
+    replaces = args.prompts is None and os.path.isfile(args.out)   # a trace of an earlier run: replaced, and said
     if args.prompts is None and os.path.dirname(args.out):
         os.makedirs(os.path.dirname(args.out), exist_ok=True)   # made now, as report and eval make theirs, not after the load
     capture = CaptureOptions(query_groups=False if args.no_groups else None, map_slices=args.map_slices,
@@ -79,6 +83,8 @@ def cmd_trace(args) -> int:
                              received_dtype="float32" if args.float32 else "float16",
                              **flag_values(ReadoutOptions, args))
     if args.prompts is not None:
+        if args.route == "triton" and args.device_map is None:   # said before the load (a single trace: after)
+            note_triton_fallback((args.device or "cpu").split(":")[0])
         return cmd_corpus(args, capture)
 
     def check(model):
@@ -93,7 +99,18 @@ def cmd_trace(args) -> int:
             note_triton_fallback(model.device.type)
 
     try:
-        model, ids, config, out = run(args, trace=args.out, capture=capture, check=check)
+        with FileLock(args.out):        # before the load: a second `trace --out` of this file pays none
+            if replaces:
+                note(f"note: {args.out} holds an earlier trace; this run replaces it")
+            model, ids, config, out = run(args, trace=args.out, capture=capture, check=check)
+    except RunDirBusy as e:
+        raise CliError(str(e)) from None
+    except OSError as e:                # the trace's write (disk full, `ulimit -f`): pyarrow names no file
+        full = {errno.EFBIG, errno.ENOSPC}
+        if e.filename is not None or not (e.errno in full or any(f"errno {n}]" in str(e) for n in full)):
+            raise
+        raise OSError(f"could not write {args.out} ({' '.join(str(e).split())}); the steps written before stay in it "
+                      "as a truncated trace (`sinklens report` reads them)") from None
     except Interrupted as e:
         if os.path.isfile(args.out) and os.path.getsize(args.out) == 0:
             os.remove(args.out)   # stopped before a step was written: no empty file left for `report` to trip on
@@ -108,12 +125,16 @@ def cmd_trace(args) -> int:
     size = os.path.getsize(args.out)
     note(f"wrote {args.out}: {out.num_steps} steps x {layers} layers x {heads} heads, {size / 1e6:.2f} MB "
          f"({size / max(out.num_steps, 1) / 1e3:.1f} kB per step); next: sinklens report {args.out} --out report/")
-    print(new_text(ids, out))
+    if config.generates:                # an encoder's trace is its one forward pass: no text to print
+        print(new_text(ids, out))
     return 0
 
 
 def _check_corpus_flags(args) -> None:
     """What a corpus run cannot take, answered before torch is imported."""
+    if os.path.isdir(args.prompts):
+        raise CliError(f"--prompts {args.prompts!r} is a folder; expected a JSON Lines file, one {{\"prompt\": text}} "
+                       "per line")
     if not os.path.isfile(args.prompts):
         raise CliError(f"--prompts {args.prompts!r}: no such file (expected a JSON Lines file, one "
                        "{\"prompt\": text} per line)")
@@ -129,7 +150,7 @@ def cmd_corpus(args, capture) -> int:
     from sinklens.eval.corpus import CorpusConfig, run_corpus
     from sinklens.runlock import RunDirBusy
 
-    cfg = CorpusConfig(model=args.model, prompts=args.prompts, out=args.out, keep_traces=args.keep_traces,
+    cfg = CorpusConfig(**flag_values(CorpusConfig, args), model=args.model, prompts=args.prompts, out=args.out,
                        raw=args.raw, seed=args.seed, sampler=args.sampler,
                        sampler_args=sampler_args(args, args.sampler_fields),
                        dtype=args.dtype, device=args.device, load_args=load_args(args), capture=capture,
@@ -153,14 +174,12 @@ def cmd_corpus(args, capture) -> int:
     return 0
 
 
-def register(sub) -> None:
+def register(sub, sampler: str | None = None) -> None:
     t = sub.add_parser("trace", help="run a model's own sampler and record every step's attention to a trace file",
                        description=__doc__)
-    add_run_flags(t, prompts_file=True)
+    add_run_flags(t, prompts_file=True, command="trace", sampler=sampler)
     t.add_argument("--out", required=True, help="trace file to write (Arrow IPC stream, .arrow); with --prompts "
                    "the run folder")
-    t.add_argument("--keep-traces", type=nonneg_int, default=0, help="with --prompts: keep the full traces of this "
-                   "many prompts, chosen evenly over the file (the others keep only their totals)")
     t.add_argument("--float32", action="store_true", help="store received attention as float32 (default float16)")
     t.add_argument("--map-slices", type=map_slices, default=(), help="full attention maps to keep, as LAYER:HEAD "
                    "pairs, e.g. 3:0,5:7")
@@ -174,4 +193,6 @@ def register(sub) -> None:
                         "an untraced run), triton (fused kernel, extra gpu; falls back to lse where it does not "
                         "apply); auto = lse on CUDA and in bfloat16/float16, exact for float32 on CPU (measured faster there)")
     add_config_flags(t.add_argument_group("mechanism readouts (off by default; docs/analysis.md)"), ReadoutOptions)
+    from sinklens.eval.corpus_config import CorpusConfig
+    add_config_flags(t.add_argument_group("corpus run (--prompts; docs/corpus.md)"), CorpusConfig)
     t.set_defaults(func=cmd_trace, out_is="file")   # a folder with --prompts: cmd_trace checks which

@@ -91,6 +91,27 @@ def nonneg_int(text: str) -> int:
     return x
 
 
+def seed(text: str) -> int:
+    """A seed: an integer in [0, MAX_SEED] (torch takes 64 bits; an eval adds the sample index)."""
+    from sinklens.params import MAX_SEED
+
+    x = _int(text)
+    if not 0 <= x <= MAX_SEED:
+        raise argparse.ArgumentTypeError(f"must be an integer in [0, {MAX_SEED}] (2**63 - 1), got {text!r}")
+    return x
+
+
+def k_list(text: str) -> tuple:
+    """'0,1,5,1%' -> (0, 1, 5, '1%'): the K values of `--mask-topk` (eval, replicate, study); an
+    empty element ('1,,2') is refused, not dropped."""
+    from sinklens.eval.config import parse_k   # imports no torch
+
+    try:
+        return tuple(parse_k(k) for k in text.split(","))
+    except ValueError as e:
+        raise argparse.ArgumentTypeError(str(e)) from None
+
+
 class CliError(ValueError):
     """Bad input found by a command after parsing: `sinklens.cli.main` prints it as one line, exit status 2."""
 

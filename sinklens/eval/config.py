@@ -15,7 +15,7 @@ from dataclasses import MISSING, dataclass, field, fields
 from sinklens.eval.rundir import recorded_model_name
 from sinklens.masking.config import MaskingConfig
 from sinklens.models.options import LoadOptions
-from sinklens.params import check_value, flag_name, param, param_like
+from sinklens.params import MAX_SEED, check_value, flag_name, param, param_like
 from sinklens.samplers.configs import SAMPLERS
 from sinklens.sandbox import SandboxConfig, probe
 
@@ -75,22 +75,25 @@ class EvalConfig:
     sampler: str | None = param(None, str, "the sampler to run (default: the model family's own; llada21: LLaDA2.1's "
                                            "editing sampler on an llada2_moe checkpoint)")
     sampler_args: dict = field(default_factory=dict)  # sampler fields over the task preset, e.g. {"steps": 64}
-    seed: int = param(0, int, "sample i uses seed + i (the same on any rank)", min=0)
+    seed: int = param(0, int, "sample i uses seed + i (the same on any rank)", min=0, max=MAX_SEED)
     dtype: str | None = param(None, str, "float32 | bfloat16 | float16 (default: as stored)")
     device: str | None = param(None, str, "e.g. cpu, cuda:0 (default: the launcher's device, else cpu)")
     random_init: int | None = param_like(LoadOptions, "random_init")   # the results go to OUT/<model>-random-init-<seed>/
     # the masking settings, declared in MaskingConfig (type, choices, help, default); the run's
-    # MaskingConfig is built from them in `masking()`
+    # MaskingConfig is built from them in `masking()`. Every masking flag is --mask-*; the old
+    # spellings still work with a deprecation note, but --threshold: it is the sampler's commit
+    # threshold (LLaDA2, Fast-dLLM) here as in generate and trace
     mask_sinks: str = param_like(MaskingConfig, "sinks")
-    sink_eps: float = param_like(MaskingConfig, "sink_eps")
+    sink_eps: float = param_like(MaskingConfig, "sink_eps", flag="--mask-eps", old_flags=("--sink-eps", "--eps"))
     mask_units: str = param_like(MaskingConfig, "units")
     mask_scope: str = param_like(MaskingConfig, "scope")
     mask_control: str = param_like(MaskingConfig, "control")
-    ranking: str = param_like(MaskingConfig, "ranking")
-    threshold: float | None = param_like(MaskingConfig, "threshold", min=None, gt=0)   # 0 would block every key
-    keep_self: bool = param_like(MaskingConfig, "keep_self")
-    step0: str = param_like(MaskingConfig, "step0")
-    arm_rule: str = param_like(MaskingConfig, "arm_rule")
+    ranking: str = param_like(MaskingConfig, "ranking", flag="--mask-ranking", old_flags=("--ranking",))
+    threshold: float | None = param_like(MaskingConfig, "threshold", min=None, gt=0,   # 0 would block every key
+                                         flag="--mask-threshold")
+    keep_self: bool = param_like(MaskingConfig, "keep_self", flag="--mask-keep-self", old_flags=("--keep-self",))
+    step0: str = param_like(MaskingConfig, "step0", flag="--mask-step0", old_flags=("--step0",))
+    arm_rule: str = param_like(MaskingConfig, "arm_rule", flag="--mask-arm-rule", old_flags=("--arm-rule",))
     loglik: bool = param(True, bool, "score the reference answer's log-likelihood (--no-loglik: skip it)",
                          flag="--loglik")
     loglik_l2r: bool = param(False, bool, "also score it left to right, the same way for DLMs and ARMs "

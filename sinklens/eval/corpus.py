@@ -26,7 +26,7 @@ from __future__ import annotations
 import json
 import os
 import sys
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict
 
 import numpy as np
 import torch
@@ -36,38 +36,16 @@ from sinklens.analysis.corpus import FORMAT, prompt_part, to_json
 from sinklens.analysis.step_stats import HIST_EDGES
 from sinklens.eval import records, rundir
 from sinklens.eval.dist import dist_state
-from sinklens.eval.rundir import recorded_model_name
+from sinklens.eval.corpus_config import CorpusConfig  # noqa: F401  (re-exported: run_corpus's argument)
 from sinklens.eval.jsonl import read_jsonl
 from sinklens.eval.settings import sampler_settings
 from sinklens.eval.stream import StreamWriter
-from sinklens.rule.spec import BASELINE_UNITS, DEFAULT_EPS, DEFAULT_UNITS
+from sinklens.rule.spec import BASELINE_UNITS
 from sinklens.samplers.base import CaptureOptions
 from sinklens.samplers.configs import get_config
 from sinklens._version import __version__
 
 CORPUS_FILE = "corpus.jsonl"
-
-
-@dataclass
-class CorpusConfig:
-    model: str
-    prompts: str                    # JSON Lines, one {"prompt": text} per line ("id" optional)
-    out: str                        # the run folder (re-running resumes)
-    keep_traces: int = 0            # prompts whose full trace is kept (chosen evenly over the file)
-    raw: bool = False               # do not apply the chat template
-    seed: int = 0                   # prompt i uses seed + i (the same on any rank)
-    sampler: str | None = None                          # default: the model family's own (Family.pick_sampler)
-    sampler_args: dict = field(default_factory=dict)   # sampler fields over the model's defaults
-    units: str = DEFAULT_UNITS      # analysis units (sinklens/rule/spec.py)
-    sink_eps: float = DEFAULT_EPS   # Eq. 3 threshold ε in `units`
-    dtype: str | None = None
-    device: str | None = None
-    load_args: dict = field(default_factory=dict)      # load()'s device_map / max_memory / offload_folder / random_init
-    capture: CaptureOptions = field(default_factory=CaptureOptions)
-    progress: bool = False
-
-    def __post_init__(self):
-        self.model = recorded_model_name(self.model)
 
 
 # What must not change when a run is resumed (the totals would mix two experiments).
@@ -77,8 +55,6 @@ _SAME_RUN = ("model", "random_init", "prompts_file", "sampler", "settings", "uni
 
 def run_corpus(cfg: CorpusConfig, model=None) -> str | None:
     """Run (or resume) a corpus; returns the merged corpus file (None on a rank that does not merge)."""
-    from tqdm import tqdm
-
     # 1. Everything that can be wrong with the inputs is found before any file is written.
     items, errors = read_jsonl(cfg.prompts, required=("prompt",),
                                check=lambda r: None if r["prompt"].strip() else "the prompt is empty")
@@ -86,6 +62,20 @@ def run_corpus(cfg: CorpusConfig, model=None) -> str | None:
     if os.path.exists(cfg.out) and not os.path.isdir(cfg.out):
         raise ValueError(f"--out {cfg.out!r} is a file; with --prompts it is the run folder")
     dist = dist_state(cfg.device)
+    # 2. The folder locked for this rank before the model loads: a second writer is refused at once
+    with rundir.RunLock(cfg.out, dist.rank, who="sinklens trace --prompts"):
+        m, items, prompts, settings, meta = _plan(cfg, model, items, errors, dist)
+        _write_prompts(cfg, m, items, prompts, settings, meta, dist)
+    if dist.world == 1 or "MASTER_ADDR" in os.environ:    # hand-set shards have no group: a later run merges
+        dist.barrier()
+        if dist.is_main:
+            return merge(cfg.out, meta)
+    return None
+
+
+def _plan(cfg: CorpusConfig, model, items: list[dict], errors: list[str], dist):
+    """(model, usable items, their prompt ids, sampler settings, the run's header): the model
+    loaded (unless given) and every prompt checked against it, nothing written yet."""
     if model is None:
         from sinklens.models.loader import load
         model = load(cfg.model, dtype=cfg.dtype, device=None if cfg.load_args.get("device_map") else
@@ -93,7 +83,7 @@ def run_corpus(cfg: CorpusConfig, model=None) -> str | None:
     m = model
     if m.tokenizer is None:
         raise ValueError(f"{cfg.model!r} ships no tokenizer; --prompts needs one to read text prompts")
-    sampler = m.family.pick_sampler(cfg.sampler)
+    sampler = m.family.pick_sampler(cfg.sampler, cfg.sampler_args)
     settings, notes = sampler_settings(m, None, sampler=sampler, **cfg.sampler_args)
     gen = get_config(sampler).from_kwargs(**settings).length or 0
     items, prompts = _prepare(m, items, errors, cfg, gen)
@@ -107,37 +97,41 @@ def run_corpus(cfg: CorpusConfig, model=None) -> str | None:
     meta = {**header(m, cfg.model, sampler, settings, cfg.units, cfg.sink_eps, cfg.capture),
             "prompts_file": os.path.abspath(cfg.prompts), "n_expected": len(items), "seed": cfg.seed, "raw": cfg.raw,
             "kept_traces": [trace_name(i) for i in sorted(keep)], "skipped": errors}
-    _check_same_run(cfg.out, meta)
+    _check_same_run(cfg.out, meta)                        # under the lock: a resumed run is the same run
+    return m, items, prompts, settings, meta
 
-    # 2. Compute and write, one fsynced line per prompt; this rank's share only.
+
+def _write_prompts(cfg: CorpusConfig, m, items: list[dict], prompts: list[list[int]], settings: dict, meta: dict,
+                   dist) -> None:
+    """This rank's prompts not yet on disk, one fsynced line each (a kept prompt's trace beside it)."""
+    from tqdm import tqdm
+
     rank, world = dist.rank, dist.world
-    with rundir.RunLock(cfg.out, rank, who="sinklens trace --prompts"):
-        _check_same_run(cfg.out, meta)                    # again, under the lock
-        if dist.is_main:
-            rundir.write_json(os.path.join(cfg.out, "config.json"), meta)
-        done = set(finished(cfg.out))
-        mine = [i for i in range(len(items)) if i % world == rank]
-        todo = [i for i in mine if items[i]["id"] not in done]
-        bar = tqdm(total=len(mine), initial=len(mine) - len(todo), unit="prompt", desc="corpus" + (
-            f" [rank 0 of {world}: 1 prompt in {world}]" if world > 1 else ""),
-            disable=not cfg.progress or not dist.is_main, dynamic_ncols=True)
-        os.makedirs(os.path.join(cfg.out, "traces"), exist_ok=True)
-        try:
-            with records.RecordWriter(os.path.join(cfg.out, f"samples.rank{rank}.jsonl")) as out:
-                for i in todo:
-                    path = os.path.join(cfg.out, "traces", trace_name(i)) if i in keep else None
-                    out.write(_run_prompt(m, items[i], i, prompts[i], path, settings, cfg))
-                    bar.update(1)
-        except records.WriteError as e:
-            e.note = f"{len(finished(cfg.out))} prompts kept, re-running the same command resumes"
-            raise
-        finally:
-            bar.close()
-    if world == 1 or "MASTER_ADDR" in os.environ:         # hand-set shards have no group: a later run merges
-        dist.barrier()
-        if dist.is_main:
-            return merge(cfg.out, meta)
-    return None
+    keep = kept_indices(len(items), cfg.keep_traces)
+    if dist.is_main:
+        rundir.write_json(os.path.join(cfg.out, "config.json"), meta)
+    done = set(finished(cfg.out))
+    mine = [i for i in range(len(items)) if i % world == rank]
+    todo = [i for i in mine if items[i]["id"] not in done]
+    bar = tqdm(total=len(mine), initial=len(mine) - len(todo), unit="prompt", desc="corpus" + (
+        f" [rank 0 of {world}: 1 prompt in {world}]" if world > 1 else ""),
+        disable=not cfg.progress or not dist.is_main, dynamic_ncols=True)
+    os.makedirs(os.path.join(cfg.out, "traces"), exist_ok=True)
+    try:
+        with records.RecordWriter(os.path.join(cfg.out, f"samples.rank{rank}.jsonl")) as out:
+            for i in todo:
+                path = os.path.join(cfg.out, "traces", trace_name(i)) if i in keep else None
+                try:
+                    record = _run_prompt(m, items[i], i, prompts[i], path, settings, cfg)
+                except OSError as e:              # a kept trace's write (pyarrow names no file): said with its path
+                    raise e if path is None or isinstance(e, records.WriteError) else records.WriteError(path, e)
+                out.write(record)
+                bar.update(1)
+    except records.WriteError as e:
+        e.note = f"{len(finished(cfg.out))} prompts kept, re-running the same command resumes"
+        raise
+    finally:
+        bar.close()
 
 
 def kept_indices(n: int, keep_traces: int) -> set[int]:
@@ -181,7 +175,7 @@ def _run_prompt(m, item: dict, index: int, ids: list[int], path: str | None, set
     w = StreamWriter(cfg.units, cfg.sink_eps, received_dtype=cfg.capture.received_dtype, keep=path)
     try:
         out = m.generate(torch.tensor([ids], dtype=torch.long), trace=w, capture=cfg.capture,
-                         sampler=m.family.pick_sampler(cfg.sampler), **settings)
+                         sampler=m.family.pick_sampler(cfg.sampler, cfg.sampler_args), **settings)
     except BaseException:
         w.abandon()                                       # a kept trace keeps its finished steps, marked truncated
         raise
@@ -195,6 +189,10 @@ def _prepare(m, items: list[dict], errors: list[str], cfg: CorpusConfig, gen: in
     """(usable items, their prompt ids); a duplicate id or a prompt + generation longer than the
     model's context is skipped and added to `errors` as file:line."""
     limit = getattr(m, "max_length", None)
+    # no token spells more characters than the vocabulary's longest entry: a prompt longer than the
+    # context times that cannot fit, and is skipped before templating and tokenising (which a line
+    # of megabytes would stall on)
+    chars = None if limit is None else limit * max(map(len, m.tokenizer.get_vocab()), default=1)
     kept, prompts, seen = [], [], {}
     template = not cfg.raw and getattr(m.tokenizer, "chat_template", None)
     for it in items:
@@ -202,6 +200,10 @@ def _prepare(m, items: list[dict], errors: list[str], cfg: CorpusConfig, gen: in
         it["id"] = str(it.get("id", f"line{it['_line']}"))
         if it["id"] in seen:
             errors.append(f"{where}: duplicate id {it['id']!r} (first at {seen[it['id']]}); skipped")
+            continue
+        if chars is not None and len(it["prompt"]) > chars:
+            errors.append(f"{where}: prompt of {len(it['prompt'])} characters exceeds the context of {cfg.model!r} "
+                          f"({limit} tokens, none longer than {chars // limit} characters); skipped")
             continue
         ids = m.apply_chat_template(it["prompt"]) if template else m.tokenizer.encode(it["prompt"])
         if limit is not None and len(ids) + gen > limit:

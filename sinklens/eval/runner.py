@@ -7,9 +7,9 @@ is the Table-1 style summary (`sinklens.eval.summary`).
 Resume: the samples already on disk (any rank's file; a torn last line does not count) are
 skipped, so re-running the same command completes a run without doing a sample twice.
 Bad input is found before any file is written (settings, data, context length, K); bad data
-lines and problems longer than the context are skipped and listed in config.json. While running, each process holds the run
-directory's lock for its rank (`rundir.RunLock`), and a failed write (disk full) keeps every
-complete sample and leaves no torn line.
+lines and problems longer than the context are skipped and listed in config.json. From before
+the model loads, each process holds the run directories' locks for its rank (`rundir.RunLock`),
+and a failed write (disk full) keeps every complete sample and leaves no torn line.
 Data-parallel: under `torchrun` / `accelerate launch` (sinklens.eval.dist: accelerate's state)
 sample i goes to rank i % WORLD_SIZE; the main process merges after a barrier.
 """
@@ -57,7 +57,7 @@ def one_thread_for_a_small_model(m, note: bool = True) -> None:
 
 def run_sampler(m, cfg: EvalConfig) -> str:
     """The sampler an eval runs: --sampler, which must be one the model's family runs, else the family's own."""
-    return m.family.pick_sampler(cfg.sampler)
+    return m.family.pick_sampler(cfg.sampler, cfg.sampler_args)
 
 
 def model_slug(name: str) -> str:
@@ -105,76 +105,24 @@ def generate_text(m, ids: list[int], policy: SinkMaskingPolicy, settings: dict, 
 
 def run_eval(cfg: EvalConfig, model=None) -> list[str]:
     """Run (or resume) every K of `cfg`; returns the run directories. `model`: an already loaded SinkModel."""
-    from tqdm import tqdm
-
-    # 1. Everything that can be wrong with the inputs is found here, before any file is written,
-    #    so a rejected run leaves nothing behind that could block the next, correct one.
+    # 1. Everything that can be wrong with the inputs is found before any file is written, so a
+    #    rejected run leaves nothing behind that could block the next, correct one.
     task = get_task(cfg.task)
     items, errors = task.load(cfg.data, cfg.limit)
     check_summary_folder(cfg.out)  # its summary.md / .csv are written at the end: refused now, not after the run
     sandbox = cfg.sandbox_config()  # HumanEval without bubblewrap and no --sandbox fallback: refused before the model loads
     dist = dist_state(cfg.device)  # the launcher's processes (accelerate's state), or just this one
-    if model is None:
-        from sinklens.models.loader import load
-        model = load(cfg.model, dtype=cfg.dtype, device=cfg.device or dist.device, random_init=cfg.random_init)
-    m = model
-    if m.tokenizer is None:
-        raise ValueError(f"{cfg.model!r} ships no tokenizer; the eval needs text prompts")
-    rank, world = dist.rank, dist.world
-    one_thread_for_a_small_model(m, note=rank == 0 and cfg.progress)   # not under --quiet
-    sampler = run_sampler(m, cfg)
-    if not get_config(sampler).generates:
-        raise ValueError(f"{cfg.model!r} is a {m.family.name!r} encoder: it generates no text, so there is nothing to "
-                         "evaluate; trace it with `sinklens trace` instead")
-    settings, notes = sampler_settings(m, cfg.task, cfg.gen_length, sampler=sampler, **cfg.sampler_args)
-    if rank == 0:
-        for line in notes:
-            print(line, file=sys.stderr)
-    gen = get_config(sampler).from_kwargs(**settings).length
-    items, prompts, errors = _prepare(m, task, items, errors, cfg, gen)   # (ids, chat) per item
-    if rank == 0:
-        _print_data_errors(errors)
-    if not items:
-        raise ValueError(f"no usable samples in {cfg.data or cfg.task!r}")
-    shortest = min(len(p) for p, _ in prompts) + (gen if m.is_diffusion else 0)
-    runs = [_plan(cfg, m, k, control, settings, len(items), errors, shortest) for k, control in cfg.runs()]
-
-    # 2. Lock every run directory for this rank, then compute and write.
-    run_dirs = []
     with ExitStack() as held:
-        for *_, run_dir, _ in runs:
-            held.enter_context(rundir.RunLock(run_dir, rank))
+        # 2. Every run directory locked for this rank before the model loads: a second writer into
+        #    the same --out is refused at once (a refused run's locks leave no folder behind)
+        for k, control in cfg.runs():
+            held.enter_context(rundir.RunLock(_run_dir(cfg, k, control), dist.rank))
+        m = _model(cfg, dist, model)
+        runs, items, prompts, settings, errors = _plan_runs(cfg, m, task, items, errors, dist)
+        # 3. Compute and write, one row after the other.
         try:
-            for k, control, mcfg, policy, run_dir, meta in runs:
-                _check_same_run(run_dir, meta)            # again, under the lock: the folder may have changed
-                if rank == 0:
-                    rundir.write_json(os.path.join(run_dir, "config.json"), meta)
-                done = {r["id"] for r in records.collect(run_dir)}
-                base = _baseline(cfg, k, control)
-                mine = [i for i in range(len(items)) if i % world == rank]
-                todo = [i for i in mine if items[i]["id"] not in done]
-                # one bar, on the main process, labelled with its share when several processes run
-                label = f"{cfg.task} K={k}" + ("" if control == "none" else f" {control} control")
-                if world > 1:
-                    label += f" [rank 0 of {world}: 1 sample in {world}]"
-                bar = tqdm(total=len(mine), initial=len(mine) - len(todo), unit="sample", desc=label,
-                           disable=not cfg.progress or not dist.is_main, dynamic_ncols=True)
-                stats = row_corpus.for_row(cfg, m, run_dir, rank, meta, len(items))   # --attention-stats, else None
-                with records.RecordWriter(os.path.join(run_dir, f"samples.rank{rank}.jsonl")) as out, \
-                        stats or nullcontext():
-                    for i in todo:
-                        out.write(_run_sample(m, task, items[i], i, prompts[i], k, mcfg, policy, settings, cfg,
-                                              sandbox, base, stats))
-                        bar.update(1)
-                bar.close()
-                if world == 1 or "MASTER_ADDR" in os.environ:  # hand-set shards have no group: a later run merges
-                    dist.barrier()
-                    if dist.is_main:
-                        records.merge(run_dir)
-                        if stats is not None:
-                            stats.merge()
-                run_dirs.append(run_dir)
-            if rank == 0:
+            run_dirs = [_run_row(cfg, m, task, items, prompts, settings, sandbox, dist, *run) for run in runs]
+            if dist.rank == 0:
                 from sinklens.eval.summary import write_summary
                 write_summary([cfg.out], cfg.out)
                 if errors:
@@ -184,6 +132,77 @@ def run_eval(cfg: EvalConfig, model=None) -> list[str]:
             e.note = f"{kept} samples kept, re-running the same command resumes"
             raise
     return run_dirs
+
+
+def _model(cfg: EvalConfig, dist, model=None):
+    """The model of the eval (`model`, else loaded), on one CPU thread when it is small; refused
+    when it cannot be evaluated."""
+    from sinklens.models.loader import load
+
+    m = model if model is not None else load(cfg.model, dtype=cfg.dtype, device=cfg.device or dist.device,
+                                             random_init=cfg.random_init)
+    if m.tokenizer is None:
+        raise ValueError(f"{cfg.model!r} ships no tokenizer; the eval needs text prompts")
+    one_thread_for_a_small_model(m, note=dist.rank == 0 and cfg.progress)   # not under --quiet
+    if not get_config(run_sampler(m, cfg)).generates:
+        raise ValueError(f"{cfg.model!r} is a {m.family.name!r} encoder: it generates no text, so there is nothing to "
+                         "evaluate; trace it with `sinklens trace` instead")
+    return m
+
+
+def _plan_runs(cfg: EvalConfig, m, task, items: list[dict], errors: list, dist):
+    """(runs, usable items, their prompts, the sampler settings, skipped lines): everything checked
+    against the loaded model, nothing written yet."""
+    sampler = run_sampler(m, cfg)
+    settings, notes = sampler_settings(m, cfg.task, cfg.gen_length, sampler=sampler, **cfg.sampler_args)
+    if dist.rank == 0:
+        for line in notes:
+            print(line, file=sys.stderr)
+    gen = get_config(sampler).from_kwargs(**settings).length
+    items, prompts, errors = _prepare(m, task, items, errors, cfg, gen)   # (ids, chat) per item
+    if dist.rank == 0:
+        _print_data_errors(errors)
+    if not items:
+        raise ValueError(f"no usable samples in {cfg.data or cfg.task!r}")
+    shortest = min(len(p) for p, _ in prompts) + (gen if m.is_diffusion else 0)
+    runs = [_plan(cfg, m, k, control, settings, len(items), errors, shortest) for k, control in cfg.runs()]
+    return runs, items, prompts, settings, errors
+
+
+def _run_row(cfg: EvalConfig, m, task, items, prompts, settings, sandbox, dist, k, control, mcfg, policy, run_dir,
+             meta) -> str:
+    """One row (K, control) of Table 1: this rank's samples not yet on disk, one record line each;
+    the main process merges after a barrier. Returns the run directory."""
+    from tqdm import tqdm
+
+    rank, world = dist.rank, dist.world
+    _check_same_run(run_dir, meta)            # again, under the lock: the folder may have changed
+    if rank == 0:
+        rundir.write_json(os.path.join(run_dir, "config.json"), meta)
+    done = {r["id"] for r in records.collect(run_dir)}
+    base = _baseline(cfg, k, control)
+    mine = [i for i in range(len(items)) if i % world == rank]
+    todo = [i for i in mine if items[i]["id"] not in done]
+    # one bar, on the main process, labelled with its share when several processes run
+    label = f"{cfg.task} K={k}" + ("" if control == "none" else f" {control} control")
+    if world > 1:
+        label += f" [rank 0 of {world}: 1 sample in {world}]"
+    bar = tqdm(total=len(mine), initial=len(mine) - len(todo), unit="sample", desc=label,
+               disable=not cfg.progress or not dist.is_main, dynamic_ncols=True)
+    stats = row_corpus.for_row(cfg, m, run_dir, rank, meta, len(items))   # --attention-stats, else None
+    with records.RecordWriter(os.path.join(run_dir, f"samples.rank{rank}.jsonl")) as out, stats or nullcontext():
+        for i in todo:
+            out.write(_run_sample(m, task, items[i], i, prompts[i], k, mcfg, policy, settings, cfg, sandbox, base,
+                                  stats))
+            bar.update(1)
+    bar.close()
+    if world == 1 or "MASTER_ADDR" in os.environ:  # hand-set shards have no group: a later run merges
+        dist.barrier()
+        if dist.is_main:
+            records.merge(run_dir)
+            if stats is not None:
+                stats.merge()
+    return run_dir
 
 
 def _prepare(m, task, items: list[dict], errors: list, cfg: EvalConfig, gen: int):

@@ -19,10 +19,19 @@ def sampler_settings(model, task_name: str | None, gen_length: int | None = None
     setting fails before anything is written."""
     from sinklens.samplers import lengths
 
+    return planned_settings(get_config(sampler or model.family.sampler), lengths.ModelFacts.of(model), task_name,
+                            gen_length, task_length, overrides)
+
+
+def planned_settings(cls, facts, task_name: str | None, gen_length: int | None, task_length: int | None,
+                     overrides: dict) -> tuple[dict, list[str]]:
+    """`sampler_settings` for sampler config `cls` on a model known by its `lengths.ModelFacts`
+    (before it is loaded, the context unknown: the command line's checks)."""
+    from sinklens.samplers import lengths
+
     if task_length is None and task_name is not None:
         task_length = get_task(task_name).gen_length
-    plan = lengths.settings(get_config(sampler or model.family.sampler), lengths.ModelFacts.of(model), task=task_name,
-                            task_length=task_length, length=gen_length, overrides=overrides)
+    plan = lengths.settings(cls, facts, task=task_name, task_length=task_length, length=gen_length, overrides=overrides)
     try:
         plan.config()
     except TypeError as e:  # a flag of another sampler: a bad setting like any other

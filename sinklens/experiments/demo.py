@@ -12,7 +12,7 @@ from pathlib import Path
 
 import numpy as np
 
-from sinklens.experiments.model_spec import DemoModel
+from sinklens.experiments.demo_model import DemoModel
 
 SMOLLM2_PROMPT = "Tom has 23 apples. He buys 15 more and gives 9 away. How many apples does he have now?"
 

@@ -29,7 +29,7 @@ import json
 import os
 from pathlib import Path
 
-from sinklens.experiments.model_spec import DemoModel
+from sinklens.experiments.demo_model import DemoModel
 
 LOAD = {"dtype": "float32"}
 CONTROL_SEED = 1234   # the random-init control of each twin: load(twin, random_init=CONTROL_SEED)

@@ -8,7 +8,7 @@ trained and scored in).
 from __future__ import annotations
 
 from sinklens.eval.arith import heldout_problems, twin_train_config
-from sinklens.experiments.model_spec import DemoModel
+from sinklens.experiments.demo_model import DemoModel
 from sinklens.samplers import lengths
 from sinklens.samplers.arm import ARMConfig
 from sinklens.samplers.llada import LLaDAConfig

@@ -9,7 +9,7 @@ from __future__ import annotations
 import warnings
 from dataclasses import InitVar, asdict, dataclass
 
-from sinklens.params import check_fields, param
+from sinklens.params import MAX_SEED, check_fields, param
 from sinklens.rule.spec import DEFAULT_EPS, DEFAULT_PROTOCOL, DEFAULT_UNITS, PROTOCOLS, UNITS
 
 
@@ -22,7 +22,7 @@ class MaskingConfig:
     sinks: str = param(DEFAULT_PROTOCOL, str, "; ".join(f"{k}: {v}" for k, v in PROTOCOLS.items()),
                        choices=tuple(PROTOCOLS))
     sink_eps: float = param(DEFAULT_EPS, float, "Eq. 3 margin eps in the score units (the eq3 protocol's gate; "
-                                                "the random control never picks an Eq. 3 sink)", old_flags=("--eps",))
+                                                "the random control never picks an Eq. 3 sink)")
     units: str = param(DEFAULT_UNITS, str, f"score units of the ranking and of Eq. 3 (default {DEFAULT_UNITS}: column "
                                            "sums scaled so the average visible key scores 1; docs/analysis.md)",
                        choices=tuple(UNITS))
@@ -30,7 +30,8 @@ class MaskingConfig:
                        choices=("all", "prompt", "generated"))
     control: str = param("none", str, "random: beside every masked run, block as many random non-sink keys per "
                                       "head (seeded)", choices=("none", "random"))
-    seed: int = param(0, int, "seed of the random control (the eval passes a per-sample seed to reset())")
+    seed: int = param(0, int, "seed of the random control (the eval passes a per-sample seed to reset())", min=0,
+                      max=MAX_SEED)
     ranking: str = param("per_head", str, "rank sinks per (layer, head), or over all heads of a layer together",
                          choices=("per_head", "global"))
     keep_self: bool = param(False, bool, "a blocked key still receives its own query's attention")

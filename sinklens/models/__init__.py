@@ -1,4 +1,6 @@
-"""Loading LLaDA, MMaDA, Dream and Llama/Qwen2 ARM checkpoints into native transformers classes.
+"""Loading checkpoints into native transformers classes: one adapter module per diffusion family
+(LLaDA / MMaDA, Dream, LLaDA2, LLaDA-MoE, SDAR, DiffusionGemma; their published variants in
+`variants.py`), and any causal LM or masked-LM encoder transformers ships (`arm.py`, `encoder.py`).
 
 The names below are imported from their module on first use: the command line reads
 `sinklens.models.options` (the load flags) for --help, which must not import torch or transformers.

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import MutableMapping
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 from typing import Any, Callable
 
 from transformers import PretrainedConfig, PreTrainedModel
@@ -75,14 +75,23 @@ class Family:
     def causal(self) -> bool:
         return self.attention == "causal"
 
-    def pick_sampler(self, name: str | None) -> str:
-        """The sampler to run: `name` when this family runs it (its own or one of `other_samplers`),
-        its own when None; else one line naming the ones it runs (--sampler of generate, trace, eval)."""
+    def pick_sampler(self, name: str | None, args=()) -> str:
+        """The sampler to run: `name` when this family runs it (its own or one of `other_samplers`);
+        with no name, the one of them that takes the most of the argument names `args` (its own
+        on a tie): LLaDA2.1's official call on an llada2_moe checkpoint (whose config does not tell
+        2.1 from 2.0) passes `editing_threshold`, which only `llada21` takes. A name that does not
+        take `args` while another of the family's samplers does is refused naming that one."""
         own = (self.sampler, *self.other_samplers)
-        if name is None:
-            return self.sampler
-        if name not in own:
+        if name is not None and name not in own:
             raise ValueError(f"--sampler {name!r} does not run family {self.name!r}; its samplers: {', '.join(own)}")
+        given = set(args)
+        if name is None:
+            return max(own, key=lambda s: len(given & sampler_arguments(s)))   # max keeps the first of a tie
+        missing = given - sampler_arguments(name)
+        fits = [s for s in own if s != name and missing <= sampler_arguments(s)]
+        if missing and fits:
+            raise ValueError(f"the {name} sampler takes no {sorted(missing)}: those are arguments of the {fits[0]} "
+                             f"sampler (sampler={fits[0]!r}, --sampler {fits[0]})")
         return name
 
     def position_ids(self, attention_mask):
@@ -103,6 +112,14 @@ class Family:
             return attention_mask  # pads hidden as keys only, or no pad at all
         real = attention_mask.bool()
         return real[:, None, :, None] & real[:, None, None, :]  # (B, 1, S_q, S_k)
+
+
+def sampler_arguments(sampler: str) -> set[str]:
+    """The argument names sampler `sampler` takes: its config's fields and their old names."""
+    from sinklens.samplers.configs import get_config
+
+    cls = get_config(sampler)
+    return {f.name for f in fields(cls)} | set(cls.RENAMED)
 
 
 # name -> Family, in registration order (= the order `detect_family` tries them). The first read

@@ -229,6 +229,29 @@ def check_weights(folder: Path) -> list[Path]:
     raise FileNotFoundError(f"missing weights: {folder} has no *.safetensors file (and no .gguf was given)")
 
 
+def checkpoint_family(name_or_path: str | Path) -> tuple[Family, Path] | None:
+    """(family, folder) of a checkpoint from its config.json alone, before any weight is read: the
+    command line checks the sampler flags and answers `--model X --help` with it. None where that
+    takes more than a local file (a GGUF checkpoint, a hub id not in the local hub cache) or the
+    folder is not a checkpoint `load` would take: `load` says why then."""
+    name = str(name_or_path)
+    path = Path(name).expanduser()
+    try:
+        if name in ALIASES or path.is_dir():
+            where = resolve(name)
+            folder = None if where.gguf_file is not None else where.folder
+        elif HUB_ID.match(name) and not path.exists():
+            from huggingface_hub import try_to_load_from_cache
+
+            cached = try_to_load_from_cache(name, "config.json")   # a path, or None / a no-such-file marker
+            folder = Path(cached).parent if isinstance(cached, str) else None
+        else:
+            folder = None
+        return None if folder is None else (detect_family(read_config(folder)), folder)
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
+
+
 def read_config(folder: Path) -> dict:
     path = folder / "config.json"
     if not path.is_file():
@@ -273,6 +296,9 @@ def check_args(dtype: Any, device: Any) -> torch.device | None:
         dev = torch.device(device)
     except (RuntimeError, TypeError) as err:
         raise ValueError(f"unknown device {device!r}; expected e.g. 'cpu', 'cuda', 'cuda:1', 'mps'") from err
+    if dev.type == "meta":
+        raise ValueError(f"device {device!r} holds shapes only, no weights or values: a model cannot run there; use "
+                         "e.g. 'cpu' or 'cuda'")
     # said here, before any weight is read, instead of torch's assertion deep inside the load
     if dev.type == "cuda" and not torch.cuda.is_available():
         raise ValueError(f"device {device!r}: this torch sees no CUDA GPU (a CPU build of torch, or no GPU / "
@@ -368,8 +394,23 @@ def _check_sharding(device, device_map, max_memory, offload_folder) -> dict:
     return out
 
 
+# config.json sizes that must be positive integers where they are given (0 heads divided by zero
+# deep inside the model class)
+POSITIVE_SIZES = ("num_attention_heads", "num_key_value_heads", "num_hidden_layers", "hidden_size", "head_dim",
+                  "intermediate_size", "vocab_size", "n_heads", "n_layers", "d_model")
+
+
+def check_sizes(config: dict, where: Path) -> None:
+    """A size of config.json that is not a positive integer: one line naming it."""
+    for key in POSITIVE_SIZES:
+        value = config.get(key)
+        if value is not None and not (isinstance(value, int) and not isinstance(value, bool) and value > 0):
+            raise ValueError(f"{where}: {key} = {value!r}; expected a positive integer")
+
+
 def _load_safetensors(folder: Path, dtype, sharded: dict | None = None) -> tuple[torch.nn.Module, dict, Family]:
     config_dict = read_config(folder)
+    check_sizes(config_dict, folder / "config.json")
     family = detect_family(config_dict)
     weight_files = check_weights(folder)
     torch_dtype = parse_dtype(dtype, weight_files)
@@ -422,13 +463,20 @@ def _load_gguf(where: Resolved, dtype) -> tuple[torch.nn.Module, dict, Family]:
         raise ImportError(f"{where.folder / where.gguf_file} is a GGUF checkpoint: pip install 'sinklens[gguf]' "
                           "(the PyPI package gguf, which transformers reads GGUF files with)")
     torch_dtype = torch.float32 if dtype in (None, "auto") else parse_dtype(dtype, [])
-    model = AutoModelForCausalLM.from_pretrained(
-        str(where.folder),
-        gguf_file=where.gguf_file,
-        dtype=torch_dtype,
-        attn_implementation=ATTENTION_NAME,
-        trust_remote_code=False,
-    )
+    path = where.folder / where.gguf_file
+    try:
+        model = AutoModelForCausalLM.from_pretrained(
+            str(where.folder),
+            gguf_file=where.gguf_file,
+            dtype=torch_dtype,
+            attn_implementation=ATTENTION_NAME,
+            trust_remote_code=False,
+        )
+    except (ValueError, OSError, KeyError, IndexError, EOFError) as e:   # numpy's words for a cut file
+        if "not supported" in str(e):        # an architecture transformers' GGUF reader does not know: its own line
+            raise
+        raise ValueError(f"{path} is not a readable GGUF file ({path.stat().st_size} bytes): truncated or corrupt? "
+                         f"(the gguf reader said: {' '.join(str(e).split())[:200]})") from None
     config_dict = model.config.to_dict()
     family = detect_family(config_dict)
     check_attention_path(type(model), model.config)

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from sinklens.params import check_fields, param
+from sinklens.params import MAX_SEED, check_fields, param
 
 
 @dataclass
@@ -16,7 +16,7 @@ class LoadOptions:
     random_init: int | None = param(None, int, "load the random-init control instead of the trained weights: the same "
                                                "config, shape, format and tokenizer, every weight re-initialised by "
                                                "the model class's own init under this seed (traces and corpus files "
-                                               "record it)", min=0)
+                                               "record it)", min=0, max=MAX_SEED)
 
     def __post_init__(self):
         check_fields(self)

@@ -77,10 +77,3 @@ def detect_variant(family: str, config: dict, tokenizer: Any, name_or_path: str 
         if any(key in hints for key in v.name_keys):
             return v
     return None
-
-
-def get_variant(name: str) -> Variant:
-    for v in VARIANTS:
-        if v.name == name:
-            return v
-    raise ValueError(f"unknown checkpoint variant {name!r}; known: {[v.name for v in VARIANTS]}")

@@ -241,13 +241,19 @@ class SinkModel:
 
     # -----------------------------------------------------------------------------------
 
-    def generate(self, input_ids, attention_mask=None, *, trace=None, hook=None, capture=None, **sampler_kwargs):
+    def generate(self, input_ids, attention_mask=None, *, trace=None, hook=None, capture=None, progress=False,
+                 config=None, sampler=None, **sampler_kwargs):
         """Run the family's own sampler (sinklens.samplers.generate; official argument names). Arguments
         left out: the official defaults, or a sinklens-trained model's training settings, cut to the
-        context with a warning (sinklens.samplers.lengths, the same policy as the command line)."""
+        context with a warning (sinklens.samplers.lengths, the same policy as the command line).
+        `sampler` None: the family's sampler that takes these argument names (`Family.pick_sampler`:
+        LLaDA2.1's official call, with `editing_threshold`, runs LLaDA2.1's editing sampler)."""
         from sinklens.samplers import generate
 
-        return generate(self, input_ids, attention_mask, trace=trace, hook=hook, capture=capture, **sampler_kwargs)
+        if config is None:
+            sampler = self.family.pick_sampler(sampler, sampler_kwargs)
+        return generate(self, input_ids, attention_mask, trace=trace, hook=hook, capture=capture, progress=progress,
+                        config=config, sampler=sampler, **sampler_kwargs)
 
     # -----------------------------------------------------------------------------------
 

@@ -72,10 +72,6 @@ PROTOCOLS: dict[str, str] = {
     "eq3": "stricter: the top-K among the keys that pass Eq. 3 at the fixed ε; a head without a sink blocks nothing",
 }
 DEFAULT_PROTOCOL = "topk"
-PAPER_PROTOCOL_QUOTE = ("\"masking attention scores directed toward the top-K attention sinks identified by our metric "
-                        "(Equation 3). We vary the threshold parameter ε, where smaller values result in masking a "
-                        "larger proportion of sinks. Specifically, we select ε0, ε1 and ε2 to mask the top 1, 5 and "
-                        "10 sinks\" (paper §4.3)")
 
 
 # The mean + k·σ rule (Sink-Aware Pruning, arXiv 2602.17664), beside Eq. 3: per step, each key's

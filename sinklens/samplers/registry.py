@@ -101,6 +101,12 @@ class SamplerConfig:
         """Tokens this config generates."""
         return getattr(self, self.length_field)
 
+    def max_steps(self, prompt_length: int) -> int:
+        """The most steps (forwards a hook sees) after a prompt of `prompt_length` tokens: the steps
+        field, else one per new token (override where the count is another: SDAR's blocks)."""
+        tokens = self.length if self.length_field else 0
+        return getattr(self, self.steps_field) if self.steps_field else max(tokens or 0, 1)
+
     def replace(self, **changes) -> "SamplerConfig":
         return replace(self, **changes)
 

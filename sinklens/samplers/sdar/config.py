@@ -37,3 +37,8 @@ class SDARConfig(SamplerConfig):
         None, "ids", "stop after a block that holds one of these ids (default: the checkpoint's EOS ids, as the "
         "official script reads them from generation_config.json; from Python, [] never stops)")
     mask_id: int | None = param(None, int, "mask token id (default: the model's)", min=0)
+
+    def max_steps(self, prompt_length: int) -> int:
+        """`denoising_steps` per block after the prompt's whole blocks (the prefill is no step)."""
+        blocks = -(-(prompt_length + self.gen_length) // self.block_length) - prompt_length // self.block_length
+        return blocks * self.denoising_steps
