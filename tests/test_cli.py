@@ -185,7 +185,7 @@ def test_every_report_option_is_a_flag():
     from sinklens.cli.report import options
     from sinklens.report.options import PageOptions, ReportOptions
 
-    set_by_command = {ReportOptions: {"page", "progress"}, PageOptions: {"progress", "element_prefix"}}
+    set_by_command = {ReportOptions: {"page", "progress", "log"}, PageOptions: {"progress", "element_prefix"}}
     for cls, own in set_by_command.items():
         assert {f.name for f in fields(cls) if "type" not in f.metadata} == own, cls.__name__
     args = build_parser("report").parse_args(["report", "t.arrow", "--out", "o", "--units", "gu", "--sink-eps", "2",
