@@ -56,7 +56,7 @@ def matched_models() -> list[DemoModel]:
     return [DemoModel("tiny-arm", "tiny-arm", arm_sampler(), dict(LOAD)),
             DemoModel("tiny-dlm", "tiny-dlm", dlm_sampler(), dict(LOAD)),
             DemoModel("tiny-dual", "tiny-dual (ar)", arm_sampler(), dict(LOAD, mode="ar")),
-            DemoModel("tiny-dual", "tiny-dual (diffusion)", dual_sampler(), dict(LOAD))]
+            DemoModel("tiny-dual", "tiny-dual (diffusion)", dual_sampler(), dict(LOAD, mode="diffusion"))]
 
 
 def heldout_prompt(index: int = 0) -> str:

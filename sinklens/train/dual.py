@@ -84,16 +84,6 @@ def block_diffusion_loss(model, input_ids: torch.Tensor, attention_mask: torch.T
     return ce, masked, logits.argmax(-1) == input_ids
 
 
-def dual_loss(model, input_ids, attention_mask, P: int, mask_id: int, block: int, gen: torch.Generator):
-    """Next-token CE + block-diffusion CE (1 : 1). Returns (loss, parts {"ar", "bd"}, AR correct (B, G),
-    diffusion masked (B, S), diffusion correct (B, S))."""
-    from sinklens.train.train import arm_loss
-
-    ar, ar_correct = arm_loss(model, input_ids, attention_mask, P)
-    bd, masked, bd_correct = block_diffusion_loss(model, input_ids, attention_mask, P, mask_id, block, gen)
-    return ar + bd, {"ar": ar.item(), "bd": bd.item()}, ar_correct, masked, bd_correct
-
-
 @torch.no_grad()
 def block_generate(model, ids: torch.Tensor, am: torch.Tensor, *, gen_length: int, mask_id: int, block: int,
                    parallel: bool = False) -> torch.Tensor:

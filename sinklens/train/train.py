@@ -286,10 +286,12 @@ def _train(cfg: TrainConfig, progress: bool) -> dict:
         for g in opt.param_groups:
             g["lr"] = lr_at(step, cfg)
         if cfg.kind == "dual":
-            from sinklens.train.dual import dual_loss
+            from sinklens.train.dual import block_diffusion_loss
             gen = torch.Generator().manual_seed(cfg.seed * 1_000_003 + step)
-            loss, parts, correct, masked, bd_correct = dual_loss(model, b.input_ids, b.attention_mask, b.prompt_len,
-                                                                 tok.mask_token_id, cfg.block_length, gen)
+            loss, correct = arm_loss(model, b.input_ids, b.attention_mask, b.prompt_len)
+            bd, masked, bd_correct = block_diffusion_loss(model, b.input_ids, b.attention_mask, b.prompt_len,
+                                                          tok.mask_token_id, cfg.block_length, gen)
+            loss = loss + bd     # next-token + block diffusion, 1 : 1 (train/dual.py)
             acc["tok_hit"] += int(correct.sum())
             acc["tok_cnt"] += correct.numel()
             acc["hit"][0] += float((bd_correct & masked).sum())
