@@ -17,12 +17,13 @@ def open_trace(path):
     return _open_trace(path)
 
 
-def load(name_or_path, *, revision=None, dtype=None, device=None, random_init=None):
+def load(name_or_path, *, revision=None, dtype=None, device=None, random_init=None, mode=None):
     """Load a checkpoint (alias, local folder, .gguf or hub id) as a SinkModel (sinklens.models.loader.load);
-    random_init=SEED: its random-init control (same shape, every weight re-initialised)."""
+    random_init=SEED: its random-init control (same shape, every weight re-initialised); mode: the mode of a
+    checkpoint trained in two (tiny-dual: block diffusion by default, mode="ar" the same weights as an ARM)."""
     from sinklens.models.loader import load as _load
 
-    return _load(name_or_path, revision=revision, dtype=dtype, device=device, random_init=random_init)
+    return _load(name_or_path, revision=revision, dtype=dtype, device=device, random_init=random_init, mode=mode)
 
 
 def analyze(trace, **options):

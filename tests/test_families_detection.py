@@ -71,6 +71,7 @@ CONFIGS = {  # id -> (config dict factory, expected family)
     "llada2-fixture": (lambda: local("llada2"), "llada2"),
     "llada2-architectures-only": (lambda: {**local("llada2"), "model_type": "unknown"}, "llada2"),
     "tiny-arm-asset": (lambda: asset("tiny-arm"), "llama"),
+    "tiny-dual-asset": (lambda: asset("tiny-dual"), "sdar-llama"),   # a Llama config that names its modes
     "story-arm-asset": (lambda: asset("story-arm-4l"), "llama"),
     "minilm-pypi": (minilm, "bert"),
     "transformers-llama": (lambda: transformers_config(LlamaConfig, "LlamaForCausalLM"), "llama"),

@@ -1,5 +1,6 @@
-"""`sinklens replicate`: Table 1 + sink dynamics of the paper on the shipped tiny twins
-(sinklens.experiments.replicate)."""
+"""`sinklens replicate`: Table 1 + sink dynamics of the paper on the shipped matched twins
+(sinklens.experiments.replicate); `--table2 --model M`: the paper's Table 2 protocol on one model
+beside the paper's rows (sinklens.experiments.table2)."""
 from __future__ import annotations
 
 from pathlib import Path
@@ -28,9 +29,11 @@ def protocol_list(text: str) -> tuple:
 def run(a) -> int:
     if a.study:
         return run_study(a)
-    from sinklens.experiments.replicate import replicate
+    if a.table2 or a.model is not None:
+        return run_table2(a)
+    from sinklens.experiments.replicate import DEFAULT_N, replicate
 
-    a.n = 200 if a.n is None else a.n
+    a.n = DEFAULT_N if a.n is None else a.n
     a.n_traces = 50 if a.n_traces is None else a.n_traces
     res = replicate(a.out, a.n, a.mask_topk, progress=a.progress, n_traces=a.n_traces, control=a.mask_control,
                     protocols=a.protocols)
@@ -43,6 +46,21 @@ def run(a) -> int:
           f"persistence: {res['persistence_md']}")
     if "dynamics_md" in res:
         print(f"dynamics over problems: {res['dynamics_md']}")
+    return 0
+
+
+def run_table2(a) -> int:
+    from sinklens.experiments.table2 import GENERATIONS, table2
+
+    if not (a.table2 and a.model):
+        raise ValueError("--table2 and --model go together: sinklens replicate --table2 --model M")
+    res = table2(a.model, a.out, GENERATIONS if a.n is None else a.n, data=a.data, progress=a.progress,
+                 load_kwargs={k: v for k, v in (("mode", a.mode), ("dtype", a.dtype)) if v is not None})
+    if a.json:
+        from sinklens.cli.logs import print_json
+        print_json({"table": res["path"], "rows": res["rows"], "notes": res["notes"]})
+        return 0
+    print(f"{res['md']}table: {res['path']} (and .json)")
     return 0
 
 
@@ -77,7 +95,16 @@ def register(sub) -> None:
     p.add_argument("--study", action="store_true",
                    help="the controlled study on the shipped story twins instead of the tiny twins")
     p.add_argument("--n", type=positive_int, default=None,
-                   help="held-out problems (default 200; with --study 14 per twin)")
+                   help="held-out problems per cell (default 500; with --study 14 per twin; with --table2 the "
+                        "generations, default 30)")
+    p.add_argument("--table2", action="store_true",
+                   help="the paper's Table 2 protocol (30 generations, length 128, 128 steps, blocks of 32) on "
+                        "--model, printed beside the paper's rows for LLaDA-8B, Dream-7B and MMaDA-8B")
+    p.add_argument("--model", default=None, help="--table2: the model (alias, folder or hub id)")
+    p.add_argument("--mode", default=None, help="--table2: the mode of a checkpoint trained in two (tiny-dual)")
+    p.add_argument("--dtype", default=None, help="--table2: float32 | bfloat16 | float16 (default: as stored)")
+    p.add_argument("--data", default=None, help="--table2 on a model that is no sinklens twin: a local GSM8K "
+                                                "test.jsonl (default: the hub)")
     p.add_argument("--mask-topk", type=k_list, default=(0, 1, 5, 10),
                    help="comma-separated K values (0 = unmasked; 1%% = a share of the sequence)")
     p.add_argument("--protocols", type=protocol_list, default=tuple(PROTOCOLS),

@@ -79,6 +79,7 @@ class EvalConfig:
     dtype: str | None = param(None, str, "float32 | bfloat16 | float16 (default: as stored)")
     device: str | None = param(None, str, "e.g. cpu, cuda:0 (default: the launcher's device, else cpu)")
     random_init: int | None = param_like(LoadOptions, "random_init")   # the results go to OUT/<model>-random-init-<seed>/
+    mode: str | None = param_like(LoadOptions, "mode")   # a dual checkpoint's mode: the results go to OUT/<model>-<mode>/
     # the masking settings, declared in MaskingConfig (type, choices, help, default); the run's
     # MaskingConfig is built from them in `masking()`. Every masking flag is --mask-*; the old
     # spellings still work with a deprecation note, but --threshold: it is the sampler's commit

@@ -140,7 +140,7 @@ def _model(cfg: EvalConfig, dist, model=None):
     from sinklens.models.loader import load
 
     m = model if model is not None else load(cfg.model, dtype=cfg.dtype, device=cfg.device or dist.device,
-                                             random_init=cfg.random_init)
+                                             random_init=cfg.random_init, mode=cfg.mode)
     if m.tokenizer is None:
         raise ValueError(f"{cfg.model!r} ships no tokenizer; the eval needs text prompts")
     one_thread_for_a_small_model(m, note=dist.rank == 0 and cfg.progress)   # not under --quiet
@@ -272,7 +272,7 @@ def _plan(cfg: EvalConfig, m, k, control: str, settings: dict, n_items: int, err
     policy = SinkMaskingPolicy(mcfg, num_layers=m.num_layers, is_diffusion=m.is_diffusion, model=m)
     policy.check_num_keys(shortest)                                      # K larger than the sequence
     run_dir = _run_dir(cfg, k, control)
-    meta = {"model": control_label(cfg.model, cfg.random_init),        # summary rows name the control apart
+    meta = {"model": control_label(cfg.model, cfg.random_init) + (f" ({cfg.mode})" if cfg.mode else ""),   # rows name the control, the mode apart
             "source": {k2: str(v) for k2, v in m.source.items()}, "family": m.family.name,
             "task": cfg.task, "mask_topk": k, "masking": mcfg.describe(m.is_diffusion),
             "sampler": run_sampler(m, cfg), "settings": settings, "n_expected": n_items,
@@ -283,7 +283,8 @@ def _plan(cfg: EvalConfig, m, k, control: str, settings: dict, n_items: int, err
 
 def _run_dir(cfg: EvalConfig, k, control: str = "none") -> str:
     control_init = "" if cfg.random_init is None else f"-random-init-{cfg.random_init}"   # never the trained run's folder
-    return os.path.join(cfg.out, model_slug(cfg.model) + control_init, cfg.task, run_name(k, control))
+    mode = "" if cfg.mode is None else f"-{cfg.mode}"        # a dual checkpoint's modes never share a folder
+    return os.path.join(cfg.out, model_slug(cfg.model) + mode + control_init, cfg.task, run_name(k, control))
 
 
 # What must not change when a run is resumed (--limit may grow; progress, device, dtype may change).

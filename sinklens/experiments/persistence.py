@@ -71,17 +71,22 @@ def _merge(into: MaskingStats, part: MaskingStats) -> None:
         setattr(into, name, getattr(into, name) + getattr(part, name))
 
 
-def twins_persistence(n: int = 3, configs: dict[str, MaskingConfig] | None = None, progress: bool = False) -> list[dict]:
-    """Persistence on both shipped twins, `n` held-out problems, their own samplers and settings."""
+def twins_persistence(n: int = 3, configs: dict[str, MaskingConfig] | None = None, progress: bool = False,
+                      models: list | None = None) -> list[dict]:
+    """Persistence on the shipped twins (default: tiny-dlm and tiny-arm; `models`: DemoModels), `n`
+    held-out problems, their own samplers and settings."""
     from sinklens.models.loader import load
     from sinklens.eval.arith import heldout_problems
+    from sinklens.experiments.model_spec import DemoModel
     from sinklens.experiments.twins import LOAD, arm_sampler, dlm_sampler
 
     configs = configs or {"topk K=1": MaskingConfig(sinks="topk", mask_k=1), "eq3 K=1": MaskingConfig(sinks="eq3", mask_k=1),
                           "topk K=5": MaskingConfig(sinks="topk", mask_k=5)}
     rows = []
-    for name, sampler in (("tiny-dlm", dlm_sampler()), ("tiny-arm", arm_sampler())):
-        m = load(name, **LOAD)
+    models = models or [DemoModel("tiny-dlm", "tiny-dlm", dlm_sampler(), dict(LOAD)),
+                        DemoModel("tiny-arm", "tiny-arm", arm_sampler(), dict(LOAD))]
+    for dm in models:
+        m, name, sampler = load(dm.name, **dm.load_kwargs), dm.label, dm.sampler_kwargs
         prompts = [m.apply_chat_template(p.question) for p in heldout_problems(n)]
         for label, cfg in configs.items():
             r = persistence(m, prompts, cfg, sampler)

@@ -1,12 +1,14 @@
-"""`sinklens replicate`: the paper's Table 1 (and its dynamics figures) at CPU scale, on the twins.
+"""`sinklens replicate`: the paper's Table 1 (and its dynamics figures) at CPU scale, on matched twins.
 
 1. Accuracy on held-out arithmetic problems, unmasked and with the top-K sinks masked
    (K = 1, 5, 10), under both readings of the paper's protocol (rule/spec.py `PROTOCOLS`):
-   `topk` (default: the top-K keys per head of the previous step's attention before blocking,
+   `topk` (default: the top-K keys per (layer, head) of step t − 1's attention before blocking,
    "ε lowered until K sinks pass") and `eq3` (the top-K among the ε = 3 Eq. 3 sinks), each masked
-   row beside its control (as many random non-sink keys per head), for the tiny DLM and its ARM
-   twin, with standard errors: `sinklens.eval` on task "arith" -> `<out>/eval/<protocol>/`, one
-   table of both in `<out>/eval/summary.md`; and the persistence of the blocked keys against the
+   row beside its control (as many random non-sink keys per head), with standard errors, for the
+   four matched models (`twins.matched_models`): the ARM twin, the DLM twin, and tiny-dual, one set
+   of weights trained both ways, in its AR mode and its block-diffusion mode: `sinklens.eval` on
+   task "arith" -> `<out>/eval/<protocol>/`, one table of all in `<out>/eval/summary.md` (with the
+   outcome readouts the eval records); and the persistence of the blocked keys against the
    unmasked top-1 stability -> `<out>/persistence.md`.
 2. Sink dynamics: both twins traced on a held-out problem and reported (largest-sink
    movement, sink counts per layer, the tokens sinks sit on, figures) -> `<out>/dynamics/`.
@@ -22,7 +24,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from sinklens.eval.arith import heldout_problems
-from sinklens.experiments.twins import demo_models_and_prompt, dlm_sampler
+from sinklens.experiments.twins import demo_models_and_prompt, dlm_sampler, heldout_for, matched_models, twin_folder
 from sinklens.rule.spec import BASELINE_UNITS, DEFAULT_EPS, DEFAULT_UNITS, PROTOCOLS
 
 
@@ -118,6 +120,13 @@ def dynamics_over_problems(out: str | Path, n_traces: int = 50, progress: bool =
     return {"dynamics_md": str(out / "dynamics_over_problems.md"), "rows": results}
 
 
+def slug(label: str) -> str:
+    """A model label as a file-name part: 'tiny-dual (ar)' -> 'tiny-dual-ar'."""
+    import re
+
+    return re.sub(r"[^\w.-]+", "-", label).strip("-")
+
+
 def trace_problems(dm, problems: list, out: str | Path, progress: bool = True) -> tuple[list[Path], bool]:
     """Trace model `dm` on each problem -> (`<out>/traces/<label>-<k>.arrow` paths, the model is causal).
     Resumable: finished traces are kept (a trace is written under a temporary name, then renamed)."""
@@ -128,7 +137,7 @@ def trace_problems(dm, problems: list, out: str | Path, progress: bool = True) -
     model = load(dm.name, **dm.load_kwargs)
     paths = []
     for k, prob in enumerate(tqdm(problems, desc=f"trace {dm.label}", disable=not progress)):
-        path = Path(out) / "traces" / f"{dm.label}-{k:03d}.arrow"
+        path = Path(out) / "traces" / f"{slug(dm.label)}-{k:03d}.arrow"
         if not path.is_file():
             path.parent.mkdir(parents=True, exist_ok=True)
             ids = torch.tensor([model.apply_chat_template(prob.question)])
@@ -139,12 +148,12 @@ def trace_problems(dm, problems: list, out: str | Path, progress: bool = True) -
     return paths, not model.is_diffusion
 
 
-def persistence_table(out: str | Path, n: int = 20, progress: bool = True) -> str:
-    """Persistence of the blocked keys vs the unmasked rule, both twins -> `<out>/persistence.md`."""
+def persistence_table(out: str | Path, n: int = 20, progress: bool = True, models: list | None = None) -> str:
+    """Persistence of the blocked keys vs the unmasked rule (default: both twins) -> `<out>/persistence.md`."""
     import json
 
     from sinklens.experiments.persistence import twins_persistence
-    rows = twins_persistence(n, progress=progress)
+    rows = twins_persistence(n, progress=progress, models=models)
     f = lambda v: "n/a" if v is None else f"{v:.2f}"  # noqa: E731
     lines = [f"Persistence of masking on {n} held-out problems: of the keys blocked at step t − 1, the share "
              "blocked again at t (masked run), against the same rule applied to an unmasked run (for top-K, "
@@ -160,10 +169,13 @@ def persistence_table(out: str | Path, n: int = 20, progress: bool = True) -> st
     return "\n".join(lines)
 
 
-def replicate(out: str | Path, n: int = 200, mask_topk: tuple[int | str, ...] = (0, 1, 5, 10),
+DEFAULT_N = 500   # held-out problems per Table 1 cell
+
+
+def replicate(out: str | Path, n: int = DEFAULT_N, mask_topk: tuple[int | str, ...] = (0, 1, 5, 10),
               progress: bool = True, n_traces: int = 50, control: str = "random",
               protocols: tuple[str, ...] = tuple(PROTOCOLS)) -> dict:
-    """Table 1 on the twins under each masking protocol (default: both), persistence, dynamics."""
+    """Table 1 on the matched models under each masking protocol (default: both), persistence, dynamics."""
     from sinklens.experiments.demo import run_demo
     from sinklens.eval.runner import EvalConfig, run_eval
     from sinklens.eval.summary import write_summary
@@ -173,18 +185,21 @@ def replicate(out: str | Path, n: int = 200, mask_topk: tuple[int | str, ...] = 
     if unknown or not protocols:
         raise ValueError(f"protocols must be a non-empty subset of {list(PROTOCOLS)}, got {list(protocols)}")
     out = Path(out)
+    models = matched_models()
     dirs = []
     for i, protocol in enumerate(protocols):
         dirs.append(str(out / "eval" / protocol))
         ks = mask_topk if i == 0 else tuple(k for k in mask_topk if k not in (0, "0"))   # one unmasked run
-        for name in ("tiny-dlm", "tiny-arm"):
-            run_eval(EvalConfig(model=name, task="arith", out=dirs[-1], mask_topk=ks, limit=n,
-                                shots=0, chat="on", dtype="float32", mask_sinks=protocol,
-                                sampler_args={"block_length": dlm_sampler()["block_length"]} if name == "tiny-dlm" else {},
+        for dm in models:
+            run_eval(EvalConfig(model=dm.name, mode=dm.load_kwargs.get("mode"), task="arith", out=dirs[-1],
+                                data=str(twin_folder(dm)),   # its own held-out problems
+                                mask_topk=ks, limit=n, shots=0, chat="on", dtype="float32", mask_sinks=protocol,
+                                sampler_args={"block_length": dlm_sampler()["block_length"]} if dm.label == "tiny-dlm" else {},
                                 loglik=False, progress=progress, mask_control=control))
     md, csv = write_summary(dirs, str(out / "eval"))
-    persistence_table(out, n=min(20, n), progress=progress)
+    persistence_table(out, n=min(20, n), progress=progress, models=models)
     html = run_demo(out / "dynamics", quiet=not progress, timing=False)
-    dyn = dynamics_over_problems(out, n_traces, progress) if n_traces > 0 else {}
+    dyn = dynamics_over_problems(out, n_traces, progress, models=models,
+                                 problems={dm.label: heldout_for(dm, n_traces) for dm in models}) if n_traces > 0 else {}
     return {"summary_md": md, "summary_csv": csv, "report": str(html), "persistence_md": str(out / "persistence.md"),
             **dyn}

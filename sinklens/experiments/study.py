@@ -60,7 +60,7 @@ def sampler_kwargs(conf: dict) -> dict:
     from sinklens.samplers import lengths
     from sinklens.samplers.configs import get_config
 
-    cls = get_config({"dlm": "llada", "arm": "arm", "dlm-shift": "dream"}[conf["kind"]])
+    cls = get_config({"dlm": "llada", "arm": "arm", "dlm-shift": "dream", "dual": "sdar"}[conf["kind"]])  # dual: its default mode
     return lengths.settings(cls, lengths.ModelFacts(train=conf)).values
 
 

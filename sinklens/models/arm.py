@@ -26,6 +26,8 @@ CAUSAL_LM_CLASSES = frozenset(MODEL_FOR_CAUSAL_LM_MAPPING_NAMES.values())
 def is_causal_lm(config: dict) -> bool:
     """A config of a causal LM transformers ships: its architectures name one (LlamaForCausalLM,
     ...), or, without architectures, its model_type has one and no masked-LM class (BERT has both)."""
+    if config.get("dual_modes"):  # a dual checkpoint: block diffusion by default, an ARM by mode="ar" (sdar.py)
+        return False
     archs = config.get("architectures") or []
     if archs:
         return any(a in CAUSAL_LM_CLASSES for a in archs)

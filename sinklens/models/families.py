@@ -70,6 +70,11 @@ class Family:
     # A generic adapter (any causal LM, any encoder) specialised to one checkpoint's config: its
     # name (the model_type) and transformers class. None = this family as registered.
     for_config: Callable[[dict], "Family"] | None = None
+    # The modes one checkpoint runs in (`sinklens.load(..., mode=)`; the first is this family, the
+    # default) and the family of each other mode: a dual checkpoint (one set of weights trained
+    # both as block diffusion and as an ARM: models/sdar.py) is an ARM under mode="ar". () = one mode.
+    modes: tuple[str, ...] = ()
+    for_mode: Callable[[str, dict], "Family"] | None = None
 
     @property
     def causal(self) -> bool:

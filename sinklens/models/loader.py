@@ -325,6 +325,7 @@ def load(
     max_memory: dict | None = None,
     offload_folder: str | Path | None = None,
     random_init: int | None = None,
+    mode: str | None = None,
 ) -> SinkModel:
     """Load a checkpoint (alias, local folder, .gguf file or hub id) as a `SinkModel`.
 
@@ -338,9 +339,12 @@ def load(
     random_init: a seed: the random-init control of this checkpoint (`LoadOptions`, sinklens/models/
     control.py): same config, shapes, format and tokenizer, every weight drawn afresh by the model
     class's own init; `source["random_init"]` (so every trace and corpus header) records the seed.
+    mode: the mode of a checkpoint trained in two (`Family.modes`; tiny-dual: "diffusion", its
+    default, or "ar"): the same weights loaded as that mode's family; `source["mode"]` records it.
+    A checkpoint with one mode refuses it.
     """
     device = check_args(dtype, device)
-    LoadOptions(random_init=random_init)          # the option's own check (a seed >= 0), before any file is read
+    LoadOptions(random_init=random_init, mode=mode)   # the options' own checks, before any file is read
     sharded = _check_sharding(device, device_map, max_memory, offload_folder)
     if sharded and random_init is not None:
         raise ValueError("random_init re-initialises a model held whole; it does not go with device_map")
@@ -350,9 +354,12 @@ def load(
         if sharded:
             raise ValueError(f"{where.folder / where.gguf_file}: device_map / max_memory / offload_folder are for "
                              "safetensors checkpoints; a GGUF file is loaded whole")
+        if mode is not None:
+            raise ValueError(f"mode={mode!r}: {where.gguf_file} (a GGUF ARM) has one mode; mode is for checkpoints "
+                             "trained in two, such as tiny-dual")
         model, config_dict, family = _load_gguf(where, dtype)
     else:
-        model, config_dict, family = _load_safetensors(where.folder, dtype, sharded)
+        model, config_dict, family = _load_safetensors(where.folder, dtype, sharded, mode)
     _set_attention(model)
     if random_init is not None:
         reinitialise(model, random_init)          # on the CPU, before any move: the same weights on any device
@@ -370,6 +377,8 @@ def load(
     }
     if random_init is not None:
         source["random_init"] = random_init
+    if mode is not None:
+        source["mode"] = mode
     return SinkModel(model=model, family=family, tokenizer=tokenizer, config_dict=config_dict, source=source)
 
 
@@ -408,10 +417,23 @@ def check_sizes(config: dict, where: Path) -> None:
             raise ValueError(f"{where}: {key} = {value!r}; expected a positive integer")
 
 
-def _load_safetensors(folder: Path, dtype, sharded: dict | None = None) -> tuple[torch.nn.Module, dict, Family]:
+def pick_mode(family: Family, config: dict, mode: str | None) -> Family:
+    """The family `mode` loads a checkpoint of `family` as (None: the default, `family` itself)."""
+    if mode is None or (family.modes and mode == family.modes[0]):
+        return family
+    if not family.modes:
+        raise ValueError(f"mode={mode!r}: this checkpoint (family {family.name!r}) has one mode; mode is for "
+                         "checkpoints trained in two, such as tiny-dual")
+    if mode not in family.modes:
+        raise ValueError(f"mode={mode!r}: family {family.name!r} runs in the modes {list(family.modes)}")
+    return family.for_mode(mode, config)
+
+
+def _load_safetensors(folder: Path, dtype, sharded: dict | None = None,
+                      mode: str | None = None) -> tuple[torch.nn.Module, dict, Family]:
     config_dict = read_config(folder)
     check_sizes(config_dict, folder / "config.json")
-    family = detect_family(config_dict)
+    family = pick_mode(detect_family(config_dict), config_dict, mode)
     weight_files = check_weights(folder)
     torch_dtype = parse_dtype(dtype, weight_files)
     config = family.build_config(config_dict)

@@ -18,6 +18,10 @@ class LoadOptions:
                                                "the model class's own init under this seed (traces and corpus files "
                                                "record it)", min=0, max=MAX_SEED)
 
+    mode: str | None = param(None, str, "the mode of a checkpoint trained in two (tiny-dual: block diffusion by "
+                                        "default, 'ar' = the same weights as an autoregressive model); other "
+                                        "models have one mode and refuse it")
+
     def __post_init__(self):
         check_fields(self)
 

@@ -7,22 +7,32 @@ without *storing* into it (`store_kv=False`: the denoising forwards of the activ
 RMSNorm / unmasked attention run through flash-attn kernels (the same maths as Qwen3's
 RMSNorm and plain sdpa). The parameter names are Qwen3's, so nothing is mapped.
 
+The dual checkpoint (`tiny-dual`, sinklens/train/dual.py) is the same layout on another
+architecture: one set of weights trained both as block diffusion and as an ARM. Its folder is a
+native Llama folder (transformers loads it as an ARM as it is) whose config.json also holds SDAR's
+`block_size` and a `mask_token_id`, and `dual_modes`, which names it dual. Here it is the SDAR family
+on `LlamaForCausalLM` (family "sdar-llama": SDAR's block-causal forwards and sampler, nothing of
+Qwen3's q/k norms, which the Llama-shaped twin never had) and, under `mode="ar"`, the generic
+Llama ARM. Weights, names and tokenizer are the same file in both modes.
+
 Here the mask is a 4-D bool mask handed to Qwen3 as is, and "read without storing" is a forward
 into a `DynamicCache` that is cropped back afterwards. The sampler (`sinklens/samplers/sdar/`)
 reaches these passes as `model.family.ops`, never by importing this module.
 """
 from __future__ import annotations
 
+import dataclasses
 from contextlib import nullcontext
 from functools import partial
 from types import SimpleNamespace
 
 import torch
 from torch.nn.attention import SDPBackend, sdpa_kernel
-from transformers import Qwen3Config, Qwen3ForCausalLM
+from transformers import LlamaConfig, LlamaForCausalLM, Qwen3Config, Qwen3ForCausalLM
 
 from .families import Family, architectures, config_value, decoder_kwargs, register_family, special_tokens_from
 
+DUAL_MODES = ("diffusion", "ar")  # a dual checkpoint's `dual_modes`: the first is its default
 MASK_TOKEN = "<|MASK|>"  # SDAR's generate.py strips this string from the decoded text
 EOT_TOKEN = "<|im_end|>"
 
@@ -127,3 +137,28 @@ SDAR = register_family(
                             forward_block=forward_block, official_kernel=official_kernel),
     )
 )
+
+
+def is_dual(config: dict) -> bool:
+    """A dual checkpoint: a Llama config.json that names its modes and SDAR's block size."""
+    return bool(config.get("dual_modes")) and "block_size" in config and config.get("model_type") == "llama"
+
+
+def to_block_causal_llama(config: dict) -> LlamaConfig:
+    """A dual config.json -> LlamaConfig run under explicit block-causal masks (never its causal one)."""
+    llama = LlamaConfig.from_dict(config)
+    llama.is_causal = False
+    return llama
+
+
+def dual_mode(mode: str, config: dict) -> Family:
+    """The dual checkpoint's other mode: "ar" = the generic ARM adapter on the same config and weights."""
+    from .arm import ARM
+
+    return ARM.for_config(config)
+
+
+SDAR_LLAMA = register_family(dataclasses.replace(
+    SDAR, name="sdar-llama", model_class=LlamaForCausalLM, matches=is_dual, build_config=to_block_causal_llama,
+    tokenizer_fallback=None,
+    modes=tuple(DUAL_MODES), for_mode=dual_mode))

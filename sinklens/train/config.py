@@ -40,8 +40,10 @@ class ModelConfig:
 @dataclass
 class TrainConfig:
     kind: str = param("dlm", str, "dlm: LLaDA recipe; arm: next-token twin; dlm-shift: Dream's recipe (position "
-                      "i-1 predicts masked token i), usually with --init-from an ARM run",
-                      choices=("dlm", "arm", "dlm-shift"))
+                      "i-1 predicts masked token i), usually with --init-from an ARM run; dual: next-token + block-"
+                      "diffusion loss on one set of weights (SDAR's layout, blocks of --block-length; train/dual.py), "
+                      "usually with --init-from an ARM run",
+                      choices=("dlm", "arm", "dlm-shift", "dual"))
     init_from: str = param("", str, "start from these weights: a run folder (its checkpoint), an exported folder "
                            "or a shipped twin's name, e.g. story9-arm-4l")
     out: str = param("runs/dlm", str, "run folder (checkpoints, log, curves, export/)")
@@ -69,8 +71,10 @@ class TrainConfig:
 
     def __post_init__(self):
         check_fields(self)
-        if self.mask_block and self.kind == "arm":
-            raise ValueError("--mask-block is a DLM's masking; --kind arm masks nothing")
+        if self.mask_block and self.kind in ("arm", "dual"):
+            raise ValueError(f"--mask-block is a DLM's masking; --kind {self.kind} masks by --block-length")
+        if self.kind == "dual" and not self.block_length:
+            raise ValueError("--kind dual needs --block-length (its diffusion mode's block, e.g. 4 as SDAR's chat models)")
         if self.init_from and init_weights_path(self.init_from) is None:
             raise ValueError(f"init_from: {self.init_from} is neither a training run (ckpt/model.safetensors), "
                              "an exported folder (model.safetensors) nor a shipped twin")
@@ -80,7 +84,8 @@ class TrainConfig:
 
     @property
     def diffusion(self) -> bool:
-        return self.kind != "arm"
+        """A diffusion-only twin (the dual twin is causal by default and diffuses in blocks: train/dual.py)."""
+        return self.kind not in ("arm", "dual")
 
     @property
     def shift(self) -> bool:

@@ -103,6 +103,9 @@ def arm_loss(model, input_ids, attention_mask, P: int):
 def evaluate(model, tok, problems, cfg: TrainConfig, batch_size: int = 100) -> dict:
     """Exact-answer accuracy (unmasked decoding) and, for the DLM, one-pass token accuracy with
     the whole answer masked (the signal that precedes exact answers)."""
+    if cfg.kind == "dual":
+        from sinklens.train.dual import evaluate_dual
+        return evaluate_dual(model, tok, problems, cfg, batch_size)
     model.eval()
     correct, full_mask_hits, full_mask_total, samples = 0, 0, 0, []
     correct_one_block = 0
@@ -210,7 +213,11 @@ def _check_resumable(saved: TrainConfig, cfg: TrainConfig, ckpt: Path) -> None:
 def export(model, tok, cfg: TrainConfig, folder: Path) -> None:
     """Write the shippable folder (fp16): LLaDA format for the DLM, Dream format for the shifted
     DLM (Dream's sampler applies the shift), Llama format for the ARM."""
-    if cfg.kind == "dlm":
+    if cfg.kind == "dual":
+        from sinklens.train.dual import save_dual_folder
+        save_dual_folder(model, folder, eos_id=tok.eos_token_id, pad_id=tok.pad_token_id,
+                         mask_id=tok.mask_token_id, block=cfg.block_length)
+    elif cfg.kind == "dlm":
         save_llada_folder(model, cfg.model, folder, mask_id=tok.mask_token_id,
                           eos_id=tok.eos_token_id, pad_id=tok.pad_token_id)
     elif cfg.kind == "dlm-shift":
@@ -278,7 +285,18 @@ def _train(cfg: TrainConfig, progress: bool) -> dict:
         tokens += b.input_ids.numel()
         for g in opt.param_groups:
             g["lr"] = lr_at(step, cfg)
-        if cfg.diffusion:
+        if cfg.kind == "dual":
+            from sinklens.train.dual import block_diffusion_loss
+            gen = torch.Generator().manual_seed(cfg.seed * 1_000_003 + step)
+            loss, correct = arm_loss(model, b.input_ids, b.attention_mask, b.prompt_len)
+            bd, masked, bd_correct = block_diffusion_loss(model, b.input_ids, b.attention_mask, b.prompt_len,
+                                                          tok.mask_token_id, cfg.block_length, gen)
+            loss = loss + bd     # next-token + block diffusion, 1 : 1 (train/dual.py)
+            acc["tok_hit"] += int(correct.sum())
+            acc["tok_cnt"] += correct.numel()
+            acc["hit"][0] += float((bd_correct & masked).sum())
+            acc["cnt"][0] += float(masked.sum())
+        elif cfg.diffusion:
             gen = torch.Generator().manual_seed(cfg.seed * 1_000_003 + step)
             loss, masked, correct, t = dlm_loss(model, b.input_ids, b.attention_mask, b.prompt_len,
                                                 tok.mask_token_id, gen, shift=cfg.shift, block=cfg.mask_block)
@@ -308,6 +326,8 @@ def _train(cfg: TrainConfig, progress: bool) -> dict:
                 record["masked_acc"] = float(acc["hit"].sum() / acc["cnt"].sum().clamp(min=1))
             else:
                 record["token_acc"] = acc["tok_hit"] / max(1, acc["tok_cnt"])
+            if cfg.kind == "dual":   # the block-diffusion half: accuracy on its masked tokens
+                record["masked_acc"] = float(acc["hit"][0] / acc["cnt"][0].clamp(min=1))
             bar.set_postfix(loss=f"{record['loss']:.3f}")
             acc.update({"loss": 0.0, "n": 0, "hit": torch.zeros(BUCKETS), "cnt": torch.zeros(BUCKETS),
                         "tok_hit": 0, "tok_cnt": 0, "t0": time.time()})
@@ -343,7 +363,7 @@ def plot_curves(log_path: Path, png: Path, kind: str) -> None:
     fig, axes = plt.subplots(1, 3, figsize=(15, 4))
     axes[0].plot([r["step"] for r in tr], [r["loss"] for r in tr])
     axes[0].set(title=f"{kind}: training loss", xlabel="step", yscale="log")
-    if kind != "arm":
+    if kind in ("dlm", "dlm-shift"):
         for k in range(BUCKETS):
             axes[1].plot([r["step"] for r in tr], [r["masked_acc_by_ratio"][k] for r in tr],
                          label=f"t in [{k / BUCKETS:.1f}, {(k + 1) / BUCKETS:.1f})")
@@ -353,7 +373,7 @@ def plot_curves(log_path: Path, png: Path, kind: str) -> None:
         axes[1].plot([r["step"] for r in tr], [r["token_acc"] for r in tr])
         axes[1].set(title="next-token accuracy (answer region)", xlabel="step")
     axes[2].plot([r["step"] for r in ev], [r["eval"]["exact_acc"] for r in ev], "o-", label="exact answer (held-out)")
-    if kind != "arm":
+    if kind in ("dlm", "dlm-shift"):
         axes[2].plot([r["step"] for r in ev], [r["eval"].get("full_mask_token_acc", float("nan")) for r in ev],
                      "s--", label="token acc, whole answer masked")
     axes[2].set(title="held-out", xlabel="step", ylim=(0, 1))

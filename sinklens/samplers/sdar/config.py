@@ -19,6 +19,9 @@ class SDARConfig(SamplerConfig):
     length_field: ClassVar[str] = "gen_length"  # any length: the canvas is rounded up to whole blocks
     # the paper's chat setting (SDAR-*-Chat model cards): blocks of 4, 4 steps, greedy
     PAPER: ClassVar[dict] = dict(block_length=4, denoising_steps=4, top_k=1)
+    # a sinklens-trained dual twin (tiny-dual, trained on this block of 4): greedy, one token per step,
+    # left to right in each block (greedy confidences are all 1.0, so no confidence order exists)
+    TRAINED: ClassVar[dict] = dict(PAPER, remasking_strategy="sequential")
 
     gen_length: int = param(128, int, "tokens to generate (prompt + this, rounded up to whole blocks)", min=1)
     block_length: int = param(8, int, "block length (attention blocks from position 0, prompt included)", min=1)
