@@ -265,7 +265,7 @@ def _train(cfg: TrainConfig, progress: bool) -> dict:
         f.write(f"# from step {step}\n" + " ".join(["sinklens"] + sys.argv[1:]) + "\n")
 
     stream = ProblemStream(cfg.seed, cfg.data)
-    heldout = generate(cfg.eval_n, seed=cfg.seed, split="heldout", cfg=cfg.data)
+    heldout = heldout_sets(cfg)
     model.train()
     acc = {"loss": 0.0, "n": 0, "hit": torch.zeros(BUCKETS), "cnt": torch.zeros(BUCKETS),
            "tok_hit": 0, "tok_cnt": 0, "t0": time.time()}
@@ -312,12 +312,12 @@ def _train(cfg: TrainConfig, progress: bool) -> dict:
             acc.update({"loss": 0.0, "n": 0, "hit": torch.zeros(BUCKETS), "cnt": torch.zeros(BUCKETS),
                         "tok_hit": 0, "tok_cnt": 0, "t0": time.time()})
         if step % cfg.eval_every == 0 or step == cfg.steps:
-            ev = evaluate(model, tok, heldout, cfg)
             record = record or {"step": step}
-            record["eval"] = ev
-            tqdm.write(f"step {step}: held-out exact {ev['exact_acc']:.3f}"
-                       + (f", full-mask token acc {ev['full_mask_token_acc']:.3f}" if "full_mask_token_acc" in ev else "")
-                       + f" | {ev['samples'][0]['output']!r}")
+            for key, problems in heldout.items():
+                ev = record[key] = evaluate(model, tok, problems, cfg)
+                tqdm.write(f"step {step}: {key}: held-out exact {ev['exact_acc']:.3f}"
+                           + (f", full-mask token acc {ev['full_mask_token_acc']:.3f}" if "full_mask_token_acc" in ev else "")
+                           + f" | {ev['samples'][0]['output']!r}")
         if record:
             with log_path.open("a") as f:
                 f.write(json.dumps(record) + "\n")
@@ -333,6 +333,17 @@ def _train(cfg: TrainConfig, progress: bool) -> dict:
     return {"step": step, "out": str(out), "finished": True}
 
 
+# The log's key for each held-out kind (data.py's splits): "eval" (new number combinations,
+# training wordings) kept from the first logs, "eval_wording" (new wordings and new numbers).
+EVAL_KEYS = {"eval": "heldout", "eval_wording": "heldout-wording"}
+
+
+def heldout_sets(cfg: TrainConfig) -> dict:
+    """The held-out problems evaluated during training, by log key (the story style has one wording)."""
+    keys = [k for k, split in EVAL_KEYS.items() if cfg.data.style == "short" or split == "heldout"]
+    return {k: generate(cfg.eval_n, seed=cfg.seed, split=EVAL_KEYS[k], cfg=cfg.data) for k in keys}
+
+
 def plot_curves(log_path: Path, png: Path, kind: str) -> None:
     import matplotlib
     matplotlib.use("Agg")
@@ -340,6 +351,7 @@ def plot_curves(log_path: Path, png: Path, kind: str) -> None:
     recs = [json.loads(l) for l in Path(log_path).read_text().splitlines()]
     tr = [r for r in recs if "loss" in r]
     ev = [r for r in recs if "eval" in r]
+    wd = [r for r in recs if "eval_wording" in r]
     fig, axes = plt.subplots(1, 3, figsize=(15, 4))
     axes[0].plot([r["step"] for r in tr], [r["loss"] for r in tr])
     axes[0].set(title=f"{kind}: training loss", xlabel="step", yscale="log")
@@ -352,7 +364,11 @@ def plot_curves(log_path: Path, png: Path, kind: str) -> None:
     else:
         axes[1].plot([r["step"] for r in tr], [r["token_acc"] for r in tr])
         axes[1].set(title="next-token accuracy (answer region)", xlabel="step")
-    axes[2].plot([r["step"] for r in ev], [r["eval"]["exact_acc"] for r in ev], "o-", label="exact answer (held-out)")
+    axes[2].plot([r["step"] for r in ev], [r["eval"]["exact_acc"] for r in ev], "o-",
+                 label="exact answer (held-out numbers)")
+    if wd:
+        axes[2].plot([r["step"] for r in wd], [r["eval_wording"]["exact_acc"] for r in wd], "^-",
+                     label="exact answer (held-out wordings)")
     if kind != "arm":
         axes[2].plot([r["step"] for r in ev], [r["eval"].get("full_mask_token_acc", float("nan")) for r in ev],
                      "s--", label="token acc, whole answer masked")
