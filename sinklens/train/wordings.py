@@ -114,3 +114,11 @@ THEN = {
 # A few prompts the twins were trained to answer, for a user whose prompt they cannot read.
 EXAMPLES = ["Mia has 23 pens. She gets 15 more. How many pens does she have now?",
             "Tom had 48 apples. He sold 19 of them. How many apples does he have left?"]
+
+
+def vocabulary() -> list[str]:
+    """Every text the short problems are made of (all templates, both sides of the split)."""
+    texts = [t.body + " " + t.question for ts in TEMPLATES.values() for t in ts]
+    texts += [x for ts in THEN.values() for x in ts]
+    return texts + MALE + FEMALE + OBJECTS + list(FOOD) + BOXES + ["he she his her him"] + [
+        o for ts in TEMPLATES.values() for t in ts for o in t.objects or ()]
