@@ -446,3 +446,25 @@ def test_dlm_shift_starts_from_an_exported_arm_folder(tmp_path):
     other = replace(_tiny_cfg(tmp_path / "o", "dlm-shift", 1), vocab_size=100, init_from=exported)
     with pytest.raises(ValueError, match="another tokenizer"):
         train(other, progress=False)
+
+
+def test_a_run_still_training_ships_its_latest_checkpoint(tmp_path):
+    """ship(snapshot=True) ships the checkpoint of an unfinished run: sinklens.load reads it and
+    its logits are the checkpoint's weights (in float16); the summary and log stop at its step."""
+    import sinklens
+    from dataclasses import replace
+    from sinklens.train.ship import ship
+    from sinklens.train.train import snapshot, train
+    cfg = replace(_tiny_cfg(tmp_path, "dlm", 6), stop_after=4)
+    assert not train(cfg, progress=False)["finished"]
+    snapshot(cfg.out)
+    dest = ship(cfg.out, "twin", dest_root=tmp_path / "assets", snapshot=True)
+    summary = json.loads((dest / "training" / "summary.json").read_text())
+    assert summary["steps"] == 4 and summary["schedule_steps"] == 6
+    assert max(json.loads(l)["step"] for l in (dest / "training" / "log.jsonl").read_text().splitlines()) == 4
+    m = sinklens.load(str(dest), dtype="float32")
+    tok = AutoTokenizer.from_pretrained(str(dest))
+    ours = build_model(replace(cfg.model, vocab_size=len(tok)), diffusion=True, seed=0).eval()
+    ours.load_state_dict(load_file(f"{cfg.out}/ckpt/model.safetensors"))
+    ids = torch.tensor([tok.encode("Tom has 3 pens. He gets 2 more.")])
+    assert torch.allclose(m.model(input_ids=ids).logits, ours.half().float()(input_ids=ids).logits, atol=1e-3)

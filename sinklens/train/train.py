@@ -221,6 +221,28 @@ def export(model, tok, cfg: TrainConfig, folder: Path) -> None:
     save_tokenizer(tok, folder)
 
 
+def snapshot(run: str | Path) -> Path:
+    """Export the latest checkpoint of a run (one still training, too) to `<run>/snapshot/export`,
+    with the checkpoint's `state.json` and the curves so far beside it: what ship() ships from a
+    run not yet finished."""
+    run = Path(run)
+    ckpt, folder = run / "ckpt", run / "snapshot"
+    cfg = TrainConfig.from_dict(json.loads((run / "config.json").read_text()))
+    while True:     # the trainer may replace ckpt/ meanwhile: read until the state is the same before and after
+        state = (ckpt / "state.json").read_text()
+        weights = load_file(str(ckpt / "model.safetensors"))
+        if (ckpt / "state.json").read_text() == state:
+            break
+    from transformers import AutoTokenizer
+    tok = AutoTokenizer.from_pretrained(str(run / "tokenizer"))
+    model = build_model(cfg.model, diffusion=cfg.diffusion, seed=cfg.seed)
+    model.load_state_dict(weights)
+    export(model, tok, cfg, folder / "export")
+    (folder / "state.json").write_text(state)
+    plot_curves(run / "log.jsonl", folder / "curves.png", cfg.kind)
+    return folder
+
+
 @torch.enable_grad()   # a caller (or a test module) may have switched autograd off globally
 def train(cfg: TrainConfig, *, progress: bool = True) -> dict:
     """Train (or resume) the run in `cfg.out`; a second process on the same folder is refused
