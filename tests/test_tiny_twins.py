@@ -1,8 +1,10 @@
 """Smoke checks of the shipped tiny twins (sinklens/assets/tiny-dlm, tiny-arm).
 
 Small and honest: load through `sinklens.load` (the same path as real checkpoints), run the
-real samplers, and compare with answers computed by Python on fixed held-out problems whose
-number combinations never occur in training. Full held-out accuracies: docs/training.md.
+real samplers, and compare with answers computed by Python on fixed held-out problems of both
+kinds (number combinations never seen in training; wordings and combinations never seen) and on
+problems worded here, in sentences that are no template of the training data. Full held-out
+accuracies (n = 500 per kind): docs/training.md.
 """
 import json
 from pathlib import Path
@@ -21,14 +23,34 @@ ASSETS = Path(sinklens.__file__).parent / "assets"
 N_PROBLEMS = 12
 
 
-def _solve(name, sampler):
+# Problems worded for this test, not by the training templates (sinklens/train/wordings.py):
+# other names, objects, verbs and sentence shapes. (question, answer by hand, checked below)
+OWN_WORDINGS = [
+    ("Jake has 12 marbles. His friend gives him 7 more marbles. How many marbles does Jake have now?", 19),
+    ("A farmer has 41 cows. He buys 16 more cows. How many cows does the farmer have?", 57),
+    ("Tom has 18 pens. Ana gives Tom 25 pens. How many pens does Tom have now?", 43),
+    ("Sam had 9 books. He got 40 more books for his birthday. How many books does he have now?", 49),
+    ("Ben has 16 cards. His sister gives him 33 cards. How many cards does Ben have?", 49),
+    ("Zoe has 28 toys. She gets 19 more toys. How many toys does Zoe have altogether?", 47),
+    ("Jake has 45 marbles. He loses 17 of them. How many marbles does Jake have now?", 28),
+    ("A farmer has 50 cows. He sells 23 cows. How many cows does the farmer have left?", 27),
+    ("Tom has 33 pens. He gives 8 pens to Ana. How many pens does Tom have now?", 25),
+    ("Lily had 47 candies. She ate 19 candies. How many candies are left?", 28),
+    ("Max has 29 coins. He spends 11 coins. How many coins does he have left?", 18),
+    ("Zoe has 37 beads. She drops 18 beads. How many beads does she still have?", 19),
+]
+
+
+def _solve(name, sampler, questions=None, answers=None, split="heldout"):
     m = sinklens.load(name, **LOAD)
-    problems = heldout_problems(N_PROBLEMS)
-    ids, am = encode_prompts(m.tokenizer, [p.question for p in problems])
+    if questions is None:
+        problems = heldout_problems(N_PROBLEMS, split=split)
+        questions, answers = [p.question for p in problems], [p.answer for p in problems]
+    ids, am = encode_prompts(m.tokenizer, questions)
     torch.manual_seed(0)
     out = m.generate(ids, attention_mask=am, **sampler)
     texts = decode_answers(m.tokenizer, out.sequences[:, ids.shape[1]:])
-    return m, sum(parse_answer(t) == p.answer for p, t in zip(problems, texts)), texts
+    return m, sum(parse_answer(t) == a for a, t in zip(answers, texts)), texts
 
 
 @pytest.mark.parametrize("name", ["tiny-dlm", "tiny-arm"])
