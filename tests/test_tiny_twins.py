@@ -70,9 +70,9 @@ ANSWER_FORM = re.compile(r"(\d+)([+-])(\d+)=(\d+)\. #### (\d+)")
 
 @pytest.mark.parametrize("split", ["heldout", "heldout-wording"])
 def test_tiny_dlm_writes_the_answer_form_with_the_problems_numbers(split):
-    """The shipped DLM is not yet competent (held-out exact 0.062 ± 0.011 / 0.054 ± 0.010, n = 500 per kind,
+    """The shipped DLM is not yet competent (held-out exact 0.062 / 0.054, n = 500 per kind,
     docs/training.md): what it does reliably is the answer's form with the problem's first
-    operand and operation; its sums are mostly wrong (0 of these 12 right when measured)."""
+    operand and operation (12 and 11 of these 12 when measured); its sums are mostly wrong."""
     m, correct, texts = _solve("tiny-dlm", dlm_sampler(), split=split)
     assert m.is_diffusion and m.family.name == "llada" and m.mask_id == m.tokenizer.mask_token_id
     problems = heldout_problems(N_PROBLEMS, split=split)
