@@ -57,10 +57,12 @@ def ship(run_dir: str | Path, name: str, dest_root: str | Path = ASSETS, teacher
     prov.mkdir()
     state = json.loads((src / "state.json" if snapshot else run / "ckpt" / "state.json").read_text())
     lines = (run / "log.jsonl").read_text().splitlines()
-    (prov / "log.jsonl").write_text("".join(l + "\n" for l in lines if json.loads(l)["step"] <= state["step"]))
+    if snapshot:     # the run went on after the checkpoint: its log is cut there
+        lines = [l for l in lines if json.loads(l)["step"] <= state["step"]]
+    (prov / "log.jsonl").write_text("".join(l + "\n" for l in lines))
     shutil.copy2(src / "curves.png", prov / "curves.png")
     (prov / "command.txt").write_text(command)
     (prov / "train_config.json").write_text(json.dumps(config, indent=1))
     (prov / "summary.json").write_text(json.dumps({"steps": state["step"], "tokens": state["tokens"],
-                                                       "schedule_steps": config["steps"]}, indent=1))
+                                                       "schedule_steps": config.get("steps")}, indent=1))
     return dest
