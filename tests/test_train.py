@@ -14,7 +14,8 @@ from safetensors.torch import load_file
 from transformers import AutoTokenizer
 
 from sinklens.train.batch import encode_batch, parse_answer
-from sinklens.train.data import DataConfig, ProblemStream, generate
+from sinklens.train.data import SPLITS, DataConfig, ProblemStream, generate, heldout_templates
+from sinklens.train.wordings import MALE, FEMALE, TEMPLATES
 from sinklens.train.decode import dlm_generate
 from sinklens.train.model import ModelConfig, build_model, llada_name, save_llada_folder
 from sinklens.train.config import TrainConfig
@@ -38,8 +39,10 @@ def _fixture_model():
 
 # ---------------------------------------------------------------- data
 
-def test_solutions_are_correct_arithmetic():
-    for p in generate(300, seed=1, split="train"):
+@pytest.mark.parametrize("split", SPLITS)
+@pytest.mark.parametrize("max_ops", [1, 2])
+def test_solutions_are_correct_arithmetic(split, max_ops):
+    for p in generate(300, seed=1, split=split, cfg=DataConfig(max_ops=max_ops)):
         steps = re.findall(r"(\d+)([+-])(\d+)=(\d+)\.", p.solution)
         assert steps, p.solution
         value = int(steps[0][0])
@@ -58,9 +61,44 @@ def test_heldout_combinations_never_in_train():
     assert generate(20, seed=3, split="heldout") == generate(20, seed=3, split="heldout")
 
 
+def _pattern(template) -> re.Pattern:
+    """A template's text with its slots as wildcards: which problems it could have written."""
+    text = re.escape(" ".join(x for x in (template.body, template.question) if x))
+    for slot, what in [("name", "[A-Z][a-z]+"), ("friend", "[A-Z][a-z]+"), ("a", r"\d+"), ("b", r"\d+"),
+                       ("obj", "[a-z]+"), ("box", "the [a-z]+"), ("P", "(He|She)"), ("p", "(he|she)"),
+                       ("pos", "(his|her)"), ("them", "(him|her)")]:
+        text = text.replace(re.escape("{" + slot + "}"), what)
+    return re.compile(text)
+
+
+def test_heldout_wordings_never_in_train():
+    """Whole templates are held out: >= 20 wordings per operation, a few reserved; no training
+    problem could have been written by a reserved one, and every held-out-wording problem was
+    (with a held-out number combination as well)."""
+    cfg = DataConfig(max_ops=1)
+    train = [p for i in range(10) for p in ProblemStream(0, cfg).batch(i, 100)]
+    held = generate(300, seed=0, split="heldout-wording", cfg=cfg)
+    numbers = {p.key for p in generate(300, seed=0, split="heldout", cfg=cfg)}
+    for op in "+-":
+        assert len(TEMPLATES[op]) - cfg.heldout_templates >= 20
+        reserved = [_pattern(TEMPLATES[op][i]) for i in heldout_templates(op, cfg)]
+        assert len(reserved) == cfg.heldout_templates
+        assert not [p.question for p in train if any(r.fullmatch(p.question) for r in reserved)]
+        assert all(any(r.fullmatch(p.question) for r in reserved) for p in held if op in p.key)
+    assert {p.key.count("+") for p in held} == {0, 1}            # both operations held out
+    assert not {p.key for p in held} & {p.key for p in train}     # the numbers are new too
+    assert not numbers & {p.key for p in train}
+    names = set(MALE + FEMALE)
+    assert all(any(n in p.question for n in names) or "shop" in p.question for p in train)
+    with pytest.raises(ValueError, match="heldout-wording"):
+        generate(1, 0, "heldout-wording", DataConfig(style="story"))
+
+
 def test_bad_config_is_rejected():
     with pytest.raises(ValueError, match="ops"):
         DataConfig(ops="*")
+    with pytest.raises(ValueError, match="heldout_templates"):
+        DataConfig(heldout_templates=len(TEMPLATES["+"]))
     with pytest.raises(ValueError, match="split"):
         generate(3, 0, "test")
 
@@ -79,6 +117,23 @@ def test_tokenizer_folder_loads_in_transformers(tmp_path):
                                    add_generation_prompt=True, tokenize=False)
     assert text == f"{USER}Hi there.{ASSISTANT}"
     assert (tok.pad_token_id, tok.eos_token_id, tok.mask_token_id) == (0, 1, 2)
+
+
+def test_vocabulary_note_only_for_prompts_far_outside_a_twins_words(tmp_path):
+    """Every word of every problem is known; a prompt with more than a few other words gets one
+    line of example prompts, a problem in a new wording of known words none."""
+    from sinklens.train.tokenizer import UNFAMILIAR_LIMIT, unfamiliar_words, vocabulary_note
+    from sinklens.train.wordings import EXAMPLES
+    for split in SPLITS:
+        assert all(unfamiliar_words(p.question + p.solution) == [] for p in generate(100, 0, split))
+    far = "Please write a haiku about quantum chromodynamics and entropy"
+    assert len(unfamiliar_words(far)) > UNFAMILIAR_LIMIT
+    (tmp_path / "training").mkdir()
+    (tmp_path / "training" / "train_config.json").write_text(json.dumps({"data": {"style": "short"}}))
+    note = vocabulary_note(tmp_path, far)
+    assert note and "\n" not in note and all(e in note for e in EXAMPLES)
+    assert vocabulary_note(tmp_path, "Mia has 23 pens. She finds 15 more. How many pens now?") is None
+    assert vocabulary_note(tmp_path / "training", far) is None        # not a twin's folder: no note
 
 
 # ---------------------------------------------------------------- LLaDA format
@@ -321,7 +376,7 @@ def test_arith_task_reads_a_twins_data_config(tmp_path):
 
     shipped = task.ASSETS / "story9-arm-4l"
     want = json.loads((shipped / "training" / "train_config.json").read_text())["data"]
-    assert asdict(task.data_config(str(shipped))) == want and "data" not in json.loads((shipped / "config.json").read_text())
+    assert task.data_config(str(shipped)) == DataConfig(**want) and "data" not in json.loads((shipped / "config.json").read_text())
     EvalConfig(model="m", task="arith", out=str(tmp_path / "o"), data=str(shipped))     # a folder, as for arith
     (tmp_path / "model").mkdir()
     (tmp_path / "model" / "config.json").write_text(json.dumps({"model_type": "llama"}))
@@ -391,3 +446,25 @@ def test_dlm_shift_starts_from_an_exported_arm_folder(tmp_path):
     other = replace(_tiny_cfg(tmp_path / "o", "dlm-shift", 1), vocab_size=100, init_from=exported)
     with pytest.raises(ValueError, match="another tokenizer"):
         train(other, progress=False)
+
+
+def test_a_run_still_training_ships_its_latest_checkpoint(tmp_path):
+    """ship(snapshot=True) ships the checkpoint of an unfinished run: sinklens.load reads it and
+    its logits are the checkpoint's weights (in float16); the summary and log stop at its step."""
+    import sinklens
+    from dataclasses import replace
+    from sinklens.train.ship import ship
+    from sinklens.train.train import snapshot, train
+    cfg = replace(_tiny_cfg(tmp_path, "dlm", 6), stop_after=4)
+    assert not train(cfg, progress=False)["finished"]
+    snapshot(cfg.out)
+    dest = ship(cfg.out, "twin", dest_root=tmp_path / "assets", snapshot=True)
+    summary = json.loads((dest / "training" / "summary.json").read_text())
+    assert summary["steps"] == 4 and summary["schedule_steps"] == 6
+    assert max(json.loads(l)["step"] for l in (dest / "training" / "log.jsonl").read_text().splitlines()) == 4
+    m = sinklens.load(str(dest), dtype="float32")
+    tok = AutoTokenizer.from_pretrained(str(dest))
+    ours = build_model(replace(cfg.model, vocab_size=len(tok)), diffusion=True, seed=0).eval()
+    ours.load_state_dict(load_file(f"{cfg.out}/ckpt/model.safetensors"))
+    ids = torch.tensor([tok.encode("Tom has 3 pens. He gets 2 more.")])
+    assert torch.allclose(m.model(input_ids=ids).logits, ours.half().float()(input_ids=ids).logits, atol=1e-3)

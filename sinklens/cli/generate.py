@@ -285,6 +285,10 @@ def run(args, trace=None, capture=None, check=None):
     if check is not None:
         check(model)
     ids = torch.tensor([prompt_ids(model, args)])
+    if getattr(args, "prompt", None):   # a twin asked what it never read
+        from sinklens.train.tokenizer import vocabulary_note
+        if hint := vocabulary_note(model.source["path"], args.prompt):
+            note(hint)
     try:
         sampler = model.family.pick_sampler(args.sampler, sampler_args(args, args.sampler_fields))
     except ValueError as e:

@@ -40,9 +40,10 @@ def gen_length() -> int:
     return int(twin_train_config().get("gen_length", 24))
 
 
-def heldout_problems(n: int, seed: int = 0):
-    """Problems whose number combinations never occur in the twins' training data."""
-    return generate(n, seed=seed, split="heldout", cfg=twin_data_config())
+def heldout_problems(n: int, seed: int = 0, split: str = "heldout"):
+    """Problems never seen in the twins' training: "heldout", new number combinations in the
+    training wordings; "heldout-wording", new combinations in wordings never used in training."""
+    return generate(n, seed=seed, split=split, cfg=twin_data_config())
 
 
 def data_config(path: str) -> DataConfig:

@@ -1,8 +1,10 @@
 """Held-out exact-answer accuracy of a shipped twin through `sinklens.load` and its real sampler.
 
-    python -m sinklens.experiments.score tiny-dlm [--n 200] [--block-length 8] [--dtype float32]
+    python -m sinklens.experiments.score tiny-dlm [--n 500] [--split heldout-wording] [--block-length 8]
 
-Batched (left-padded prompts), unmasked; the numbers in docs/training.md come from here.
+Batched (left-padded prompts), unmasked, on each held-out kind (`--split`, both by default: new
+number combinations, and new wordings with new combinations); the numbers in docs/training.md
+come from here.
 """
 from __future__ import annotations
 
@@ -16,15 +18,18 @@ from sinklens.eval.arith import heldout_problems
 from sinklens.experiments.twins import arm_sampler, dlm_sampler
 
 
+SPLITS = ("heldout", "heldout-wording")
+
+
 def score(name: str, n: int = 200, seed: int = 0, block_length: int | None = None,
-          dtype: str | None = "float32", batch_size: int = 100) -> dict:
+          dtype: str | None = "float32", batch_size: int = 100, split: str = "heldout") -> dict:
     from sinklens.models.loader import load
     torch.set_num_threads(1)
     m = load(name, dtype=dtype)
     sampler = dlm_sampler() if m.is_diffusion else arm_sampler()
     if block_length and m.is_diffusion:
         sampler["block_length"] = block_length
-    problems = heldout_problems(n, seed=seed)
+    problems = heldout_problems(n, seed=seed, split=split)
     correct, outputs = 0, []
     for i in range(0, n, batch_size):
         chunk = problems[i:i + batch_size]
@@ -36,7 +41,7 @@ def score(name: str, n: int = 200, seed: int = 0, block_length: int | None = Non
             correct += ok
             outputs.append({"question": p.question, "output": t, "answer": p.answer, "ok": bool(ok)})
     acc = correct / n
-    return {"model": name, "n": n, "seed": seed, "dtype": dtype, "sampler": sampler, "exact_acc": acc,
+    return {"model": name, "split": split, "n": n, "seed": seed, "dtype": dtype, "sampler": sampler, "exact_acc": acc,
             "stderr": (acc * (1 - acc) / n) ** 0.5, "outputs": outputs}
 
 
@@ -47,19 +52,24 @@ def main() -> None:
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--block-length", type=int, default=None)
     ap.add_argument("--dtype", default="float32")
+    ap.add_argument("--split", choices=SPLITS, action="append",
+                    help="held-out kind (repeatable; default: both)")
     ap.add_argument("--out", default=None, help="write the full result (with every output) as JSON")
     a = ap.parse_args()
     if a.n < 1:
         ap.error(f"--n must be a positive integer, got {a.n}")
-    try:
-        res = score(a.model, a.n, a.seed, a.block_length, None if a.dtype == "auto" else a.dtype)
-    except (OSError, ValueError) as e:     # a typo'd model name, a bad setting: one line, not a traceback
-        ap.error(str(e))
-    print(f"{a.model}: held-out exact {res['exact_acc']:.3f} ± {res['stderr']:.3f} (n={a.n}, dtype={a.dtype}, "
-          f"sampler={res['sampler']})")
+    results = []
+    for split in a.split or SPLITS:
+        try:
+            res = score(a.model, a.n, a.seed, a.block_length, None if a.dtype == "auto" else a.dtype, split=split)
+        except (OSError, ValueError) as e:     # a typo'd model name, a bad setting: one line, not a traceback
+            ap.error(str(e))
+        print(f"{a.model}: {split}: exact {res['exact_acc']:.3f} ± {res['stderr']:.3f} (n={a.n}, "
+              f"dtype={a.dtype}, sampler={res['sampler']})", flush=True)
+        results.append(res)
     if a.out:
         with open(a.out, "w") as f:
-            json.dump(res, f, indent=1)
+            json.dump(results, f, indent=1)
 
 
 if __name__ == "__main__":

@@ -24,8 +24,11 @@ def _portable(text: str, run: Path) -> str:
     return text.replace(str(parent) + "/", parent.name + "/")
 
 
-def ship(run_dir: str | Path, name: str, dest_root: str | Path = ASSETS, teacher: str | None = None) -> Path:
-    """`teacher`: the shipped twin the run started from (its `init_from`), by name."""
+def ship(run_dir: str | Path, name: str, dest_root: str | Path = ASSETS, teacher: str | None = None,
+         snapshot: bool = False) -> Path:
+    """`teacher`: the shipped twin the run started from (its `init_from`), by name. `snapshot`: ship
+    `<run>/snapshot` (train.snapshot: the latest checkpoint of a run not yet finished) instead of
+    the finished run's export; the log is cut at the checkpoint's step."""
     run, dest = Path(run_dir), Path(dest_root) / name
     config = json.loads((run / "config.json").read_text())
     config["out"] = _portable(str(run.resolve()), run)
@@ -38,7 +41,8 @@ def ship(run_dir: str | Path, name: str, dest_root: str | Path = ASSETS, teacher
     if ABSOLUTE.search(command):
         raise ValueError(f"{run}/command.txt holds an absolute path ({ABSOLUTE.search(command).group()}) "
                          "outside the run's parent folder: it would not mean anything on another machine")
-    export = run / "export"
+    src = run / "snapshot" if snapshot else run       # the export, the curves (and the state: ckpt/)
+    export = src / "export"
     if not (export / "model.safetensors").is_file():
         raise FileNotFoundError(f"{export} has no model.safetensors: has the run in {run} finished?")
     size = sum(f.stat().st_size for f in export.iterdir())
@@ -51,10 +55,14 @@ def ship(run_dir: str | Path, name: str, dest_root: str | Path = ASSETS, teacher
         f.chmod(0o644)    # safetensors writes 0600; the package files must be world-readable
     prov = dest / "training"
     prov.mkdir()
-    for f in ("log.jsonl", "curves.png"):
-        shutil.copy2(run / f, prov / f)
+    state = json.loads((src / "state.json" if snapshot else run / "ckpt" / "state.json").read_text())
+    lines = (run / "log.jsonl").read_text().splitlines()
+    if snapshot:     # the run went on after the checkpoint: its log is cut there
+        lines = [l for l in lines if json.loads(l)["step"] <= state["step"]]
+    (prov / "log.jsonl").write_text("".join(l + "\n" for l in lines))
+    shutil.copy2(src / "curves.png", prov / "curves.png")
     (prov / "command.txt").write_text(command)
     (prov / "train_config.json").write_text(json.dumps(config, indent=1))
-    state = json.loads((run / "ckpt" / "state.json").read_text())
-    (prov / "summary.json").write_text(json.dumps({"steps": state["step"], "tokens": state["tokens"]}, indent=1))
+    (prov / "summary.json").write_text(json.dumps({"steps": state["step"], "tokens": state["tokens"],
+                                                       "schedule_steps": config.get("steps")}, indent=1))
     return dest

@@ -7,12 +7,18 @@ the LM head cheap. The saved `tokenizer.json` + `tokenizer_config.json` load wit
 """
 from __future__ import annotations
 
+import json
+import re
 from pathlib import Path
 
 from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
 from transformers import PreTrainedTokenizerFast
 
 from sinklens.train.data import DataConfig, generate
+from sinklens.train.wordings import EXAMPLES, vocabulary
+
+WORD = re.compile(r"[A-Za-z]+")
+KNOWN_WORDS = {w.lower() for text in vocabulary() for w in WORD.findall(text)}
 
 # Fixed ids 0..4, so every tokenizer built here agrees on the special tokens.
 PAD, EOS, MASK, USER, ASSISTANT = "<|pad|>", "<|eos|>", "<|mask|>", "<|user|>", "<|assistant|>"
@@ -61,3 +67,28 @@ def wrap(tok: Tokenizer) -> PreTrainedTokenizerFast:
 
 def save_tokenizer(tok: PreTrainedTokenizerFast, folder: str | Path) -> None:
     tok.save_pretrained(str(folder))
+
+
+UNFAMILIAR_LIMIT = 3      # more unknown words than this: the prompt is far outside the twin's vocabulary
+
+
+def unfamiliar_words(text: str) -> list[str]:
+    """The words of `text` no short problem uses (numbers are digits: always known): the model
+    meets them as pieces it never saw in use."""
+    return [w for w in WORD.findall(text) if w.lower() not in KNOWN_WORDS]
+
+
+def vocabulary_note(folder: str | Path, prompt: str) -> str | None:
+    """One line with prompts a twin was trained on, when `prompt` is far outside its vocabulary;
+    None when it is not, or when `folder` is no short-problem twin trained here."""
+    conf = Path(folder) / "training" / "train_config.json"
+    try:
+        style = json.loads(conf.read_text())["data"]["style"]
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
+    unknown = unfamiliar_words(prompt)
+    if style != "short" or len(unknown) <= UNFAMILIAR_LIMIT:
+        return None
+    return (f"note: {len(unknown)} words of this prompt are outside what the twin was trained on "
+            f"({', '.join(unknown[:5])}...); it answers one-step word problems such as: "
+            + " | ".join(repr(e) for e in EXAMPLES))

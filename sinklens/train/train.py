@@ -228,6 +228,28 @@ def export(model, tok, cfg: TrainConfig, folder: Path) -> None:
     save_tokenizer(tok, folder)
 
 
+def snapshot(run: str | Path) -> Path:
+    """Export the latest checkpoint of a run (one still training, too) to `<run>/snapshot/export`,
+    with the checkpoint's `state.json` and the curves so far beside it: what ship() ships from a
+    run not yet finished."""
+    run = Path(run)
+    ckpt, folder = run / "ckpt", run / "snapshot"
+    cfg = TrainConfig.from_dict(json.loads((run / "config.json").read_text()))
+    while True:     # the trainer may replace ckpt/ meanwhile: read until the state is the same before and after
+        state = (ckpt / "state.json").read_text()
+        weights = load_file(str(ckpt / "model.safetensors"))
+        if (ckpt / "state.json").read_text() == state:
+            break
+    from transformers import AutoTokenizer
+    tok = AutoTokenizer.from_pretrained(str(run / "tokenizer"))
+    model = build_model(cfg.model, diffusion=cfg.diffusion, seed=cfg.seed)
+    model.load_state_dict(weights)
+    export(model, tok, cfg, folder / "export")
+    (folder / "state.json").write_text(state)
+    plot_curves(run / "log.jsonl", folder / "curves.png", cfg.kind)
+    return folder
+
+
 @torch.enable_grad()   # a caller (or a test module) may have switched autograd off globally
 def train(cfg: TrainConfig, *, progress: bool = True) -> dict:
     """Train (or resume) the run in `cfg.out`; a second process on the same folder is refused
@@ -236,114 +258,148 @@ def train(cfg: TrainConfig, *, progress: bool = True) -> dict:
         return _train(cfg, progress)
 
 
-def _train(cfg: TrainConfig, progress: bool) -> dict:
-    torch.set_num_threads(1)     # one thread per process: faster than two on a loaded 2-core CPU
-    out = Path(cfg.out)
-    out.mkdir(parents=True, exist_ok=True)
-    ckpt = out / "ckpt"
-    tok_dir = out / "tokenizer"
+def _prepare(cfg: TrainConfig, out: Path):
+    """The run's tokenizer (trained on first use) and its config with the tokenizer's vocabulary;
+    a resume must keep the settings that shape the run (_check_resumable)."""
+    tok_dir, ckpt = out / "tokenizer", out / "ckpt"
     if not (tok_dir / "tokenizer.json").exists():
         save_tokenizer(train_tokenizer(cfg.vocab_size, cfg.data, seed=cfg.seed), tok_dir)
     from transformers import AutoTokenizer
     tok = AutoTokenizer.from_pretrained(str(tok_dir))
-    mcfg = replace(cfg.model, vocab_size=len(tok))
-    cfg = replace(cfg, model=mcfg)
+    cfg = replace(cfg, model=replace(cfg.model, vocab_size=len(tok)))
     if (ckpt / "state.json").exists():
         _check_resumable(TrainConfig.from_dict(json.loads((ckpt / "state.json").read_text())["config"]), cfg, ckpt)
     (out / "config.json").write_text(json.dumps(cfg.to_dict(), indent=1))
+    return cfg, tok
 
-    model = build_model(mcfg, diffusion=cfg.diffusion, seed=cfg.seed)
+
+def _model_and_optimizer(cfg: TrainConfig, out: Path):
+    """(model, AdamW, step, tokens): fresh (or from --init-from), or as the checkpoint left them."""
+    ckpt = out / "ckpt"
+    model = build_model(cfg.model, diffusion=cfg.diffusion, seed=cfg.seed)
     if cfg.init_from and not (ckpt / "state.json").exists():
         # Dream's recipe: the DLM starts from the trained ARM's weights (same shape and tokenizer).
-        model.load_state_dict(_init_weights(cfg.init_from, tok_dir))
+        model.load_state_dict(_init_weights(cfg.init_from, out / "tokenizer"))
     decay = [p for n, p in model.named_parameters() if p.ndim >= 2]
     no_decay = [p for n, p in model.named_parameters() if p.ndim < 2]
     opt = torch.optim.AdamW([{"params": decay, "weight_decay": cfg.weight_decay},
                              {"params": no_decay, "weight_decay": 0.0}],
                             lr=cfg.lr, betas=(0.9, 0.98), eps=1e-8)
-    step = _load_ckpt(model, opt, ckpt) if (ckpt / "state.json").exists() else 0
+    if not (ckpt / "state.json").exists():
+        return model, opt, 0, 0
+    return model, opt, _load_ckpt(model, opt, ckpt), _load_tokens(ckpt)
+
+
+def _open_log(out: Path, step: int) -> Path:
+    """log.jsonl as of `step` (lines written after the checkpoint resumed from are dropped: they
+    will be written again) and every invocation appended to command.txt."""
     log_path = out / "log.jsonl"
     if step == 0 and log_path.exists():
         log_path.unlink()
-    if step > 0 and log_path.exists():   # drop log lines written after the checkpoint we resume from (none: none logged yet)
+    if step > 0 and log_path.exists():
         lines = [l for l in log_path.read_text().splitlines() if json.loads(l)["step"] <= step]
         log_path.write_text("".join(l + "\n" for l in lines))
-    with (out / "command.txt").open("w" if step == 0 else "a") as f:   # every invocation, in order
+    with (out / "command.txt").open("w" if step == 0 else "a") as f:
         f.write(f"# from step {step}\n" + " ".join(["sinklens"] + sys.argv[1:]) + "\n")
+    return log_path
 
-    stream = ProblemStream(cfg.seed, cfg.data)
-    heldout = generate(cfg.eval_n, seed=cfg.seed, split="heldout", cfg=cfg.data)
+
+class _Meter:
+    """Training metrics between two log lines: mean loss, the DLM's masked-token accuracy per
+    mask-ratio bucket, the ARM's next-token accuracy, seconds per step."""
+
+    def __init__(self):
+        self.loss, self.n, self.t0 = 0.0, 0, time.time()
+        self.hit, self.cnt = torch.zeros(BUCKETS), torch.zeros(BUCKETS)
+        self.tok_hit, self.tok_cnt = 0, 0
+
+    def add(self, loss: float, correct: torch.Tensor, masked: torch.Tensor | None, t: torch.Tensor | None):
+        self.loss += loss
+        self.n += 1
+        if masked is None:                                                     # ARM
+            self.tok_hit += int(correct.sum())
+            self.tok_cnt += correct.numel()
+            return
+        bucket = (t * BUCKETS).long().clamp(max=BUCKETS - 1)                  # (B,)
+        self.hit.index_add_(0, bucket, (correct & masked).sum(1).float())
+        self.cnt.index_add_(0, bucket, masked.sum(1).float())
+
+    def record(self, diffusion: bool) -> dict:
+        r = {"loss": self.loss / self.n, "sec_per_step": (time.time() - self.t0) / self.n}
+        if diffusion:
+            r["masked_acc_by_ratio"] = (self.hit / self.cnt.clamp(min=1)).tolist()
+            r["masked_acc"] = float(self.hit.sum() / self.cnt.sum().clamp(min=1))
+        else:
+            r["token_acc"] = self.tok_hit / max(1, self.tok_cnt)
+        return r
+
+
+def _step(model, opt, tok, b, step: int, cfg: TrainConfig, meter: _Meter) -> float:
+    """One optimizer step on batch `b` (the DLM's masks drawn from (seed, step)); returns the
+    gradient norm before clipping."""
+    for g in opt.param_groups:
+        g["lr"] = lr_at(step, cfg)
+    if cfg.kind == "dual":   # next-token + block diffusion, 1 : 1 (train/dual.py); the meter shows the AR half
+        from sinklens.train.dual import block_diffusion_loss
+        gen = torch.Generator().manual_seed(cfg.seed * 1_000_003 + step)
+        (loss, correct), masked, t = arm_loss(model, b.input_ids, b.attention_mask, b.prompt_len), None, None
+        loss = loss + block_diffusion_loss(model, b.input_ids, b.attention_mask, b.prompt_len, tok.mask_token_id,
+                                           cfg.block_length, gen)[0]
+    elif cfg.diffusion:
+        gen = torch.Generator().manual_seed(cfg.seed * 1_000_003 + step)
+        loss, masked, correct, t = dlm_loss(model, b.input_ids, b.attention_mask, b.prompt_len,
+                                            tok.mask_token_id, gen, shift=cfg.shift, block=cfg.mask_block)
+    else:
+        (loss, correct), masked, t = arm_loss(model, b.input_ids, b.attention_mask, b.prompt_len), None, None
+    opt.zero_grad(set_to_none=True)
+    loss.backward()
+    gnorm = torch.nn.utils.clip_grad_norm_(model.parameters(), cfg.grad_clip)
+    opt.step()
+    meter.add(loss.item(), correct, masked, t)
+    return float(gnorm)
+
+
+def _evaluate_heldout(model, tok, heldout: dict, cfg: TrainConfig, step: int) -> dict:
+    """Each held-out kind's evaluation, by log key, with one line per kind on the console."""
+    out = {}
+    for key, problems in heldout.items():
+        ev = out[key] = evaluate(model, tok, problems, cfg)
+        tqdm.write(f"step {step}: {key}: held-out exact {ev['exact_acc']:.3f}"
+                   + (f", full-mask token acc {ev['full_mask_token_acc']:.3f}" if "full_mask_token_acc" in ev else "")
+                   + f" | {ev['samples'][0]['output']!r}")
+    return out
+
+
+def _train(cfg: TrainConfig, progress: bool) -> dict:
+    torch.set_num_threads(1)     # one thread per process: faster than two on a loaded 2-core CPU
+    out = Path(cfg.out)
+    out.mkdir(parents=True, exist_ok=True)
+    cfg, tok = _prepare(cfg, out)
+    model, opt, step, tokens = _model_and_optimizer(cfg, out)   # tokens: seen in training (prompt + answer region)
+    log_path = _open_log(out, step)
+    stream, heldout, meter = ProblemStream(cfg.seed, cfg.data), heldout_sets(cfg), _Meter()
     model.train()
-    acc = {"loss": 0.0, "n": 0, "hit": torch.zeros(BUCKETS), "cnt": torch.zeros(BUCKETS),
-           "tok_hit": 0, "tok_cnt": 0, "t0": time.time()}
-    bar = tqdm(total=cfg.steps, initial=step, disable=not progress, desc=f"train {cfg.kind}",
-               dynamic_ncols=True)
-    tokens = _load_tokens(ckpt) if step else 0   # training tokens seen (prompt + answer region)
+    bar = tqdm(total=cfg.steps, initial=step, disable=not progress, desc=f"train {cfg.kind}", dynamic_ncols=True)
     stop = min(cfg.stop_after or cfg.steps, cfg.steps)
     while step < stop:
         b = encode_batch(tok, stream.batch(step, cfg.batch_size), cfg.gen_length)
         tokens += b.input_ids.numel()
-        for g in opt.param_groups:
-            g["lr"] = lr_at(step, cfg)
-        if cfg.kind == "dual":
-            from sinklens.train.dual import block_diffusion_loss
-            gen = torch.Generator().manual_seed(cfg.seed * 1_000_003 + step)
-            loss, correct = arm_loss(model, b.input_ids, b.attention_mask, b.prompt_len)
-            bd, masked, bd_correct = block_diffusion_loss(model, b.input_ids, b.attention_mask, b.prompt_len,
-                                                          tok.mask_token_id, cfg.block_length, gen)
-            loss = loss + bd     # next-token + block diffusion, 1 : 1 (train/dual.py)
-            acc["tok_hit"] += int(correct.sum())
-            acc["tok_cnt"] += correct.numel()
-            acc["hit"][0] += float((bd_correct & masked).sum())
-            acc["cnt"][0] += float(masked.sum())
-        elif cfg.diffusion:
-            gen = torch.Generator().manual_seed(cfg.seed * 1_000_003 + step)
-            loss, masked, correct, t = dlm_loss(model, b.input_ids, b.attention_mask, b.prompt_len,
-                                                tok.mask_token_id, gen, shift=cfg.shift, block=cfg.mask_block)
-            bucket = (t * BUCKETS).long().clamp(max=BUCKETS - 1)                  # (B,)
-            hits = (correct & masked).sum(1).float()
-            acc["hit"].index_add_(0, bucket, hits)
-            acc["cnt"].index_add_(0, bucket, masked.sum(1).float())
-        else:
-            loss, correct = arm_loss(model, b.input_ids, b.attention_mask, b.prompt_len)
-            acc["tok_hit"] += int(correct.sum())
-            acc["tok_cnt"] += correct.numel()
-        opt.zero_grad(set_to_none=True)
-        loss.backward()
-        gnorm = torch.nn.utils.clip_grad_norm_(model.parameters(), cfg.grad_clip)
-        opt.step()
+        gnorm = _step(model, opt, tok, b, step, cfg, meter)
         step += 1
-        acc["loss"] += loss.item()
-        acc["n"] += 1
         bar.update(1)
-        record = None
+        record = {"step": step}
         if step % cfg.log_every == 0 or step == cfg.steps:
-            record = {"step": step, "loss": acc["loss"] / acc["n"], "lr": lr_at(step - 1, cfg),
-                      "grad_norm": float(gnorm), "tokens": tokens,
-                      "sec_per_step": (time.time() - acc["t0"]) / acc["n"]}
-            if cfg.diffusion:
-                record["masked_acc_by_ratio"] = (acc["hit"] / acc["cnt"].clamp(min=1)).tolist()
-                record["masked_acc"] = float(acc["hit"].sum() / acc["cnt"].sum().clamp(min=1))
-            else:
-                record["token_acc"] = acc["tok_hit"] / max(1, acc["tok_cnt"])
-            if cfg.kind == "dual":   # the block-diffusion half: accuracy on its masked tokens
-                record["masked_acc"] = float(acc["hit"][0] / acc["cnt"][0].clamp(min=1))
+            record.update(meter.record(cfg.diffusion), lr=lr_at(step - 1, cfg), grad_norm=gnorm, tokens=tokens)
             bar.set_postfix(loss=f"{record['loss']:.3f}")
-            acc.update({"loss": 0.0, "n": 0, "hit": torch.zeros(BUCKETS), "cnt": torch.zeros(BUCKETS),
-                        "tok_hit": 0, "tok_cnt": 0, "t0": time.time()})
+            meter = _Meter()
         if step % cfg.eval_every == 0 or step == cfg.steps:
-            ev = evaluate(model, tok, heldout, cfg)
-            record = record or {"step": step}
-            record["eval"] = ev
-            tqdm.write(f"step {step}: held-out exact {ev['exact_acc']:.3f}"
-                       + (f", full-mask token acc {ev['full_mask_token_acc']:.3f}" if "full_mask_token_acc" in ev else "")
-                       + f" | {ev['samples'][0]['output']!r}")
-        if record:
+            record.update(_evaluate_heldout(model, tok, heldout, cfg, step))
+        if len(record) > 1:
             with log_path.open("a") as f:
                 f.write(json.dumps(record) + "\n")
         if step % cfg.ckpt_every == 0 or step in (cfg.steps, stop):
-            _save_ckpt(model, opt, step, cfg, ckpt, tokens)
-            if record and "eval" in record:
+            _save_ckpt(model, opt, step, cfg, out / "ckpt", tokens)
+            if "eval" in record:
                 plot_curves(log_path, out / "curves.png", cfg.kind)
     bar.close()
     if step < cfg.steps:
@@ -353,6 +409,17 @@ def _train(cfg: TrainConfig, progress: bool) -> dict:
     return {"step": step, "out": str(out), "finished": True}
 
 
+# The log's key for each held-out kind (data.py's splits): "eval" (new number combinations,
+# training wordings) kept from the first logs, "eval_wording" (new wordings and new numbers).
+EVAL_KEYS = {"eval": "heldout", "eval_wording": "heldout-wording"}
+
+
+def heldout_sets(cfg: TrainConfig) -> dict:
+    """The held-out problems evaluated during training, by log key (the story style has one wording)."""
+    keys = [k for k, split in EVAL_KEYS.items() if cfg.data.style == "short" or split == "heldout"]
+    return {k: generate(cfg.eval_n, seed=cfg.seed, split=EVAL_KEYS[k], cfg=cfg.data) for k in keys}
+
+
 def plot_curves(log_path: Path, png: Path, kind: str) -> None:
     import matplotlib
     matplotlib.use("Agg")
@@ -360,6 +427,7 @@ def plot_curves(log_path: Path, png: Path, kind: str) -> None:
     recs = [json.loads(l) for l in Path(log_path).read_text().splitlines()]
     tr = [r for r in recs if "loss" in r]
     ev = [r for r in recs if "eval" in r]
+    wd = [r for r in recs if "eval_wording" in r]
     fig, axes = plt.subplots(1, 3, figsize=(15, 4))
     axes[0].plot([r["step"] for r in tr], [r["loss"] for r in tr])
     axes[0].set(title=f"{kind}: training loss", xlabel="step", yscale="log")
@@ -372,7 +440,11 @@ def plot_curves(log_path: Path, png: Path, kind: str) -> None:
     else:
         axes[1].plot([r["step"] for r in tr], [r["token_acc"] for r in tr])
         axes[1].set(title="next-token accuracy (answer region)", xlabel="step")
-    axes[2].plot([r["step"] for r in ev], [r["eval"]["exact_acc"] for r in ev], "o-", label="exact answer (held-out)")
+    axes[2].plot([r["step"] for r in ev], [r["eval"]["exact_acc"] for r in ev], "o-",
+                 label="exact answer (held-out numbers)")
+    if wd:
+        axes[2].plot([r["step"] for r in wd], [r["eval_wording"]["exact_acc"] for r in wd], "^-",
+                     label="exact answer (held-out wordings)")
     if kind in ("dlm", "dlm-shift"):
         axes[2].plot([r["step"] for r in ev], [r["eval"].get("full_mask_token_acc", float("nan")) for r in ev],
                      "s--", label="token acc, whole answer masked")
