@@ -830,3 +830,14 @@ def test_a_corpus_run_takes_its_units_and_eps_from_the_flags(tmp_path, monkeypat
     assert main(["trace", "--model", "tiny-dlm", "--prompt", "hi", "--out", str(tmp_path / "t.arrow"),
                  "--sink-eps", "2"]) == 2
     assert "--sink-eps goes with --prompts" in capsys.readouterr().err
+
+
+def test_trace_route_choices_are_the_capture_routes():
+    """`--route` lists every route AttentionRequest takes (the flag's tuple is written out so that
+    --help imports no torch; this keeps the two equal)."""
+    from sinklens.attention.request import ROUTES
+    from sinklens.cli import build_parser
+
+    sub = next(a for a in build_parser("trace")._actions if a.__class__.__name__ == "_SubParsersAction")
+    route = next(a for a in sub.choices["trace"]._actions if "--route" in a.option_strings)
+    assert tuple(route.choices) == ROUTES

@@ -188,10 +188,11 @@ def register(sub, sampler: str | None = None) -> None:
     t.add_argument("--capture-prefix", action="store_true", help="ARM: capture all prefix rows at every step")
     t.add_argument("--query-chunk", type=positive_int, default=None,
                    help="query rows per chunk in capture (memory bound; default: from an 8 MB cache budget)")
-    t.add_argument("--route", choices=("auto", "exact", "lse", "triton"), default="auto",  # AttentionRequest ROUTES
-                   help="capture route: exact softmax, lse (output from sdpa's fused kernel, bit-identical to "
-                        "an untraced run), triton (fused kernel, extra gpu; falls back to lse where it does not "
-                        "apply); auto = lse on CUDA and in bfloat16/float16, exact for float32 on CPU (measured faster there)")
+    t.add_argument("--route", choices=("auto", "compiled", "exact", "lse", "triton"), default="auto",  # AttentionRequest ROUTES
+                   help="capture route: compiled (one-pass C kernel on CPU, built on first use), exact softmax, lse "
+                        "(output from sdpa's fused kernel, bit-identical to an untraced run), triton (fused kernel, "
+                        "extra gpu; falls back to lse where it does not apply); auto = compiled for float32 on CPU "
+                        "where it builds (else exact), lse on CUDA and in bfloat16/float16")
     add_config_flags(t.add_argument_group("mechanism readouts (off by default; docs/analysis.md)"), ReadoutOptions)
     from sinklens.eval.corpus_config import CorpusConfig
     add_config_flags(t.add_argument_group("corpus run (--prompts; docs/corpus.md)"), CorpusConfig)
