@@ -64,8 +64,8 @@ def test_eq3_margin_by_hand_and_padding_never_sinks():
     m = sink_margin(s, km)
     assert m[0] == pytest.approx(10 - 1) and m[1] == pytest.approx(1 - 4)
     assert m[4] == -np.inf
-    assert is_sink(s, 3.0, km).tolist() == [True, False, False, False, False]
-    assert is_sink(s, 9.0, km)[0] and not is_sink(s, 9.01, km)[0]       # ≥ ε, boundary included
+    assert is_sink(s, km, 3.0).tolist() == [True, False, False, False, False]
+    assert is_sink(s, km, 9.0)[0] and not is_sink(s, km, 9.01)[0]       # ≥ ε, boundary included
     assert top_k(s, 3, km).tolist() == [0, 1, 2]                        # ties → lower position first
     assert top_k(s[:2], 3).tolist() == [0, 1, -1]
     assert largest_sink(s, 3.0, km)[0] == 0

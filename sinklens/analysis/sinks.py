@@ -1,9 +1,9 @@
 """Sink helpers of the analysis on top of the rule (sinklens/rule/): Eq. 3 on score arrays,
 top-K ranking, and the ε sweep (Fig. 10).
 
-Eq. 3 and its default ε live in rule/spec.py; here `sink_margin` / `is_sink` take a mask of the
-keys to compare (`visible`: real keys some summed query could see; default every key) and
-apply the rule's numpy implementation.
+Eq. 3 and its default ε live in rule/spec.py, its numpy implementation in rule/np_rule.py:
+`is_sink(scores, visible, eps)` and `sink_margin(scores, visible)` are that one definition,
+re-exported here (`visible`: the keys some summed query could see; None = every key).
 """
 from __future__ import annotations
 
@@ -13,6 +13,7 @@ import numpy as np
 
 from sinklens.analysis.accumulate import Accumulator
 from sinklens.rule import np_rule
+from sinklens.rule.np_rule import is_sink, sink_margin  # noqa: F401  (Eq. 3 has one home; re-exported)
 from sinklens.rule.spec import DEFAULT_EPS, DEFAULT_UNITS
 
 
@@ -24,18 +25,6 @@ def _key_mask(scores: np.ndarray, key_mask) -> np.ndarray:
     if key_mask.shape[-1] != S:
         raise ValueError(f"key_mask must end with S = {S} keys, got shape {key_mask.shape}")
     return key_mask
-
-
-def sink_margin(scores, key_mask=None) -> np.ndarray:
-    """score_j − mean of the other compared keys' scores, shape (..., S); −inf on keys not
-    compared (`key_mask` False: padding, invisible) and when there is no other key."""
-    s = np.asarray(scores, dtype=np.float64)
-    return np_rule.sink_margin(s, _key_mask(s, key_mask))
-
-
-def is_sink(scores, eps: float = DEFAULT_EPS, key_mask=None) -> np.ndarray:
-    """(..., S) bool: Eq. 3 with threshold `eps` (in the units of `scores`)."""
-    return sink_margin(scores, key_mask) >= eps
 
 
 def top_k(scores, k: int, key_mask=None) -> np.ndarray:
@@ -67,7 +56,7 @@ def largest_flagged(scores, flagged) -> tuple[np.ndarray, np.ndarray]:
 def largest_sink(scores, eps: float = DEFAULT_EPS, key_mask=None) -> tuple[np.ndarray, np.ndarray]:
     """Position (−1 when no sink) and score (NaN when no sink) of the highest-scoring sink, shape (...)."""
     s = np.asarray(scores, dtype=np.float64)
-    return largest_flagged(s, is_sink(s, eps, key_mask))
+    return largest_flagged(s, is_sink(s, _key_mask(s, key_mask), eps))
 
 
 @dataclass

@@ -130,11 +130,15 @@ def to_scores(received, units: str, cov: Coverage) -> np.ndarray:
     return np.where(vis, out, 0.0).astype(np.float32)
 
 
-def sink_margin(scores, visible) -> np.ndarray:
+def sink_margin(scores, visible=None) -> np.ndarray:
     """score_j − mean of the other visible keys' scores, (..., S) float64; −inf where key j is
     not visible, or is the only visible key (a single key cannot be an outlier).
-    visible: bool, broadcastable to `scores`."""
+    visible: bool, broadcastable to `scores` (None: every key is visible)."""
     s = np.asarray(scores, np.float64)
+    if visible is None:
+        visible = True
+    elif np.shape(visible)[-1:] != s.shape[-1:]:
+        raise ValueError(f"visible must end with S = {s.shape[-1]} keys, got shape {np.shape(visible)}")
     vis = np.broadcast_to(np.asarray(visible, bool), s.shape)
     s = np.where(vis, s, 0.0)
     n = vis.sum(-1, keepdims=True)
@@ -143,8 +147,9 @@ def sink_margin(scores, visible) -> np.ndarray:
     return np.where(vis & (n > 1), s - others, -np.inf)
 
 
-def is_sink(scores, visible, eps: float = DEFAULT_EPS) -> np.ndarray:
-    """(..., S) bool: Eq. 3 at threshold `eps` (in the units of `scores`)."""
+def is_sink(scores, visible=None, eps: float = DEFAULT_EPS) -> np.ndarray:
+    """(..., S) bool: Eq. 3 at threshold `eps` (in the units of `scores`), over the `visible` keys
+    (None: all). The one definition: the analysis, the masking and the readouts call this."""
     return sink_margin(scores, visible) >= eps
 
 
