@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import json
 import re
-from dataclasses import asdict
 from pathlib import Path
 
 import torch
@@ -137,6 +136,3 @@ def save_dream_folder(model: LlamaForCausalLM, cfg: ModelConfig, folder: str | P
 def param_count(cfg: ModelConfig) -> int:
     return sum(p.numel() for p in build_model(cfg, diffusion=True, seed=0).parameters())
 
-
-def model_config_dict(cfg: ModelConfig) -> dict:
-    return asdict(cfg)
