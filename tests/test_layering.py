@@ -18,7 +18,7 @@ PKG = Path(__file__).resolve().parents[1] / "sinklens"
 
 # Lowest first. Packages on one line are peers: they must not import each other.
 LAYERS: list[tuple[str, ...]] = [
-    ("_version", "params", "_lazy", "runlock", "columns"),  # utilities: import nothing from sinklens
+    ("_version", "params", "_lazy", "runlock", "columns", "cache"),  # utilities: import nothing from sinklens
     ("rule",),                    # the sink rule: declarations, numpy and torch implementations
     ("attention", "trace", "sandbox"),  # the capture function; the trace file format; the code sandbox (stdlib only)
     ("samplers", "masking"),      # drive a model step by step (write traces); a per-step masking hook

