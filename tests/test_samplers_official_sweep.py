@@ -12,7 +12,7 @@ import pytest
 import torch
 
 import sinklens
-from _kernels import param
+from _kernels import cpu, param
 from sinklens.samplers import CaptureOptions
 
 torch.set_num_threads(1)  # tiny models: threads only contend on the shared 2-core machine
@@ -155,6 +155,10 @@ SHORT = [c for c in SHORT_ALL if c["dtype"] == "float32"]  # the bfloat16 ones r
 # (auto on a float32 CPU; its output is within ~1e-5 of sdpa's) flips which one commits. The lse route, whose output
 # is sdpa's own, keeps the official choice (test_a_maskonly_row_is_a_near_tie below says why it must be lse there).
 NEAR_TIE = {"batch2_row_without_prompt"}
+# The same tie is decided by the float32 gemm's order of summation, which MKL picks by CPU: the fixtures came from an
+# AVX-512 CPU, and on an AVX2-only one (AMD EPYC here) Dream's row flips even untraced. There a difference is reported
+# as an expected failure naming the kernels; on an AVX-512 CPU the comparison stays strict.
+FIXTURE_FLOAT32_ISA = "avx512f"
 
 
 @pytest.mark.parametrize("traced", [False, True], ids=["plain", "traced"])
@@ -171,6 +175,9 @@ def test_short_prompts_equal_official(models, case, traced, tmp_path):
     out = models[case["family"]].generate(torch.tensor(case["input_ids"]), am, **kwargs)
     history = [h.tolist() for h in out.history]
     first = next((s for s, (a, b) in enumerate(zip(history, case["history"])) if a != b), None)
+    if first is not None and case["name"] in NEAR_TIE and FIXTURE_FLOAT32_ISA not in cpu()[1]:
+        pytest.xfail(f"a ~1e-6 near tie decided by the float32 gemm: the fixture's CPU had {FIXTURE_FLOAT32_ISA}, "
+                     f"this one ({cpu()[0]}) has {' '.join(cpu()[1])}; step {first} differs")
     assert first is None, f"step {first} differs from the official sampler"
     assert len(history) == len(case["history"]) and out.sequences.tolist() == case["expected_output_ids"]
     if traced:
