@@ -193,12 +193,13 @@ def test_every_report_option_is_a_flag():
                                               "--no-figures", "--html-max-mb", "0", "--html-layers", "2",
                                               "--title", "T", "-q"])
     setup(args)
+    from sinklens.cli.logs import verbose
     assert options(args) == ReportOptions(units="gu", sink_eps=2.0, heads=[(3, 5), (1, 0)], map_steps=[0, 4], row=1,
-                                          figures=False, progress=False,
+                                          figures=False, progress=False, log=verbose,
                                           page=PageOptions(max_mb=None, layers=[2], title="T"))
     args = build_parser("report").parse_args(["report", "t.arrow", "--out", "o", "-q"])
     setup(args)
-    assert options(args) == ReportOptions(progress=False)
+    assert options(args) == ReportOptions(progress=False, log=verbose)
     with pytest.raises(ValueError, match="sink_eps must be > 0, got 0"):
         ReportOptions(sink_eps=0)
 
