@@ -87,8 +87,9 @@ def test_shipped_story_twins_run_the_study_with_k_a_small_share_of_the_keys(tmp_
     assert float(share_row.strip("|").split("|")[1].strip().rstrip("%")) < 1.0, share_row
 
 
-def test_all_shipped_twins_fit_the_25_mb_asset_budget():
-    assert sum(f.stat().st_size for f in ASSETS.rglob("*") if f.is_file()) <= 25 * 2**20
+def test_all_shipped_twins_fit_the_30_mb_asset_budget():
+    """Eight ~3.7 MB twins (tiny-dual is the eighth): the wheel stays small."""
+    assert sum(f.stat().st_size for f in ASSETS.rglob("*") if f.is_file()) <= 30 * 2**20
 
 
 STORY9 = {"story9-arm-4l": ("arm", False), "story9-dlm-4l": ("dlm", True), "story9-dlmarm-4l": ("dlm-shift", True)}

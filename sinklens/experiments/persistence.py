@@ -77,7 +77,7 @@ def twins_persistence(n: int = 3, configs: dict[str, MaskingConfig] | None = Non
     held-out problems, their own samplers and settings."""
     from sinklens.models.loader import load
     from sinklens.eval.arith import heldout_problems
-    from sinklens.experiments.model_spec import DemoModel
+    from sinklens.experiments.demo_model import DemoModel
     from sinklens.experiments.twins import LOAD, arm_sampler, dlm_sampler
 
     configs = configs or {"topk K=1": MaskingConfig(sinks="topk", mask_k=1), "eq3 K=1": MaskingConfig(sinks="eq3", mask_k=1),
