@@ -59,7 +59,9 @@ def test_traced_eval_has_the_same_records_and_one_corpus_per_row(models, name, t
     for p, t in zip(plain, traced):
         (traced_recs, traced_kl), (plain_recs, plain_kl) = _records(t), _records(p)
         assert traced_recs == plain_recs                  # same tokens, same verdicts, same masking summaries
-        assert traced_kl == pytest.approx(plain_kl, rel=1e-5, abs=1e-7)
+        # KL to the unmasked run: the capture route's output is within ~1e-6 of sdpa's (the compiled route sums
+        # in its own order), and a small KL moves by ~1e-4 of itself
+        assert traced_kl == pytest.approx(plain_kl, rel=2e-4, abs=1e-7)
         assert not os.path.exists(os.path.join(p, "corpus"))
         c = open_corpus(os.path.join(t, "corpus", "corpus.jsonl"))   # what `sinklens report` reads
         assert c.num_prompts == 2 and c.meta["complete"] and c.meta["eval"]["task"] == "arith"

@@ -181,7 +181,8 @@ def _check_against_eager(m, ids):
         assert torch.allclose(req.readout("diagonal")[l], torch.diagonal(A, dim1=-2, dim2=-1).sum(-1) / S,
                               atol=2e-3), l
         dist = torch.stack([(A * ((i - j).abs() == d)).sum((-1, -2)) for d in range(S)], -1)
-        assert torch.allclose(req.readout("distance")[l], dist, atol=5e-3), l
+        # float16 storage of sums up to ~S (the twin runs in float16): relative as well as absolute
+        assert torch.allclose(req.readout("distance")[l], dist, rtol=5e-3, atol=5e-3), (l, (req.readout("distance")[l] - dist).abs().max())
         if l < len(layers) - 1:                                            # the last entry of hidden_states is normed
             assert torch.allclose(req.readout("hidden_norm")[l], hs[l + 1].float().norm(dim=-1), rtol=2e-3)
 
