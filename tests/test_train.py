@@ -421,7 +421,7 @@ def test_study_end_to_end_on_tiny_runs(tmp_path, monkeypatch):
     assert labels >= {"arm", "dlm", "dlm-shift", "arm (random init)", "dlm (random init)", "dlm-shift (random init)"}
     assert all("track_classes" in r and "drift" in r for r in rows)
     from sinklens.trace.reader import open_trace
-    controls = sorted((out / "traces").glob("* (random init)-*.arrow"))   # each twin's control: random_init recorded
+    controls = sorted((out / "traces").glob("*-random-init-*.arrow"))   # each twin's control: random_init recorded
     assert len(controls) == 3 and all(open_trace(str(p)).meta["model"].get("random_init") is not None for p in controls)
     with pytest.raises(SystemExit) as e:                                              # no LABEL=: a usage error
         main(["study", "--run", str(runs["arm"]), "--out", str(out)])
