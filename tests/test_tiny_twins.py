@@ -129,11 +129,10 @@ def test_replicate_writes_table_and_dynamics(tmp_path):
     runs = find_runs([str(tmp_path / "eval")])
     rows = [(summarize_run(r), Path(r).name, Path(r).parts[-4]) for r in runs]      # .../eval/<protocol>/<model>/arith/kK
     # both protocols, one shared unmasked run; every masked row has its random-key control beside it
-    assert sorted((proto, r["model"], r["mask_topk"], name, r["n"]) for r, name, proto in rows) == [
-        ("eq3", "tiny-arm", 1, "k1", 2), ("eq3", "tiny-arm", 1, "k1-random", 2),
-        ("eq3", "tiny-dlm", 1, "k1", 2), ("eq3", "tiny-dlm", 1, "k1-random", 2),
-        ("topk", "tiny-arm", 0, "k0", 2), ("topk", "tiny-arm", 1, "k1", 2), ("topk", "tiny-arm", 1, "k1-random", 2),
-        ("topk", "tiny-dlm", 0, "k0", 2), ("topk", "tiny-dlm", 1, "k1", 2), ("topk", "tiny-dlm", 1, "k1-random", 2)]
+    models = ("tiny-arm", "tiny-dlm", "tiny-dual (ar)", "tiny-dual (diffusion)")   # the four of the matched table
+    assert sorted((proto, r["model"], r["mask_topk"], name, r["n"]) for r, name, proto in rows) == sorted(
+        [(proto, m, 1, k, 2) for proto in ("eq3", "topk") for m in models for k in ("k1", "k1-random")]
+        + [("topk", m, 0, "k0", 2) for m in models])
     for r, name, proto in rows:
         recs = [json.loads(line) for line in open(Path(r["run_dir"]) / "samples.jsonl")]
         for rec in recs:                       # what was blocked is recorded per sample
@@ -147,14 +146,16 @@ def test_replicate_writes_table_and_dynamics(tmp_path):
     assert "sinks=topk" in table and "sinks=eq3" in table
     assert Path(res["report"]).is_file() and Path(res["persistence_md"]).is_file()
     dyn = {(r["model"], r["units"]): r for r in res["rows"]}
-    assert set(dyn) == {("tiny-dlm", "scaled_sum"), ("tiny-arm", "scaled_sum"), ("tiny-arm", "uniform_ratio")}
+    assert set(dyn) == {("tiny-dlm", "scaled_sum"), ("tiny-arm", "scaled_sum"), ("tiny-arm", "uniform_ratio"),
+                        ("tiny-dual (ar)", "scaled_sum"), ("tiny-dual (ar)", "uniform_ratio"),
+                        ("tiny-dual (diffusion)", "scaled_sum")}      # causal models: also relative to uniform
     for r in dyn.values():
         assert r["problems"] == 3 and len(r["sinks_per_head_and_step_by_layer"]) == 4
         if r["sink_occurrences"]:
             assert abs(sum(r["sink_token_categories"].values()) - 1) < 1e-9
     assert dyn[("tiny-dlm", "scaled_sum")]["consecutive_sink_pairs"] > 0
     dyn_md = Path(res["dynamics_md"]).read_text()
-    assert dyn_md.count("| tiny-") == 6 and "Tracks (a sink followed" in dyn_md      # 3 rows in each of 2 tables
+    assert dyn_md.count("| tiny-") == 12 and "Tracks (a sink followed" in dyn_md     # 6 rows in each of 2 tables
 
 
 @pytest.mark.parametrize("name", ["tiny-dlm", "tiny-arm"])
