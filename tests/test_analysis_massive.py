@@ -3,23 +3,17 @@ median magnitude of all activations (Sun et al. 2024, `ratio_all`), against tran
 hidden states; the last layer's readout is its output before the final norm."""
 import numpy as np
 import torch
-from transformers import LlamaConfig, LlamaForCausalLM
 
 from sinklens.analysis import ArraySource, analyze
 from sinklens.attention import ATTENTION_NAME, AttentionRequest
 from sinklens.attention.readouts import readout_hooks
+from test_readouts import massive_llama
 
 NAMES = ("hidden_norm", "hidden_top_channels", "hidden_top_values", "hidden_median_abs")
 
 
 def test_both_ratios_against_the_hidden_states():
-    torch.manual_seed(0)
-    cfg = LlamaConfig(vocab_size=50, hidden_size=32, intermediate_size=48, num_hidden_layers=3,
-                      num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=64)
-    model = LlamaForCausalLM(cfg).eval()
-    model.config._attn_implementation = ATTENTION_NAME
-    with torch.no_grad():
-        model.model.embed_tokens.weight[3, 5] = 400.0                # a massive activation at token 3
+    model = massive_llama()                                          # a massive activation at token 3
     last = {}
     model.model.layers[-1].register_forward_hook(lambda m, a, out: last.update(h=out[0] if isinstance(out, tuple) else out))
     ids = torch.tensor([[1, 2, 3, 4, 6, 7]])

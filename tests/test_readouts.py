@@ -120,9 +120,9 @@ def test_planted_k_sigma_outlier_is_found_where_eq3_is_silent():
     assert thr == pytest.approx(want, rel=1e-6) and np.flatnonzero(flagged).tolist() == [7]
 
 
-def test_planted_massive_activation_is_read_back_from_a_model():
-    """A huge value in channel 5 of token 3's embedding rides the residual stream: every layer's
-    largest channel at that position is 5, and the analysis places it."""
+def massive_llama():
+    """A random 3-layer Llama on sinklens' attention with a planted massive activation: 400 in channel
+    5 of token 3's embedding (test_analysis_massive.py uses it too)."""
     torch.manual_seed(0)
     cfg = LlamaConfig(vocab_size=50, hidden_size=32, intermediate_size=48, num_hidden_layers=3,
                       num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=64)
@@ -130,6 +130,13 @@ def test_planted_massive_activation_is_read_back_from_a_model():
     model.config._attn_implementation = ATTENTION_NAME
     with torch.no_grad():
         model.model.embed_tokens.weight[3, 5] = 400.0
+    return model
+
+
+def test_planted_massive_activation_is_read_back_from_a_model():
+    """A huge value in channel 5 of token 3's embedding rides the residual stream: every layer's
+    largest channel at that position is 5, and the analysis places it."""
+    model = massive_llama()
     ids = torch.tensor([[1, 2, 3, 4, 6, 7]])
     req = AttentionRequest(capture=True, hidden_norms=True)
     with torch.no_grad(), readout_hooks(model, req):
@@ -137,7 +144,7 @@ def test_planted_massive_activation_is_read_back_from_a_model():
     top = req.readout("hidden_top_channels")[:, 0, 2, 0]                  # (L,) at position 2 (token 3)
     assert top.tolist() == [5, 5, 5]
     hs = out.hidden_states                                               # transformers' own: embeddings, layers 0..L-2, final norm
-    for l in range(cfg.num_hidden_layers - 1):
+    for l in range(model.config.num_hidden_layers - 1):
         assert torch.allclose(req.readout("hidden_norm")[l, 0], hs[l + 1][0].norm(dim=-1), rtol=1e-5)
     readouts = {n: req.readout(n).numpy().transpose(1, 0, *range(2, req.readout(n).dim()))[:1] for n in
                 ("hidden_norm", "hidden_top_channels", "hidden_top_values")}
