@@ -93,7 +93,7 @@ def stream_vs_trace(root: Path, rounds: int = 5, prompts: int = 4, steps: int = 
     from sinklens.eval.corpus import reduce_trace
     from sinklens.eval.stream import StreamWriter
     from sinklens.models.loader import load
-    from sinklens.samplers.base import CaptureOptions
+    from sinklens.samplers.capture import CaptureOptions
 
     torch.set_num_threads(1)
     m = load("tiny-dlm")

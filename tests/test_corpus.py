@@ -105,7 +105,7 @@ def test_readout_totals_equal_the_kept_traces_pooled(dlm, tmp_path):
     profile is Σ attention / Σ steps over prompts of different lengths, and the report has a section
     and, where the trace report has one, a figure for each."""
     from sinklens.report.corpus import build_corpus_report
-    from sinklens.samplers.base import CaptureOptions
+    from sinklens.samplers.capture import CaptureOptions
 
     prompts = tmp_path / "p.jsonl"
     prompts.write_text("".join(json.dumps({"prompt": "apples " * (1 + 3 * i)}) + "\n" for i in range(4)))
@@ -272,7 +272,7 @@ def _shows_every_readout(out: Path, d: dict, views: tuple[str, ...], prompts: in
 
 @pytest.mark.slow
 def test_200_twin_prompts_report(dlm, tmp_path):
-    from sinklens.samplers.base import CaptureOptions
+    from sinklens.samplers.capture import CaptureOptions
 
     prompts = write_prompts(tmp_path / "p.jsonl", 200)
     path = run_corpus(CorpusConfig(model="tiny-dlm", prompts=str(prompts), out=str(tmp_path / "run"), keep_traces=3,
@@ -290,7 +290,7 @@ def test_200_twin_prompts_report(dlm, tmp_path):
 
 @pytest.mark.slow
 def test_50_smollm2_prompts_report(smollm2, tmp_path):
-    from sinklens.samplers.base import CaptureOptions
+    from sinklens.samplers.capture import CaptureOptions
 
     prompts = write_prompts(tmp_path / "p.jsonl", 50)
     path = run_corpus(CorpusConfig(model="smollm2-135m-instruct", prompts=str(prompts), out=str(tmp_path / "run"),

@@ -17,7 +17,7 @@ from sinklens.analysis.corpus import prompt_part, to_json
 from sinklens.analysis.source import ArraySource, StepData
 from sinklens.analysis.stream import PromptStream
 from sinklens.eval.corpus import CorpusConfig, reduce_trace, run_corpus
-from sinklens.samplers.base import CaptureOptions
+from sinklens.samplers.capture import CaptureOptions
 
 EVERY_READOUT = dict(value_norms=True, qk_norms=True, diagonal=True, distance=True, hidden_norms=True, lens_layers=[0])
 

@@ -86,7 +86,7 @@ def test_diffusion_gemma_sliding_layers_attend_only_where_the_baseline_reaches(t
     the rule's visibility gives uniform attention (a sliding layer's baseline stops short of a
     global layer's)."""
     import sinklens
-    from sinklens.samplers.base import CaptureOptions
+    from sinklens.samplers.capture import CaptureOptions
     from test_diffusion_gemma import CASES, build, our_kwargs, prompt
 
     m = sinklens.load(build(tmp_path / "dg"))

@@ -23,7 +23,7 @@ from sinklens.eval import records
 from sinklens.eval.rundir import RunLock
 from sinklens.eval.runner import EvalConfig, run_eval, sampler_settings
 from sinklens.eval.summary import render, summarize_run, write_summary
-from sinklens.samplers.base import CaptureOptions
+from sinklens.samplers.capture import CaptureOptions
 
 torch.set_num_threads(1)
 REPO = Path(__file__).resolve().parents[1]

@@ -22,7 +22,7 @@ def traced(tmp_path_factory):
     import torch
 
     import sinklens
-    from sinklens.samplers.base import CaptureOptions
+    from sinklens.samplers.capture import CaptureOptions
 
     d = tmp_path_factory.mktemp("paper")
     capture = CaptureOptions(value_norms=True, qk_norms=True, diagonal=True, distance=True, hidden_norms=True,

@@ -152,7 +152,7 @@ def test_no_import_cycle():
 
 def test_the_checks_catch_what_they_are_for():
     """The checker itself, on made-up graphs: an upward import, a peer import, the face, a cycle."""
-    g = {"sinklens.trace.writer": {"sinklens.analysis.scores"}, "sinklens.masking.policy": {"sinklens.samplers.base"},
+    g = {"sinklens.trace.writer": {"sinklens.analysis.scores"}, "sinklens.masking.policy": {"sinklens.samplers.hooks"},
          "sinklens.eval.runner": {"sinklens"}, "sinklens.report.report": {"sinklens.analysis.analyze"}}
     bad = violations(g)
     assert len(bad) == 3  # sorted by importer: eval.runner, masking.policy, trace.writer
@@ -178,6 +178,6 @@ def test_a_samplers_config_imports_only_the_standard_library_and_the_config_base
 
 def test_the_config_check_sees_torch(tmp_path):
     src = tmp_path / "config.py"
-    src.write_text("import torch\nfrom dataclasses import dataclass\nfrom sinklens.samplers import base\n")
+    src.write_text("import torch\nfrom dataclasses import dataclass\nfrom sinklens.samplers import registry\n")
     assert outside_imports(src) - set(sys.stdlib_module_names) == {"torch"}
-    assert imports("sinklens.samplers.x.config", src, all_modules()) == {"sinklens.samplers.base"}
+    assert imports("sinklens.samplers.x.config", src, all_modules()) == {"sinklens.samplers.registry"}

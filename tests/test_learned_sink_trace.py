@@ -12,7 +12,7 @@ import torch
 
 import sinklens
 from sinklens.analysis import analyze
-from sinklens.samplers.base import CaptureOptions
+from sinklens.samplers.capture import CaptureOptions
 
 torch.set_num_threads(1)
 

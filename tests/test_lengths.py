@@ -10,7 +10,7 @@ import torch
 import sinklens
 from sinklens.cli import main
 from sinklens.samplers import lengths
-from sinklens.samplers.configs import get_config
+from sinklens.samplers.registry import get_config
 
 TWIN = {"kind": "dlm", "gen_length": 16, "block_length": 8}  # the shipped tiny-dlm's training config
 SHIFT = {"kind": "dlm-shift", "gen_length": 24, "block_length": 0}  # 0: one block (a Dream-format twin)

@@ -11,7 +11,7 @@ import pytest
 import torch
 
 from sinklens.models.loader import load
-from sinklens.samplers.base import CaptureOptions
+from sinklens.samplers.capture import CaptureOptions
 from sinklens.trace.reader import open_trace
 
 SETTINGS = dict(steps=4, gen_length=8, block_length=8)

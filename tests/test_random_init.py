@@ -22,7 +22,7 @@ from sinklens.cli import main
 from sinklens.eval.corpus import CorpusConfig, run_corpus
 from sinklens.models import loader
 from sinklens.models.loader import load
-from sinklens.samplers.base import CaptureOptions
+from sinklens.samplers.capture import CaptureOptions
 
 DLM_FAST = {"steps": 2, "gen_length": 4, "block_length": 4}
 

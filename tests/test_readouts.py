@@ -218,7 +218,7 @@ def test_lens_at_the_last_layer_is_the_models_own_head(smollm2):
 
 def test_traced_tokens_identical_and_trace_round_trip(tmp_path):
     import sinklens
-    from sinklens.samplers.base import CaptureOptions
+    from sinklens.samplers.capture import CaptureOptions
 
     m = sinklens.load("tiny-dlm")
     ids = m.apply_chat_template("Tom has 3 apples and buys 4 more. How many?")
@@ -308,7 +308,7 @@ def test_arm_decoding_steps_read_the_cache(smollm2, tmp_path):
     """ARM decoding feeds one row against the cache: the cached keys' value norms are those of the
     prefill, the hidden-state readouts cover the fed row only, the lens reads no position it did not compute."""
     import sinklens
-    from sinklens.samplers.base import CaptureOptions
+    from sinklens.samplers.capture import CaptureOptions
 
     ids = smollm2.tokenizer("Count: one, two,", return_tensors="pt").input_ids
     capture = CaptureOptions(value_norms=True, hidden_norms=True, lens_layers=[smollm2.num_layers - 1])

@@ -17,7 +17,7 @@ ARM_FIGURES = ["fig01_received_layer29_mean", "fig03_score_distribution", "fig04
 def test_report_on_real_smollm2_trace(smollm2, tmp_path):
     import torch
 
-    from sinklens.samplers.base import CaptureOptions
+    from sinklens.samplers.capture import CaptureOptions
 
     torch.set_num_threads(1)
     ids = smollm2.apply_chat_template("Name three colours.")
@@ -55,7 +55,7 @@ def test_report_on_llada_fixture_trace(fixtures_dir, tmp_path):
     import torch
 
     import sinklens
-    from sinklens.samplers.base import CaptureOptions
+    from sinklens.samplers.capture import CaptureOptions
 
     torch.set_num_threads(1)
     m = sinklens.load(str(fixtures_dir / "llada"))

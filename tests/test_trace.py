@@ -51,7 +51,7 @@ def test_round_trip(tmp_path, dtype):
     assert not t.truncated
     assert (t.num_steps, t.num_layers, t.num_heads, t.batch_size, t.seq_len) == (T, L, H, B, S)
     m = t.meta
-    assert m["schema_version"] == SCHEMA_VERSION and m["units"] == "column_sum" and m["received_dtype"] == dtype
+    assert m["schema_version"] == SCHEMA_VERSION and m["units"] == "sum" and m["received_dtype"] == dtype
     assert m["sampler"] == {"name": "llada", "args": {"steps": T}} and m["prompt"] == "hi" and m["seed"] == 7
     np_dtype = np.float16 if dtype == "float16" else np.float32
     for step, s in enumerate(steps):
@@ -318,7 +318,8 @@ def _events(seed=0, steps=T):
     import torch
 
     from sinklens.attention.request import AttentionRequest
-    from sinklens.samplers.base import StepEvent, masked_unmasked_groups
+    from sinklens.samplers.capture import masked_unmasked_groups
+    from sinklens.samplers.hooks import StepEvent
 
     g = torch.Generator().manual_seed(seed)
     out = []

@@ -30,7 +30,7 @@ def add_sampler_flags(parser: argparse.ArgumentParser, exclude: tuple[str, ...] 
     e.g. Dream's --eps for --time-eps) is accepted with a deprecation note unless `exclude` names
     it. `only`: that sampler's flags alone (`--model X --help`). Returns field name -> dest (the
     name, or `sampler_<name>` where the command has a setting of that name: eval's masking `threshold`)."""
-    from sinklens.samplers.configs import SAMPLERS, expected
+    from sinklens.samplers.registry import SAMPLERS, expected
 
     by_name: dict[str, list] = {}
     for sampler, cls in SAMPLERS.items():
@@ -106,7 +106,7 @@ def help_sampler(command: str, argv: list[str]) -> str | None:
     if not given.get("model"):
         return None
     from sinklens.models.loader import checkpoint_family
-    from sinklens.samplers.configs import SAMPLERS
+    from sinklens.samplers.registry import SAMPLERS
 
     found = checkpoint_family(given["model"])
     try:
@@ -277,7 +277,7 @@ def run(args, trace=None, capture=None, check=None):
     from sinklens.models.loader import load
     from sinklens.models.options import control_label
     from sinklens.samplers import lengths
-    from sinklens.samplers.configs import get_config
+    from sinklens.samplers.registry import get_config
 
     t0 = time.perf_counter()
     model = load(args.model, dtype=args.dtype, device=args.device, **load_args(args))
@@ -338,7 +338,7 @@ def new_text(ids, out) -> str:
 
 
 def _check_generates(model) -> None:
-    from sinklens.samplers.configs import get_config
+    from sinklens.samplers.registry import get_config
 
     if not get_config(model.family.sampler).generates:
         from sinklens.cli.precheck import encoder_refusal

@@ -78,7 +78,7 @@ def dtype(name: str | None, flag: str = "--dtype") -> None:
 
 def sampler_flags(given: dict) -> None:
     """The sampler flags given (field name -> value) must all be fields of one sampler."""
-    from sinklens.samplers.configs import SAMPLERS
+    from sinklens.samplers.registry import SAMPLERS
 
     names = set(given)
     if len(names) < 2 or any(names <= {f.name for f in fields(cls)} for cls in SAMPLERS.values()):
@@ -91,7 +91,7 @@ def sampler_flags(given: dict) -> None:
 
 def sampler_name(name: str | None, flag: str = "--sampler") -> None:
     """A registered sampler's name (whether the model's family runs it is checked once it is loaded)."""
-    from sinklens.samplers.configs import SAMPLERS
+    from sinklens.samplers.registry import SAMPLERS
 
     if name is not None and name not in SAMPLERS:
         raise CliError(f"{flag} {name!r}: expected one of {', '.join(sorted(SAMPLERS))}")
@@ -108,7 +108,7 @@ def model_sampler(model: str, sampler: str | None, given: dict, task: str | None
     from sinklens.eval.settings import planned_settings
     from sinklens.models.loader import checkpoint_family
     from sinklens.samplers import lengths
-    from sinklens.samplers.configs import get_config
+    from sinklens.samplers.registry import get_config
 
     found = checkpoint_family(model)
     if found is None:

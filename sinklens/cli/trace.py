@@ -67,7 +67,7 @@ def cmd_trace(args) -> int:
     if args.prompts is not None:
         _check_corpus_flags(args)
     from sinklens.runlock import FileLock, RunDirBusy
-    from sinklens.samplers.base import CaptureOptions
+    from sinklens.samplers.capture import CaptureOptions
     from sinklens.trace.schema import replaceable
 
     if os.path.isdir(args.out) and args.prompts is None:

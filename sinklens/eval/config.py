@@ -16,7 +16,7 @@ from sinklens.eval.rundir import recorded_model_name
 from sinklens.masking.config import MaskingConfig
 from sinklens.models.options import LoadOptions
 from sinklens.params import MAX_SEED, check_value, flag_name, param, param_like
-from sinklens.samplers.configs import SAMPLERS
+from sinklens.samplers.registry import SAMPLERS
 from sinklens.sandbox import SandboxConfig, probe
 
 
@@ -187,7 +187,7 @@ class EvalConfig:
 def check_sampler_args(args: dict) -> None:
     """Each name must be a field of some registered sampler and its value allowed there (which
     sampler runs is known only once the model is loaded; `sampler_settings` checks the rest)."""
-    from sinklens.samplers.configs import SAMPLERS
+    from sinklens.samplers.registry import SAMPLERS
 
     known: dict[str, list] = {}  # name -> that field in every sampler having it (ranges may differ)
     for cls in SAMPLERS.values():

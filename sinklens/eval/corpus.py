@@ -41,8 +41,8 @@ from sinklens.eval.jsonl import read_jsonl
 from sinklens.eval.settings import sampler_settings
 from sinklens.eval.stream import StreamWriter
 from sinklens.rule.spec import BASELINE_UNITS
-from sinklens.samplers.base import CaptureOptions
-from sinklens.samplers.configs import get_config
+from sinklens.samplers.capture import CaptureOptions
+from sinklens.samplers.registry import get_config
 from sinklens._version import __version__
 
 CORPUS_FILE = "corpus.jsonl"

@@ -44,5 +44,5 @@ class CorpusConfig:
         self.model = recorded_model_name(self.model)
         check_fields(self)
         if self.capture is None:
-            from sinklens.samplers.base import CaptureOptions
+            from sinklens.samplers.capture import CaptureOptions
             self.capture = CaptureOptions()

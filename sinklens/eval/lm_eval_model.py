@@ -38,7 +38,7 @@ from sinklens.eval.runner import generate_text, sampler_settings
 from sinklens.masking.config import MaskingConfig
 from sinklens.masking.policy import SinkMaskingPolicy
 from sinklens.params import parse_text
-from sinklens.samplers.configs import get_config
+from sinklens.samplers.registry import get_config
 
 # lm-eval's own model_args (it adds them for every model type), not settings of ours
 LM_EVAL_ARGS = frozenset({"batch_size", "max_batch_size"})

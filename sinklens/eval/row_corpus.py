@@ -23,7 +23,7 @@ from __future__ import annotations
 import os
 
 from sinklens.eval import records
-from sinklens.samplers.base import CaptureOptions
+from sinklens.samplers.capture import CaptureOptions
 
 FOLDER = "corpus"   # <run dir>/corpus/: the row's corpus folder
 

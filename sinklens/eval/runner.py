@@ -34,8 +34,8 @@ from sinklens.eval.summary import check_summary_folder
 from sinklens.eval.tasks import get_task
 from sinklens.masking.policy import SinkMaskingPolicy
 from sinklens.models.options import control_label
-from sinklens.samplers.base import cut_at_end
-from sinklens.samplers.configs import get_config
+from sinklens.samplers.steps import cut_at_end
+from sinklens.samplers.registry import get_config
 
 
 SMALL_MODEL = 10_000_000  # parameters: below this a CPU eval runs on one torch thread

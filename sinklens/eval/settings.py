@@ -6,7 +6,7 @@ Its own module so that both the eval runner and the corpus mode (which the runne
 from __future__ import annotations
 
 from sinklens.eval.tasks import get_task
-from sinklens.samplers.configs import get_config
+from sinklens.samplers.registry import get_config
 
 
 def sampler_settings(model, task_name: str | None, gen_length: int | None = None, task_length: int | None = None,

@@ -17,7 +17,7 @@ import torch
 
 from sinklens.masking.policy import MaskingConfig, SinkMaskingPolicy
 from sinklens.masking.stats import MaskingStats
-from sinklens.samplers.base import CaptureOptions
+from sinklens.samplers.capture import CaptureOptions
 
 
 class _DryRun:

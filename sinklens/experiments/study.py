@@ -58,7 +58,7 @@ def twin_files(twin: str | Path) -> tuple[Path, dict]:
 def sampler_kwargs(conf: dict) -> dict:
     """Each family's sampler at the settings the twin was scored with during training (the length policy's)."""
     from sinklens.samplers import lengths
-    from sinklens.samplers.configs import get_config
+    from sinklens.samplers.registry import get_config
 
     cls = get_config({"dlm": "llada", "arm": "arm", "dlm-shift": "dream", "dual": "sdar"}[conf["kind"]])  # dual: its default mode
     return lengths.settings(cls, lengths.ModelFacts(train=conf)).values

@@ -36,7 +36,7 @@ def protocol_settings(model, prompt_length: int) -> tuple[dict, list[str]]:
     """The sampler's arguments for the protocol on `model` (its own field names), and notes. The
     length is cut to whole blocks that fit the context (steps follow: one token per step)."""
     from sinklens.samplers import lengths
-    from sinklens.samplers.configs import get_config
+    from sinklens.samplers.registry import get_config
 
     cls = get_config(model.family.sampler)
     n, notes = GEN_LENGTH, []

@@ -121,7 +121,7 @@ class Family:
 
 def sampler_arguments(sampler: str) -> set[str]:
     """The argument names sampler `sampler` takes: its config's fields and their old names."""
-    from sinklens.samplers.configs import get_config
+    from sinklens.samplers.registry import get_config
 
     cls = get_config(sampler)
     return {f.name for f in fields(cls)} | set(cls.RENAMED)

@@ -58,6 +58,7 @@ UNITS: dict[str, Unit] = {u.name: u for u in (
          "causal, window and block baselines)", "r_j / uniform expectation", "exactly 1 for every visible key",
          causal_baseline=False, per_key=True),
 )}
+STORED_UNITS = "sum"               # what a trace stores (received attention); every other unit derives from it
 BASELINE_UNITS = "uniform_ratio"   # the second view of a causal run: its scores with the causal baseline removed
 
 # How sink masking picks K keys per (layer, head) (masking/config.py). The paper (§4.3): "masking

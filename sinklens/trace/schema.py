@@ -28,10 +28,8 @@ META_KEY = b"sinklens"  # schema metadata key (JSON)
 VOCAB_KEY = "sinklens.vocab"  # per-batch custom metadata key (JSON id -> string)
 CHECKSUM_KEY = "sinklens.crc32"  # per-batch custom metadata: zlib.crc32 of RecordBatch.serialize()
 # What `received` holds, under the metadata key `units`: r_j = sum over the summed query rows i of
-# A[i, j], the sink rule's "sum" units (sinklens/rule/spec.py UNITS["sum"], the one home of units: the
-# analysis derives every other unit from it). "column_sum" is the file's name for it since schema 1.
-UNITS = "column_sum"
-STORED_UNITS = "sum"  # the rule's name of the units above
+# A[i, j], the sink rule's STORED_UNITS (sinklens/rule/spec.py, the one home of units: the analysis
+# derives every other unit from it). Files from earlier versions say "column_sum" for the same.
 RECEIVED_DTYPES = {"float16": pa.float16(), "float32": pa.float32()}
 
 # The 8-byte end-of-stream marker (continuation token 0xFFFFFFFF + zero length) that a

@@ -41,10 +41,11 @@ import pyarrow as pa
 
 from sinklens._version import __version__
 from sinklens.columns import Column
+from sinklens.rule.spec import STORED_UNITS
 from sinklens.trace.arrays import (_batch_first, _batched, _column, _held, _is_sum_of, _np, _own, _real_positions,
                                    _stack, _sums_of_groups)
 from sinklens.trace.readouts import COLUMN_NAMES, COLUMNS
-from sinklens.trace.schema import CHECKSUM_KEY, CORE_COLUMNS, SCHEMA_VERSION, UNITS, VOCAB_KEY, build_schema
+from sinklens.trace.schema import CHECKSUM_KEY, CORE_COLUMNS, SCHEMA_VERSION, VOCAB_KEY, build_schema
 
 # Steps are held in memory and written together: at most FLUSH_STEPS steps, FLUSH_SECONDS since the
 # last write or FLUSH_BYTES of attention arrays, whichever comes first (the end of the run and an
@@ -222,7 +223,7 @@ class TraceWriter:
         self.received_dtype = received_dtype
         self.decode = decode
         self.meta = dict(meta or {})
-        self.meta.update(schema_version=SCHEMA_VERSION, sinklens_version=__version__, units=UNITS,
+        self.meta.update(schema_version=SCHEMA_VERSION, sinklens_version=__version__, units=STORED_UNITS,
                          received_dtype=received_dtype)
         self.num_steps = 0
         self._seen = np.zeros(0, dtype=bool)  # token id -> its string is already stored
