@@ -23,13 +23,28 @@ def test_edit_distance_known_values():
 def test_compare_identical_and_disjoint():
     a = {"output_ids": [1, 2, 3, 4], "extracted": "7"}
     same = outcomes.compare(a, dict(a), kl=0.0)
-    assert same == {"edit_distance": 0.0, "similarity": 1.0, "same_position": 1.0, "flip": 0.0, "kl": 0.0}
+    assert same == {"edit_distance": 0.0, "similarity": 1.0, "same_position": 1.0, "flip": 0.0, "kl": 0.0,
+                    "deferred": None, "commit_prob_change": None}          # no commits recorded: an ARM's records
     other = outcomes.compare(a, {"output_ids": [5, 6], "extracted": "8"})
     assert other["edit_distance"] == 1.0 and other["similarity"] == 0.0 and other["same_position"] == 0.0
     assert other["flip"] == 1.0 and other["kl"] is None
     shifted = outcomes.compare(a, {"output_ids": [0, 1, 2, 3, 4], "extracted": "7"})
     assert shifted["similarity"] == pytest.approx(0.8) and shifted["same_position"] == 0.0   # why both exist
     assert outcomes.compare({"output_ids": []}, {"output_ids": []})["similarity"] == 1.0
+
+
+def test_commit_readouts_by_hand():
+    """§5.2 on two records: of the unmasked run's 3 commits the masked run makes one later and one
+    never (deferred 2/3); its mean probability at the positions it committed minus the unmasked one."""
+    u = {"step": [0, 1, 2, -1], "prob": [0.9, 0.8, 0.7, None]}
+    m = {"step": [0, 3, -1, -1], "prob": [0.6, 0.5, None, None]}
+    r = outcomes.commit_readouts(u, m)
+    assert r["deferred"] == pytest.approx(2 / 3)
+    assert r["commit_prob_change"] == pytest.approx((0.6 + 0.5) / 2 - (0.9 + 0.8 + 0.7) / 3)
+    assert outcomes.commit_readouts(u, u) == {"deferred": 0.0, "commit_prob_change": 0.0}
+    assert outcomes.commit_readouts(None, m) == {"deferred": None, "commit_prob_change": None}
+    rec = outcomes.compare({"output_ids": [1], "commits": u}, {"output_ids": [1], "commits": m})
+    assert rec["deferred"] == r["deferred"]
 
 
 def _commits(logits: torch.Tensor, ref=None) -> outcomes.CommitLogits:
@@ -73,6 +88,11 @@ def test_masking_that_blocks_nothing_reads_zero(model, tmp_path):
         o = r["outcome"]
         assert (o["edit_distance"], o["similarity"], o["same_position"], o["flip"]) == (0.0, 1.0, 1.0, 0.0)
         assert 0 <= o["kl"] < 1e-5
+        if model == "tiny-dlm":     # §5.2 on a diffusion sampler: the same commits at the same steps
+            assert r["commits"]["step"] == u["commits"]["step"] and min(u["commits"]["step"]) >= 0
+            assert o["deferred"] == 0.0 and abs(o["commit_prob_change"]) < 1e-4
+        else:                       # an ARM commits one position a step: nothing to defer
+            assert "commits" not in r and o["deferred"] is None
 
 
 def test_masking_the_sinks_changes_everything_and_summary_reads_it(tmp_path):
@@ -85,6 +105,8 @@ def test_masking_the_sinks_changes_everything_and_summary_reads_it(tmp_path):
     assert sum(o["kl"] for o in control) < sum(o["kl"] for o in sinks) / 3
     md = (tmp_path / "summary.md").read_text()
     assert "Outcomes against the unmasked output" in md and "| arith | K=1 (ε0) | sim " in md, md
+    deferred = [o["deferred"] for o in sinks]
+    assert all(0 <= d <= 1 for d in deferred) and "; deferred " in md and "Δp " in md
     rows = {r["row"]: r for r in csv.DictReader((tmp_path / "summary.csv").open())}
     k1 = rows["K=1 (ε0)"]
     assert float(k1["flip"]) == 1.0 and int(k1["n_outcome"]) == 3

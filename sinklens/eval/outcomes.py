@@ -15,7 +15,14 @@ the same id in the same eval (`k0/`, same seed: `seed + index`):
   `TOP` log-probabilities of those rows (`commit_logp/<index>.pt`, ~ positions x TOP x 8 bytes);
   the masked run keeps its log-probs of those tokens while the sample runs. KL is taken over the
   unmasked top-TOP tokens plus one bucket for the rest: exact when the vocabulary has <= TOP
-  tokens, otherwise a lower bound of the full KL (merging tokens never raises a KL).
+  tokens, otherwise a lower bound of the full KL (merging tokens never raises a KL);
+- `deferred` (diffusion samplers): the share of the unmasked run's commits that the masked run
+  makes at a later step or never, and `commit_prob_change`: the masked run's mean probability of
+  the tokens it committed at those positions minus the unmasked run's (the paper's §5.2: "when a
+  sink is masked, the model likely becomes less confident about those tokens ... and therefore
+  not consider them for unmasking"). Each record keeps its run's commits (`commits`: per
+  generated position the step it was committed at, -1 never, and that token's probability then;
+  sinklens.trace.commits).
 """
 from __future__ import annotations
 
@@ -32,7 +39,7 @@ from sinklens.eval import records
 
 TOP = 64                     # unmasked log-probs kept per generated position
 FLOOR = -100.0               # log-probs below (a sampler's -inf for EOS) count as this: KL stays finite
-READOUTS = ("edit_distance", "similarity", "same_position", "flip", "kl")
+READOUTS = ("edit_distance", "similarity", "same_position", "flip", "kl", "deferred", "commit_prob_change")
 
 
 class CommitLogits:
@@ -117,6 +124,27 @@ def _answer(rec: dict):
     return rec["extracted"] if "extracted" in rec else rec.get("verdict", rec.get("correct"))
 
 
+def commit_record(commits, prompt_len: int) -> dict:
+    """A run's commits over its generated positions, as a record stores them (JSON: null for NaN)."""
+    step = commits.step[prompt_len:].tolist()
+    prob = [None if p != p else round(float(p), 5) for p in commits.prob[prompt_len:].tolist()]
+    return {"step": step, "prob": prob}
+
+
+def commit_readouts(unmasked: dict | None, masked: dict | None) -> dict:
+    """`deferred` and `commit_prob_change` of two records' `commits` (None where either has none)."""
+    if not unmasked or not masked:
+        return {"deferred": None, "commit_prob_change": None}
+    import numpy as np
+
+    from sinklens.trace.commits import Commits, deferrals
+    as_commits = lambda c: Commits(np.asarray(c["step"], np.int64),  # noqa: E731
+                                   np.asarray([np.nan if p is None else p for p in c["prob"]], np.float32))
+    d = deferrals(as_commits(unmasked), as_commits(masked))
+    change = d.prob_masked - d.prob_unmasked
+    return {"deferred": d.deferred_share if d.commits else None, "commit_prob_change": change if change == change else None}
+
+
 def compare(unmasked: dict, masked: dict, kl: float | None = None) -> dict:
     """Every readout of one masked sample against its unmasked record (both need `output_ids`)."""
     a, b = unmasked["output_ids"], masked["output_ids"]
@@ -124,7 +152,8 @@ def compare(unmasked: dict, masked: dict, kl: float | None = None) -> dict:
     dist = edit_distance(a, b) / n if n else 0.0
     same = sum(x == y for x, y in zip(a, b)) / n if n else 1.0
     return {"edit_distance": dist, "similarity": 1.0 - dist, "same_position": same,
-            "flip": float(_answer(unmasked) != _answer(masked)), "kl": kl}
+            "flip": float(_answer(unmasked) != _answer(masked)), "kl": kl,
+            **commit_readouts(unmasked.get("commits"), masked.get("commits"))}
 
 
 def logp_path(run_dir: str, index: int) -> str:

@@ -36,6 +36,7 @@ from sinklens.masking.policy import SinkMaskingPolicy
 from sinklens.models.options import control_label
 from sinklens.samplers.steps import cut_at_end
 from sinklens.samplers.registry import get_config
+from sinklens.trace.commits import CommitRecorder
 
 
 SMALL_MODEL = 10_000_000  # parameters: below this a CPU eval runs on one torch thread
@@ -80,11 +81,11 @@ def _prompt(m, task, item, cfg: EvalConfig) -> tuple[list[int], bool]:
 
 
 def generate_sample(m, ids: list[int], policy: SinkMaskingPolicy, settings: dict, seed: int = 0,
-                    commits=None, sampler: str | None = None, trace=None) -> tuple[str, list[int]]:
+                    commits=(), sampler: str | None = None, trace=None) -> tuple[str, list[int]]:
     """One generation with the family's own sampler (or `sampler`, one of its others), the masking
     policy as its hook; (the new text, the new token ids cut at the first end token). `commits`:
-    an `outcomes.CommitLogits` hook, if any; `trace`: a trace path or writer (--attention-stats: the
-    row's `stream.StreamWriter`), with the capture the masking hook uses."""
+    further step hooks (an `outcomes.CommitLogits`, a `CommitRecorder`); `trace`: a trace path or
+    writer (--attention-stats: the row's `stream.StreamWriter`), with the capture the masking hook uses."""
     torch.manual_seed(seed)
     policy.reset(seed)                     # the random control draws from its own seeded generator
     hook = capture = None
@@ -92,7 +93,7 @@ def generate_sample(m, ids: list[int], policy: SinkMaskingPolicy, settings: dict
         capture = row_corpus.eval_capture(m, policy.config.arm_rule)
     if policy.config.active:
         hook = policy
-    hooks = [h for h in (hook, commits) if h is not None]
+    hooks = [h for h in (hook, *commits) if h is not None]
     out = m.generate(torch.tensor([ids], dtype=torch.long), hook=hooks or None, capture=capture, sampler=sampler,
                      trace=trace, **settings)
     return out.text[0], cut_at_end(m, out.sequences[0, len(ids):].tolist())
@@ -338,8 +339,9 @@ def _run_sample(m, task, item, index, prompt, k, mcfg, policy, settings, cfg, sa
     ref_top = outcomes.load_top(base[0], ref["index"]) if ref is not None else None
     commits = (outcomes.CommitLogits(len(ids), arm=not m.is_diffusion, ref=ref_top)
                if base == "keep" or ref_top is not None else None)
+    recorder = CommitRecorder() if m.is_diffusion else None    # §5.2: when and how confidently each position was committed
     t0 = time.monotonic()
-    raw, new_ids = generate_sample(m, ids, policy, settings, seed=cfg.seed + index, commits=commits,
+    raw, new_ids = generate_sample(m, ids, policy, settings, seed=cfg.seed + index, commits=(commits, recorder),
                                    sampler=run_sampler(m, cfg), trace=stats and stats.writer(index))  # same seed on any rank
     t_gen = time.monotonic() - t0
     if stats is not None:
@@ -351,6 +353,8 @@ def _run_sample(m, task, item, index, prompt, k, mcfg, policy, settings, cfg, sa
            "prompt": m.tokenizer.decode(ids), "chat_template": chat, "raw_output": raw, "output_ids": new_ids,
            **verdict, "masked": policy.summary(_categorizer(m)) if mcfg.active else None,
            "timing": {"generate_s": round(t_gen, 3), "check_s": round(t_check, 3)}}
+    if recorder is not None and recorder.rows:
+        rec["commits"] = outcomes.commit_record(recorder.rows[0], len(ids))
     if base == "keep":
         outcomes.save_top(_run_dir(cfg, 0), index, commits.top())       # before the record line: resumable
     elif ref is not None and "output_ids" in ref:

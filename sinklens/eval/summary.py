@@ -153,7 +153,9 @@ def _outcome_cell(r: dict) -> str:
     if not r.get("n_outcome"):
         return "–"
     return (f"sim {_pm(r['similarity'], r['similarity_se'])}; same {_pm(r['same_position'], r['same_position_se'])}; "
-            f"flip {_pm(r['flip'], r['flip_se'])}; KL {_pm(r['kl'], r['kl_se'])} (n={r['n_outcome']})")
+            f"flip {_pm(r['flip'], r['flip_se'])}; KL {_pm(r['kl'], r['kl_se'])}"
+            + (f"; deferred {_pm(r['deferred'], r['deferred_se'])}; Δp {_pm(r['commit_prob_change'], r['commit_prob_change_se'], 3)}"
+               if r.get("n_deferred") else "") + f" (n={r['n_outcome']})")
 
 
 def _cell(r: dict) -> str:
@@ -290,7 +292,9 @@ def render(rows: list[dict]) -> tuple[str, str]:
         md += ["", "sim = 1 − token edit distance / longer length; same = share of positions with the same token; "
                "flip = extracted answer differs; KL = mean KL(unmasked ‖ masked) of the distributions each generated "
                "position was committed from (nats/position; n/a without the unmasked run's log-probs); "
-               "mean ± standard error over samples (sinklens.eval.outcomes)."]
+               "deferred (diffusion samplers, the paper's §5.2) = share of the unmasked run's commits the masked run "
+               "makes later or never; Δp = masked − unmasked mean probability of the committed tokens at those "
+               "positions; mean ± standard error over samples (sinklens.eval.outcomes)."]
     buf = io.StringIO()
     fields = ["model", "task", "mask_topk", "n", "n_expected", "accuracy", "stderr", "loglik_unmasked_per_token",
               "loglik_masked_per_token", "ll_l2r_unmasked", "ll_l2r_unmasked_se", "ll_l2r_masked",
