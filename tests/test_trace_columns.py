@@ -147,3 +147,32 @@ def test_masking_the_keys_an_answer_depends_on_lowers_its_commit_probability_and
     d = deferrals(copied_only, b)
     assert d.commits == 4 and d.prob_masked < d.prob_unmasked
     assert deferrals(a, a).deferred == 0 and deferrals(a, b).deferred >= d.deferred
+
+
+def test_the_report_reads_commit_confidence_from_a_trace_and_a_corpus_stream_folds_it_alike(tmp_path):
+    """analyze() keeps per step the mean probability of the committed tokens (the `commit_prob`
+    column, by hand here); the Summary names it; a step without commits is NaN with count 0; a
+    trace without the column (an ARM's) has none. The corpus part is its sum and count."""
+    from sinklens.analysis.analyze import analyze
+    from sinklens.analysis.commits import CommitConfidence
+
+    m = sinklens.load("tiny-dual", dtype="float32")
+    ids = torch.tensor([m.apply_chat_template("Max has 29 cards. He finds 22 more. How many cards now?")])
+    m.generate(ids, trace=str(tmp_path / "d.arrow"))
+    t = sinklens.open_trace(tmp_path / "d.arrow")
+    probs = [t.commit_prob(s) for s in t.steps]
+    want = [np.nanmean(p) if p is not None and np.isfinite(p).any() else np.nan for p in probs]
+    a = analyze(str(tmp_path / "d.arrow"))
+    cc = a.commit_confidence
+    np.testing.assert_allclose(cc.mean, want, rtol=1e-6)
+    assert cc.count.tolist() == [0 if p is None else int(np.isfinite(p).sum()) for p in probs]
+    assert cc.count.sum() > 0 and 0 < cc.overall() <= 1
+    rows = dict(a.summary_rows())
+    assert rows["commit confidence (§5.2)"].startswith("mean probability ")
+    part = CommitConfidence.corpus(cc, t.num_steps)["commit_confidence"]
+    assert part["n"] == cc.count.sum() and part["sum"] / part["n"] == pytest.approx(cc.overall(), rel=1e-6)
+    arm = sinklens.load("tiny-dual", mode="ar", dtype="float32")
+    arm.generate(ids, trace=str(tmp_path / "a.arrow"), max_new_tokens=4)
+    b = analyze(str(tmp_path / "a.arrow"))
+    assert b.commit_confidence is None and b.to_dict()["commit_confidence"] is None     # an ARM records none
+    assert "commit confidence (§5.2)" not in dict(b.summary_rows())

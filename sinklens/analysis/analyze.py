@@ -24,6 +24,7 @@ from tqdm.auto import tqdm
 
 from sinklens.analysis.absorption import Absorption
 from sinklens.analysis.accumulate import Accumulator, Step, rounded
+from sinklens.analysis.commits import CommitConfidence
 from sinklens.analysis.k_sigma import KSigma
 from sinklens.analysis.readouts import READOUT_ACCUMULATORS
 from sinklens.analysis.learned_sink import LearnedSink, learned_sink_line
@@ -42,7 +43,7 @@ DEFAULT_EPS_VALUES = np.round(np.arange(0.0, 10.01, 0.25), 2)
 # Every per-step analysis, in the order they see each step. A new one: a file + an entry here.
 ACCUMULATORS: list[type[Accumulator]] = [StepArrays, TopKey, Eq3Sinks, MeanOverHeads, ScoreDistribution,
                                          MarginDistribution, NearThreshold, EpsSweepAccumulator, Splits, SinkTokens,
-                                         LearnedSink, KSigma, Absorption, *READOUT_ACCUMULATORS]
+                                         LearnedSink, KSigma, Absorption, CommitConfidence, *READOUT_ACCUMULATORS]
 
 
 @dataclass
@@ -98,6 +99,7 @@ class Analysis:
     logit_lens: list | None = None
     mask_query_ranking: list | None = None
     near_threshold: object | None = None    # float16 traces: Eq. 3 cells within the storage's rounding of ε
+    commit_confidence: object | None = None  # diffusion samplers: per step, mean probability of the committed tokens
     extra: dict = field(default_factory=dict)              # results of accumulators beyond the built-in ones
     accumulators: list = field(default_factory=list, repr=False)   # their to_dict() parts
     _dict: dict | None = field(default=None, repr=False)   # to_dict() cache (an Analysis is final once built)
@@ -250,6 +252,10 @@ class Analysis:
         if cats:
             rows.append(("sink tokens by category",
                          ", ".join(f"{k} {_fmt(v['fraction'])} ({v['count']})" for k, v in cats.items())))
+        cc = d.get("commit_confidence")
+        if cc:
+            rows.append(("commit confidence (§5.2)", f"mean probability {_fmt(cc['mean'])} over {cc['commits']} "
+                                                     "committed tokens; per step in summary.json"))
         near = d.get("near_threshold")
         if near:
             rows.append(("near ε (float16)", f"{near['cells']} (layer, head, key) cells within float16 rounding of ε, "

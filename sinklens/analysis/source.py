@@ -42,6 +42,7 @@ class StepData:
     # query rows as `received` (received.sum(-1) + learned_sink = number of query rows); None: none
     learned_sink: np.ndarray | None = None
     edited: np.ndarray | None = None  # (S,) bool unmasked tokens rewritten at this step (LLaDA2.1), or None
+    commit_prob: np.ndarray | None = None  # (S,) float32 probability of each token committed here (NaN elsewhere), or None
     # mechanism readouts recorded at this step: column -> array in its trace shape (Trace.readout;
     # sinklens/trace/readouts.py); empty when the run recorded none
     readouts: dict = field(default_factory=dict)
@@ -249,6 +250,7 @@ class TraceSource(Source):
                         received_groups=t.received_groups(s, self.row),
                         learned_sink=t.learned_sink(s, self.row) if hasattr(t, "learned_sink") else None,
                         edited=t.edited(s, self.row) if hasattr(t, "edited") else None,
+                        commit_prob=t.commit_prob(s, self.row) if hasattr(t, "commit_prob") else None,
                         readouts=t.readouts(s, self.row) if hasattr(t, "readouts") else {})
         if hasattr(t, "release_pages"):
             t.release_pages()  # one step resident at a time, not the whole memory-mapped file

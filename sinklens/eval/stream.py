@@ -78,7 +78,7 @@ class StreamWriter:
         d = StepData(step=event.step, received=r["received"], tokens=r["tokens"], is_masked=r["is_masked"],
                      key_mask=r["attention_mask"], query_positions=r["query_positions"].astype(np.int64),
                      received_groups=r["received_groups"], learned_sink=r["learned_sink"], edited=r["edited"],
-                     readouts=r["readouts"])
+                     commit_prob=r["commit_prob"], readouts=r["readouts"])
         if self.streams is None:
             self.streams = self._start()
         for s in self.streams:
