@@ -144,6 +144,7 @@ def test_replicate_writes_table_and_dynamics(tmp_path):
                     assert rec["masked"]["eq3_sink_share"] == 1.0
     table = res["summary_md"]                     # the Table 1 markdown of both protocols
     assert "sinks=topk" in table and "sinks=eq3" in table
+    assert "; deferred " in table and "Δp " in table   # §5.2 beside the outcome readouts (the diffusion models)
     assert Path(res["report"]).is_file() and Path(res["persistence_md"]).is_file()
     dyn = {(r["model"], r["units"]): r for r in res["rows"]}
     assert set(dyn) == {("tiny-dlm", "scaled_sum"), ("tiny-arm", "scaled_sum"), ("tiny-arm", "uniform_ratio"),
@@ -242,3 +243,16 @@ def test_score_script_answers_a_mistake_in_one_line():
                              capture_output=True, text=True, timeout=300)
         last = res.stderr.strip().splitlines()[-1]
         assert res.returncode == 2 and "Traceback" not in res.stderr and expected in last, res.stderr
+
+
+def test_replicate_models_are_the_matched_labels(tmp_path):
+    """`replicate --models` takes some of the four matched models by label; anything else is one line."""
+    from sinklens.cli import main
+    from sinklens.experiments.replicate import model_labels, replicate
+
+    assert model_labels() == ["tiny-arm", "tiny-dlm", "tiny-dual (ar)", "tiny-dual (diffusion)"]
+    with pytest.raises(ValueError, match="models must be some of"):
+        replicate(tmp_path, n=1, models=("tiny-dual",))
+    with pytest.raises(SystemExit) as e:
+        main(["replicate", "--out", str(tmp_path), "--models", "tiny-arm,nope"])
+    assert e.value.code == 2 and not any(tmp_path.iterdir())

@@ -26,6 +26,18 @@ def protocol_list(text: str) -> tuple:
     return names
 
 
+def model_list(text: str) -> tuple:
+    """'tiny-arm,tiny-dual (ar)' -> the labels, each one of the matched models'."""
+    import argparse
+
+    from sinklens.experiments.replicate import model_labels
+    names = tuple(x.strip() for x in text.split(",") if x.strip())
+    bad = [x for x in names if x not in model_labels()]
+    if bad or not names:
+        raise argparse.ArgumentTypeError(f"must be a comma list of {model_labels()}, got {text!r}")
+    return names
+
+
 def run(a) -> int:
     if a.study:
         return run_study(a)
@@ -36,7 +48,7 @@ def run(a) -> int:
     a.n = DEFAULT_N if a.n is None else a.n
     a.n_traces = 50 if a.n_traces is None else a.n_traces
     res = replicate(a.out, a.n, a.mask_topk, progress=a.progress, n_traces=a.n_traces, control=a.mask_control,
-                    protocols=a.protocols)
+                    protocols=a.protocols, models=a.models)
     table = Path(a.out) / "eval" / "summary.md"   # res["summary_md"] is the table's text; files are named by path
     if a.json:
         return print_runs_json({"table": str(table), "table_csv": str(table.with_suffix(".csv")), "report": res["report"],
@@ -110,6 +122,9 @@ def register(sub) -> None:
     p.add_argument("--protocols", type=protocol_list, default=tuple(PROTOCOLS),
                    help="masking protocols, each its own Table 1 rows: " + "; ".join(
                        f"{k}: {v}" for k, v in PROTOCOLS.items()).replace("%", "%%") + " (default: all)")
+    p.add_argument("--models", type=model_list, default=None,
+                   help="Table 1 on some of the matched models, a comma list of their labels: tiny-arm, tiny-dlm, "
+                        "'tiny-dual (ar)', 'tiny-dual (diffusion)' (default: all four)")
     p.add_argument("--mask-control", choices=["random", "none"], default="random",
                    help="random: a random non-sink-key control row beside every masked row")
     p.add_argument("--n-traces", type=nonneg_int, default=None,

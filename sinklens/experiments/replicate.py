@@ -172,10 +172,16 @@ def persistence_table(out: str | Path, n: int = 20, progress: bool = True, model
 DEFAULT_N = 500   # held-out problems per Table 1 cell
 
 
+def model_labels() -> list[str]:
+    """The labels `replicate(models=...)` picks from: the matched models' (twins.matched_models)."""
+    return [dm.label for dm in matched_models()]
+
+
 def replicate(out: str | Path, n: int = DEFAULT_N, mask_topk: tuple[int | str, ...] = (0, 1, 5, 10),
               progress: bool = True, n_traces: int = 50, control: str = "random",
-              protocols: tuple[str, ...] = tuple(PROTOCOLS)) -> dict:
-    """Table 1 on the matched models under each masking protocol (default: both), persistence, dynamics."""
+              protocols: tuple[str, ...] = tuple(PROTOCOLS), models: tuple[str, ...] | None = None) -> dict:
+    """Table 1 on the matched models (default: all four; `models`: some of their labels) under each
+    masking protocol (default: both), persistence, dynamics."""
     from sinklens.experiments.demo import run_demo
     from sinklens.eval.runner import EvalConfig, run_eval
     from sinklens.eval.summary import write_summary
@@ -184,8 +190,11 @@ def replicate(out: str | Path, n: int = DEFAULT_N, mask_topk: tuple[int | str, .
     unknown = sorted(set(protocols) - set(PROTOCOLS))
     if unknown or not protocols:
         raise ValueError(f"protocols must be a non-empty subset of {list(PROTOCOLS)}, got {list(protocols)}")
+    unknown = sorted(set(models or ()) - set(model_labels()))
+    if unknown or models == ():
+        raise ValueError(f"models must be some of {model_labels()}, got {list(models)}")
     out = Path(out)
-    models = matched_models()
+    models = [dm for dm in matched_models() if models is None or dm.label in models]
     dirs = []
     for i, protocol in enumerate(protocols):
         dirs.append(str(out / "eval" / protocol))
