@@ -98,12 +98,14 @@ def offline_hub(tmp_path, monkeypatch):
     return put
 
 
-# --- The generated golden sweeps: a quarter of their cases by default --------------------------------------------
-# A test marked `sweep` runs one of SWEEP_SLICES slices of its cases (by a hash of the case's id): the slice is
-# the checked-out commit's (so a commit always runs the same one, and successive commits rotate through all),
-# or SINKLENS_SWEEP_SLICE=k; SINKLENS_SWEEP_SLICE=all (`make test-full`) runs every case. Named node ids or -k
-# select from all cases. docs/install.md ("Testing") says what CI runs.
+# --- The generated golden sweeps and the slow tests: a quarter of them by default ----------------------------------
+# A test marked `sweep` (a case of a generated golden sweep) or `slow` (a whole run: > ~15 s on 2 cores) runs when
+# it falls in the chosen one of SWEEP_SLICES slices (by a hash of its id): the slice is the checked-out commit's
+# (so a commit always runs the same one, and successive commits rotate through all), or SINKLENS_SWEEP_SLICE=k;
+# SINKLENS_SWEEP_SLICE=all (`make test-full`) runs every test. Named node ids or -k select from all.
+# docs/install.md ("Testing") says what CI runs.
 SWEEP_SLICES = 4
+SLICED_MARKERS = ("sweep", "slow")
 
 
 def _sweep_slice(config) -> str:
@@ -120,15 +122,15 @@ def _sweep_slice(config) -> str:
 
 def pytest_collection_modifyitems(config, items):
     chosen = _sweep_slice(config)
-    sweep = [it for it in items if it.get_closest_marker("sweep")]
-    if chosen == "all" or not sweep:
+    sliced = [it for it in items if any(it.get_closest_marker(m) for m in SLICED_MARKERS)]
+    if chosen == "all" or not sliced:
         return
-    out = [it for it in sweep if zlib.crc32(it.nodeid.split("::", 1)[1].encode()) % SWEEP_SLICES != int(chosen)]
+    out = [it for it in sliced if zlib.crc32(it.nodeid.split("::", 1)[1].encode()) % SWEEP_SLICES != int(chosen)]
     config.hook.pytest_deselected(items=out)
     dropped = {id(it) for it in out}
     items[:] = [it for it in items if id(it) not in dropped]
-    config._sweep_note = (f"golden sweeps: slice {chosen} of {SWEEP_SLICES} ({len(sweep) - len(out)} of {len(sweep)} "
-                          f"cases); every case: SINKLENS_SWEEP_SLICE=all (make test-full)")
+    config._sweep_note = (f"golden sweeps and slow tests: slice {chosen} of {SWEEP_SLICES} ({len(sliced) - len(out)} of "
+                          f"{len(sliced)}); every test: SINKLENS_SWEEP_SLICE=all (make test-full)")
 
 
 def pytest_report_collectionfinish(config):
