@@ -15,6 +15,7 @@ import torch
 
 from sinklens.train.batch import decode_answers, encode_prompts, parse_answer
 from sinklens.eval.arith import heldout_problems
+from sinklens.samplers.registry import get_config
 from sinklens.experiments.twins import arm_sampler, dlm_sampler, matched_models
 
 
@@ -39,6 +40,8 @@ def score(name: str, n: int = 200, seed: int = 0, block_length: int | None = Non
     sampler = twin_sampler(name, mode, m.is_diffusion)
     if block_length and m.is_diffusion:
         sampler["block_length"] = block_length
+    if not get_config(m.family.sampler).batched:      # e.g. SDAR's sampler: one prompt at a time
+        batch_size = 1
     problems = heldout_problems(n, seed=seed, split=split)
     correct, outputs = 0, []
     for i in range(0, n, batch_size):

@@ -56,6 +56,7 @@ class SamplerConfig:
     steps_field: ClassVar[str] = ""  # denoising steps, = the length in the presets (one token per step)
     block_field: ClassVar[str] = ""  # the length must be a whole number of these (LLaDA's blocks)
     generates: ClassVar[bool] = True  # False: one forward pass, no text out (encoders); eval refuses it
+    batched: ClassVar[bool] = True  # False: one prompt at a time, as the official code (callers batch by 1)
     TASK_LENGTHS: ClassVar[dict] = {}  # task -> the paper's generation length for this sampler
     PAPER: ClassVar[dict] = {}  # the paper's evaluation settings besides the length and steps (block: at most)
     TRAINED: ClassVar[dict] = {}  # how a sinklens-trained model was scored, besides length, steps and block

@@ -16,6 +16,7 @@ class SDARConfig(SamplerConfig):
     cache, defaults as the official function. Greedy decoding is `top_k=1` (temperature scales the
     logits and 0 is not allowed, as in the official code)."""
 
+    batched: ClassVar[bool] = False  # the official function decodes one prompt, without padding
     length_field: ClassVar[str] = "gen_length"  # any length: the canvas is rounded up to whole blocks
     # the paper's chat setting (SDAR-*-Chat model cards): blocks of 4, 4 steps, greedy
     PAPER: ClassVar[dict] = dict(block_length=4, denoising_steps=4, top_k=1)
