@@ -62,11 +62,13 @@ def _batch_first(x: np.ndarray, layer_axis: int, lead: int = 0) -> np.ndarray:
     return np.moveaxis(x, lead, lead + layer_axis)
 
 
-def _stack(xs: list) -> np.ndarray | None:
+def _stack(xs: list, kinds: set[type] | None = None) -> np.ndarray | None:
     """One (T, ...) numpy array of T arrays or tensors of one shape (None where the shapes differ): a
-    sampler's tensors in one torch.stack and one conversion (torch is loaded where there are tensors)."""
+    sampler's tensors in one torch.stack and one conversion (torch is loaded where there are tensors).
+    kinds: the types of `xs`, where the caller has them."""
     torch = sys.modules.get("torch")
-    if torch is not None and all(isinstance(x, torch.Tensor) for x in xs):
+    kinds = {type(x) for x in xs} if kinds is None else kinds
+    if torch is not None and all([issubclass(k, torch.Tensor) for k in kinds]):
         return _np(torch.stack(xs)) if len({x.shape for x in xs}) == 1 else None
     arrays = [_np(x) for x in xs]
     return np.stack(arrays) if len({a.shape for a in arrays}) == 1 else None
