@@ -42,8 +42,8 @@ import pyarrow as pa
 from sinklens._version import __version__
 from sinklens.columns import Column
 from sinklens.rule.spec import STORED_UNITS
-from sinklens.trace.arrays import (_batch_first, _batched, _column, _held, _is_sum_of, _np, _own, _real_positions,
-                                   _stack, _sums_of_groups)
+from sinklens.trace.arrays import (_all_none, _batch_first, _batched, _column, _held, _is_sum_of, _np, _own,
+                                   _real_positions, _stack, _sums_of_groups)
 from sinklens.trace.readouts import COLUMN_NAMES, COLUMNS
 from sinklens.trace.schema import CHECKSUM_KEY, CORE_COLUMNS, SCHEMA_VERSION, VOCAB_KEY, build_schema
 
@@ -441,13 +441,13 @@ class TraceWriter:
             if block is not None:
                 axis = axes.pop()
                 return block if axis is None else _batch_first(block, axis, lead=1)
-        parts = []
-        for s, x in zip(steps, held):
-            if x is None or isinstance(x, list):
-                parts.append(x if x is None else [_np(r) for r in x])
-                continue
-            axis = s.layer_axis.get(name)
-            parts.append(_np(x) if axis is None else _batch_first(_np(x), axis))
+        parts = [None] * len(held)
+        for t, (s, x) in enumerate(zip(steps, held)):
+            if type(x) is list:
+                parts[t] = [_np(r) for r in x]
+            elif x is not None:
+                axis = s.layer_axis[name] if name in s.layer_axis else None
+                parts[t] = _np(x) if axis is None else _batch_first(_np(x), axis)
         return parts
 
     def flush(self) -> None:
@@ -494,7 +494,7 @@ class TraceWriter:
     @staticmethod
     def _query_column(parts: dict, rows: list[int]) -> pa.Array:
         """query_positions, each step's own or its rows' real positions (their attention mask's)."""
-        if all(q is None for q in parts["query_positions"]):
+        if _all_none(parts["query_positions"]):
             return _real_positions(parts["attention_mask"])
         return _column([[np.flatnonzero(r) for r in m] if q is None else q
                         for q, m in zip(parts["query_positions"], parts["attention_mask"])], rows, pa.int32())
@@ -514,7 +514,7 @@ class TraceWriter:
 
     def _maps_column(self, steps: list[HeldStep]) -> pa.Array:
         struct_type = self._schema.field("maps").type
-        if not any(s.maps for s in steps):
+        if not any([s.maps for s in steps]):
             return pa.nulls(sum(s.rows for s in steps), struct_type)
         rows = []
         for s in steps:

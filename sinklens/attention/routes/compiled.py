@@ -56,6 +56,20 @@ def _rows(t: torch.Tensor) -> tuple[torch.Tensor, tuple[int, int, int]]:
     return t, stride[:3]
 
 
+def _shared(req, s_k: int) -> tuple:
+    """(query groups as int64, tile rows, threads, sgemm, the BLAS' thread setter): what every layer of
+    a forward passes alike, made at its first layer and kept on the request, which lives one forward
+    (remade where the groups were replaced or edited, or the key count differs)."""
+    groups = req.query_groups
+    version = None if groups is None else groups._version
+    shared = req._scratch.get("compiled")
+    if shared is None or shared[0] != s_k or shared[1] is not groups or shared[2] != version:
+        as_long = None if groups is None else groups.to(torch.int64).contiguous()
+        shared = req._scratch["compiled"] = (s_k, groups, version,
+                                             (as_long, tile_rows(s_k), torch.get_num_threads(), *build.blas()))
+    return shared[3]
+
+
 class Compiled(Route):
     name = "compiled"
     records = Records(groups=True, blocking=True, keep_self=True, masks=True, maps=False, learned_sinks=True,
@@ -83,12 +97,11 @@ class Compiled(Route):
             allowed = None
         blocked = None if call.blocked is None else call.blocked.contiguous()
         sinks = None if call.mods.sinks is None else call.mods.sinks.float().contiguous()
-        groups = None if req.query_groups is None else req.query_groups.to(torch.int64).contiguous()
+        groups, tile, threads, sgemm, blas_threads = _shared(req, s_k)
         sums = LayerSums.for_request(req, call.module.layer_idx, b, h, s_q, s_k, call.blocking, query.device,
                                      sinks is not None)
         weight = sums.weight
         out = torch.empty(b, s_q, h, d, dtype=torch.float32)
-        sgemm, blas_threads = build.blas()
         # the buffers' addresses in one pass (a tiny model's layer is a few dozen µs: each call counts);
         # a None buffer stays NULL
         buffers = dict(q=q, k=k, v=v, out=out, allowed=allowed, blocked=blocked, sinks=sinks, row_w=weight,
@@ -98,8 +111,8 @@ class Compiled(Route):
         args = _Args(b, h, h_kv, s_q, s_k, d, call.scaling, call.mods.softcap or 0.0,
                      q_strides=(_L * 3)(*qs), kv_strides=(_L * 3)(*ks), v_strides=(_L * 3)(*vs), causal=int(causal),
                      allowed_bstride=0 if allowed is None or allowed.shape[0] == 1 else s_q * s_k,
-                     keep_self=int(req.keep_self), num_groups=req.num_groups, tile=tile_rows(s_k),
-                     threads=torch.get_num_threads(), sgemm=sgemm, blas_threads=blas_threads,
+                     keep_self=int(req.keep_self), num_groups=req.num_groups, tile=tile,
+                     threads=threads, sgemm=sgemm, blas_threads=blas_threads,
                      **{name: t.data_ptr() for name, t in buffers.items() if t is not None})
         if lib.sl_attention(ctypes.byref(args)) != 0:
             return None  # out of memory in C: the torch routes
