@@ -37,7 +37,7 @@ PLAIN = BY_NAME["plain"]
 def candidates(needs: Needs, named: str) -> tuple[Route, ...]:
     """The routes whose declaration covers `needs`, best first, for a request naming route `named`.
     A pure function of its arguments, remembered: every layer of every step asks it again (on a tiny
-    model, testing the declarations field by field was a third of a traced step's Python calls)."""
+    twin, testing the declarations field by field was half the Python calls tracing added to a step)."""
     key = (needs, named)
     out = _CANDIDATES.get(key)
     if out is None:
