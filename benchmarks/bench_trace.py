@@ -30,12 +30,15 @@ record: what blocking costs the capture pass itself, the least any masking hook 
   a fixed mmap threshold, which shows the memory actually alive.
 
     python benchmarks/bench_trace.py [--repeats 5] [--threads 1] [--no-peaks]
+    python benchmarks/bench_trace.py --calls    # Python calls per step of the twins (cProfile)
 """
 from __future__ import annotations
 
 import argparse
+import cProfile
 import json
 import os
+import pstats
 import statistics
 import subprocess
 import sys
@@ -49,6 +52,7 @@ from sinklens.attention.request import AttentionRequest
 from sinklens.experiments.twins import LOAD, arm_sampler, dlm_sampler, heldout_prompt
 from sinklens.masking.config import MaskingConfig
 from sinklens.masking.policy import SinkMaskingPolicy
+from sinklens.trace.writer import TraceWriter
 from sinklens.train.model import ModelConfig, build_model, param_count, save_llada_folder
 
 CFG = ModelConfig(n_layers=6, d_model=512, n_heads=8, mlp_hidden=1376, vocab_size=8192, max_len=512)
@@ -120,8 +124,10 @@ class BlockTop1:
         self.top = event.attention.received_unblocked.argmax(-1)
 
 
-def run(case: Case, mode: str, out_dir: str) -> tuple[float, int]:
-    """One generation per prompt of the case; returns (process CPU seconds, trace bytes)."""
+def run(case: Case, mode: str, out_dir: str, one_group: bool = False) -> tuple[float, int]:
+    """One generation per prompt of the case; returns (process CPU seconds, trace bytes). one_group: the
+    trace writer holds a generation's steps for one write whatever the time they take (`--calls`: a
+    profiler slows the steps past the writer's one-second flush, which would add groups)."""
     m = case.model
     seconds, nbytes, steps = 0.0, 0, 0
     for i, ids in enumerate(case.prompts):
@@ -130,7 +136,10 @@ def run(case: Case, mode: str, out_dir: str) -> tuple[float, int]:
                                  model=m) if mode == "mask" else Discard() if mode == "capture" \
             else BlockTop1() if mode == "block" else None
         t0 = time.process_time()
-        out = m.generate(ids, trace=path, hook=hook, **case.settings)
+        trace = TraceWriter(path, flush_seconds=float("inf")) if path and one_group else path
+        out = m.generate(ids, trace=trace, hook=hook, **case.settings)
+        if trace is not path:
+            trace.close()
         if mode == "mask":
             hook.summary()  # what was blocked, as an eval records it per sample (counted in batches: stats.py)
         seconds += time.process_time() - t0
@@ -166,13 +175,37 @@ def peak_child(folder: str, mode: str, threads: int) -> None:
         print(json.dumps({"peak_mb": (vm_kb("VmHWM") - before) / 1024}))
 
 
+def calls_per_step(threads: int) -> None:
+    """`--calls`: Python calls per step (cProfile's count, which the machine's load does not move) of
+    plain, trace and mask on the twins, one run of each after a warm-up run."""
+    torch.set_num_threads(threads)
+    torch.set_grad_enabled(False)
+    print("| model | plain calls / step | trace | mask | trace over plain | mask over plain |")
+    print("|---|---|---|---|---|---|")
+    with tempfile.TemporaryDirectory() as tmp:
+        for name in ("tiny-dlm", "tiny-arm"):
+            case, calls = twin_case(name), {}
+            for mode in ("plain", "trace", "mask"):
+                run(case, mode, tmp, one_group=True)  # warm-up: first-call caches, the kernel's build
+                prof = cProfile.Profile()
+                prof.enable()
+                run(case, mode, tmp, one_group=True)
+                prof.disable()
+                calls[mode] = pstats.Stats(prof).total_calls / case.steps[mode]
+            print(f"| {name} | {calls['plain']:.0f} | {calls['trace']:.0f} | {calls['mask']:.0f} | "
+                  f"+{calls['trace'] - calls['plain']:.0f} | +{calls['mask'] - calls['plain']:.0f} |")
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--repeats", type=int, default=3)
     ap.add_argument("--threads", type=int, default=1)
     ap.add_argument("--no-peaks", dest="peaks", action="store_false", help="skip the peak-memory subprocesses")
     ap.add_argument("--_peak", nargs=2, metavar=("FOLDER", "MODE"), help=argparse.SUPPRESS)
+    ap.add_argument("--calls", action="store_true", help="only the Python calls per step of the twins (cProfile)")
     args = ap.parse_args()
+    if args.calls:
+        return calls_per_step(args.threads)
     if args._peak:
         return peak_child(*args._peak, args.threads)
 

@@ -225,17 +225,18 @@ class LayerSums:
     @classmethod
     def for_request(cls, req, layer: int, b: int, h: int, s_q: int, s_k: int, unblocked: bool, device,
                     learned_sink: bool = False):
-        zeros = lambda *shape: torch.zeros(*shape, dtype=torch.float32, device=device)  # noqa: E731
+        f32 = dict(dtype=torch.float32, device=device)   # torch.zeros(..., **f32): no helper call per buffer
         weight, group_of = row_weights(req, device)
         return cls(
-            received=zeros(b, h, s_k) if req.capture else None,
-            learned_sink=zeros(b, h) if req.capture and learned_sink else None,
-            unblocked=zeros(b, h, s_k) if unblocked else None,
-            groups=zeros(b, req.num_groups, h, s_k) if group_of is not None else None,
+            received=torch.zeros(b, h, s_k, **f32) if req.capture else None,
+            learned_sink=torch.zeros(b, h, **f32) if req.capture and learned_sink else None,
+            unblocked=torch.zeros(b, h, s_k, **f32) if unblocked else None,
+            groups=torch.zeros(b, req.num_groups, h, s_k, **f32) if group_of is not None else None,
             weight=weight,
             group_of=group_of,
-            maps={hd: zeros(b, s_q, s_k) for (ly, hd) in req.map_slices if ly == layer},
-            diagonal=zeros(b, h) if req.diagonal else None,
+            maps={hd: torch.zeros(b, s_q, s_k, **f32) for (ly, hd) in req.map_slices if ly == layer}
+            if req.map_slices else {},
+            diagonal=torch.zeros(b, h, **f32) if req.diagonal else None,
             distance=OffsetSums(b, h, s_k, s_k - s_q, device, req._scratch.setdefault("skew", SkewScratch()))
             if req.distance else None,
             offset=s_k - s_q,

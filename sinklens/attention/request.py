@@ -69,7 +69,8 @@ class AttentionRequest(ReadoutInstructions):
             raise ValueError(f"route must be one of {', '.join(ROUTES)}, got {self.route!r}")
         if self.query_groups is not None and self.num_groups < 1:
             raise ValueError("query_groups was given but num_groups < 1; set num_groups to the number of groups")
-        self.map_slices = tuple((int(l), int(h)) for l, h in self.map_slices)
+        # (a request is made every step, and most keep no maps: no generator for those)
+        self.map_slices = tuple((int(l), int(h)) for l, h in self.map_slices) if self.map_slices else ()
 
     @property
     def needs_probabilities(self) -> bool:

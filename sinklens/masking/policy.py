@@ -35,6 +35,8 @@ are one set on one step's attention (tests/test_rule_agreement.py):
 """
 from __future__ import annotations
 
+from dataclasses import astuple
+
 import numpy as np
 import torch
 
@@ -77,6 +79,8 @@ class SinkMaskingPolicy:
         # mask), as the trace records them for the report
         facts = getattr(model, "attention_layout", None) or {"causal": not is_diffusion}
         self.visibilities = layer_visibilities(num_layers, **facts)
+        # the coverage cache's key for them, as plain values: hashed per step without a Python call per layer
+        self._visibilities_key = tuple(astuple(v) for v in self.visibilities)
         self.reset()
 
     def reset(self, seed: int | None = None) -> None:
@@ -142,7 +146,8 @@ class SinkMaskingPolicy:
         """The rule's coverage of one batch row (S,) bool summed rows / real keys, remembered: it is the
         same at every step of a DLM, and an ARM's recurs with each prefix length (making it anew was a
         third of the ranking's time)."""
-        key = (queries.tobytes(), real.tobytes(), queries.shape[0], tuple(visibilities))
+        vis = self._visibilities_key if visibilities is self.visibilities else tuple(visibilities)
+        key = (queries.tobytes(), real.tobytes(), queries.shape[0], vis)
         cov = _coverages.get(key)
         if cov is None:
             if len(_coverages) >= COVERAGE_CACHE:
@@ -193,7 +198,7 @@ class SinkMaskingPolicy:
         # copies: the sampler edits its canvas in place, and the record is made later (stats.py)
         self.stats.add(self._next, np.array(_np(tokens)), np.array(_np(is_masked), dtype=bool),
                        self._prompt_mask(B, S), real)
-        req.blocked = blocked.to(tokens.device)
+        req.blocked = blocked if tokens.device.type == "cpu" else blocked.to(tokens.device)
         return req
 
     def after_step(self, event) -> None:

@@ -35,18 +35,30 @@ def _pad(a: np.ndarray, S: int) -> np.ndarray:
     return out
 
 
+def _stacked(arrays: list[np.ndarray], S: int) -> np.ndarray:
+    """(T, ..., S) the held steps' arrays, zero-padded on the last axis to S: one stack where every
+    step has S keys (a diffusion run), a pad per shorter step otherwise (an ARM's prefix grows)."""
+    first = arrays[0]
+    if len({a.shape for a in arrays}) == 1 and first.shape[-1] == S:
+        return np.stack(arrays)
+    out = np.zeros((len(arrays),) + first.shape[:-1] + (S,), first.dtype)
+    for t, a in enumerate(arrays):   # an assignment per step, no call
+        out[t, ..., :a.shape[-1]] = a
+    return out
+
+
 def _sinks(held: list[tuple], S: int) -> np.ndarray:
     """(T, L, B, H, S) bool Eq. 3 sinks of the held steps' ranking sources: those the selections already
     computed, else one call of the rule for all the steps (a diffusion run's have one shape). The
     same sinks as each step's own `Selection.sinks`."""
     if all(sel._sinks is not None for sel, *_ in held):
-        return np.stack([_pad(sel._sinks, S) for sel, *_ in held])
+        return _stacked([sel._sinks for sel, *_ in held], S)
     eps = {sel.eps for sel, *_ in held}
     shapes = {sel.scores.shape for sel, *_ in held}
     if len(eps) > 1 or len(shapes) > 1:
         # step by step: an ARM's steps differ in length, and a sum over a padded row may round
         # differently from the step's own (one policy has one ε)
-        return np.stack([_pad(sel.sink_array, S) for sel, *_ in held])
+        return _stacked([sel.sink_array for sel, *_ in held], S)
     scores = np.stack([sel.scores for sel, *_ in held])                         # (T, L, B, H, S)
     visible = np.stack([sel.visible for sel, *_ in held])                       # (T, L, B, 1, S)
     return _pad(np_rule.is_sink(scores, visible, eps.pop()), S)
@@ -91,10 +103,10 @@ class MaskingStats:
         held, self._held, self._held_bytes = self._held, [], 0
         if not held:
             return
-        S = max(h[1].shape[-1] for h in held)
-        blocked = np.stack([_pad(sel.blocked.numpy(), S) for sel, *_ in held])      # (T, L, B, H, S)
+        S = max([h[1].shape[-1] for h in held])
+        blocked = _stacked([sel.blocked.numpy() for sel, *_ in held], S)           # (T, L, B, H, S)
         sinks = _sinks(held, S)                                                     # (T, L, B, H, S)
-        tokens, is_masked, prompt, real = (np.stack([_pad(np.asarray(h[i]), S) for h in held]) for i in (1, 2, 3, 4))
+        tokens, is_masked, prompt, real = [_stacked([h[i] for h in held], S) for i in (1, 2, 3, 4)]
         T, L, B, H, _ = blocked.shape
         t, _, b, _, k = np.nonzero(blocked)                                        # one per blocked entry
         self.steps_masked += T
@@ -109,7 +121,7 @@ class MaskingStats:
         self.token_ids.update(dict(zip(ids.tolist(), counts.tolist())))
         pos, counts = np.unique(k, return_counts=True)
         self.positions.update(dict(zip(pos.tolist(), counts.tolist())))
-        self.shortfall += sum(sel.shortfall for sel, *_ in held)
+        self.shortfall += sum([sel.shortfall for sel, *_ in held])
         # persistence: pairs of consecutive masked steps (a step's earlier keys: an ARM's prefix grows)
         prev = np.concatenate([_pad(self._prev, S)[None] if self._prev is not None else np.zeros_like(blocked[:1]),
                                blocked[:-1]])                                    # (T, L, B, H, S) step t − 1

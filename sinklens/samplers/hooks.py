@@ -36,6 +36,20 @@ class StepEvent:
     commit_prob: torch.Tensor | None = None
 
 
+_TAKES_MASK: dict = {}  # a hook class' before_step -> whether it takes attention_mask (asked per generation)
+
+
+def takes_mask(before_step) -> bool:
+    """Whether a hook's `before_step` takes the `attention_mask` keyword. Remembered per function:
+    `inspect.signature` costs ~150 Python calls, and an eval makes a masking policy per sample."""
+    fn = getattr(before_step, "__func__", None)   # a method: its class' function (bound methods are new each time)
+    if fn is None:
+        return "attention_mask" in inspect.signature(before_step).parameters
+    if fn not in _TAKES_MASK:
+        _TAKES_MASK[fn] = "attention_mask" in inspect.signature(before_step).parameters
+    return _TAKES_MASK[fn]
+
+
 class Hooks:
     """Several hooks behaving as one. A hook is an object with `before_step` and/or `after_step`,
     or a plain callable (used as `after_step`)."""
@@ -47,8 +61,7 @@ class Hooks:
                 raise TypeError(f"hook {h!r} has neither before_step nor after_step and is not callable")
         # `before_step` may take an optional `attention_mask` (B, S) keyword (e.g. a probe pass
         # needs it); older three-argument hooks keep working.
-        self._wants_mask = {id(h) for h in self.hooks if hasattr(h, "before_step")
-                            and "attention_mask" in inspect.signature(h.before_step).parameters}
+        self._wants_mask = {id(h) for h in self.hooks if hasattr(h, "before_step") and takes_mask(h.before_step)}
 
     def __bool__(self) -> bool:
         return bool(self.hooks)

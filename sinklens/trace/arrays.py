@@ -62,11 +62,13 @@ def _batch_first(x: np.ndarray, layer_axis: int, lead: int = 0) -> np.ndarray:
     return np.moveaxis(x, lead, lead + layer_axis)
 
 
-def _stack(xs: list) -> np.ndarray | None:
+def _stack(xs: list, kinds: set[type] | None = None) -> np.ndarray | None:
     """One (T, ...) numpy array of T arrays or tensors of one shape (None where the shapes differ): a
-    sampler's tensors in one torch.stack and one conversion (torch is loaded where there are tensors)."""
+    sampler's tensors in one torch.stack and one conversion (torch is loaded where there are tensors).
+    kinds: the types of `xs`, where the caller has them."""
     torch = sys.modules.get("torch")
-    if torch is not None and all(isinstance(x, torch.Tensor) for x in xs):
+    kinds = {type(x) for x in xs} if kinds is None else kinds
+    if torch is not None and all([issubclass(k, torch.Tensor) for k in kinds]):
         return _np(torch.stack(xs)) if len({x.shape for x in xs}) == 1 else None
     arrays = [_np(x) for x in xs]
     return np.stack(arrays) if len({a.shape for a in arrays}) == 1 else None
@@ -85,17 +87,23 @@ def _is_sum_of(received: np.ndarray, groups: np.ndarray) -> bool:
     return bool(np.allclose(total, received, rtol=1e-4, atol=1e-5))
 
 
+def _all_none(xs: list) -> bool:
+    """Whether every item of `xs` is None (one list pass: a generator costs a call per item)."""
+    return all([x is None for x in xs])
+
+
 def _list_column(rows: list[np.ndarray | None], value_type: pa.DataType) -> pa.Array:
     """A list<value_type> column from one flat numpy array per row (None = null row)."""
-    if all(r is None for r in rows):
+    nulls = [r is None for r in rows]
+    if all(nulls):
         return pa.nulls(len(rows), pa.list_(value_type))
     lengths = [0 if r is None else r.size for r in rows]
     offsets = np.zeros(len(rows) + 1, dtype=np.int32)
     np.cumsum(lengths, out=offsets[1:])
-    flat = [r.reshape(-1) for r in rows if r is not None]
+    flat = [r if r.ndim == 1 else r.reshape(-1) for r in rows if r is not None]
     values = np.concatenate(flat) if flat else np.zeros(0)
     values = _as(values, _NUMPY[value_type])
-    mask = pa.array([r is None for r in rows]) if any(r is None for r in rows) else None
+    mask = pa.array(nulls) if True in nulls else None
     return pa.ListArray.from_arrays(pa.array(offsets), pa.array(values, type=value_type), mask=mask)
 
 
@@ -133,11 +141,9 @@ def _column(parts, rows: list[int], value_type: pa.DataType) -> pa.Array:
         values = parts.reshape(-1)
         offsets = np.arange(sum(rows) + 1, dtype=np.int32) * (values.size // sum(rows))
         return pa.ListArray.from_arrays(pa.array(offsets), pa.array(_as(values, _NUMPY[value_type]), type=value_type))
-    if all(p is None for p in parts):
+    if _all_none(parts):
         return pa.nulls(sum(rows), pa.list_(value_type))
-    cells = []
-    for p, b in zip(parts, rows):
-        cells.extend([None] * b if p is None else p)
+    cells = [cell for p, b in zip(parts, rows) for cell in ([None] * b if p is None else p)]  # (step, row) order
     return _list_column(cells, value_type)
 
 

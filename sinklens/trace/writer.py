@@ -42,8 +42,8 @@ import pyarrow as pa
 from sinklens._version import __version__
 from sinklens.columns import Column
 from sinklens.rule.spec import STORED_UNITS
-from sinklens.trace.arrays import (_batch_first, _batched, _column, _held, _is_sum_of, _np, _own, _real_positions,
-                                   _stack, _sums_of_groups)
+from sinklens.trace.arrays import (_all_none, _batch_first, _batched, _column, _held, _is_sum_of, _np, _own,
+                                   _real_positions, _stack, _sums_of_groups)
 from sinklens.trace.readouts import COLUMN_NAMES, COLUMNS
 from sinklens.trace.schema import CHECKSUM_KEY, CORE_COLUMNS, SCHEMA_VERSION, VOCAB_KEY, build_schema
 
@@ -248,13 +248,18 @@ class TraceWriter:
         self._layer_axis = {c.name: c.layer_axis or 1 for c in self.columns if from_request(c)}
 
     # ---- metadata -------------------------------------------------------------------------
-    def _new_ids(self, tokens: list[np.ndarray]) -> list[int]:
-        """Token ids of steps' `tokens` whose strings are not stored yet (decoded when written), in one
-        pass: by the step that first holds them, ascending within a step (a step at a time's order)."""
+    def _new_ids(self, tokens: list[np.ndarray] | np.ndarray) -> list[int]:
+        """Token ids of steps' `tokens` (a list of per-step arrays, or one (T, ...) array of the steps)
+        whose strings are not stored yet (decoded when written), in one pass: by the step that first
+        holds them, ascending within a step (a step at a time's order)."""
         if self.decode is None:
             return []
-        ids = np.concatenate([t.reshape(-1) for t in tokens])
-        starts = np.cumsum([0] + [t.size for t in tokens[:-1]])  # where each step's ids begin
+        if type(tokens) is np.ndarray:   # the group's steps stacked: no per-step work
+            ids = tokens.reshape(-1)
+            starts = np.arange(len(tokens)) * (tokens.size // max(len(tokens), 1))
+        else:
+            ids = np.concatenate([t.reshape(-1) for t in tokens])
+            starts = np.cumsum([0] + [t.size for t in tokens[:-1]])  # where each step's ids begin
         where = None
         if ids.size and int(ids.min()) < 0:  # no string for a negative id
             where = np.flatnonzero(ids >= 0)
@@ -370,18 +375,22 @@ class TraceWriter:
             raise RuntimeError(f"trace {self.path} is closed")
         req = event.attention
         cells, maps = {}, None
+        fields = vars(event)  # one lookup per column below, no call each (a tiny model's step is ~1 ms)
         for name in self._event_columns:  # a field of the event: copied (the sampler changes its canvas in place)
-            x = getattr(event, name, None)
-            cells[name] = [_held(r, copy=True) for r in x] if isinstance(x, list) else self._canvas_copy(name, x)
+            x = fields[name] if name in fields else None
+            if x is not None:
+                x = [_held(r, copy=True) for r in x] if type(x) is list else self._canvas_copy(name, x)
+            cells[name] = x
         if req is not None:
             # received is kept beside the groups: where they sum to it (the masked / unmasked split)
             # the group's write leaves it out, for all the group's steps in one test; blocked is a
             # hook's instruction, copied (the hook may reuse it)
             for name in self._layer_axis:
-                cells[name] = _held(request_capture(req, name), copy=name == "blocked")
+                x = request_capture(req, name)
+                cells[name] = x if x is None else _held(x, copy=name == "blocked")
         layer_axis = self._layer_axis
         if req is not None:
-            maps = {k: _held(m) for k, m in req.maps.items()} or None
+            maps = {k: _held(m) for k, m in req.maps.items()} if req.maps else None
             names = req.readout_names
             if names:
                 layer_axis = {**layer_axis, **dict.fromkeys(names, 1)}
@@ -391,19 +400,19 @@ class TraceWriter:
                              lens_probs=_held(req.lens["probs"]))
         if self._writer is None:
             self._start_from(cells)
-        nbytes = sum(x.nbytes for name, x in cells.items() if name in layer_axis and hasattr(x, "nbytes"))
-        nbytes += sum(m.nbytes for m in (maps or {}).values())
+        nbytes = sum([x.nbytes for name, x in cells.items() if name in layer_axis and x is not None])
+        if maps:
+            nbytes += sum([m.nbytes for m in maps.values()])
         self._hold(HeldStep(event.step, cells["tokens"].shape[0], cells, layer_axis, maps), self._due(nbytes))
 
     def _canvas_copy(self, name: str, x):
         """A held copy of the canvas tensor `x`: the previous step's copy where `x` is the same tensor,
         unchanged since (a sampler passes its padding mask, and often more, step after step)."""
-        last = self._canvas.get(name)
+        last = self._canvas[name] if name in self._canvas else None
         if last is not None and last[0] is x and last[1] is not None and x._version == last[1]:  # a tensor: versioned
             return last[2]
         held = _held(x, copy=True)
-        if x is not None:
-            self._canvas[name] = (x, getattr(x, "_version", None), held)
+        self._canvas[name] = (x, getattr(x, "_version", None), held)
         return held
 
     def _start_from(self, cells: dict) -> None:
@@ -422,22 +431,23 @@ class TraceWriter:
         """Column `name` of the group's steps, batch first: one (T, B, ...) array where every step
         holds an array of one shape (one stack and one transpose for the group), else a part per step
         (a (B, ...) array, a list of per-row arrays, or None)."""
-        held = [s.cells.get(name) for s in steps]
-        if all(x is None for x in held):
+        held = [s.cells[name] if name in s.cells else None for s in steps]
+        kinds = {type(x) for x in held}   # one pass (a call per step and column was a tenth of a tiny model's step)
+        if kinds == {type(None)}:
             return held
-        axes = {s.layer_axis.get(name) for s in steps}
-        if len(axes) == 1 and not any(x is None or isinstance(x, list) for x in held):
-            block = _stack(held)  # (T, [L,] B, ...)
+        axes = {s.layer_axis[name] if name in s.layer_axis else None for s in steps}
+        if len(axes) == 1 and type(None) not in kinds and list not in kinds:
+            block = _stack(held, kinds)  # (T, [L,] B, ...)
             if block is not None:
                 axis = axes.pop()
                 return block if axis is None else _batch_first(block, axis, lead=1)
-        parts = []
-        for s, x in zip(steps, held):
-            if x is None or isinstance(x, list):
-                parts.append(x if x is None else [_np(r) for r in x])
-                continue
-            axis = s.layer_axis.get(name)
-            parts.append(_np(x) if axis is None else _batch_first(_np(x), axis))
+        parts = [None] * len(held)
+        for t, (s, x) in enumerate(zip(steps, held)):
+            if type(x) is list:
+                parts[t] = [_np(r) for r in x]
+            elif x is not None:
+                axis = s.layer_axis[name] if name in s.layer_axis else None
+                parts[t] = _np(x) if axis is None else _batch_first(_np(x), axis)
         return parts
 
     def flush(self) -> None:
@@ -484,7 +494,7 @@ class TraceWriter:
     @staticmethod
     def _query_column(parts: dict, rows: list[int]) -> pa.Array:
         """query_positions, each step's own or its rows' real positions (their attention mask's)."""
-        if all(q is None for q in parts["query_positions"]):
+        if _all_none(parts["query_positions"]):
             return _real_positions(parts["attention_mask"])
         return _column([[np.flatnonzero(r) for r in m] if q is None else q
                         for q, m in zip(parts["query_positions"], parts["attention_mask"])], rows, pa.int32())
@@ -495,7 +505,7 @@ class TraceWriter:
         the batch's serialised bytes lets the reader tell damaged steps from good ones (Arrow itself
         has none); the reader verifies a batch when it first reads a step of it."""
         custom = {CHECKSUM_KEY: str(zlib.crc32(batch.serialize()))}
-        vocab = self._vocab(self._new_ids(list(tokens)))  # the group's new ids, one decode
+        vocab = self._vocab(self._new_ids(tokens))  # the group's new ids, one decode
         if vocab:
             custom[VOCAB_KEY] = json.dumps(vocab)
         self._writer.write_batch(batch, custom_metadata=custom)
@@ -504,7 +514,7 @@ class TraceWriter:
 
     def _maps_column(self, steps: list[HeldStep]) -> pa.Array:
         struct_type = self._schema.field("maps").type
-        if not any(s.maps for s in steps):
+        if not any([s.maps for s in steps]):
             return pa.nulls(sum(s.rows for s in steps), struct_type)
         rows = []
         for s in steps:

@@ -34,22 +34,34 @@ ALIASES = {"exact": ("exact-whole", "exact")}
 PLAIN = BY_NAME["plain"]
 
 
+def candidates(needs: Needs, named: str) -> tuple[Route, ...]:
+    """The routes whose declaration covers `needs`, best first, for a request naming route `named`.
+    A pure function of its arguments, remembered: every layer of every step asks it again (on a tiny
+    twin, testing the declarations field by field was half the Python calls tracing added to a step)."""
+    key = (needs, named)
+    out = _CANDIDATES.get(key)
+    if out is None:
+        first = [BY_NAME[n] for n in ALIASES.get(named, (named,))] if named != "auto" else []
+        if first and first[-1].fallback:
+            first.append(BY_NAME[first[-1].fallback])
+        auto = [r for r in REGISTRY if (needs.device, needs.dtype) in r.auto]
+        out = []
+        for r in first + auto:
+            if r not in out and r.records.covers(needs):
+                out.append(r)
+        out = _CANDIDATES[key] = tuple(out)
+    return out
+
+
+_CANDIDATES: dict[tuple[Needs, str], tuple[Route, ...]] = {}
+
+
 def choose_route(call: Call) -> list[Route]:
     """The routes that can record what `call` asks, best first (see the module docstring)."""
     if not call.req.needs_probabilities:
         return [PLAIN]
-    needs = Needs.of(call)
-    named = call.req.route
-    first = [BY_NAME[n] for n in ALIASES.get(named, (named,))] if named != "auto" else []
-    if first and first[-1].fallback:
-        first.append(BY_NAME[first[-1].fallback])
-    key = (needs.device, needs.dtype)
-    auto = [r for r in REGISTRY if key in r.auto]
-    out = []
-    for r in first + auto:
-        if r not in out and r.records.covers(needs) and r.available(call):
-            out.append(r)
-    return out
+    return [r for r in candidates(Needs.of(call), call.req.route) if r.available(call)]
 
 
-__all__ = ["ALIASES", "BY_NAME", "Call", "Modifiers", "Needs", "REGISTRY", "Records", "Route", "choose_route"]
+__all__ = ["ALIASES", "BY_NAME", "Call", "Modifiers", "Needs", "REGISTRY", "Records", "Route", "candidates",
+           "choose_route"]

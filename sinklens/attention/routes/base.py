@@ -107,8 +107,13 @@ class Needs:
                    keep_self=call.blocked is not None and req.keep_self,
                    masks=call.attention_mask is not None, maps=bool(req.map_slices),
                    learned_sinks=call.mods.sinks is not None, softcap=call.mods.softcap is not None,
-                   readouts=frozenset(n for n in ("diagonal", "distance") if getattr(req, n)),
+                   readouts=IN_PASS[bool(req.diagonal), bool(req.distance)],
                    dtype=call.query.dtype, device=call.query.device.type)
+
+
+# The readouts a route makes inside its pass, as `Needs.readouts` for each (diagonal, distance) request
+IN_PASS = {(d, p): frozenset(n for n, on in (("diagonal", d), ("distance", p)) if on)
+           for d in (False, True) for p in (False, True)}
 
 
 class Route:

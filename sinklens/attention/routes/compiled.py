@@ -46,16 +46,28 @@ class _Args(ctypes.Structure):
                 ("tile", _I), ("threads", _I), ("sgemm", _P), ("blas_threads", _P)]
 
 
-def _ptr(t: torch.Tensor | None) -> int | None:
-    return None if t is None else t.data_ptr()
-
-
 def _rows(t: torch.Tensor) -> tuple[torch.Tensor, tuple[int, int, int]]:
     """t (B, heads, S, D) as float32 with unit stride along D, and its (batch, head, row) strides."""
     t = t if t.dtype == torch.float32 else t.float()
-    if t.stride(-1) != 1 or t.stride(2) < t.shape[3]:
+    stride = t.stride()   # one call: a tiny model's layer is a few dozen µs, each call counts
+    if stride[3] != 1 or stride[2] < t.shape[3]:
         t = t.contiguous()
-    return t, tuple(t.stride()[:3])
+        stride = t.stride()
+    return t, stride[:3]
+
+
+def _shared(req, s_k: int) -> tuple:
+    """(query groups as int64, tile rows, threads, sgemm, the BLAS' thread setter): what every layer of
+    a forward passes alike, made at its first layer and kept on the request, which lives one forward
+    (remade where the groups were replaced or edited, or the key count differs)."""
+    groups = req.query_groups
+    version = None if groups is None else groups._version
+    shared = req._scratch.get("compiled")
+    if shared is None or shared[0] != s_k or shared[1] is not groups or shared[2] != version:
+        as_long = None if groups is None else groups.to(torch.int64).contiguous()
+        shared = req._scratch["compiled"] = (s_k, groups, version,
+                                             (as_long, tile_rows(s_k), torch.get_num_threads(), *build.blas()))
+    return shared[3]
 
 
 class Compiled(Route):
@@ -85,21 +97,23 @@ class Compiled(Route):
             allowed = None
         blocked = None if call.blocked is None else call.blocked.contiguous()
         sinks = None if call.mods.sinks is None else call.mods.sinks.float().contiguous()
-        groups = None if req.query_groups is None else req.query_groups.to(torch.int64).contiguous()
+        groups, tile, threads, sgemm, blas_threads = _shared(req, s_k)
         sums = LayerSums.for_request(req, call.module.layer_idx, b, h, s_q, s_k, call.blocking, query.device,
                                      sinks is not None)
         weight = sums.weight
         out = torch.empty(b, s_q, h, d, dtype=torch.float32)
-        sgemm, blas_threads = build.blas()
+        # the buffers' addresses in one pass (a tiny model's layer is a few dozen µs: each call counts);
+        # a None buffer stays NULL
+        buffers = dict(q=q, k=k, v=v, out=out, allowed=allowed, blocked=blocked, sinks=sinks, row_w=weight,
+                       groups=groups, received=sums.received, unblocked=sums.unblocked, group_sums=sums.groups,
+                       sink_sums=sums.learned_sink, diagonal=sums.diagonal if sums.distance is None else None,
+                       distance=None if sums.distance is None else sums.distance.sums)
         args = _Args(b, h, h_kv, s_q, s_k, d, call.scaling, call.mods.softcap or 0.0,
-                     q.data_ptr(), k.data_ptr(), v.data_ptr(), out.data_ptr(),
-                     (_L * 3)(*qs), (_L * 3)(*ks), (_L * 3)(*vs),
-                     int(causal), _ptr(allowed), 0 if allowed is None or allowed.shape[0] == 1 else s_q * s_k,
-                     _ptr(blocked), int(req.keep_self), _ptr(sinks), _ptr(weight), _ptr(groups), req.num_groups,
-                     _ptr(sums.received), _ptr(sums.unblocked), _ptr(sums.groups), _ptr(sums.learned_sink),
-                     _ptr(sums.diagonal) if sums.distance is None else None,
-                     None if sums.distance is None else sums.distance.sums.data_ptr(),
-                     tile_rows(s_k), torch.get_num_threads(), sgemm, blas_threads)
+                     q_strides=(_L * 3)(*qs), kv_strides=(_L * 3)(*ks), v_strides=(_L * 3)(*vs), causal=int(causal),
+                     allowed_bstride=0 if allowed is None or allowed.shape[0] == 1 else s_q * s_k,
+                     keep_self=int(req.keep_self), num_groups=req.num_groups, tile=tile,
+                     threads=threads, sgemm=sgemm, blas_threads=blas_threads,
+                     **{name: t.data_ptr() for name, t in buffers.items() if t is not None})
         if lib.sl_attention(ctypes.byref(args)) != 0:
             return None  # out of memory in C: the torch routes
         sums.store(req, call.module.layer_idx)
