@@ -43,6 +43,31 @@ def flag_name(name: str, meta: dict) -> str:
     return meta["flag"] or "--" + name.replace("_", "-")
 
 
+def command_flags(config, always: tuple[str, ...] = ()) -> list[str]:
+    """The command-line flags that rebuild `config` (a dataclass instance with `param` fields, nested
+    dataclasses flattened as the command line flattens them): every field that differs from its
+    default, and the fields named in `always` (a flag the command line requires), e.g.
+    ['--kind', 'dlm', '--steps', '6000']. What a run records as its command."""
+    import dataclasses
+    import shlex
+
+    out = []
+    for f in fields(config):
+        value = getattr(config, f.name)
+        if dataclasses.is_dataclass(value):
+            out += command_flags(value, always)
+            continue
+        if "type" not in f.metadata or (f.name not in always and value == f.default):
+            continue
+        flag = flag_name(f.name, f.metadata)
+        if isinstance(value, bool):
+            out.append(flag if value else "--no-" + flag[2:])
+        else:
+            text = ",".join(map(str, value)) if isinstance(value, (list, tuple)) else str(value)
+            out += [flag, shlex.quote(text)]
+    return out
+
+
 def _nonneg_int(x) -> bool:
     return isinstance(x, int) and not isinstance(x, bool) and x >= 0
 

@@ -468,3 +468,26 @@ def test_a_run_still_training_ships_its_latest_checkpoint(tmp_path):
     ours.load_state_dict(load_file(f"{cfg.out}/ckpt/model.safetensors"))
     ids = torch.tensor([tok.encode("Tom has 3 pens. He gets 2 more.")])
     assert torch.allclose(m.model(input_ids=ids).logits, ours.half().float()(input_ids=ids).logits, atol=1e-3)
+
+
+def test_the_recorded_command_rebuilds_the_config_however_the_run_was_called(tmp_path, monkeypatch):
+    """command.txt holds the command line of the run's config, not the calling process's argv (a
+    run started from Python, or from pytest with absolute paths, records the same); parsed by the
+    `sinklens train` parser it gives the config back."""
+    import argparse
+    import shlex
+    import sys
+    from dataclasses import replace
+
+    from sinklens.cli import train as train_cli
+    from sinklens.train.train import train
+
+    monkeypatch.setattr(sys, "argv", ["pytest", "--junitxml=/elsewhere/x.xml"])
+    cfg = replace(_tiny_cfg(tmp_path, "arm", 2), lr=1e-3, seed=3)
+    train(cfg, progress=False)
+    line = (Path(cfg.out) / "command.txt").read_text().splitlines()[1]
+    assert line.startswith("sinklens train --kind arm ") and "/elsewhere" not in line
+    parser = argparse.ArgumentParser()
+    train_cli.register(parser.add_subparsers())
+    args = parser.parse_args(shlex.split(line)[1:])
+    assert train_cli.config(args).to_dict() == cfg.to_dict()

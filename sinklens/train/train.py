@@ -14,7 +14,6 @@ from __future__ import annotations
 import json
 import math
 import os
-import sys
 import time
 from dataclasses import replace
 from pathlib import Path
@@ -24,6 +23,7 @@ import torch.nn.functional as F
 from safetensors.torch import load_file, save_file
 from tqdm import tqdm
 
+from sinklens.params import command_flags
 from sinklens.runlock import RunLock
 from sinklens.train.batch import decode_answers, encode_batch, encode_prompts, parse_answer
 from sinklens.train.data import DataConfig, ProblemStream, generate
@@ -290,9 +290,10 @@ def _model_and_optimizer(cfg: TrainConfig, out: Path):
     return model, opt, _load_ckpt(model, opt, ckpt), _load_tokens(ckpt)
 
 
-def _open_log(out: Path, step: int) -> Path:
+def _open_log(out: Path, step: int, cfg: TrainConfig) -> Path:
     """log.jsonl as of `step` (lines written after the checkpoint resumed from are dropped: they
-    will be written again) and every invocation appended to command.txt."""
+    will be written again) and every invocation appended to command.txt, as the command line
+    that rebuilds `cfg` (however it was called: the CLI or `train()`)."""
     log_path = out / "log.jsonl"
     if step == 0 and log_path.exists():
         log_path.unlink()
@@ -300,7 +301,7 @@ def _open_log(out: Path, step: int) -> Path:
         lines = [l for l in log_path.read_text().splitlines() if json.loads(l)["step"] <= step]
         log_path.write_text("".join(l + "\n" for l in lines))
     with (out / "command.txt").open("w" if step == 0 else "a") as f:
-        f.write(f"# from step {step}\n" + " ".join(["sinklens"] + sys.argv[1:]) + "\n")
+        f.write(f"# from step {step}\n" + " ".join(["sinklens", "train", *command_flags(cfg, always=("kind", "out"))]) + "\n")
     return log_path
 
 
@@ -376,7 +377,7 @@ def _train(cfg: TrainConfig, progress: bool) -> dict:
     out.mkdir(parents=True, exist_ok=True)
     cfg, tok = _prepare(cfg, out)
     model, opt, step, tokens = _model_and_optimizer(cfg, out)   # tokens: seen in training (prompt + answer region)
-    log_path = _open_log(out, step)
+    log_path = _open_log(out, step, cfg)
     stream, heldout, meter = ProblemStream(cfg.seed, cfg.data), heldout_sets(cfg), _Meter()
     model.train()
     bar = tqdm(total=cfg.steps, initial=step, disable=not progress, desc=f"train {cfg.kind}", dynamic_ncols=True)
