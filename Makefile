@@ -1,7 +1,7 @@
 # The two commands a fresh machine needs (see README):
 #   make demo   -- set everything up, then run the main job on the embedded default
-#   make test   -- set everything up, then run the test suite (CI's run: one slice of the golden sweeps)
-#   make test-full -- the same with every case of the golden sweeps (docs/install.md, "Testing")
+#   make test   -- set everything up, then run the test suite (CI's run: one slice of the slow tests and sweep cases)
+#   make test-full -- the same with every test (docs/install.md, "Testing")
 VENV ?= .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.sinklens-installed

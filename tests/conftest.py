@@ -99,12 +99,12 @@ def offline_hub(tmp_path, monkeypatch):
 
 
 # --- The generated golden sweeps and the slow tests: a quarter of them by default ----------------------------------
-# A test marked `sweep` (a case of a generated golden sweep) or `slow` (a whole run: > ~15 s on 2 cores) runs when
+# A test marked `sweep` (a case of a generated golden sweep) or `slow` (> ~2 s on 2 cores) runs when
 # it falls in the chosen one of SWEEP_SLICES slices (by a hash of its id): the slice is the checked-out commit's
 # (so a commit always runs the same one, and successive commits rotate through all), or SINKLENS_SWEEP_SLICE=k;
 # SINKLENS_SWEEP_SLICE=all (`make test-full`) runs every test. Named node ids or -k select from all.
 # docs/install.md ("Testing") says what CI runs.
-SWEEP_SLICES = 4
+SWEEP_SLICES = 8
 SLICED_MARKERS = ("sweep", "slow")
 
 

@@ -149,6 +149,7 @@ def test_bad_route_is_one_clear_line():
         AttentionRequest(route="fast")
 
 
+@pytest.mark.slow
 def test_smollm2_generation_token_identical_when_traced_through_lse(smollm2, tmp_path):
     """64 greedy tokens, untraced vs traced (lse route): the same tokens."""
     from sinklens.samplers import CaptureOptions

@@ -41,6 +41,7 @@ def records(run_dir: Path) -> list[dict]:
     return sorted(collect(str(run_dir)), key=lambda r: r["index"])
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name", list(FAMILIES))
 def test_table1_with_random_control_and_resume(tmp_path, name):
     fixture, eos, mask_token, sampler, flags = FAMILIES[name]

@@ -316,6 +316,7 @@ def _cases(d, fx):
     ]
 
 
+@pytest.mark.slow
 def test_bad_input_is_one_line_with_the_right_exit_status(bad_inputs, fixtures_dir, capsys):
     failures = []
     for argv, status, text in _cases(bad_inputs, fixtures_dir):
@@ -331,6 +332,7 @@ def test_bad_input_is_one_line_with_the_right_exit_status(bad_inputs, fixtures_d
     assert not failures, "\n".join(failures)
 
 
+@pytest.mark.slow
 def test_bad_input_writes_nothing(bad_inputs, fixtures_dir, capsys):
     """The refused commands of the table above leave the files they named as they were."""
     before = {p: p.read_bytes() for p in bad_inputs.rglob("*") if p.is_file()}
@@ -370,6 +372,7 @@ def test_report_into_an_earlier_reports_folder_names_what_it_did_not_replace(tmp
     assert old.read_bytes() == b"png" and (out / "my_notes.txt").read_text() == "mine"
 
 
+@pytest.mark.slow
 def test_report_says_a_trace_is_truncated(tmp_path, capsys):
     """A trace cut short is reported on its finished steps, and the command says so (and --json)."""
     import numpy as np
@@ -571,6 +574,7 @@ def test_ctrl_c_before_the_first_step_leaves_no_empty_trace(tmp_path, monkeypatc
     assert not path.exists()
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("command", ["trace", "eval"])
 def test_ctrl_c_in_a_run_that_resumes_says_so_and_the_same_command_resumes(command, tmp_path, monkeypatch, capsys):
     """Ctrl-C in a corpus run or an eval: exit 130, one line saying what is kept and how to go on;
@@ -705,6 +709,7 @@ def test_route_triton_where_its_kernel_cannot_run_is_said(tmp_path, capsys, monk
     assert err.count("note: --route triton: ") == 1 and why in err and "takes the lse route" in err, err
 
 
+@pytest.mark.slow
 def test_quiet_command_silences_the_libraries_own_bars_too(tmp_path):
     """`sinklens ... -q` as a process's command: tqdm bars a library draws by itself (transformers'
     "Converting and de-quantizing GGUF tensors" on the SmolLM2 / Gemma3 aliases) are off too; main()
@@ -782,6 +787,7 @@ def test_a_flag_the_models_sampler_does_not_take_is_refused_before_the_load(fixt
     assert not (d / "g.arrow").exists() and not (d / "g").exists()
 
 
+@pytest.mark.slow
 def test_progress_piped_to_a_log_is_a_plain_line_every_n_seconds(tmp_path):
     """stderr not a terminal: no `\\r` redraws joined on a few lines, but one plain line every N
     seconds of a bar's time and its last state; notes pass unchanged."""

@@ -99,6 +99,7 @@ def _pooled(arrays, axis=0):
     return nanmean(np.concatenate(arrays, axis=0), axis=axis)
 
 
+@pytest.mark.slow
 def test_readout_totals_equal_the_kept_traces_pooled(dlm, tmp_path):
     """Every readout on, prompts of different lengths, every trace kept: each readout's corpus mean is
     the mean over the kept traces' steps pooled (never a mean of per-prompt means), the distance
@@ -193,6 +194,7 @@ def _trace_args(prompts: Path, out: Path, *flags: str) -> list[str]:
             "--steps", "2", "--gen-length", "4", "--block-length", "4", "-q", *flags]
 
 
+@pytest.mark.slow
 def test_two_processes_write_the_same_file_as_one(tmp_path):
     """With every readout on: their parts (the distance profile's padded sums too) merge the same."""
     prompts = write_prompts(tmp_path / "p.jsonl", 6)
@@ -211,6 +213,7 @@ def test_two_processes_write_the_same_file_as_one(tmp_path):
     assert set(READOUT_SECTIONS) <= set(open_corpus(tmp_path / "one" / "corpus.jsonl").totals["scaled_sum"])
 
 
+@pytest.mark.slow
 def test_resume_after_kill_loses_nothing_and_counts_nothing_twice(tmp_path):
     prompts = write_prompts(tmp_path / "p.jsonl", 8)
     clean = subprocess.run([sys.executable, *_trace_args(prompts, tmp_path / "clean")], env=_env(),
@@ -317,6 +320,7 @@ def test_only_a_corpus_trace_splits_over_launcher_processes(command, argv, split
     assert splits_work(command, argv) is splits
 
 
+@pytest.mark.slow
 def test_documented_corpus_example_runs_as_written_in_an_empty_folder(tmp_path):
     """docs/corpus.md's first example, word for word, in a folder holding nothing (a new user has
     no prompts.jsonl: the example makes one), with `sinklens` this checkout's command line."""

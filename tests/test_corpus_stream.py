@@ -52,6 +52,7 @@ def planted(T: int, L: int, H: int, S: int, seed: int = 0) -> dict:
 VOCAB = {i: "\n" if i % 5 == 0 else f"t{i}" for i in range(20)}
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("T, L, H, S, causal", [(24, 3, 4, 20, False), (40, 2, 3, 12, True), (130, 1, 1, 10, False)])
 def test_the_stream_gives_the_trace_analysis_part_byte_for_byte(T, L, H, S, causal):
     """Every analysis' part, the dynamics and the per-trace-only list, in both units views, from steps
@@ -95,6 +96,7 @@ def _peak_bytes(T: int, L: int, H: int, S: int) -> int:
     return peak
 
 
+@pytest.mark.slow
 def test_memory_does_not_grow_with_the_number_of_steps():
     L, H, S = 4, 6, 64
     short, long = _peak_bytes(16, L, H, S), _peak_bytes(256, L, H, S)

@@ -86,6 +86,7 @@ def our_kwargs(kw):
     return kw
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("case", list(CASES))
 @pytest.mark.parametrize("seed", [0, 1])
 def test_tokens_equal_transformers_generate(models, tmp_path, case, seed):

@@ -99,6 +99,7 @@ def test_mode_is_refused_in_one_line_where_it_means_nothing(name, mode):
     assert "\n" not in msg and f"mode={mode!r}" in msg
 
 
+@pytest.mark.slow
 def test_mode_on_the_command_line(tmp_path):
     import os
     import subprocess

@@ -50,6 +50,7 @@ def _records(run_dir: str) -> tuple[list[dict], list[float]]:
     return recs, kls
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name", ["tiny-dlm", "tiny-arm"])
 def test_traced_eval_has_the_same_records_and_one_corpus_per_row(models, name, tmp_path):
     plain = run_eval(_cfg(name, tmp_path / "plain"), model=models[name])
@@ -109,6 +110,7 @@ def _eval_args(out: Path) -> list[str]:
             "--block-length", "8", "--attention-stats", "--quiet", "--out", str(out)]
 
 
+@pytest.mark.slow
 def test_two_processes_write_the_same_corpus_files_as_one(tmp_path):
     env = {**os.environ, "PYTHONPATH": f"{REPO}{os.pathsep}{os.environ.get('PYTHONPATH', '')}", "OMP_NUM_THREADS": "1",
            "CUDA_VISIBLE_DEVICES": ""}

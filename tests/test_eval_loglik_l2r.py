@@ -55,6 +55,7 @@ def test_l2r_needs_loglik(tmp_path):
         EvalConfig(model="tiny-dlm", task="arith", out=str(tmp_path), loglik=False, loglik_l2r=True)
 
 
+@pytest.mark.slow
 def test_l2r_through_eval_and_summary(tmp_path):
     import csv
 

@@ -77,6 +77,7 @@ def _run(model, out, **kw):
     return {d.rsplit("/", 1)[1]: records.collect(d) for d in run_eval(cfg)}
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("model", ["tiny-dlm", "tiny-arm"])
 def test_masking_that_blocks_nothing_reads_zero(model, tmp_path):
     """K = 1 with a threshold no key reaches: nothing is blocked, so the masked output is the
@@ -95,6 +96,7 @@ def test_masking_that_blocks_nothing_reads_zero(model, tmp_path):
             assert "commits" not in r and o["deferred"] is None
 
 
+@pytest.mark.slow
 def test_masking_the_sinks_changes_everything_and_summary_reads_it(tmp_path):
     """tiny-dlm with its top-1 sink masked: every answer flips, the output moves, KL > 1 nat;
     the random-key control moves far less. Both rows in summary.md and summary.csv."""
@@ -116,6 +118,7 @@ def test_masking_the_sinks_changes_everything_and_summary_reads_it(tmp_path):
     assert rows["Unmasked"]["n_outcome"] == ""                                     # nothing to compare
 
 
+@pytest.mark.slow
 def test_resume_and_a_masked_run_done_before_the_unmasked_one(tmp_path):
     """A masked run without K = 0 stores no outcome; the summary compares it once K = 0 exists
     (KL n/a: no log-probs were kept for it). Growing --limit resumes and adds the new sample's outcome."""
@@ -142,6 +145,7 @@ def test_a_failed_log_prob_write_is_the_runs_write_error(tmp_path, monkeypatch):
     assert list((tmp_path / "commit_logp").iterdir()) == []
 
 
+@pytest.mark.slow
 def test_headline_json_carries_the_readouts(tmp_path):
     """`eval --json` / `replicate --json` read `headline`: the readouts with their SEs, null where none."""
     import json
@@ -155,6 +159,7 @@ def test_headline_json_carries_the_readouts(tmp_path):
     json.dumps(k1, allow_nan=False)
 
 
+@pytest.mark.slow
 def test_the_unmasked_row_heads_the_table_of_two_protocols(tmp_path):
     """`sinklens replicate` runs the unmasked baseline once, under the first protocol's folder: the
     table shows it first and without that protocol's name (it is every protocol's baseline)."""

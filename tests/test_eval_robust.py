@@ -239,6 +239,7 @@ def test_eval_and_replicate_json_give_the_runs_and_their_numbers(tiny_dlm, tmp_p
 
 # --- two writers into one --out -----------------------------------------------------------------
 
+@pytest.mark.slow
 def test_second_process_is_refused_and_nothing_runs_twice(tiny_dlm, tmp_path):
     out = tmp_path / "out"
     cmd, env = cli("eval", "--model", tiny_dlm, "--out", str(out), *FAST, "--limit", "200")
@@ -339,6 +340,7 @@ def test_failed_write_leaves_no_torn_line(tmp_path, monkeypatch):
     assert [json.loads(line)["id"] for line in open(path)] == ["a", "c"]
 
 
+@pytest.mark.slow
 def test_file_size_limit_stops_cleanly_and_rerun_resumes(tiny_dlm, tmp_path):
     out = tmp_path / "out"
     cmd, env = cli("eval", "--model", tiny_dlm, "--out", str(out), *FAST, "--limit", "6")
@@ -460,6 +462,7 @@ def test_a_local_folder_typed_another_way_is_the_same_model(tmp_path):
         "GSAI-ML/LLaDA-8B-Instruct"
 
 
+@pytest.mark.slow
 def test_each_k_runs_once_and_the_unmasked_run_first(tmp_path, capsys):
     """`--mask-topk 1,0,1`: K=1 twice stopped the eval at its second run (refused by the first's
     lock, 'another sinklens eval is already writing'), and K=1 before K=0 left its KL 'n/a'."""
@@ -474,6 +477,7 @@ def test_each_k_runs_once_and_the_unmasked_run_first(tmp_path, capsys):
     assert "KL n/a" not in outcome, outcome
 
 
+@pytest.mark.slow
 def test_quiet_eval_prints_results_only(tmp_path):
     """-q: the small-model thread note (on stderr, even under --quiet) is gone; errors still come."""
     env = {k: v for k, v in os.environ.items() if k != "OMP_NUM_THREADS"}   # else the thread choice is not made
@@ -491,6 +495,7 @@ def test_quiet_eval_prints_results_only(tmp_path):
            f"{tmp_path / 'ev' / 'tiny-dlm' / 'arith' / 'k<K>'}/" in quiet.stdout.splitlines()[-1]
 
 
+@pytest.mark.slow
 def test_file_size_limit_names_the_file_and_what_is_kept(tmp_path):
     """`ulimit -f` hit while a trace is written: pyarrow's "File too large" names no file; the
     command's one line names it, and for a corpus run says that the same command resumes."""

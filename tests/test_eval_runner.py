@@ -57,6 +57,7 @@ def reference(tiny_dlm, tmp_path_factory):
     return run_dir, recs
 
 
+@pytest.mark.slow
 def test_kill9_then_resume(tiny_dlm, reference, tmp_path):
     run_dir_ref, ref = reference
     cmd, env = cli("eval", "--model", tiny_dlm, "--out", str(tmp_path), *ARGS)
@@ -77,6 +78,7 @@ def test_kill9_then_resume(tiny_dlm, reference, tmp_path):
     assert comparable(records.collect(str(shard.parent))) == comparable(ref)
 
 
+@pytest.mark.slow
 def test_two_processes_equal_one(tiny_dlm, reference, tmp_path):
     run_dir_ref, ref = reference
     cmd, env = cli("eval", "--model", tiny_dlm, "--out", str(tmp_path), *ARGS)
@@ -132,6 +134,7 @@ def test_bad_inputs(tiny_dlm, reference, tmp_path, capsys):
     assert "unknown task" in capsys.readouterr().err
 
 
+@pytest.mark.slow
 def test_smollm2_gsm8k_k0_k1(smollm2, tmp_path):
     """Real weights, real data: SmolLM2 solves nothing (accuracy ~0), but masking its top-1 sink per
     head lowers the likelihood of the reference answer — the measurable effect."""

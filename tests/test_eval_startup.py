@@ -34,6 +34,7 @@ def eval_process(out, omp=None):
     return json.loads(line[len("RESULT "):]), res.stderr
 
 
+@pytest.mark.slow
 def test_an_arith_eval_imports_nothing_it_does_not_need_and_runs_a_twin_on_one_thread(tmp_path):
     got, err = eval_process(tmp_path / "a")
     assert got["code"] == 0
@@ -44,6 +45,7 @@ def test_an_arith_eval_imports_nothing_it_does_not_need_and_runs_a_twin_on_one_t
         assert got["threads"] == 1 and "1 torch thread" in err
 
 
+@pytest.mark.slow
 @pytest.mark.skipif((os.cpu_count() or 1) < 2, reason="needs 2 CPUs to tell the user's thread count from ours")
 def test_omp_num_threads_decides_when_set(tmp_path):
     got, err = eval_process(tmp_path / "b", omp="2")

@@ -12,6 +12,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 REPO = Path(__file__).resolve().parents[1]
 
 TOYDLM = '''"""A family that reuses the llada sampler: LLaDA's architecture under another model_type."""
@@ -98,6 +100,7 @@ print("B", m.family.name, m.family.sampler, plain.sequences.tolist() == traced.s
 '''
 
 
+@pytest.mark.slow
 def test_new_families_and_samplers_are_new_files_only(tmp_path, fixtures_dir):
     pkg = tmp_path / "copy" / "sinklens"
     shutil.copytree(REPO / "sinklens", pkg, ignore=shutil.ignore_patterns("__pycache__", "assets"))

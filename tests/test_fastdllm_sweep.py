@@ -74,6 +74,7 @@ def test_the_sweep_covers_what_the_named_cases_leave_out():
 @pytest.mark.parametrize("traced", [False, True], ids=["plain", "traced"])
 @pytest.mark.parametrize("case", [param(c, id=c["name"], dtype=c["dtype"], kernels=SWEEP_META.get("kernels"))
                                   for c in RUNS])
+@pytest.mark.slow
 @pytest.mark.sweep  # a slice by default (tests/conftest.py)
 def test_token_exact_step_for_step(models, case, traced, tmp_path):
     extra = dict(trace=tmp_path / "run.arrow", capture=CaptureOptions(query_groups=True)) if traced else {}

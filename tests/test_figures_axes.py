@@ -88,6 +88,7 @@ def test_arm_prefill_and_decoding_have_their_own_colour_scales():
     assert images[0].norm.vmax > 3 * images[1].norm.vmax          # 8 rows summed vs one
 
 
+@pytest.mark.slow
 def test_default_single_head_is_the_strongest_sink(planted, tmp_path):
     margins = _eq3(P.build()["received"])                           # (T, L, H, S)
     rec = P.build()["received"]
@@ -129,6 +130,7 @@ def _keep(fig, tmp_path, name):
     fig.savefig(tmp_path / f"{name}.png", dpi=110)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("make", ["fig1", "fig3"])
 def test_legends_sit_outside_the_data(planted, make, tmp_path):
     fig = F.received_over_steps(planted, 0, 1) if make == "fig1" else F.score_distribution(planted)
@@ -167,6 +169,7 @@ def _arm(decode_steps: int, prompt: int):
                        vocab={i: f"t{i}" for i in range(7)}, prompt_length=prompt, label="arm")
 
 
+@pytest.mark.slow
 def test_arm_colour_bar_labels_fit_inside_the_figure(tmp_path):
     """ARM Fig. 1: the one-row prefill panel's colour-bar label was clipped at the figure's top."""
     a = analyze(_arm(decode_steps=10, prompt=18))                  # the shape of a tiny-arm trace, default units

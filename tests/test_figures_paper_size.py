@@ -76,6 +76,7 @@ def test_readout_figures_fit_and_count_in_whole_numbers(traced, name, tmp_path):
     fig.savefig(tmp_path / f"{name}.png", dpi=110)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name", ["fig01", "fig03", "fig05", "fig07", "fig10"])
 def test_paper_figures_fit_and_count_in_whole_numbers(traced, name, tmp_path):
     a, _ = traced

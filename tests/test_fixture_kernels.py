@@ -49,6 +49,7 @@ def test_the_record_is_this_cpus_where_the_facts_are_the_same():
         assert here["probe"] == rec["probe"], path.name
 
 
+@pytest.mark.slow
 def test_the_probe_sees_a_kernel_change():
     """What the routing keys on: ATen's DEFAULT kernels give other bits than this process's."""
     out = subprocess.run([sys.executable, str(TESTS / "_kernels.py")], capture_output=True, text=True, check=True,

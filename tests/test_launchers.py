@@ -25,6 +25,7 @@ LAUNCHERS = {
 }
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("launcher", list(LAUNCHERS))
 def test_two_processes_split_the_samples(launcher, tiny_dlm, tmp_path):
     env = {**os.environ, "PYTHONPATH": f"{REPO}{os.pathsep}{os.environ.get('PYTHONPATH', '')}",

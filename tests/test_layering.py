@@ -14,6 +14,8 @@ import ast
 import sys
 from pathlib import Path
 
+import pytest
+
 PKG = Path(__file__).resolve().parents[1] / "sinklens"
 
 # Lowest first. Packages on one line are peers: they must not import each other.
@@ -161,6 +163,7 @@ def test_the_checks_catch_what_they_are_for():
     assert sorted(map(sorted, cyc)) == [["sinklens.a.x", "sinklens.a.y"]]
 
 
+@pytest.mark.slow
 def test_a_samplers_config_imports_only_the_standard_library_and_the_config_base():
     """The command line imports every sampler's config (and its package) to build its flags: with
     torch there, --help would load torch. sample.py, imported on first use, may import anything."""

@@ -5,6 +5,7 @@ import subprocess
 import sys
 
 import numpy as np
+import pytest
 
 from sinklens.trace import TraceWriter, open_trace
 
@@ -21,6 +22,7 @@ def _trace(path, steps=4, shape=(2, 3, 16)):
     return path
 
 
+@pytest.mark.slow
 def test_report_imports_neither_torch_nor_transformers(tmp_path):
     trace = _trace(tmp_path / "t.arrow")
     code = ("import sys; from sinklens.cli import main; "

@@ -30,6 +30,7 @@ def test_shipped_yaml_is_generated_and_matches_lm_eval_exemplars(tmp_path):
     assert ours["filter_list"] == theirs["filter_list"] and ours["metric_list"] == theirs["metric_list"]
 
 
+@pytest.mark.slow
 def test_lm_eval_cli_offline_with_masking(tiny_dlm, tmp_path, monkeypatch):
     """`python -m sinklens.eval.lm_eval_model --model sinklens ...` = lm-eval's CLI, offline, local JSONL."""
     monkeypatch.setenv("HF_DATASETS_OFFLINE", "1")
@@ -51,6 +52,7 @@ def test_lm_eval_cli_offline_with_masking(tiny_dlm, tmp_path, monkeypatch):
     assert {d["doc_id"] for d in docs} == {0, 1} and all("Q: There are 15 trees" in d["arguments"]["gen_args_0"]["arg_0"] for d in docs)
 
 
+@pytest.mark.slow
 def test_documented_commands_work_from_any_directory(tiny_dlm, tmp_path):
     """docs/evaluation.md: `sinklens lm-eval-task` then `sinklens-lm-eval`, run from a temporary
     directory (the shipped YAML's relative data path would not be found there)."""
@@ -121,6 +123,7 @@ def test_documented_lm_eval_example_runs_as_written(tmp_path):
     assert "sinklens_gsm8k_cot" in res.stdout and "exact_match" in res.stdout
 
 
+@pytest.mark.slow
 def test_a_prompt_longer_than_the_context_is_one_line(tmp_path, monkeypatch, capsys):
     """The twin's context is 128 tokens, GSM8K's 8-shot prompt ~1900: one line naming the
     context, exit 2, before anything is generated."""

@@ -225,6 +225,7 @@ def test_bad_masking_configs():
 
 # --- on the shipped twins -----------------------------------------------------------------------
 
+@pytest.mark.slow
 def test_twins_blocked_sink_persists_like_the_unmasked_top1():
     """The issue's bar: persistence of the blocked key >= 0.8 x the unmasked top-1 stability
     (3 held-out problems; with the old rule the blocked top-1 key never persisted: 0.00)."""
@@ -279,6 +280,7 @@ def test_masked_generation_identical_with_and_without_trace(tmp_path):
 
 # --- through the eval: control rows, K as a share, what was blocked -----------------------------
 
+@pytest.mark.slow
 def test_eval_runs_control_beside_masked_and_summary_pairs_them(tiny_dlm, tmp_path):
     import json
     from pathlib import Path

@@ -42,6 +42,7 @@ def transformers_attention(m, name: str):
         m.model.set_attn_implementation("sinklens")
 
 
+@pytest.mark.slow
 def test_loads_as_gemma3_with_its_windows(gemma3):
     m = gemma3
     assert type(m.model).__name__ == "Gemma3ForCausalLM" and m.family.name == "gemma3_text" and not m.is_diffusion
@@ -50,6 +51,7 @@ def test_loads_as_gemma3_with_its_windows(gemma3):
     assert m.source["gguf_file"] == "gemma-3-270m-q4_k_m.gguf"
 
 
+@pytest.mark.slow
 def test_capture_equals_eager_column_sums(gemma3):
     m = gemma3
     ids = torch.tensor([m.tokenizer.encode(PROMPT)])  # (1, S), <bos> first
@@ -74,6 +76,7 @@ def long_prompt(m, n: int) -> torch.Tensor:
     return torch.tensor([ids])
 
 
+@pytest.mark.slow
 def test_trace_at_700_tokens_equals_eager_and_keeps_the_windows(gemma3, tmp_path):
     """A traced generation from a 700-token prompt (float32 trace, so that a key's 0 is exactly
     0 and nothing underflows): the prefill step's received attention == eager's column sums
@@ -99,6 +102,7 @@ def test_trace_at_700_tokens_equals_eager_and_keeps_the_windows(gemma3, tmp_path
             assert bool((newest[layer, :, :old] == 0).all()) and bool((newest[layer, :, old:] > 0).all())
 
 
+@pytest.mark.slow
 def test_traced_greedy_generation_equals_transformers(gemma3, tmp_path):
     m = gemma3
     ids = torch.tensor([m.tokenizer.encode(PROMPT)])

@@ -21,6 +21,7 @@ def model():
     return sinklens.load(FIXTURES)
 
 
+@pytest.mark.slow
 def test_the_official_call_runs_the_editing_sampler(model):
     """The official case's arguments as the model card writes them, without sampler=: the official
     tokens (the 2.0 sampler refused editing_threshold before)."""
@@ -42,6 +43,7 @@ def test_a_refusal_names_the_editing_sampler(model):
         model.generate(ids, gen_length=8, block_length=4, editing_threshold=0.5, alg="entropy")
 
 
+@pytest.mark.slow
 def test_the_command_line_picks_it_from_the_flags_too(capsys):
     from sinklens.cli import main
 

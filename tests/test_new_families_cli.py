@@ -22,6 +22,7 @@ torch.set_num_threads(1)
     ("sdar", ["--gen-length", "8", "--block-length", "4", "--denoising-steps", "2", "--top-k", "1"]),
     ("lladamoe", ["--gen-length", "8", "--block-length", "4", "--steps", "4"]),
 ])
+@pytest.mark.slow
 def test_trace_report_and_masked_eval(tmp_path, name, flags):
     model = str(with_tokenizer(FIXTURES / name, tmp_path / name, eos_id=299, mask_token=MASK_TOKEN[name]))
     trace = tmp_path / "run.arrow"

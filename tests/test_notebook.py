@@ -16,6 +16,7 @@ def _html(cell) -> str:
     return "".join(o.get("data", {}).get("text/html", "") for o in cell.get("outputs", []))
 
 
+@pytest.mark.slow
 def test_notebook_runs_offline_and_shows_what_it_says(tmp_path):
     nbformat = pytest.importorskip("nbformat")
     nbclient = pytest.importorskip("nbclient")

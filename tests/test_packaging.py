@@ -45,6 +45,7 @@ def imported_modules() -> dict[str, str]:
     return found
 
 
+@pytest.mark.slow
 def test_every_imported_package_is_declared():
     declared = {norm(r.name) for r in BASE} | {norm(r.name) for reqs in EXTRAS.values() for r in reqs}
     dists = importlib.metadata.packages_distributions()     # import name -> distributions (installed ones)

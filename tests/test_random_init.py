@@ -146,6 +146,7 @@ def test_corpus_header_records_the_control_and_a_resume_cannot_mix_them(corpora,
                                 sampler_args=DLM_FAST, capture=READOUTS, load_args={"random_init": 7}))
 
 
+@pytest.mark.slow
 def test_corpus_report_draws_the_control_beside_the_corpus(corpora, tmp_path):
     from sinklens.report.readouts import CORPUS_FIGURES, value_norm_ratio
 
@@ -194,6 +195,7 @@ def test_control_of_another_shape_or_kind_is_refused_in_one_line(corpora, tmp_pa
         assert len(err) == 1 and expected in err[0] and "--control" in err[0], err
 
 
+@pytest.mark.slow
 def test_eval_of_the_control_goes_to_its_own_folder_and_row(tmp_path):
     """`sinklens eval --random-init SEED`: the control's results never land in (or resume) the
     trained model's folder, and the summary names it."""

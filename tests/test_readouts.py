@@ -216,6 +216,7 @@ def test_lens_at_the_last_layer_is_the_models_own_head(smollm2):
     assert torch.allclose(req.lens["probs"][0, 0], want.values, atol=1e-4)
 
 
+@pytest.mark.slow
 def test_traced_tokens_identical_and_trace_round_trip(tmp_path):
     import sinklens
     from sinklens.samplers.capture import CaptureOptions
@@ -322,6 +323,7 @@ def test_arm_decoding_steps_read_the_cache(smollm2, tmp_path):
     assert all(p == -1 or p == S - 1 for p in later["lens_positions"])
 
 
+@pytest.mark.slow
 @pytest.mark.browser
 def test_page_shows_the_readouts_panel(tmp_path):
     """headless Chromium (as tests/test_report_html.py): the readout figures get their own panel."""

@@ -44,6 +44,7 @@ def test_trace_file_gives_the_planted_result(tmp_path):
     assert a.token_table.categories["mask"]["count"] == b.token_table.categories["mask"]["count"]
 
 
+@pytest.mark.slow
 def test_cli_report_single_and_compare(tmp_path, capsys):
     p1 = write_planted(tmp_path / "dlm.arrow")
     p2 = write_planted(tmp_path / "nomaps.arrow", with_maps=False, seed=1)
@@ -80,6 +81,7 @@ def test_cli_report_single_and_compare(tmp_path, capsys):
     assert [t["trace"] for t in s2["traces"]] == ["dlm", "nomaps"]
 
 
+@pytest.mark.slow
 def test_report_json_is_one_line_of_paths_and_headline_numbers(tmp_path, capsys):
     p = write_planted(tmp_path / "dlm.arrow")
     assert main(["report", str(p), "--out", str(tmp_path / "r"), "--json", "-q"]) == 0
@@ -92,6 +94,7 @@ def test_report_json_is_one_line_of_paths_and_headline_numbers(tmp_path, capsys)
     assert all(Path(f).is_file() for files in t["figures"].values() for f in files)
 
 
+@pytest.mark.slow
 def test_bad_inputs(tmp_path, capsys):
     p = write_planted(tmp_path / "nomaps.arrow", with_maps=False)
     a = analyze(p)
@@ -175,6 +178,7 @@ def test_causal_trace_reports_raw_sums_and_uniform_ratio(tmp_path):
     assert any("H_S − H_j" in n for n in s["notes"])
 
 
+@pytest.mark.slow
 def test_labels_are_display_names_never_paths(tmp_path):
     """`--labels '../../X,a/b'`: nothing is written outside --out, no nested folders; each trace gets
     one safe, unique folder, and the labels are shown as given."""
@@ -197,6 +201,7 @@ def test_labels_are_display_names_never_paths(tmp_path):
     assert [t["trace"] for t in s["traces"]] == ["../../X", "a/b", ".."]
 
 
+@pytest.mark.slow
 def test_no_maps_message_names_the_cli_flag_everywhere(tmp_path):
     """A trace without maps: the report, the analysis' own error and `map()` all tell a user of
     the command line which flag to set (`--map-slices`), not a Python field name alone."""
@@ -226,6 +231,7 @@ def test_a_report_that_cannot_read_its_trace_makes_no_folder(tmp_path, capsys):
         assert not out.exists()
 
 
+@pytest.mark.slow
 def test_report_never_overwrites_files_it_did_not_write(tmp_path, capsys):
     """--out in a folder holding the user's own index.html / summary.md is refused before any work;
     a report re-run into its own folder replaces its files."""

@@ -35,6 +35,7 @@ def _eq3_sinks(r: np.ndarray, scale: float, eps: float = 3.0) -> np.ndarray:
     return s - (s.sum(-1, keepdims=True) - s) / (K - 1) >= eps
 
 
+@pytest.mark.slow
 def test_block_boundaries_on_fig1_fig7_and_maps(traces, tmp_path):
     for name, size in (("sdar", B.SDAR_BLOCK), ("llada21", B.LLADA2_BLOCK)):
         a = analyze(traces[name])
@@ -153,6 +154,7 @@ def test_sinks_on_edited_tokens_planted_and_real(traces, tmp_path):
     assert e.edited_at.sum() > 0
 
 
+@pytest.mark.slow
 def test_compare_report_llada2_sdar_llada(traces, tmp_path, capsys):
     """`sinklens report a b c --labels ...`: one page, three columns; blocks, edits and the baseline
     view where they apply, and nowhere else."""

@@ -67,6 +67,7 @@ def _planted_sink_rate() -> np.ndarray:
     return np.concatenate(hits).mean(0)
 
 
+@pytest.mark.slow
 def test_corpus_page_is_html_tables_with_the_control_beside(corpora, tmp_path):
     run, ctrl = corpora
     rep = build_corpus_report(run, tmp_path / "r", control=ctrl)
@@ -86,6 +87,7 @@ def test_corpus_page_is_html_tables_with_the_control_beside(corpora, tmp_path):
     assert "### Sink tokens" in md and "<table" not in md
 
 
+@pytest.mark.slow
 def test_all_zero_control_is_drawn_at_zero_and_colour_bars_fit(corpora, tmp_path):
     """fig05: the control's all-zero 'sinks per step' was drawn mid-scale with a 0.05–0.10 bar."""
     from sinklens.analysis.corpus import open_corpus
@@ -141,6 +143,7 @@ def test_report_reads_a_corpus_run_folder_and_a_folder_of_traces(corpora, tmp_pa
 from test_report_html import _at_width, _errors, _screenshot, browser  # noqa: E402,F401  (the Chromium fixture)
 
 
+@pytest.mark.slow
 @pytest.mark.browser
 @pytest.mark.parametrize("width", [1366, 1920])
 def test_corpus_page_in_a_browser(browser, corpora, tmp_path, width):  # noqa: F811

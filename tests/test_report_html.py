@@ -60,6 +60,7 @@ def _errors(drv) -> list[str]:
     return [e["message"] for e in drv.get_log("browser") if e["level"] in ("SEVERE", "ERROR")]
 
 
+@pytest.mark.slow
 def test_page_renders_slider_changes_step_no_console_errors(browser, tmp_path):
     from selenium.webdriver.common.by import By
     from selenium.webdriver.common.keys import Keys
@@ -261,6 +262,7 @@ def test_compare_page_shows_four_traces_whole(browser, tmp_path, width, height):
         browser.execute_cdp_cmd("Emulation.clearDeviceMetricsOverride", {})
 
 
+@pytest.mark.slow
 def test_page_blocks_and_edits_on_real_traces(browser, tmp_path):
     """LLaDA2.1 (block-causal, editing), SDAR (block-causal, KV cache) and LLaDA (generation blocks)
     on one page: block boundaries in the chart and the token strip where the samplers put them,

@@ -4,6 +4,7 @@ from __future__ import annotations
 import json
 
 import numpy as np
+import pytest
 
 from sinklens.analysis import analyze
 from sinklens.cli import main
@@ -14,6 +15,7 @@ ARM_FIGURES = ["fig01_received_layer29_mean", "fig03_score_distribution", "fig04
                "fig05_layer_head_uniform_ratio", "fig07_sink_positions_uniform_ratio", "fig10_eps_sweep_uniform_ratio"]
 
 
+@pytest.mark.slow
 def test_report_on_real_smollm2_trace(smollm2, tmp_path):
     import torch
 
@@ -49,6 +51,7 @@ DLM_FIGURES = ["fig01_received_layer1_mean", "fig03_score_distribution", "fig04_
                "fig07_sink_positions", "fig10_eps_sweep"]
 
 
+@pytest.mark.slow
 def test_report_on_llada_fixture_trace(fixtures_dir, tmp_path):
     """A real DLM trace (the official-format tiny LLaDA checkpoint, LLaDA sampler with blocks):
     every DLM figure, blocks read from the sampler arguments, per-group attention used."""

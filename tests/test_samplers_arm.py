@@ -98,6 +98,7 @@ def test_arm_bad_inputs(tiny_arm, kwargs, match):
         m.generate(*_batch(), **kwargs)
 
 
+@pytest.mark.slow
 def test_smollm2_trace_shows_the_position0_sink(smollm2, tmp_path):
     m = smollm2
     ids = torch.tensor([m.apply_chat_template("Name three colours of the rainbow.")])

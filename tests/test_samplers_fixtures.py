@@ -179,6 +179,7 @@ def test_interrupted_generation_keeps_finished_steps(models, fixtures_dir, tmp_p
     np.testing.assert_array_equal(t.tokens(4, 1), case["history"][3][1])
 
 
+@pytest.mark.slow
 def test_logits_eos_inf_uses_the_models_eos_id(models):
     """The fixture's EOS is 299 (config), not the 8B vocabulary's 126081 that the official code hard-codes."""
     m = models["llada"]

@@ -160,6 +160,7 @@ def run_arm_sweep(m, ref, rng: random.Random, n: int, tmp_path):
     return bad, seen
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name", list(ARCHS))
 def test_arm_equals_transformers_generate(arm_models, name, tmp_path):
     m, ref = arm_models(name)
@@ -168,6 +169,7 @@ def test_arm_equals_transformers_generate(arm_models, name, tmp_path):
     assert seen["sampled"] >= 8 and seen["one_token_prompt"] >= 1, seen  # the sweep reaches what it claims
 
 
+@pytest.mark.slow
 def test_arm_sweep_reaches_early_stops_and_inferred_masks(arm_models, tmp_path):
     """Coverage of the rarer branches, on one architecture with more combos."""
     m, ref = arm_models("llama")
@@ -176,6 +178,7 @@ def test_arm_sweep_reaches_early_stops_and_inferred_masks(arm_models, tmp_path):
     assert seen["early_stop"] >= 2 and seen["inferred_mask"] >= 2 and seen["right_padded"] >= 2, seen
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name", ["llama", "gemma2", "gpt_oss"])
 def test_arm_bfloat16_equals_transformers_generate(arm_models, name, tmp_path):
     m, ref = arm_models(name, "bfloat16")
@@ -350,6 +353,7 @@ def run_dg_sweep(m, ref, rng: random.Random, n: int, tmp_path):
     return bad
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("dtype,n", [("float32", 40), ("bfloat16", 12)])
 def test_diffusion_gemma_equals_transformers_generate(dg_folder, dtype, n, tmp_path):
     m, ref = dg_pair(dg_folder, dtype)

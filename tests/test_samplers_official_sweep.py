@@ -59,6 +59,7 @@ def sinklens_kwargs(case) -> dict:
     return args
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("capture", [False, True], ids=["plain", "capture"])  # a trace must not change a token
 @pytest.mark.parametrize("case", CASES, ids=[f"{c['family']}-{c['name']}" for c in CASES])
 @pytest.mark.sweep  # a slice by default (tests/conftest.py)

@@ -46,6 +46,7 @@ def test_story_arm_solves_long_heldout_problems():
     assert right >= 3, texts
 
 
+@pytest.mark.slow
 def test_study_eval_runs_on_the_shipped_arm(tmp_path):
     """`sinklens eval --task arith --data <train_config.json>` on the shipped twin: the unmasked row
     and a masked row with its random control come out, each with its own samples."""
@@ -59,6 +60,7 @@ def test_study_eval_runs_on_the_shipped_arm(tmp_path):
         assert len(rows) == 2 and all(isinstance(r["correct"], bool) for r in rows)
 
 
+@pytest.mark.slow
 def test_shipped_story_twins_run_the_study_with_k_a_small_share_of_the_keys(tmp_path):
     """`sinklens replicate --study` reads the shipped twins by alias (their training config beside
     the weights); on these long problems K = 1 blocked key per head is < 1 % of the keys, and

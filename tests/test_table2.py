@@ -21,6 +21,7 @@ def measured(tmp_path_factory):
     return out, table2("tiny-dlm", out, n=1, progress=False, load_kwargs={"dtype": "float32"})
 
 
+@pytest.mark.slow
 def test_measured_row_beside_the_papers(measured):
     out, res = measured
     rows = {r["model"]: r for r in res["rows"]}
@@ -50,6 +51,7 @@ def test_rerun_reads_the_kept_traces(measured):
 
 @pytest.mark.parametrize("args, said", [(["--table2"], "--table2 and --model go together"),
                                         (["--table2", "--model", "tiny-arm"], "Table 2 is measured on diffusion")])
+@pytest.mark.slow
 def test_bad_use_is_one_line(tmp_path, args, said):
     env = {**os.environ, "PYTHONPATH": str(REPO)}
     r = subprocess.run([sys.executable, "-m", "sinklens", "replicate", *args, "--out", str(tmp_path / "o")],

@@ -137,6 +137,7 @@ def test_tiny_dlm_loader_logits_equal_training_architecture():
     torch.testing.assert_close(got[a.bool()], want[a.bool()], atol=1e-4, rtol=1e-4)
 
 
+@pytest.mark.slow
 def test_replicate_writes_table_and_dynamics(tmp_path):
     """`sinklens replicate` end to end on 2 problems: Table-1 rows for both twins + a report."""
     from sinklens.eval.summary import find_runs, summarize_run
@@ -244,6 +245,7 @@ def test_trace_reads_back_what_the_capture_recorded(tmp_path, name):
         assert table.column("received").null_count == table.num_rows
 
 
+@pytest.mark.slow
 def test_score_script_answers_a_mistake_in_one_line():
     """docs/training.md's `python -m sinklens.experiments.score MODEL`: a typo'd name or a bad
     setting is one line and exit status 2, not a traceback."""

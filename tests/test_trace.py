@@ -489,6 +489,7 @@ m.generate(torch.tensor([m.apply_chat_template(heldout_prompt(0))]), trace=write
 """
 
 
+@pytest.mark.slow
 def test_a_killed_generation_keeps_every_written_group(tmp_path):
     """kill -9 in the middle of a traced generation (groups of 4 steps; the writer has held steps 0-8
     when the run stops at step 9): the file holds the two finished groups, steps 0-7, and reads as

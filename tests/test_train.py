@@ -199,6 +199,7 @@ def _tiny_cfg(tmp_path, kind, steps):
                        data=DataConfig(max_ops=1))
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("kind", ["dlm", "arm", "dlm-shift"])
 def test_resume_is_bit_identical(tmp_path, kind):
     from dataclasses import replace
@@ -316,6 +317,7 @@ def test_equations_right_scores_each_written_step_by_python():
     assert equations_right("") == (0, 0)
 
 
+@pytest.mark.slow
 def test_dlm_shift_starts_from_the_arm_and_exports_a_dream_folder(tmp_path):
     """Dream's recipe: a DLM initialised from a trained ARM run (same weights at step 0), trained
     with the shifted loss, exported in Dream's format; sinklens.load reads it as the Dream family
@@ -386,6 +388,7 @@ def test_arith_task_reads_a_twins_data_config(tmp_path):
         EvalConfig(model="m", task="gsm8k", out=str(tmp_path / "o"), data=str(tmp_path))
 
 
+@pytest.mark.slow
 def test_study_end_to_end_on_tiny_runs(tmp_path, monkeypatch):
     """`sinklens study` on three finished (2-step) runs of the three recipes: a table row per
     twin and K with its control, and dynamics rows for each twin and its random-init control."""
@@ -428,6 +431,7 @@ def test_study_end_to_end_on_tiny_runs(tmp_path, monkeypatch):
     assert e.value.code == 2
 
 
+@pytest.mark.slow
 def test_dlm_shift_starts_from_an_exported_arm_folder(tmp_path):
     """--init-from also takes an exported ARM folder (what `sinklens/assets/story-arm-4l` ships),
     so Dream's recipe can start from a shipped twin without its training run: the first weights

@@ -97,6 +97,7 @@ def test_ctrl_c_says_which_checkpoint_is_kept_and_the_same_command_resumes(tmp_p
     assert "done: 6 steps" in capsys.readouterr().out
 
 
+@pytest.mark.slow
 def test_a_second_training_on_the_same_out_is_refused(tmp_path, capsys):
     """Two `sinklens train` on one --out would overwrite each other's checkpoint and log: while a
     process holds the folder, a second is refused in one line (exit 2) and writes nothing there;
