@@ -98,7 +98,7 @@ def offline_hub(tmp_path, monkeypatch):
     return put
 
 
-# --- The generated golden sweeps and the slow tests: a quarter of them by default ----------------------------------
+# --- The generated golden sweeps and the slow tests: an eighth of them by default -----------------------------------
 # A test marked `sweep` (a case of a generated golden sweep) or `slow` (> ~2 s on 2 cores) runs when
 # it falls in the chosen one of SWEEP_SLICES slices (by a hash of its id): the slice is the checked-out commit's
 # (so a commit always runs the same one, and successive commits rotate through all), or SINKLENS_SWEEP_SLICE=k;
