@@ -21,9 +21,7 @@ from sinklens.train.model import ModelConfig, build_model, llada_name, save_llad
 from sinklens.train.config import TrainConfig
 from sinklens.train.tokenizer import ASSISTANT, USER, save_tokenizer, train_tokenizer
 
-FIX = Path(__file__).resolve().parents[2] / "shared" / "fixtures" / "reference" / "llada"
-if not FIX.exists():
-    FIX = Path("/work/shared/fixtures/reference/llada")
+FIX = Path(__file__).resolve().parents[2] / "shared" / "fixtures" / "reference" / "llada"   # ../shared beside the repo
 
 
 def _fixture_model():
