@@ -72,7 +72,9 @@ CASES = [
     ("causal", 2, 23, ("maps",)),
 ]
 DTYPES = (torch.float32, torch.bfloat16)
-ROUTES = [r.name for r in REGISTRY if r.name not in ("plain", "exact")]
+# "compiled-blas": the compiled route with its products through BLAS (these layers are small enough
+# for its plain loops, compiled.SMALL_WORK)
+ROUTES = [r.name for r in REGISTRY if r.name not in ("plain", "exact")] + ["compiled-blas"]
 
 
 def make(case, dtype, seed=0):
@@ -130,6 +132,11 @@ def needs_of(case, dtype) -> Needs:
 @pytest.mark.parametrize("case", CASES, ids=lambda c: "-".join([c[0], f"kv{c[1]}", f"q{c[2]}", *c[3]]))
 @pytest.mark.parametrize("name", ROUTES)
 def test_every_route_equals_the_exact_route(name, case, dtype, monkeypatch):
+    if name == "compiled-blas":
+        import sinklens.attention.routes.compiled as compiled
+
+        monkeypatch.setattr(compiled, "SMALL_WORK", -1)
+        name = "compiled"
     route = BY_NAME[name]
     if not route.records.covers(needs_of(case, dtype)):
         pytest.skip(f"{name} declares it cannot record this case (choose_route never offers it)")

@@ -29,6 +29,13 @@ def tile_rows(s_k: int) -> int:
         return 512
     return max(64, min(256, 2**22 // s_k))
 
+
+# A layer whose largest tile's two products (scores, output) take at most this many multiply-adds runs
+# them as plain loops, without BLAS: on a tiny twin (S of a few dozen, D 32) BLAS' per-call setup and
+# its thread-count switch cost more than the arithmetic (measured: the route's C time per layer of
+# tiny-arm's cached steps 20 -> 5 us).
+SMALL_WORK = 1 << 16
+
 _P = ctypes.c_void_p
 _I, _F, _L = ctypes.c_int, ctypes.c_float, ctypes.c_int64
 
@@ -43,7 +50,7 @@ class _Args(ctypes.Structure):
                 ("blocked", _P), ("keep_self", _I), ("sinks", _P), ("row_w", _P), ("groups", _P), ("num_groups", _I),
                 ("received", _P), ("unblocked", _P), ("group_sums", _P), ("sink_sums", _P),
                 ("diagonal", _P), ("distance", _P),
-                ("tile", _I), ("threads", _I), ("sgemm", _P), ("blas_threads", _P)]
+                ("tile", _I), ("threads", _I), ("sgemm", _P), ("blas_threads", _P), ("small", _I)]
 
 
 def _rows(t: torch.Tensor) -> tuple[torch.Tensor, tuple[int, int, int]]:
@@ -113,6 +120,7 @@ class Compiled(Route):
                      allowed_bstride=0 if allowed is None or allowed.shape[0] == 1 else s_q * s_k,
                      keep_self=int(req.keep_self), num_groups=req.num_groups, tile=tile,
                      threads=threads, sgemm=sgemm, blas_threads=blas_threads,
+                     small=int(2 * min(tile, s_q) * s_k * d <= SMALL_WORK),
                      **{name: t.data_ptr() for name, t in buffers.items() if t is not None})
         if lib.sl_attention(ctypes.byref(args)) != 0:
             return None  # out of memory in C: the torch routes

@@ -54,7 +54,32 @@ typedef struct {
     int threads;
     sgemm_fn sgemm;
     blas_threads_fn blas_threads;  /* the BLAS' per-thread thread count setter, or NULL */
+    int small;                     /* every tile's products by plain loops, no BLAS (compiled.py's SMALL_WORK:
+                                    * a tiny model's layer costs less than BLAS' per-call setup) */
 } sl_args;
+
+/* scores (m, n) = scale * Q (m, D) K^T (n, D), rows of Q and K `ldq` / `ldk` floats apart */
+static void scores_loop(int m, int n, int d, float scale, const float *q, int ldq, const float *k, int ldk, float *s) {
+    for (int r = 0; r < m; r++)
+        for (int j = 0; j < n; j++) {
+            const float *qr = q + (int64_t)r * ldq, *kj = k + (int64_t)j * ldk;
+            float acc = 0.0f;
+            for (int c = 0; c < d; c++) acc += qr[c] * kj[c];
+            s[(int64_t)r * n + j] = acc * scale;
+        }
+}
+
+/* out (m, D) rows `ldo` apart = P (m, n) V (n, D), rows of V `ldv` floats apart */
+static void output_loop(int m, int n, int d, const float *p, const float *v, int ldv, float *out, int ldo) {
+    for (int r = 0; r < m; r++) {
+        float *o = out + (int64_t)r * ldo;
+        memset(o, 0, sizeof(float) * d);
+        for (int j = 0; j < n; j++) {
+            const float w = p[(int64_t)r * n + j], *vj = v + (int64_t)j * ldv;
+            if (w != 0.0f) for (int c = 0; c < d; c++) o[c] += w * vj[c];
+        }
+    }
+}
 
 /* ---- vectorised exp (8 lanes; the compiler maps them to the machine's registers) ---------- */
 typedef float v8f __attribute__((vector_size(32)));
@@ -203,7 +228,10 @@ static void run_head(const sl_args *a, const span *sp, int bi, int hi_, float *b
         }
         int n = k1 - k0;
         /* scores (m, n) row-major = Q (m, D) K[k0:k1]^T: column-major, S^T = K^T' Q^T */
-        a->sgemm("T", "N", &n, &m, &d, &a->scale, kh + (int64_t)k0 * ldk, &ldk, qh + (int64_t)r0 * ldq, &ldq, &zero, buf, &n);
+        if (a->small)
+            scores_loop(m, n, d, a->scale, qh + (int64_t)r0 * ldq, ldq, kh + (int64_t)k0 * ldk, ldk, buf);
+        else
+            a->sgemm("T", "N", &n, &m, &d, &a->scale, kh + (int64_t)k0 * ldk, &ldk, qh + (int64_t)r0 * ldq, &ldq, &zero, buf, &n);
         for (int r = r0; r < r1; r++) {
             float *s = buf + (int64_t)(r - r0) * n;
             const int pos = r + off;
@@ -285,14 +313,18 @@ static void run_head(const sl_args *a, const span *sp, int bi, int hi_, float *b
             }
         }
         /* output (m, D) = P (m, n) V[k0:k1] (n, D): column-major, O^T = V^T P^T */
-        a->sgemm("N", "N", &d, &m, &n, &one, vh + (int64_t)k0 * ldv, &ldv, buf, &n, &zero, orow, &ldo);
+        if (a->small)
+            output_loop(m, n, d, buf, vh + (int64_t)k0 * ldv, ldv, orow, ldo);
+        else
+            a->sgemm("N", "N", &d, &m, &n, &one, vh + (int64_t)k0 * ldv, &ldv, buf, &n, &zero, orow, &ldo);
     }
 }
 
 static void *worker(void *arg) {
     pool *p = (pool *)arg;
     const sl_args *a = p->a;
-    int old = a->blas_threads ? a->blas_threads(1) : 0;   /* parallel here, not inside BLAS */
+    const int switch_blas = a->blas_threads && !a->small;
+    int old = switch_blas ? a->blas_threads(1) : 0;   /* parallel here, not inside BLAS */
     float *buf = malloc(sizeof(float) * ((size_t)a->tile * a->s_k + a->s_k));
     if (buf) {
         for (;;) {
@@ -305,7 +337,7 @@ static void *worker(void *arg) {
         }
         free(buf);
     }
-    if (a->blas_threads) a->blas_threads(old);
+    if (switch_blas) a->blas_threads(old);
     return NULL;
 }
 
