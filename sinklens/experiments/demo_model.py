@@ -1,7 +1,13 @@
 """One model to trace in an experiment: what to load, its label, its sampler and load settings."""
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, field
+
+
+def slug(label: str) -> str:
+    """A model label as a file-name part: 'tiny-dual (ar)' -> 'tiny-dual-ar'."""
+    return re.sub(r"[^\w.-]+", "-", label).strip("-")
 
 
 @dataclass

@@ -24,6 +24,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from sinklens.eval.arith import heldout_problems
+from sinklens.experiments.demo_model import slug
 from sinklens.experiments.twins import demo_models_and_prompt, dlm_sampler, heldout_for, matched_models, twin_folder
 from sinklens.rule.spec import BASELINE_UNITS, DEFAULT_EPS, DEFAULT_UNITS, PROTOCOLS
 
@@ -118,13 +119,6 @@ def dynamics_over_problems(out: str | Path, n_traces: int = 50, progress: bool =
     (out / "dynamics_over_problems.md").write_text("\n".join(lines) + "\n")
     (out / "dynamics_over_problems.json").write_text(json.dumps(results, indent=1))
     return {"dynamics_md": str(out / "dynamics_over_problems.md"), "rows": results}
-
-
-def slug(label: str) -> str:
-    """A model label as a file-name part: 'tiny-dual (ar)' -> 'tiny-dual-ar'."""
-    import re
-
-    return re.sub(r"[^\w.-]+", "-", label).strip("-")
 
 
 def trace_problems(dm, problems: list, out: str | Path, progress: bool = True) -> tuple[list[Path], bool]:

@@ -86,7 +86,7 @@ def table2(model_name: str, out: str | Path, n: int = GENERATIONS, data: str | N
     from tqdm import tqdm
 
     from sinklens.analysis.analyze import analyze
-    from sinklens.experiments.replicate import slug
+    from sinklens.experiments.demo_model import slug
     from sinklens.models.loader import load
 
     if n < 1:

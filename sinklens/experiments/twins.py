@@ -64,5 +64,6 @@ def heldout_prompt(index: int = 0) -> str:
 
 
 def demo_models_and_prompt():
-    return ([DemoModel("tiny-dlm", "tiny-dlm", dlm_sampler(), dict(LOAD)),
-             DemoModel("tiny-arm", "tiny-arm", arm_sampler(), dict(LOAD))], heldout_prompt())
+    """The demo's models, the DLM twin first (the README's figure), and one held-out prompt."""
+    arm, dlm, *dual = matched_models()
+    return [dlm, arm, *dual], heldout_prompt()
