@@ -23,15 +23,34 @@ def _trace(path, steps=4, shape=(2, 3, 16)):
 
 
 @pytest.mark.slow
-def test_report_imports_neither_torch_nor_transformers(tmp_path):
+def test_report_imports_neither_torch_nor_transformers_nor_pandas(tmp_path):
+    """pandas too: pyarrow's `to_numpy` imports it (~45 MB of a report's fixed cost; trace.reader.as_numpy)."""
     trace = _trace(tmp_path / "t.arrow")
     code = ("import sys; from sinklens.cli import main; "
             f"rc = main(['report', {str(trace)!r}, '--out', {str(tmp_path / 'rep')!r}, '--quiet', '--no-figures']); "
-            "print(sorted(m for m in ('torch', 'transformers') if m in sys.modules)); sys.exit(rc)")
+            "print(sorted(m for m in ('torch', 'transformers', 'pandas') if m in sys.modules)); sys.exit(rc)")
     res = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert res.returncode == 0, res.stderr[-2000:]
     assert res.stdout.strip().splitlines()[-1] == "[]"
     assert (tmp_path / "rep" / "summary.json").is_file()
+
+
+def test_as_numpy_equals_pyarrow_on_every_type_and_offset():
+    """The trace reader's own arrow -> numpy (no pandas import) gives pyarrow's values, sliced arrays too."""
+    import pyarrow as pa
+
+    from sinklens.trace.reader import as_numpy
+
+    rng = np.random.default_rng(0)
+    for values in (rng.integers(-9, 9, 37).astype(np.int32), rng.integers(0, 9, 37), rng.random(37).astype(np.float16),
+                   rng.random(37).astype(np.float32), rng.random(37) < 0.5):
+        arr = pa.array(values)
+        for start, n in ((0, 37), (3, 20), (9, 0), (13, 24)):
+            part = arr.slice(start, n)
+            got = as_numpy(part)
+            assert got.dtype == values.dtype and np.array_equal(got, values[start:start + n])
+    with_null = pa.array([1.5, None, 2.0], pa.float32())
+    assert np.isnan(as_numpy(with_null)[1]) and as_numpy(with_null)[2] == 2.0
 
 
 def test_released_pages_read_back_the_same(tmp_path):

@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from sinklens.trace.layout import TraceLayout
+from sinklens.trace.reader import as_numpy
 
 
 class AnalysisInputError(ValueError):
@@ -278,9 +279,9 @@ class TraceSource(Source):
                 if col.null_count == len(col):
                     continue
                 flat = pc.list_flatten(col)                       # struct<layer, head, values>
-                parents = pc.list_parent_indices(col).to_numpy()  # batch row of each map
-                steps, rows = batch.column("step").to_numpy(), batch.column("row").to_numpy()
-                for p, layer, head in zip(parents, flat.field("layer").to_numpy(), flat.field("head").to_numpy()):
+                parents = as_numpy(pc.list_parent_indices(col))  # batch row of each map
+                steps, rows = as_numpy(batch.column("step")), as_numpy(batch.column("row"))
+                for p, layer, head in zip(parents, as_numpy(flat.field("layer")), as_numpy(flat.field("head"))):
                     if rows[p] == self.row:
                         out.append((index_of[int(steps[p])], int(layer), int(head)))
             self._map_slices = sorted(out)
