@@ -108,6 +108,40 @@ def test_ship_records_no_machine_path(tmp_path):
     assert not [m for p in dest.rglob("*") if p.is_file() for m in MACHINE_PATH.finditer(_text(p) or "")]
 
 
+def test_ship_a_chain_of_stages_records_every_stage(tmp_path):
+    """A twin trained in stages (each run started from the one before, the first from a shipped twin):
+    the shipped command holds every stage's command in order, each stage's log and config are kept,
+    the steps and tokens are summed over the chain, and no machine path is shipped."""
+    from sinklens.train.ship import ship
+
+    runs = tmp_path / "runs"
+    names, start = ["a", "b", "c"], runs / "teacher"
+    for i, n in enumerate(names):
+        run = runs / n
+        (run / "export").mkdir(parents=True)
+        (run / "ckpt").mkdir()
+        (run / "export" / "model.safetensors").write_bytes(b"weights")
+        (run / "ckpt" / "state.json").write_text(json.dumps({"step": 10 * (i + 1), "tokens": 100 * (i + 1)}))
+        (run / "log.jsonl").write_text(json.dumps({"step": i}) + "\n")
+        (run / "curves.png").write_bytes(b"png")
+        parent = start if i == 0 else runs / names[i - 1]
+        (run / "config.json").write_text(json.dumps({"kind": "dual", "init_from": str(parent), "out": str(run)}))
+        (run / "command.txt").write_text(f"sinklens train --init-from {parent} --out {run}")
+    dest = ship(runs / "c", "student", tmp_path / "assets", teacher="tiny-dual", stages=[runs / "a", runs / "b"])
+    prov = dest / "training"
+    assert (prov / "command.txt").read_text() == (
+        "# stage 1 of 3: runs/a\nsinklens train --init-from runs/teacher --out runs/a\n"
+        "# stage 2 of 3: runs/b\nsinklens train --init-from runs/a --out runs/b\n"
+        "# stage 3 of 3: runs/c\nsinklens train --init-from runs/b --out runs/c\n")
+    assert json.loads((prov / "stages" / "a" / "train_config.json").read_text())["init_from"] == "tiny-dual"
+    assert json.loads((prov / "stages" / "b" / "train_config.json").read_text())["init_from"] == "runs/a"
+    assert json.loads((prov / "train_config.json").read_text())["init_from"] == "runs/b"
+    summary = json.loads((prov / "summary.json").read_text())
+    assert (summary["chain_steps"], summary["chain_tokens"], summary["steps"]) == (60, 600, 30)
+    assert [st["run"] for st in summary["stages"]] == ["runs/a", "runs/b", "runs/c"]
+    assert not [m for p in dest.rglob("*") if p.is_file() for m in MACHINE_PATH.finditer(_text(p) or "")]
+
+
 def test_nothing_a_user_reads_points_beside_the_repository():
     """The package, the README and the docs never send a reader to the development machine's folder
     beside the repository (its data and fixtures exist there only): the shipped lm-eval task read

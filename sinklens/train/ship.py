@@ -24,12 +24,9 @@ def _portable(text: str, run: Path) -> str:
     return text.replace(str(parent) + "/", parent.name + "/")
 
 
-def ship(run_dir: str | Path, name: str, dest_root: str | Path = ASSETS, teacher: str | None = None,
-         snapshot: bool = False) -> Path:
-    """`teacher`: the shipped twin the run started from (its `init_from`), by name. `snapshot`: ship
-    `<run>/snapshot` (train.snapshot: the latest checkpoint of a run not yet finished) instead of
-    the finished run's export; the log is cut at the checkpoint's step."""
-    run, dest = Path(run_dir), Path(dest_root) / name
+def _provenance(run: Path, teacher: str | None) -> tuple[dict, str]:
+    """A run's config and command with no machine path: its folder relative to its parent, the run it
+    started from as the shipped twin `teacher` names (or, inside a chain of stages, as `runs/<stage>`)."""
     config = json.loads((run / "config.json").read_text())
     config["out"] = _portable(str(run.resolve()), run)
     if config.get("init_from"):
@@ -37,10 +34,25 @@ def ship(run_dir: str | Path, name: str, dest_root: str | Path = ASSETS, teacher
             raise ValueError(f"{run} started from {config['init_from']}: name the shipped twin it is "
                              "(ship(..., teacher=NAME)), a shipped config never holds a machine's path")
         config["init_from"] = teacher or config["init_from"]
-    command = _portable((run / "command.txt").read_text(), run)
+    command = _portable((run / "command.txt").read_text(), run).rstrip("\n") + "\n"
     if ABSOLUTE.search(command):
         raise ValueError(f"{run}/command.txt holds an absolute path ({ABSOLUTE.search(command).group()}) "
                          "outside the run's parent folder: it would not mean anything on another machine")
+    return config, command
+
+
+def ship(run_dir: str | Path, name: str, dest_root: str | Path = ASSETS, teacher: str | None = None,
+         snapshot: bool = False, stages: tuple = ()) -> Path:
+    """`teacher`: the shipped twin the run started from (its `init_from`), by name. `snapshot`: ship
+    `<run>/snapshot` (train.snapshot: the latest checkpoint of a run not yet finished) instead of
+    the finished run's export; the log is cut at the checkpoint's step. `stages`: the runs before
+    this one when it ends a chain (each started from the one before it, the first from `teacher`),
+    in order: their commands lead training/command.txt, their logs and configs go to
+    training/stages/<run>/, and summary.json counts the steps and tokens of the whole chain."""
+    run, dest = Path(run_dir), Path(dest_root) / name
+    chain = [Path(s) for s in stages]
+    earlier = [(s, *_provenance(s, teacher if i == 0 else f"runs/{chain[i - 1].name}")) for i, s in enumerate(chain)]
+    config, command = _provenance(run, f"runs/{chain[-1].name}" if chain else teacher)
     src = run / "snapshot" if snapshot else run       # the export, the curves (and the state: ckpt/)
     export = src / "export"
     if not (export / "model.safetensors").is_file():
@@ -61,8 +73,21 @@ def ship(run_dir: str | Path, name: str, dest_root: str | Path = ASSETS, teacher
         lines = [l for l in lines if json.loads(l)["step"] <= state["step"]]
     (prov / "log.jsonl").write_text("".join(l + "\n" for l in lines))
     shutil.copy2(src / "curves.png", prov / "curves.png")
+    summary = {"steps": state["step"], "tokens": state["tokens"], "schedule_steps": config.get("steps")}
+    if earlier:
+        totals = [json.loads((s / "ckpt" / "state.json").read_text()) for s, _, _ in earlier]
+        summary["stages"] = [{"run": c["out"], "steps": t["step"], "tokens": t["tokens"]}
+                             for (_, c, _), t in zip(earlier, totals)] + [
+            {"run": config["out"], "steps": state["step"], "tokens": state["tokens"]}]
+        summary["chain_steps"] = sum(st["steps"] for st in summary["stages"])
+        summary["chain_tokens"] = sum(st["tokens"] for st in summary["stages"])
+        for s, c, _ in earlier:
+            (prov / "stages" / s.name).mkdir(parents=True)
+            shutil.copy2(s / "log.jsonl", prov / "stages" / s.name / "log.jsonl")
+            (prov / "stages" / s.name / "train_config.json").write_text(json.dumps(c, indent=1))
+        command = "".join(f"# stage {i + 1} of {len(earlier) + 1}: {c['out']}\n{cmd}" for i, (_, c, cmd) in
+                          enumerate(earlier)) + f"# stage {len(earlier) + 1} of {len(earlier) + 1}: {config['out']}\n{command}"
     (prov / "command.txt").write_text(command)
     (prov / "train_config.json").write_text(json.dumps(config, indent=1))
-    (prov / "summary.json").write_text(json.dumps({"steps": state["step"], "tokens": state["tokens"],
-                                                       "schedule_steps": config.get("steps")}, indent=1))
+    (prov / "summary.json").write_text(json.dumps(summary, indent=1))
     return dest
