@@ -22,8 +22,6 @@ from sinklens.train.model import ModelConfig, build_model, llada_name
 
 ASSETS = Path(sinklens.__file__).parent / "assets"
 N_PROBLEMS = 12
-DLM_FORM_AT_LEAST = 10      # of 12: the shipped DLM's measured form and first-operand counts, less a margin
-DLM_OPERAND_AT_LEAST = 8
 
 
 # Problems worded for this test, not by the training templates (sinklens/train/wordings.py):
@@ -65,21 +63,13 @@ def test_shipped_folder_is_small_fp16_safetensors(name):
     assert (folder / "training" / "command.txt").read_text().strip()
 
 
-ANSWER_FORM = re.compile(r"(\d+)([+-])(\d+)=(\d+)\. #### (\d+)")
-
-
 @pytest.mark.parametrize("split", ["heldout", "heldout-wording"])
-def test_tiny_dlm_writes_the_answer_form_with_the_problems_numbers(split):
-    """The shipped DLM is not yet competent (held-out exact 0.062 / 0.054, n = 500 per kind,
-    docs/training.md): what it does reliably is the answer's form with the problem's first
-    operand and operation (12 and 11 of these 12 when measured); its sums are mostly wrong."""
+def test_tiny_dlm_solves_heldout_problems(split):
+    """The shipped DLM (LLaDA's objective, its own sampler): held-out exact 0.960 / 0.944, n = 500 per
+    kind (docs/training.md); on these 12, at most 2 misses (12 and 11 when measured)."""
     m, correct, texts = _solve("tiny-dlm", dlm_sampler(), split=split)
     assert m.is_diffusion and m.family.name == "llada" and m.mask_id == m.tokenizer.mask_token_id
-    problems = heldout_problems(N_PROBLEMS, split=split)
-    forms = [ANSWER_FORM.fullmatch(t.strip()) for t in texts]
-    assert sum(f is not None for f in forms) >= DLM_FORM_AT_LEAST, texts
-    starts = [re.match(r"\d+[+-]", p.key).group() for p in problems]           # "29+" of "29+22"
-    assert sum(f is not None and f.group(1) + f.group(2) == a for f, a in zip(forms, starts)) >= DLM_OPERAND_AT_LEAST, texts
+    assert correct >= N_PROBLEMS - 2, texts
 
 
 @pytest.mark.parametrize("split", ["heldout", "heldout-wording"])
@@ -90,15 +80,16 @@ def test_tiny_arm_solves_heldout_problems(split):
     assert correct >= N_PROBLEMS - 2, texts
 
 
-def test_own_wordings_are_worded_outside_the_templates_and_answered_right():
+@pytest.mark.parametrize("name", ["tiny-arm", "tiny-dlm"])
+def test_own_wordings_are_worded_outside_the_templates_and_answered_right(name):
     """Most problems worded here, outside the training templates, get the right answer from the ARM
-    twin (docs/training.md: "Own wordings": 10 of these 12 when measured)."""
+    and the DLM twin (docs/training.md: "Own wordings": 10 and 9 of these 12 when measured)."""
     for q, a in OWN_WORDINGS:
         nums = [int(x) for x in re.findall(r"\d+", q)]
         assert a in (nums[0] + nums[1], nums[0] - nums[1])
     questions, answers = [q for q, _ in OWN_WORDINGS], [a for _, a in OWN_WORDINGS]
-    _, correct, texts = _solve("tiny-arm", arm_sampler(), questions, answers)
-    assert correct >= 8, texts
+    _, correct, texts = _solve(name, arm_sampler() if name == "tiny-arm" else dlm_sampler(), questions, answers)
+    assert correct >= {"tiny-arm": 8, "tiny-dlm": 7}[name], texts
 
 
 @pytest.mark.parametrize("mode", ["ar", "diffusion"])
