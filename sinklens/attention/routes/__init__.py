@@ -57,10 +57,23 @@ _CANDIDATES: dict[tuple[Needs, str], tuple[Route, ...]] = {}
 
 
 def choose_route(call: Call) -> list[Route]:
-    """The routes that can record what `call` asks, best first (see the module docstring)."""
-    if not call.req.needs_probabilities:
+    """The routes that can record what `call` asks, best first (see the module docstring).
+
+    Remembered on the request (which lives one forward) for every layer after the first: on a tiny
+    twin, building the call's `Needs` and asking each route whether it is available cost a layer as
+    much as the kernel's arithmetic. The key is all that `Needs.of` and `available` read: the call's
+    own facts and the request's instructions (a request reused with other instructions chooses anew)."""
+    req = call.req
+    if not req.needs_probabilities:
         return [PLAIN]
-    return [r for r in candidates(Needs.of(call), call.req.route) if r.available(call)]
+    mods, query = call.mods, call.query
+    key = (call.blocked is None, call.attention_mask is None, mods.sinks is None, mods.softcap is None, query.dtype,
+           query.device, req.query_groups is None, req.keep_self, req.map_slices, req.diagonal, req.distance, req.route)
+    chosen = req._scratch.setdefault("routes", {})
+    routes = chosen.get(key)
+    if routes is None:
+        routes = chosen[key] = [r for r in candidates(Needs.of(call), req.route) if r.available(call)]
+    return routes
 
 
 __all__ = ["ALIASES", "BY_NAME", "Call", "Modifiers", "Needs", "REGISTRY", "Records", "Route", "candidates",
