@@ -105,10 +105,12 @@ def sinklens_attention(
     if dropout > 0.0:
         raise ValueError("sinklens capture/mask modes are for inference; got attention dropout > 0 (model in training mode?)")
 
+    device = query.device
+    if blocked is not None and blocked.device != device:   # (a model spread over devices; the test costs less than .to)
+        blocked = blocked.to(device)
     call = Call(module=module, query=query, key=key, value=value, attention_mask=attention_mask,
-                allowed=allowed_keys(attention_mask, is_causal, s_q, s_k, query.device), is_causal=is_causal,
-                scaling=d**-0.5 if scaling is None else scaling, req=req, mods=mods,
-                blocked=None if blocked is None else blocked.to(query.device), kwargs=kwargs)
+                allowed=allowed_keys(attention_mask, is_causal, s_q, s_k, device), is_causal=is_causal,
+                scaling=d**-0.5 if scaling is None else scaling, req=req, mods=mods, blocked=blocked, kwargs=kwargs)
     for route in choose_route(call):
         out = route.run(call)
         if out is not None:

@@ -111,18 +111,23 @@ class AttentionRequest(ReadoutInstructions):
     def most_blocked(self, layer: int) -> int:
         """The most keys `layer` blocks for one (row, head) (0 where it blocks none): a row that sees more
         keys than this keeps one whatever is blocked."""
-        return self._blocked_facts()[2][layer]
+        facts = self._blocked_facts()
+        if facts[2] is None:   # counted on first asking (only the whole-layer exact route asks)
+            counts = self.blocked.numpy().sum(-1) if self.blocked.device.type == "cpu" else self.blocked.sum(-1)
+            facts[2] = counts.reshape(counts.shape[0], -1).max(1).tolist()   # (L,): per layer, over rows and heads
+        return facts[2][layer]
 
-    def _blocked_facts(self) -> tuple[list[bool], tuple[torch.Tensor, ...], list[int]]:
-        """Per layer: (blocks some key, its (B, H, S) blocked keys, the most keys blocked for one row and
-        head), made once per forward for every layer (a tiny model's layer is a few dozen µs: each
-        indexing op counts) and remade if `blocked` is replaced or edited in place."""
+    def _blocked_facts(self) -> list:
+        """Per layer: [blocks some key, its (B, H, S) blocked keys, the most keys blocked for one row and
+        head (None until `most_blocked` counts them)], made once per forward for every layer (a tiny
+        model's layer is a few dozen µs: each indexing op counts) and remade if `blocked` is replaced or
+        edited in place."""
         cached = self._blocked_cache
         if cached is None or cached[0] is not self.blocked or cached[1] != self.blocked._version:
             # numpy's calls on arrays this small cost less than torch's
-            counts = self.blocked.numpy().sum(-1) if self.blocked.device.type == "cpu" else self.blocked.sum(-1)
-            most = counts.reshape(counts.shape[0], -1).max(1).tolist()   # (L,): per layer, over rows and heads
-            facts = ([m > 0 for m in most], self.blocked.unbind(0), most)
+            flat = (self.blocked.numpy() if self.blocked.device.type == "cpu" else self.blocked).reshape(
+                self.blocked.shape[0], -1)
+            facts = [flat.any(1).tolist(), self.blocked.unbind(0), None]
             cached = self._blocked_cache = (self.blocked, self.blocked._version, facts)
         return cached[2]
 

@@ -87,6 +87,7 @@ class SinkMaskingPolicy:
         """Forget the previous generation (call between generations); `seed` for the random control."""
         self._next: Selection | None = None     # what to block at the next step
         self._prompt: np.ndarray | None = None  # (B, S0) bool prompt positions
+        self._prompt_last: np.ndarray | None = None  # the last `_prompt_mask`
         self._priority: torch.Tensor | None = None   # (L, B, H, S) random control priorities
         self._gen = torch.Generator().manual_seed(self.config.seed if seed is None else int(seed))
         self.stats = MaskingStats()
@@ -129,10 +130,16 @@ class SinkMaskingPolicy:
         visibilities: per layer, which keys a query could see (default: the model's facts).
         Tensors or arrays; the ranking itself runs in numpy (masking/select.py)."""
         L, B, H, S = received.shape
-        received = _np(received).astype(np.float32, copy=False)
         real = np.ones((B, S), bool) if real is None else _np(real).astype(bool, copy=False)
         queries = self._queries(B, S, real) if queries is None else _np(queries).astype(bool, copy=False)
-        prompt = self._prompt_mask(B, S) if prompt is None else _np(prompt).astype(bool, copy=False)
+        prompt = None if prompt is None else _np(prompt).astype(bool, copy=False)
+        return self._rank(_np(received).astype(np.float32, copy=False), real, queries, prompt, visibilities)
+
+    def _rank(self, received: np.ndarray, real: np.ndarray, queries: np.ndarray, prompt: np.ndarray | None,
+              visibilities) -> Selection:
+        """`rank` on numpy arrays as it converts them (every step's `rank_event` has them so already)."""
+        L, B, H, S = received.shape
+        prompt = self._prompt_mask(B, S) if prompt is None else prompt
         scope = real if self.config.scope == "all" else (prompt if self.config.scope == "prompt" else ~prompt) & real
         visibilities = self.visibilities if visibilities is None else visibilities
         covs = [self._coverage(queries[b] & real[b], real[b], visibilities) for b in range(B)]
@@ -158,12 +165,17 @@ class SinkMaskingPolicy:
         return cov
 
     def _prompt_mask(self, B: int, S: int) -> np.ndarray:
-        """(B, S) bool prompt positions of this generation (all True before its first step)."""
+        """(B, S) bool prompt positions of this generation (all True before its first step), read-only:
+        the last one is kept, as a step asks for it twice (its record, then its ranking)."""
         if self._prompt is None:
             return np.ones((B, S), bool)
+        if self._prompt_last is not None and self._prompt_last.shape == (B, S):
+            return self._prompt_last
         p = self._prompt[:, :S]
         if p.shape[-1] < S:
             p = np.concatenate([p, np.zeros((B, S - p.shape[-1]), bool)], axis=-1)
+        p.flags.writeable = False
+        self._prompt_last = p
         return p
 
     # --- hook ---------------------------------------------------------------------------
@@ -211,7 +223,7 @@ class SinkMaskingPolicy:
         if req is None or not req.has_received:
             raise RuntimeError("the masking policy needs the step's captured attention; the sampler "
                                "did not pass the request returned by before_step to the forward")
-        source = req.received_unblocked  # (L, B, H, S): what the keys would have received
+        source = _np(req.received_unblocked).astype(np.float32, copy=False)  # (L, B, H, S): what the keys would have received
         _, B, _, S = source.shape
         mask = getattr(event, "attention_mask", None)
         real = np.ones((B, S), bool) if mask is None else _np(mask).astype(bool, copy=False)
@@ -220,7 +232,7 @@ class SinkMaskingPolicy:
         # active block's rows), so masking and the report see the same keys; else the model's facts
         layout = getattr(event, "layout", None)
         visibilities = None if layout is None else layout.visibilities(self.num_layers)
-        return self.rank(source, real=real, queries=queries, visibilities=visibilities)
+        return self._rank(source, real, queries, None, visibilities)
 
     # --- what was masked ------------------------------------------------------------------
     def summary(self, categorize=None, top: int = 10) -> dict:

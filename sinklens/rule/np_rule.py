@@ -32,6 +32,12 @@ class Coverage:
             self._n_visible = self.visible.sum(-1)
         return self._n_visible
 
+    @property
+    def scale(self) -> np.ndarray:  # (L, 1) K / Q per layer, the "scaled_sum" factor (made once, as n_visible)
+        if getattr(self, "_scale", None) is None:
+            self._scale = (self.n_visible / np.maximum(self.n_queries, 1))[:, None]
+        return self._scale
+
 
 def key_bounds(positions: np.ndarray, S: int, vis: Visibility, q0: int) -> tuple[np.ndarray, np.ndarray]:
     """(lo, hi): the inclusive range of key positions each query at `positions` could see.
@@ -122,7 +128,7 @@ def to_scores(received, units: str, cov: Coverage) -> np.ndarray:
     elif units == "mean":
         out = r / _per_key(np.maximum(cov.n_queries, 1)[:, None], r.ndim)
     elif units == "scaled_sum":
-        out = r * _per_key((cov.n_visible / np.maximum(cov.n_queries, 1))[:, None], r.ndim)
+        out = r * _per_key(cov.scale, r.ndim)
     else:
         denom = _per_key(cov.seen if units == "gu" else cov.expected, r.ndim)
         out = np.zeros_like(r)

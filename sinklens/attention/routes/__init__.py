@@ -18,6 +18,8 @@ per-head mask the C kernel does not take), so every call lands on a route that r
 """
 from __future__ import annotations
 
+from collections.abc import Iterator
+
 from sinklens.attention.routes.base import Call, Modifiers, Needs, Records, Route
 from sinklens.attention.routes.compiled import Compiled
 from sinklens.attention.routes.exact import Exact
@@ -35,32 +37,40 @@ PLAIN = BY_NAME["plain"]
 
 
 def candidates(needs: Needs, named: str) -> tuple[Route, ...]:
-    """The routes whose declaration covers `needs`, best first, for a request naming route `named`.
-    A pure function of its arguments, remembered: every layer of every step asks it again (on a tiny
-    twin, testing the declarations field by field was half the Python calls tracing added to a step)."""
-    key = (needs, named)
-    out = _CANDIDATES.get(key)
-    if out is None:
-        first = [BY_NAME[n] for n in ALIASES.get(named, (named,))] if named != "auto" else []
-        if first and first[-1].fallback:
-            first.append(BY_NAME[first[-1].fallback])
-        auto = [r for r in REGISTRY if (needs.device, needs.dtype) in r.auto]
-        out = []
-        for r in first + auto:
-            if r not in out and r.records.covers(needs):
-                out.append(r)
-        out = _CANDIDATES[key] = tuple(out)
-    return out
+    """The routes whose declaration covers `needs`, best first, for a request naming route `named`."""
+    first = [BY_NAME[n] for n in ALIASES.get(named, (named,))] if named != "auto" else []
+    if first and first[-1].fallback:
+        first.append(BY_NAME[first[-1].fallback])
+    auto = [r for r in REGISTRY if (needs.device, needs.dtype) in r.auto]
+    out = []
+    for r in first + auto:
+        if r not in out and r.records.covers(needs):
+            out.append(r)
+    return tuple(out)
 
 
-_CANDIDATES: dict[tuple[Needs, str], tuple[Route, ...]] = {}
+def choose_route(call: Call) -> Iterator[Route]:
+    """The routes that can record what `call` asks, best first (see the module docstring); lazily, so
+    that only the routes tried are asked whether they are available (the first one, as a rule).
+
+    The candidates are a pure function of what `Needs.of` reads (the call's facts, the request's
+    instructions) and the route the request names, so they are remembered for the process by those
+    plain values: every layer of every step asks again, and on a tiny twin testing the declarations
+    field by field, then building a `Needs` per layer, each cost a layer about what its kernel does."""
+    req = call.req
+    if not req.needs_probabilities:
+        return iter((PLAIN,))
+    mods, query = call.mods, call.query
+    key = (call.blocked is None, call.attention_mask is None, mods.sinks is None, mods.softcap is None, query.dtype,
+           query.device.type, req.query_groups is None, req.keep_self, bool(req.map_slices), bool(req.diagonal),
+           bool(req.distance), req.route)
+    routes = _CANDIDATES.get(key)
+    if routes is None:
+        routes = _CANDIDATES[key] = candidates(Needs.of(call), req.route)
+    return (r for r in routes if r.available(call))
 
 
-def choose_route(call: Call) -> list[Route]:
-    """The routes that can record what `call` asks, best first (see the module docstring)."""
-    if not call.req.needs_probabilities:
-        return [PLAIN]
-    return [r for r in candidates(Needs.of(call), call.req.route) if r.available(call)]
+_CANDIDATES: dict[tuple, tuple[Route, ...]] = {}   # choose_route's key -> candidates(...)
 
 
 __all__ = ["ALIASES", "BY_NAME", "Call", "Modifiers", "Needs", "REGISTRY", "Records", "Route", "candidates",

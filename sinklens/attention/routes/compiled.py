@@ -63,18 +63,22 @@ def _rows(t: torch.Tensor) -> tuple[torch.Tensor, tuple[int, int, int]]:
     return t, stride[:3]
 
 
-def _shared(req, s_k: int) -> tuple:
-    """(query groups as int64, tile rows, threads, sgemm, the BLAS' thread setter): what every layer of
-    a forward passes alike, made at its first layer and kept on the request, which lives one forward
-    (remade where the groups were replaced or edited, or the key count differs)."""
+def _shared(req, s_k: int) -> _Args:
+    """The kernel's arguments with what every layer of a forward passes alike filled in (query groups as
+    int64, tile rows, threads, sgemm, the BLAS' thread setter), made at a forward's first layer and
+    kept on the request, which lives one forward (remade where the groups were replaced or edited, or
+    the key count differs). Each layer fills in the rest of the same `_Args`: a new one per layer, built
+    from keyword arguments, cost a tiny twin's layer more than the kernel's arithmetic."""
     groups = req.query_groups
     version = None if groups is None else groups._version
     shared = req._scratch.get("compiled")
     if shared is None or shared[0] != s_k or shared[1] is not groups or shared[2] != version:
         as_long = None if groups is None else groups.to(torch.int64).contiguous()
-        shared = req._scratch["compiled"] = (s_k, groups, version,
-                                             (as_long, tile_rows(s_k), torch.get_num_threads(), *build.blas()))
-    return shared[3]
+        sgemm, blas_threads = build.blas()
+        args = _Args(tile=tile_rows(s_k), threads=torch.get_num_threads(), sgemm=sgemm, blas_threads=blas_threads,
+                     groups=None if as_long is None else as_long.data_ptr())
+        shared = req._scratch["compiled"] = (s_k, groups, version, as_long, args)   # as_long: kept alive for C
+    return shared[4]
 
 
 class Compiled(Route):
@@ -104,24 +108,31 @@ class Compiled(Route):
             allowed = None
         blocked = None if call.blocked is None else call.blocked.contiguous()
         sinks = None if call.mods.sinks is None else call.mods.sinks.float().contiguous()
-        groups, tile, threads, sgemm, blas_threads = _shared(req, s_k)
+        args = _shared(req, s_k)
         sums = LayerSums.for_request(req, call.module.layer_idx, b, h, s_q, s_k, call.blocking, query.device,
                                      sinks is not None)
-        weight = sums.weight
         out = torch.empty(b, s_q, h, d, dtype=torch.float32)
-        # the buffers' addresses in one pass (a tiny model's layer is a few dozen µs: each call counts);
-        # a None buffer stays NULL
-        buffers = dict(q=q, k=k, v=v, out=out, allowed=allowed, blocked=blocked, sinks=sinks, row_w=weight,
-                       groups=groups, received=sums.received, unblocked=sums.unblocked, group_sums=sums.groups,
-                       sink_sums=sums.learned_sink, diagonal=sums.diagonal if sums.distance is None else None,
-                       distance=None if sums.distance is None else sums.distance.sums)
-        args = _Args(b, h, h_kv, s_q, s_k, d, call.scaling, call.mods.softcap or 0.0,
-                     q_strides=(_L * 3)(*qs), kv_strides=(_L * 3)(*ks), v_strides=(_L * 3)(*vs), causal=int(causal),
-                     allowed_bstride=0 if allowed is None or allowed.shape[0] == 1 else s_q * s_k,
-                     keep_self=int(req.keep_self), num_groups=req.num_groups, tile=tile,
-                     threads=threads, sgemm=sgemm, blas_threads=blas_threads,
-                     small=int(2 * min(tile, s_q) * s_k * d <= SMALL_WORK),
-                     **{name: t.data_ptr() for name, t in buffers.items() if t is not None})
+        # every field a layer sets, set here at every layer (the struct is the forward's, reused); a buffer
+        # not asked for is None, NULL to the kernel (inline tests: a helper call per buffer counts here)
+        args.b, args.h, args.h_kv, args.s_q, args.s_k, args.d = b, h, h_kv, s_q, s_k, d
+        args.scale, args.softcap = call.scaling, call.mods.softcap or 0.0
+        args.q_strides[:], args.kv_strides[:], args.v_strides[:] = qs, ks, vs
+        args.q, args.k, args.v, args.out = q.data_ptr(), k.data_ptr(), v.data_ptr(), out.data_ptr()
+        args.causal, args.allowed = int(causal), None if allowed is None else allowed.data_ptr()
+        args.allowed_bstride = 0 if allowed is None or allowed.shape[0] == 1 else s_q * s_k
+        args.blocked = None if blocked is None else blocked.data_ptr()
+        args.keep_self, args.num_groups = int(req.keep_self), req.num_groups
+        args.sinks = None if sinks is None else sinks.data_ptr()
+        args.row_w = None if sums.weight is None else sums.weight.data_ptr()
+        args.received = None if sums.received is None else sums.received.data_ptr()
+        args.unblocked = None if sums.unblocked is None else sums.unblocked.data_ptr()
+        args.group_sums = None if sums.groups is None else sums.groups.data_ptr()
+        args.sink_sums = None if sums.learned_sink is None else sums.learned_sink.data_ptr()
+        if sums.distance is None:
+            args.diagonal, args.distance = None if sums.diagonal is None else sums.diagonal.data_ptr(), None
+        else:   # the diagonal is the distance profile's bin 0
+            args.diagonal, args.distance = None, sums.distance.sums.data_ptr()
+        args.small = int(2 * min(args.tile, s_q) * s_k * d <= SMALL_WORK)
         if lib.sl_attention(ctypes.byref(args)) != 0:
             return None  # out of memory in C: the torch routes
         sums.store(req, call.module.layer_idx)
