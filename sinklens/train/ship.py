@@ -48,11 +48,15 @@ def ship(run_dir: str | Path, name: str, dest_root: str | Path = ASSETS, teacher
     the finished run's export; the log is cut at the checkpoint's step. `stages`: the runs before
     this one when it ends a chain (each started from the one before it, the first from `teacher`),
     in order: their commands lead training/command.txt, their logs and configs go to
-    training/stages/<run>/, and summary.json counts the steps and tokens of the whole chain."""
+    training/stages/<run>/ (each naming the stage before it as `runs/<stage>`), and summary.json
+    counts the steps and tokens of the whole chain; training/train_config.json, the last stage's,
+    names `teacher` as where the chain started."""
     run, dest = Path(run_dir), Path(dest_root) / name
     chain = [Path(s) for s in stages]
     earlier = [(s, *_provenance(s, teacher if i == 0 else f"runs/{chain[i - 1].name}")) for i, s in enumerate(chain)]
-    config, command = _provenance(run, f"runs/{chain[-1].name}" if chain else teacher)
+    # the shipped config names the twin the chain started from (it must load on any machine); the
+    # stage it started from directly is in command.txt and summary.json's stages
+    config, command = _provenance(run, teacher)
     src = run / "snapshot" if snapshot else run       # the export, the curves (and the state: ckpt/)
     export = src / "export"
     if not (export / "model.safetensors").is_file():
