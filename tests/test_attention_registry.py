@@ -120,12 +120,27 @@ def captures(req) -> dict:
     return {k: v for k, v in got.items() if v is not None}
 
 
-def needs_of(case, dtype) -> Needs:
+def call_of(case, dtype) -> Call:
     module, q, k, v, mask, req_kw, kwargs = make(case, dtype)
     mods = Modifiers(softcap=kwargs.get("softcap"), sinks=kwargs.get("s_aux")) if kwargs else NO_MODIFIERS
     req = AttentionRequest(**req_kw)
     blocked = None if req.blocked is None else req.blocked[0]
-    return Needs.of(Call(module, q, k, v, mask, None, module.is_causal, 0.3, req, mods, blocked))
+    return Call(module, q, k, v, mask, None, module.is_causal, 0.3, req, mods, blocked)
+
+
+def needs_of(case, dtype) -> Needs:
+    return Needs.of(call_of(case, dtype))
+
+
+def test_the_route_memo_key_tells_apart_every_needs():
+    """choose_route remembers its routes by `Needs.key`: two calls with the same key must need the same."""
+    seen = {}
+    for case in CASES:
+        for dtype in DTYPES:
+            call = call_of(case, dtype)
+            needs = Needs.of(call)
+            assert seen.setdefault(Needs.key(call), needs) == needs, case
+    assert len(set(seen.values())) > 10   # the cases reach many different needs
 
 
 @pytest.mark.parametrize("dtype", DTYPES, ids=str)

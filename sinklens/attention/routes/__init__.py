@@ -55,15 +55,12 @@ def choose_route(call: Call) -> Iterator[Route]:
 
     The candidates are a pure function of what `Needs.of` reads (the call's facts, the request's
     instructions) and the route the request names, so they are remembered for the process by those
-    plain values: every layer of every step asks again, and on a tiny twin testing the declarations
+    plain values (`Needs.key`): every layer of every step asks again, and on a tiny twin testing the declarations
     field by field, then building a `Needs` per layer, each cost a layer about what its kernel does."""
     req = call.req
     if not req.needs_probabilities:
         return iter((PLAIN,))
-    mods, query = call.mods, call.query
-    key = (call.blocked is None, call.attention_mask is None, mods.sinks is None, mods.softcap is None, query.dtype,
-           query.device.type, req.query_groups is None, req.keep_self, bool(req.map_slices), bool(req.diagonal),
-           bool(req.distance), req.route)
+    key = Needs.key(call)
     routes = _CANDIDATES.get(key)
     if routes is None:
         routes = _CANDIDATES[key] = candidates(Needs.of(call), req.route)

@@ -110,6 +110,16 @@ class Needs:
                    readouts=IN_PASS[bool(req.diagonal), bool(req.distance)],
                    dtype=call.query.dtype, device=call.query.device.type)
 
+    @staticmethod
+    def key(call: Call) -> tuple:
+        """Every value `of` reads, as plain values, plus the route the request names: what the routes
+        chosen for `call` depend on (choose_route's memo; cheaper than building a `Needs` per layer).
+        A field added to `of` is added here."""
+        req, mods, query = call.req, call.mods, call.query
+        return (call.blocked is None, call.attention_mask is None, mods.sinks is None, mods.softcap is None,
+                query.dtype, query.device.type, req.query_groups is None, req.keep_self, bool(req.map_slices),
+                bool(req.diagonal), bool(req.distance), req.route)
+
 
 # The readouts a route makes inside its pass, as `Needs.readouts` for each (diagonal, distance) request
 IN_PASS = {(d, p): frozenset(n for n, on in (("diagonal", d), ("distance", p)) if on)
