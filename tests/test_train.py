@@ -189,12 +189,12 @@ def test_dlm_decoder_matches_official_generate(case):
 
 # ---------------------------------------------------------------- training
 
-def _tiny_cfg(tmp_path, kind, steps):
+def _tiny_cfg(tmp_path, kind, steps, **kw):
     from sinklens.train.train import TrainConfig
     return TrainConfig(kind=kind, out=str(tmp_path / kind), steps=steps, batch_size=4, warmup=2,
                        log_every=2, eval_every=100, eval_n=4, ckpt_every=2, vocab_size=120,
                        model=ModelConfig(n_layers=1, d_model=32, n_heads=2, mlp_hidden=64),
-                       data=DataConfig(max_ops=1))
+                       data=DataConfig(max_ops=1), **kw)
 
 
 @pytest.mark.slow
@@ -388,16 +388,18 @@ def test_arith_task_reads_a_twins_data_config(tmp_path):
 
 @pytest.mark.slow
 def test_study_end_to_end_on_tiny_runs(tmp_path, monkeypatch):
-    """`sinklens study` on three finished (2-step) runs of the three recipes: a table row per
-    twin and K with its control, and dynamics rows for each twin and its random-init control."""
+    """`sinklens study` on four finished (2-step) runs of the four recipes: a table row per
+    twin and K with its control (the dual twin: one per mode), and dynamics rows for each twin and
+    its random-init control."""
     from dataclasses import replace
     from sinklens.cli import main
     from sinklens.train.train import train
     runs = {}
-    for kind in ("arm", "dlm", "dlm-shift"):
-        cfg = replace(_tiny_cfg(tmp_path, kind, 2), init_from=runs.get("arm", ""))
+    for kind in ("arm", "dlm", "dlm-shift", "dual"):
+        cfg = _tiny_cfg(tmp_path, kind, 2, init_from=runs.get("arm", ""), block_length=4 * (kind == "dual"))
         train(cfg, progress=False)
         runs[kind] = cfg.out
+    twins = ["arm", "dlm", "dlm-shift", "dual (ar)", "dual (diffusion)"]   # one set of dual weights, both modes
     out = tmp_path / "study"
     prompts = []                              # transformers asks on stdin before running remote code
     monkeypatch.setattr("builtins.input", lambda *a: prompts.append(a) or "n")
@@ -406,7 +408,10 @@ def test_study_end_to_end_on_tiny_runs(tmp_path, monkeypatch):
     table = (out / "eval" / "summary.md").read_text()
     assert table.count("random keys (control)") >= 1 and all(f"{k}" in table for k in ("Unmasked", "K=1"))
     study_md = (out / "study.md").read_text()
-    assert all(f"| {k} |" in study_md for k in runs) and "K / S" in study_md and (out / "study.png").is_file()
+    assert all(f"| {k} |" in study_md for k in twins) and "K / S" in study_md and (out / "study.png").is_file()
+    from sinklens.experiments.study import run_stats   # the samples' statistics are found under each row's label
+    assert {m for m, _ in run_stats(out / "eval")} == set(twins)
+    assert re.search(r"\| dual \(diffusion\) \| \d+\.\d%", study_md.split("K / S")[1]), study_md
     # two worker processes split the samples; the merged result is what one process computes
     one = tmp_path / "study1"
     assert main(["study", "--out", str(one), "--n", "2", "--n-traces", "0", "--mask-topk", "0,1", "--quiet",
@@ -419,11 +424,11 @@ def test_study_end_to_end_on_tiny_runs(tmp_path, monkeypatch):
     assert prompts == [], "something asked whether to run a checkpoint's remote code"
     rows = json.loads((out / "dynamics_over_problems.json").read_text())
     labels = {r["model"] for r in rows}
-    assert labels >= {"arm", "dlm", "dlm-shift", "arm (random init)", "dlm (random init)", "dlm-shift (random init)"}
+    assert labels >= {*twins, *(f"{k} (random init)" for k in twins)}
     assert all("track_classes" in r and "drift" in r for r in rows)
     from sinklens.trace.reader import open_trace
     controls = sorted((out / "traces").glob("*-random-init-*.arrow"))   # each twin's control: random_init recorded
-    assert len(controls) == 3 and all(open_trace(str(p)).meta["model"].get("random_init") is not None for p in controls)
+    assert len(controls) == 5 and all(open_trace(str(p)).meta["model"].get("random_init") is not None for p in controls)
     with pytest.raises(SystemExit) as e:                                              # no LABEL=: a usage error
         main(["study", "--run", str(runs["arm"]), "--out", str(out)])
     assert e.value.code == 2

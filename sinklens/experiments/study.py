@@ -55,29 +55,45 @@ def twin_files(twin: str | Path) -> tuple[Path, dict]:
                      "(an alias or an exported folder with training/train_config.json)")
 
 
-def sampler_kwargs(conf: dict) -> dict:
-    """Each family's sampler at the settings the twin was scored with during training (the length policy's)."""
+def sampler_kwargs(conf: dict, mode: str | None = None) -> dict:
+    """Each family's sampler at the settings the twin was scored with during training (the length
+    policy's); a dual twin's `mode` picks its AR sampler ("ar") or its block-diffusion one (default)."""
     from sinklens.samplers import lengths
     from sinklens.samplers.registry import get_config
 
-    cls = get_config({"dlm": "llada", "arm": "arm", "dlm-shift": "dream", "dual": "sdar"}[conf["kind"]])  # dual: its default mode
+    kind = "arm" if conf["kind"] == "dual" and mode == "ar" else conf["kind"]
+    cls = get_config({"dlm": "llada", "arm": "arm", "dlm-shift": "dream", "dual": "sdar"}[kind])
     return lengths.settings(cls, lengths.ModelFacts(train=conf)).values
 
 
+def modes(label: str, conf: dict) -> list[tuple[str, str | None]]:
+    """(row label, load mode) per way the twin decodes: a dual twin (one set of weights trained both
+    ways) gives two rows, "<label> (ar)" and "<label> (diffusion)"; any other twin one, its label."""
+    if conf["kind"] == "dual":
+        return [(f"{label} (ar)", "ar"), (f"{label} (diffusion)", "diffusion")]
+    return [(label, None)]
+
+
+def _load_kwargs(mode: str | None) -> dict:
+    return {**LOAD, **({"mode": mode} if mode else {})}
+
+
 def _eval_configs(twins: dict[str, tuple[Path, dict]], out: Path, n: int, mask_topk: tuple, control: str,
-                  progress: bool) -> list[tuple[str, dict]]:
-    """(model folder, EvalConfig keywords) per twin: its held-out problems, its training-time sampler."""
+                  progress: bool) -> list[tuple[str, str | None, dict]]:
+    """(model folder, load mode, EvalConfig keywords) per row: the twin's held-out problems, its
+    training-time sampler (a dual twin: a row per mode)."""
     jobs = []
-    for label, (folder, conf) in twins.items():
-        s = sampler_kwargs(conf)
-        data = out / "configs" / f"{label.replace(' ', '_')}.json"   # the twin's data settings, for task arith
+    for twin, (folder, conf) in twins.items():
+        data = out / "configs" / f"{twin.replace(' ', '_')}.json"   # the twin's data settings, for task arith
         data.parent.mkdir(parents=True, exist_ok=True)
         data.write_text(json.dumps(conf))
-        jobs.append((str(folder), dict(model=label, task="arith", data=str(data), out=str(out / "eval"),
-                                       mask_topk=mask_topk, limit=n, shots=0, chat="on", gen_length=conf["gen_length"],
-                                       sampler_args={k: v for k, v in s.items() if k not in ("gen_length", "max_new_tokens")},
-                                       dtype="float32", loglik=True, loglik_l2r=True, progress=progress,
-                                       mask_control=control)))
+        for label, mode in modes(twin, conf):
+            s = sampler_kwargs(conf, mode)
+            jobs.append((str(folder), mode, dict(
+                model=label, task="arith", data=str(data), out=str(out / "eval"), mask_topk=mask_topk, limit=n,
+                shots=0, chat="on", gen_length=conf["gen_length"],
+                sampler_args={k: v for k, v in s.items() if k not in ("gen_length", "max_new_tokens")},
+                dtype="float32", loglik=True, loglik_l2r=True, progress=progress, mask_control=control)))
     return jobs
 
 
@@ -90,8 +106,8 @@ def _run_shard(jobs: list[tuple[str, dict]], rank: int, world: int) -> None:
     from sinklens.eval.runner import EvalConfig, run_eval
     from sinklens.models.loader import load
     torch.set_num_threads(1)
-    for folder, kw in jobs:
-        run_eval(EvalConfig(**kw), model=load(folder, **LOAD))
+    for folder, mode, kw in jobs:
+        run_eval(EvalConfig(**kw), model=load(folder, **_load_kwargs(mode)))
 
 
 def _trace_shard(models: list, problems: dict, n_traces: int, out: Path, rank: int, world: int) -> None:
@@ -137,7 +153,8 @@ def run_stats(eval_out: Path) -> dict[tuple[str, str], dict]:
         for r in rows:
             ok, n = equations_right(r["raw_output"])
             right, written = right + ok, written + n
-        stats[(cfg.parent.parts[-3], cfg.parent.name)] = {
+        model = json.loads(cfg.read_text(encoding="utf-8")).get("model", cfg.parent.parts[-3])  # the label, as summary.csv
+        stats[(model, cfg.parent.name)] = {
             "key_share": sum(shares) / len(shares) if shares else None,
             "equations": right / written if written else None, "equations_written": written}
     return stats
@@ -275,12 +292,13 @@ def study(runs: dict[str, str], out: str | Path, n: int = 50, n_traces: int = 20
     md, csv = write_summary([str(out / "eval")], str(out / "eval"))
     study_table(out)
     models, problems = [], {}
-    for label, (folder, conf) in twins.items():
-        s = sampler_kwargs(conf)
+    for twin, (folder, conf) in twins.items():
         mine = generate(n_traces, seed=0, split="heldout", cfg=DataConfig(**conf["data"]))  # the twin's own data
-        for lab, load in ((label, LOAD), (f"{label} (random init)", {**LOAD, "random_init": CONTROL_SEED})):
-            models.append(DemoModel(str(folder), lab, s, load))
-            problems[lab] = mine
+        for label, mode in modes(twin, conf):
+            s, load = sampler_kwargs(conf, mode), _load_kwargs(mode)
+            for lab, kw in ((label, load), (f"{label} (random init)", {**load, "random_init": CONTROL_SEED})):
+                models.append(DemoModel(str(folder), lab, s, kw))
+                problems[lab] = mine
     dyn = {}
     if n_traces > 0:
         if workers > 1:   # the traces in worker processes, a model each in turn; then read here
