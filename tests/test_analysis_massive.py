@@ -34,3 +34,18 @@ def test_both_ratios_against_the_hidden_states():
     np.testing.assert_allclose(ma.ratio[0], big / np.array([float(np.median(m.numpy())) for m in per_position_max]),
                                rtol=1e-5)
     assert (ma.ratio_all[0] >= ma.ratio[0]).all()                     # the median of all ≤ the median of the maxima
+
+
+def test_median_of_each_row_is_torchs_median():
+    """The readout's CPU median (numpy's selection) is the element torch.median picks: the lower
+    middle of an even count, ties, NaN rows (NaN), float64, and a bfloat16 row (torch's own)."""
+    from sinklens.attention.readouts import _median_rows
+
+    g = torch.Generator().manual_seed(0)
+    cases = [torch.rand(2, 7, generator=g), torch.rand(3, 8, generator=g), torch.randn(1, 4096, generator=g).abs(),
+             torch.tensor([[1.0, 1.0, 2.0, 2.0], [3.0, 3.0, 3.0, 0.0]]), torch.rand(2, 6, generator=g).double(),
+             torch.tensor([[1.0, float("nan"), 2.0], [1.0, 2.0, 3.0]]), torch.rand(2, 5, generator=g).bfloat16()]
+    for x in cases:
+        got, want = _median_rows(x), x.median(dim=-1).values
+        assert got.dtype == want.dtype and torch.equal(got.isnan(), want.isnan())
+        assert torch.equal(got.nan_to_num(-1.0), want.nan_to_num(-1.0)), (x, got, want)
