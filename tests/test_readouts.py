@@ -216,6 +216,35 @@ def test_lens_at_the_last_layer_is_the_models_own_head(smollm2):
     assert torch.allclose(req.lens["probs"][0, 0], want.values, atol=1e-4)
 
 
+def test_lens_of_every_layer_is_each_layers_hidden_state_through_the_head(smollm2, monkeypatch):
+    """The lens puts several layers through the LM head in one call: each layer's rows are still its
+    own hidden state's, whatever the number of layers per call (LENS_LOGITS) — against the head
+    applied to transformers' hidden states layer by layer."""
+    from sinklens.attention import readouts
+
+    ids = smollm2.tokenizer("One, two, three, four", return_tensors="pt").input_ids
+    L, pos = smollm2.num_layers, (0, 2, ids.shape[1] - 1)
+    model = smollm2.model
+    with torch.no_grad():
+        hs = model(ids, output_hidden_states=True).hidden_states[1:]    # each layer's output; the last after the norm
+        head = model.get_output_embeddings()
+        want = [head(model.model.norm(h[0, list(pos)]) if l < L - 1 else h[0, list(pos)]).softmax(-1).topk(5)
+                for l, h in enumerate(hs)]
+    got = {}
+    for per_call_logits in (1, 3 * 49152 * 4, readouts.LENS_LOGITS):   # one layer per call, four, all of them
+        monkeypatch.setattr(readouts, "LENS_LOGITS", per_call_logits)
+        req = AttentionRequest(capture=True, lens_layers=tuple(range(L)), lens_positions=pos)
+        smollm2.forward_logits(ids, attention=req)
+        got[per_call_logits] = req.lens
+        assert req.lens["tokens"].shape == (1, L, len(pos), 5)
+        for l in range(L):
+            assert req.lens["tokens"][0, l].tolist() == want[l].indices.tolist(), l
+            assert torch.allclose(req.lens["probs"][0, l], want[l].values, atol=1e-4), l
+    one, *others = got.values()
+    for other in others:
+        assert torch.equal(one["tokens"], other["tokens"]) and torch.allclose(one["probs"], other["probs"], atol=1e-5)
+
+
 @pytest.mark.slow
 def test_traced_tokens_identical_and_trace_round_trip(tmp_path):
     import sinklens

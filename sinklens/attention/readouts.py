@@ -27,6 +27,7 @@ from sinklens.rule.spec import DEFAULT_EPS, DEFAULT_UNITS, layer_visibilities
 HIDDEN_TOP_CHANNELS = 4
 LENS_TOPK = 5            # tokens kept per (lens layer, position): the top of the lens' softmax
 LENS_MAX_POSITIONS = 8   # default lens positions per step: the sink positions flagged in the most heads
+LENS_LOGITS = 1 << 24    # at most this many logits per LM-head call of the lens (64 MB in float32)
 
 
 def record_vectors(req, layer: int, query: torch.Tensor, key: torch.Tensor, value: torch.Tensor,
@@ -172,16 +173,24 @@ def finish_lens(req, head, attention_layout: dict, first_row: int | None = None)
         pos = sink_positions(req, attention_layout, S, first_row).cpu()   # (B, P), -1 = none
     pos = torch.where((pos >= r0) & (pos < r0 + s_h), pos, -1)          # only rows this forward computed
     take = (pos - r0).clamp(min=0)                                     # (B, P) row of each position
-    tokens, probs = [], []
-    for layer in sorted(req.lens_layers):
-        h = hidden[layer]                                               # (B, S_h, D)
-        x = h.gather(1, take.to(h.device)[..., None].expand(-1, -1, h.shape[-1]))   # (B, P, D)
-        p = head(x).float().softmax(dim=-1)                             # (B, P, V)
+    layers = sorted(req.lens_layers)
+    P = take.shape[1]
+    # several layers' positions through the head in one call: the LM head's weights (V x D, the
+    # largest matrix of a small model) are read once per call, not once per layer (measured:
+    # SmolLM2's lens at every layer cost 1.4-1.9x the capture, one layer per call). The first call
+    # takes one layer and shows V; the next ones as many as fit LENS_LOGITS logits.
+    tokens, probs, c, per_call = [], [], 0, 1
+    while c < len(layers):
+        chunk = layers[c:c + per_call]
+        xs = [hidden[l].gather(1, take.to(hidden[l].device)[..., None].expand(-1, -1, hidden[l].shape[-1]))
+              for l in chunk]                                           # (B, P, D) per layer
+        p = head(torch.cat(xs, 1)).float().softmax(dim=-1)              # (B, n * P, V)
         top = p.topk(LENS_TOPK, dim=-1)
-        tokens.append(top.indices.int())
-        probs.append(top.values)
+        tokens.append(top.indices.int().unflatten(1, (len(chunk), P)))  # (B, n, P, k)
+        probs.append(top.values.unflatten(1, (len(chunk), P)))
+        c, per_call = c + len(chunk), max(1, LENS_LOGITS // max(1, B * P * p.shape[-1]))
     none = (pos < 0)[:, None, :, None]                                  # (B, 1, P, 1)
     req.lens = {"positions": pos.int(),
-                "tokens": torch.stack(tokens, 1).cpu().masked_fill(none, -1),
-                "probs": torch.stack(probs, 1).cpu().masked_fill(none, float("nan"))}
+                "tokens": torch.cat(tokens, 1).cpu().masked_fill(none, -1),
+                "probs": torch.cat(probs, 1).cpu().masked_fill(none, float("nan"))}
     req._lens_hidden = {}
