@@ -34,7 +34,9 @@ def register(sub) -> None:
 
     p = sub.add_parser("study", help="the controlled study on trained story twins", description=study.__doc__)
     p.add_argument("--run", action="append", required=True, metavar="LABEL=RUN", type=label_run,
-                   help="a twin and its label (repeat per twin): a finished training run folder, or a shipped twin (alias or exported folder)")
+                   help="a twin and its label (repeat per twin): a finished training run folder, or a shipped twin "
+                        "(alias or exported folder); a dual twin (--kind dual) gives two rows, 'LABEL (ar)' and "
+                        "'LABEL (diffusion)'")
     p.add_argument("--out", default="study", help="output folder")
     p.add_argument("--n", type=positive_int, default=50, help="held-out problems per run")
     p.add_argument("--mask-topk", type=k_list, default=(0, 1, 5, 10),

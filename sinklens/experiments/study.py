@@ -1,7 +1,9 @@
 """The controlled study: is robustness to sink masking a property of diffusion, of scale or
 of AR initialisation? Twins of one shape trained on the long "story" problems
-(docs/training.md, "A controlled study"): a DLM from scratch (LLaDA recipe), an ARM, and a DLM
-initialised from the trained ARM (Dream's recipe, `--kind dlm-shift --init-from`).
+(docs/training.md, "A controlled study"): a DLM from scratch (LLaDA recipe), an ARM, a DLM
+initialised from the trained ARM (Dream's recipe, `--kind dlm-shift --init-from`), and one set of
+weights trained from the ARM with both a next-token and a block-diffusion loss (`--kind dual`),
+studied in both its modes (a row each: its AR sampler, SDAR's block-diffusion sampler).
 
     sinklens study --run dlm=RUN --run arm=RUN --run dlm-from-arm=RUN --out DIR
     sinklens replicate --study          # the same on the shipped story twins (SHIPPED)
