@@ -39,7 +39,7 @@ STUDY_N, STUDY_TRACES = 14, 4   # `replicate --study` defaults (14 min on 2 idle
 # The shipped story twins (sinklens/assets), label -> alias; those not shipped are skipped.
 # "-9" / "-30": the largest operand of the twin's problems (docs/training.md).
 SHIPPED = {"arm-30": "story-arm-4l", "arm-9": "story9-arm-4l", "dlm-from-arm-9": "story9-dlmarm-4l",
-           "dlm-9": "story9-dlm-4l"}
+           "dlm-9": "story9-dlm-4l", "dual-9": "story9-dual-4l"}
 
 
 def twin_files(twin: str | Path) -> tuple[Path, dict]:
