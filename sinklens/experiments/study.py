@@ -99,7 +99,7 @@ def _eval_configs(twins: dict[str, tuple[Path, dict]], out: Path, n: int, mask_t
     return jobs
 
 
-def _run_shard(jobs: list[tuple[str, dict]], rank: int, world: int) -> None:
+def _run_shard(jobs: list[tuple[str, str | None, dict]], rank: int, world: int) -> None:
     """One worker process: every `world`-th sample of each twin's eval (eval's hand-set shards)."""
     os.environ.update(RANK=str(rank), WORLD_SIZE=str(world))
     os.environ.pop("MASTER_ADDR", None)
