@@ -12,29 +12,36 @@ Llama-shaped (causal, GQA: 1B = 16 x 2048 x 32/8 heads, 8B = 32 x 4096 x 32/8, v
    logits) of the lse and triton routes against transformers' eager attention (`output_attentions=True`, column
    sums over real query rows) on every layout: causal, bidirectional, block-causal (blocks of 32),
    left padding, a causal sliding window of 128 (the last two as the 4-D masks models hand over).
-   Max abs differences; "n/a" where a route declares it cannot take the call (the registry sends
-   it elsewhere).
-2. Capture cost: one forward of each full-depth model in bfloat16, plain (transformers' sdpa: flash)
+   Max abs differences, and whether the route's logits have plain mode's bits (transformers'
+   sdpa, on the rows of real queries); "n/a" where a route declares it cannot take the call (the
+   registry sends it elsewhere).
+2. The column-sum kernel alone against flash sdpa alone, one layer, two tile shapes.
+3. Capture cost: one forward of each full-depth model in bfloat16, plain (transformers' sdpa)
    and capture through each route that takes bfloat16, at S = 1k .. 16k (batch 1), wall time after
-   synchronising, best of 2; peak memory per forward. A row is skipped once the budget would run out.
-3. An 8B-shaped LLaDA generation (prompt 64, gen 256, block 32, 256 steps): plain, traced (as
-   `sinklens trace`) and masked (top-1 sink per head, as `sinklens eval --mask-topk 1`): ms per step
-   and peak GPU memory.
+   synchronising, one warm-up at that length then best of 3 (lse up to 4k: seconds a forward beyond);
+   peak memory per forward. A row is skipped once the budget would run out. Then a torch.profiler
+   table of one captured forward: where the time beyond the kernels goes.
+4. An 8B-shaped LLaDA generation (prompt 64, gen 256, block 32, 256 steps): plain, traced (as
+   `sinklens trace`) and masked (top-1 sink per head, as `sinklens eval --mask-topk 1`): ms per step,
+   peak GPU memory, and whether the tokens are the plain generation's (a trace must not change them).
 
 Prints one markdown table per part, with the device and its date.
 """
 from __future__ import annotations
 
 import argparse
+import contextlib
 import datetime
 import os
 import tempfile
 import time
+import traceback
 
 import torch
 from transformers import LlamaConfig, LlamaForCausalLM
 
 import sinklens.attention as sa
+import sinklens.attention.routes as routes
 from sinklens.attention.routes import BY_NAME
 
 # (layers, d_model, heads, kv heads, mlp hidden, vocab) of the published shapes
@@ -46,7 +53,10 @@ SMOKE_SHAPES = {"llada-8b": (2, 64, 4, 4, 96, 320), "llama-8b": (2, 64, 4, 2, 96
 LAYOUTS = ("causal", "bidirectional", "block-causal", "left-padding", "window")
 BLOCK, WINDOW = 32, 128
 CAPTURE_ROUTES = ("lse", "triton")
-BUDGET_S = 420  # the timing part stops here (the whole check: under 8 minutes on one H100)
+TILES = ((64, 64, 4), (64, 128, 4))  # (block_m, block_n, warps) the kernel table tries
+LSE_UP_TO = 4096  # the lse route is timed up to this length
+BUDGET_S = 420
+PARTS = ("routes", "kernel", "cost", "generation")  # the timing part stops here (the whole check: under 8 minutes on one H100)
 
 
 def build(shape_name: str, shapes: dict, device, layers: int | None = None, dtype=torch.bfloat16):
@@ -66,6 +76,28 @@ def build(shape_name: str, shapes: dict, device, layers: int | None = None, dtyp
     finally:
         torch.set_default_dtype(old)
     return model
+
+
+@contextlib.contextmanager
+def taken(route: str):
+    """A list that holds True once `route` ran a call (rather than declining it or being unavailable)."""
+    r, used = BY_NAME[route], []
+    if route == "plain":
+        yield [True]
+        return
+    run = r.run
+
+    def spy(call):
+        out = run(call)
+        if out is not None and not used:
+            used.append(True)
+        return out
+
+    r.run = spy
+    try:
+        yield used
+    finally:
+        del r.run
 
 
 def layout_inputs(layout: str, s: int, vocab: int, device, dtype):
@@ -98,8 +130,9 @@ def eager_received(model, ids, kw, real) -> tuple[torch.Tensor, torch.Tensor]:
     return out.logits.float(), torch.stack([(a.float() * rows).sum(2) for a in out.attentions])
 
 
-def correctness(shapes: dict, device, s: int, dtype) -> list[str]:
-    rows = []
+def correctness(shapes: dict, device, s: int, dtype):
+    """One table row per (shape, layout), as each is done: each route's max abs difference from eager
+    in received attention and in logits, and whether its logits have plain mode's (sdpa's) bits."""
     for name in shapes:
         model = build(name, shapes, device, layers=2, dtype=dtype)
         own_causal = model.config.is_causal
@@ -108,24 +141,50 @@ def correctness(shapes: dict, device, s: int, dtype) -> list[str]:
             model.config.is_causal = own_causal if causal is None else causal
             with torch.no_grad():
                 ref_logits, ref = eager_received(model, ids, kw, real)
+                plain_logits = model(ids, **kw).logits.float()
                 cells = []
                 for route in CAPTURE_ROUTES:
                     req = sa.AttentionRequest(capture=True, query_mask=real, route=route)
-                    used, spy = [], BY_NAME[route].run   # did this route take the calls (or decline them)?
-                    BY_NAME[route].run = lambda call, _spy=spy: used.append(out := _spy(call)) or out
                     try:
-                        logits = model(ids, sinklens=req, **kw).logits.float()
+                        with taken(route) as used:
+                            logits = model(ids, sinklens=req, **kw).logits.float()
                     except ImportError:
                         logits = None
-                    finally:
-                        del BY_NAME[route].run
-                    if logits is None or not any(u is not None for u in used):
+                    if logits is None or not used:
                         cells.append("n/a")
                         continue
+                    same = "yes" if torch.equal(logits[real], plain_logits[real]) else "no"   # rows of real queries
                     cells.append(f"{(req.received - ref).abs().max().item():.1e} / "
-                                 f"{(logits - ref_logits)[real].abs().max().item():.1e}")
-            rows.append(f"| {name} | {str(dtype)[6:]} | {layout} | " + " | ".join(cells) + " |")
+                                 f"{(logits - ref_logits)[real].abs().max().item():.1e} / {same}")
+            yield f"| {name} | {str(dtype)[6:]} | {layout} | " + " | ".join(cells) + " |"
         del model
+
+
+def kernel_cost(device, seqs: list[int], heads: int, kv_heads: int, d: int) -> list[str]:
+    """One layer's attention of an 8B shape: flash sdpa alone (output + lse) against the column-sum
+    kernel alone, for a few tile shapes (which one the route should use)."""
+    from triton.testing import do_bench
+
+    from sinklens.attention.fused import fused_sdpa_with_lse
+    from sinklens.attention.triton_kernel import column_sums
+
+    rows = []
+    for s in seqs:
+        for causal in (True, False):
+            g = torch.Generator(device=device).manual_seed(s)
+            q = torch.randn(1, heads, s, d, device=device, dtype=torch.bfloat16, generator=g)
+            k = torch.randn(1, kv_heads, s, d, device=device, dtype=torch.bfloat16, generator=g)
+            v = torch.randn_like(k)
+            _, lse = fused_sdpa_with_lse(q, k, v, None, d ** -0.5, causal)
+            sdpa_ms = do_bench(lambda: fused_sdpa_with_lse(q, k, v, None, d ** -0.5, causal))
+            cells = []
+            for bm, bn, warps in TILES:
+                ms = do_bench(lambda: column_sums(q, k, lse, d ** -0.5, causal, block_m=bm, block_n=bn,
+                                                  num_warps=warps))
+                cells.append(f"{ms:.2f} ({ms / sdpa_ms:.2f}x)")
+            rows.append(f"| {heads}/{kv_heads} | {s} | {'causal' if causal else 'bidirectional'} | {sdpa_ms:.2f} | "
+                        + " | ".join(cells) + " |")
+            print(rows[-1], flush=True)
     return rows
 
 
@@ -163,7 +222,7 @@ def timed_routes() -> tuple[str, ...]:
 def capture_cost(shapes: dict, device, seqs: list[int], budget_s: float) -> list[str]:
     rows, start = [], time.perf_counter()
     modes = ("plain",) + timed_routes()
-    for name in shapes:
+    for name in sorted(shapes, key=lambda n: -shapes[n][1]):   # the 8B shapes first, should the budget run out
         model = build(name, shapes, device)
         model.config._attn_implementation = sa.ATTENTION_NAME
         for s in seqs:
@@ -173,9 +232,16 @@ def capture_cost(shapes: dict, device, seqs: list[int], budget_s: float) -> list
                 spent = time.perf_counter() - start
                 if spent > budget_s:
                     break
+                if mode == "lse" and s > LSE_UP_TO:   # seconds a forward there; its ratio only grows
+                    best[mode] = (float("nan"), float("nan"))
+                    continue
                 try:
-                    timed_forward(model, ids[:, :64], mode, device)   # warm-up (kernels, autotuning)
-                    runs = [timed_forward(model, ids, mode, device) for _ in range(2)]
+                    with taken(mode) as used:
+                        timed_forward(model, ids, mode, device)   # warm-up at this length (kernels, allocator)
+                    if not used:   # the route is not available here: its fallback would be timed
+                        best[mode] = (float("nan"), float("nan"))
+                        continue
+                    runs = [timed_forward(model, ids, mode, device) for _ in range(3)]
                     best[mode] = (min(r[0] for r in runs), max(r[1] for r in runs))
                 except (ImportError, RuntimeError) as e:   # no triton; out of memory
                     best[mode] = (float("nan"), float("nan"))
@@ -192,6 +258,27 @@ def capture_cost(shapes: dict, device, seqs: list[int], budget_s: float) -> list
         if torch.device(device).type == "cuda":
             torch.cuda.empty_cache()
     return rows
+
+
+def overhead_profile(shapes: dict, device, s: int) -> str:
+    """torch.profiler over one captured forward (route "triton") of the 8B-shaped LLaDA at length s:
+    where the time beyond the kernels goes (the ops by their own CPU time)."""
+    from torch.profiler import ProfilerActivity, profile
+
+    model = build("llada-8b", shapes, device)
+    model.config._attn_implementation = sa.ATTENTION_NAME
+    ids = torch.randint(0, model.config.vocab_size - 8, (1, s), device=device)
+    for mode in ("plain", "triton"):
+        timed_forward(model, ids, mode, device)
+    acts = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if torch.device(device).type == "cuda" else [])
+    tables = []
+    for mode in ("plain", "triton"):
+        with profile(activities=acts) as prof:
+            seconds, _ = timed_forward(model, ids, mode, device)
+        tables.append(f"{mode}: {1e3 * seconds:.1f} ms\n"
+                      + prof.key_averages().table(sort_by="self_cpu_time_total", row_limit=14, max_name_column_width=48))
+    del model
+    return "\n".join(tables)
 
 
 def generation(shapes: dict, device, gen: int, block: int, prompt: int) -> list[str]:
@@ -223,9 +310,22 @@ def generation(shapes: dict, device, gen: int, block: int, prompt: int) -> list[
                 out = m.generate(ids, trace=path, hook=hook, **settings)
             sync(device)
             seconds = time.perf_counter() - t
-            rows.append((mode, out.num_steps, 1e3 * seconds / out.num_steps, peak_gb(device)))
+            tokens = out.sequences
+            same = ("yes" if torch.equal(tokens, rows[0][4]) else "no") if rows else "-"
+            rows.append((mode, out.num_steps, 1e3 * seconds / out.num_steps, peak_gb(device), tokens, same))
     base = rows[0][2]
-    return [f"| llada-8b | {mode} | {steps} | {ms:.1f} | {ms / base:.2f}x | {gb:.1f} |" for mode, steps, ms, gb in rows]
+    return [f"| llada-8b | {mode} | {steps} | {ms:.1f} | {ms / base:.2f}x | {gb:.1f} | {same} |"
+            for mode, steps, ms, gb, _, same in rows]
+
+
+def part(run) -> None:
+    """Run one part of the check; a failure prints its traceback and the next part still runs."""
+    try:
+        run()
+    except Exception:
+        print("```\n" + traceback.format_exc() + "```", flush=True)
+    if torch.cuda.is_available():
+        torch.cuda.empty_cache()
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -233,7 +333,9 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--smoke", action="store_true", help="tiny shapes on the CPU: the code paths, not the numbers")
     ap.add_argument("--seqs", nargs="+", type=int, default=None, help="capture-cost lengths (default 1k..16k)")
     ap.add_argument("--budget-s", type=float, default=BUDGET_S, help="seconds the capture-cost part may take")
+    ap.add_argument("--parts", nargs="+", choices=PARTS, default=list(PARTS), help="which parts to run (default: all)")
     args = ap.parse_args(argv)
+    want = set(args.parts)
     torch.set_grad_enabled(False)
     if args.smoke:
         device, shapes, seqs, s_check, gen, block, prompt = "cpu", SMOKE_SHAPES, args.seqs or [64], 64, 8, 4, 8
@@ -245,25 +347,39 @@ def main(argv: list[str] | None = None) -> None:
     what = torch.cuda.get_device_name() if device == "cuda" else "CPU (smoke: tiny shapes)"
     print(f"## GPU check, {datetime.date.today()}, {what}, torch {torch.__version__}\n")
     t0 = time.perf_counter()
+    if "routes" in want:
+        routes_table(shapes, device, s_check)
+    if "kernel" in want and device == "cuda":
+        print(f"\n### One layer: sdpa (output + lse) against the column-sum kernel alone, bfloat16, D = 128\n")
+        print("| heads / kv heads | S | layout | sdpa ms | " + " | ".join(f"kernel {bm}x{bn}, {w} warps ms" for bm, bn, w in TILES)
+              + " |")
+        print("|---|---|---|---|" + "---|" * len(TILES))
+        part(lambda: [kernel_cost(device, [4096, 16384], h, kv, 128) for h, kv in ((32, 32), (32, 8))])
+    if "cost" in want:
+        print(f"\n### Capture against plain (transformers' sdpa), one forward, batch 1, best of 3\n")
+        modes = ("plain",) + timed_routes()
+        print("| model | S | " + " | ".join(f"{m} ms" for m in modes) + " | "
+              + " | ".join(f"{m}/plain" for m in modes[1:]) + " | " + " | ".join(f"{m} peak GB" for m in modes) + " |")
+        print("|---|---|" + "---|" * (3 * len(modes) - 1))
+        part(lambda: capture_cost(shapes, device, seqs, args.budget_s))
+        print(f"\n### Where a captured forward's time goes (8B-shaped LLaDA, S = {s_check * 2})\n\n```")
+        part(lambda: print(overhead_profile(shapes, device, s_check * 2)))
+        print("```")
+    if "generation" in want:
+        print(f"\n### 8B-shaped LLaDA generation (prompt {prompt}, gen {gen}, block {block}, {gen} steps)\n")
+        print("| model | mode | steps | ms / step | / plain | peak GB | tokens = plain's |")
+        print("|---|---|---|---|---|---|---|")
+        part(lambda: [print(row, flush=True) for row in generation(shapes, device, gen, block, prompt)])
+    print(f"\n(total {time.perf_counter() - t0:.0f} s)")
+
+
+def routes_table(shapes: dict, device, s_check: int) -> None:
     print(f"### Routes against eager attention (2 layers of each shape, S = {s_check})\n")
-    print("| model | dtype | layout | " + " | ".join(f"{r}: received / logits max abs diff" for r in CAPTURE_ROUTES)
+    print("| model | dtype | layout | " + " | ".join(f"{r}: received / logits max abs diff / plain's bits" for r in CAPTURE_ROUTES)
           + " |")
     print("|---|---|---|" + "---|" * len(CAPTURE_ROUTES))
     for dtype in (torch.bfloat16, torch.float32):
-        for row in correctness(shapes, device, s_check, dtype):
-            print(row, flush=True)
-    print(f"\n### Capture against plain (flash sdpa), one forward, batch 1, best of 2\n")
-    modes = ("plain",) + timed_routes()
-    print("| model | S | " + " | ".join(f"{m} ms" for m in modes) + " | "
-          + " | ".join(f"{m}/plain" for m in modes[1:]) + " | " + " | ".join(f"{m} peak GB" for m in modes) + " |")
-    print("|---|---|" + "---|" * (3 * len(modes) - 1))
-    capture_cost(shapes, device, seqs, args.budget_s)
-    print(f"\n### 8B-shaped LLaDA generation (prompt {prompt}, gen {gen}, block {block}, {gen} steps)\n")
-    print("| model | mode | steps | ms / step | / plain | peak GB |")
-    print("|---|---|---|---|---|---|")
-    for row in generation(shapes, device, gen, block, prompt):
-        print(row, flush=True)
-    print(f"\n(total {time.perf_counter() - t0:.0f} s)")
+        part(lambda: [print(row, flush=True) for row in correctness(shapes, device, s_check, dtype)])
 
 
 if __name__ == "__main__":

@@ -29,8 +29,10 @@ def test_smoke_mode_runs_every_part_and_the_routes_agree_with_eager(capsys):
         # bf16: eager's own maps are bf16 (3 significant digits), summed over 64 rows
         assert received <= (0.1 if dtype == "bfloat16" else 1e-4), row
         assert logits <= (0.1 if dtype == "bfloat16" else 1e-4), row
+        assert lse.endswith("/ yes"), row   # the lse route's output is sdpa's, bit for bit
     costs = [r for r in rows if re.match(r"\| ll\w+-\db \| 64 \|", r)]
     assert len(costs) == len(gpu_check.SMOKE_SHAPES)
     gens = [r for r in rows if r.startswith("| llada-8b | ") and r.split("|")[2].strip() in ("plain", "trace", "mask")]
     assert [r.split("|")[2].strip() for r in gens] == ["plain", "trace", "mask"]
     assert all(int(r.split("|")[3]) == 8 for r in gens)   # every mode made its 8 steps
+    assert gens[1].split("|")[7].strip() == "yes"   # tracing did not change the generation

@@ -1,168 +1,127 @@
-"""A fused Triton kernel: attention output and per-head column sums in one launch (extra `gpu`).
+"""A Triton kernel for the column sums of attention, from the log-sum-exp sdpa returns (extra `gpu`).
 
-One program per (block of BLOCK_M queries, batch x head). It makes two passes over the keys
-the block can see, both in on-chip memory, nothing of size S_q x S_k ever written:
+The "triton" route takes the attention output and each query's log-sum-exp (lse) from sdpa's own
+fused kernel (fused.py: flash attention on a GPU), so the output keeps sdpa's bits; this kernel
+then makes the one extra pass: p_ij = exp(q_i . k_j * scale - lse_i), summed over the (weighted)
+query rows into received[b, h, j], and per query group into groups[b, g, h, j].
 
-1. flash attention: online softmax, the output and each query's log-sum-exp (lse);
-2. column sums: p_ij = exp(s_ij - lse_i) again, summed over the block's (weighted) query rows
-   and added atomically into received[b, h, j] (and received_groups[b, g, h, j] per group).
+One program per (block of BLOCK_N keys, batch x head). It holds its keys on chip and walks the
+query blocks that can see them, so each column sum is accumulated in registers and stored once:
+no atomics, and no (S_q, S_k) tensor is ever written. The cost is one q k^T product and one exp
+per visible (query, key) pair, about half of what the attention forward itself does.
 
-Masks: causal (lower-right aligned, so a KV cache works), key padding (B, S_k), blocked keys
-(B, H, S_k) with `keep_self`. GQA: query head h reads kv head h // (H / H_kv). A query that can
-see no key contributes nothing (the torch routes spread such a row uniformly, as eager does;
-samplers never count those rows). `fused_attention_colsums` refuses (ValueError) a blocking
-that would leave a row empty, and has no `received_unblocked`: the attention function sends
-those calls to the torch routes.
+Layouts: causal (lower-right aligned, as sdpa's causal with S_q = S_k) and bidirectional, no other
+mask; GQA: query head h reads kv head h // (H / H_kv), keys never repeated. Calls with a padding
+or block mask, blocked keys or full maps go to the lse route (routes/triton.py declares this).
 
-Correctness is tested on CPU with TRITON_INTERPRET=1 (tests/test_triton_kernel.py) against
-the exact route. No GPU was available when it was written: its speed is not measured.
+Tested on CPU with TRITON_INTERPRET=1 (tests/test_triton_kernel.py) against a float64 softmax;
+benchmarks/gpu_check.py measures it on a GPU against eager attention and flash sdpa.
 """
 from __future__ import annotations
+
+import os
 
 import torch
 import triton
 import triton.language as tl
 
+# Triton's CPU interpreter (TRITON_INTERPRET=1, the tests) multiplies 16-bit tiles wrongly (a bfloat16
+# q k^T off by 1e10), so there the kernel multiplies in float32; on a GPU the tiles go to the tensor
+# cores as they are, products accumulated in float32
+INTERPRETED = os.environ.get("TRITON_INTERPRET") == "1"
+LOG2E = tl.constexpr(1.4426950408889634)  # exp(x) = exp2(x * log2(e)); constexpr: a kernel may read it
+
 
 @triton.jit
-def _attn_colsum_kernel(
-    Q, K, V, O, LSE, R, RG, KEYOK, BLOCKED, QW, QG,
+def _colsum_kernel(
+    Q, K, LSE, R, RG, QW, QG,
     H, REP, S_Q, S_K, scale,
     D: tl.constexpr, BLOCK_D: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
-    NUM_GROUPS: tl.constexpr, CAUSAL: tl.constexpr, HAS_KEYOK: tl.constexpr,
-    HAS_BLOCKED: tl.constexpr, KEEP_SELF: tl.constexpr, HAS_R: tl.constexpr,
+    NUM_GROUPS: tl.constexpr, GROUPS_P2: tl.constexpr, CAUSAL: tl.constexpr, HAS_R: tl.constexpr,
+    UPCAST: tl.constexpr, IEEE: tl.constexpr,
 ):
-    pid_m, bh = tl.program_id(0), tl.program_id(1)
+    pid_n, bh = tl.program_id(0), tl.program_id(1)
     b, h = bh // H, bh % H
     kvh = b * (H // REP) + h // REP  # flat (batch, kv head) index
-    rows = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)  # query indices
+    cols = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)  # key indices
     dims = tl.arange(0, BLOCK_D)
-    row_ok = rows < S_Q
-    q_pos = rows + S_K - S_Q  # absolute positions (lower-right alignment)
-    q = tl.load(Q + (bh * S_Q + rows[:, None]) * D + dims[None, :], mask=row_ok[:, None] & (dims[None, :] < D), other=0.0)
-    hi = S_K
-    if CAUSAL:  # keys after the block's last query are invisible to all of it
-        hi = tl.minimum(S_K, (pid_m + 1) * BLOCK_M + S_K - S_Q)
-
-    # ---- pass 1: output and lse (online softmax) ------------------------------------------
-    m_i = tl.full([BLOCK_M], float("-inf"), tl.float32)
-    l_i = tl.zeros([BLOCK_M], tl.float32)
-    acc = tl.zeros([BLOCK_M, BLOCK_D], tl.float32)
-    for start in range(0, hi, BLOCK_N):
-        cols = start + tl.arange(0, BLOCK_N)
-        kv_mask = (cols[:, None] < S_K) & (dims[None, :] < D)
-        k = tl.load(K + (kvh * S_K + cols[:, None]) * D + dims[None, :], mask=kv_mask, other=0.0)
-        s = tl.dot(q, tl.trans(k)).to(tl.float32) * scale  # (BLOCK_M, BLOCK_N)
-        ok = _allowed(cols, q_pos, b, bh, S_K, KEYOK, BLOCKED, CAUSAL, HAS_KEYOK, HAS_BLOCKED, KEEP_SELF)
-        s = tl.where(ok, s, float("-inf"))
-        m_new = tl.maximum(m_i, tl.max(s, 1))
-        m_use = tl.where(m_new == float("-inf"), 0.0, m_new)  # a row with nothing seen yet: no NaN
-        p = tl.exp(s - m_use[:, None])
-        alpha = tl.exp(m_i - m_use)
-        l_i = l_i * alpha + tl.sum(p, 1)
-        v = tl.load(V + (kvh * S_K + cols[:, None]) * D + dims[None, :], mask=kv_mask, other=0.0)
-        acc = acc * alpha[:, None] + tl.dot(p.to(v.dtype), v).to(tl.float32)
-        m_i = m_new
-    seen = l_i > 0
-    out = acc / tl.where(seen, l_i, 1.0)[:, None]
-    tl.store(O + (bh * S_Q + rows[:, None]) * D + dims[None, :], out.to(O.dtype.element_ty),
-             mask=row_ok[:, None] & (dims[None, :] < D))
-    lse = tl.where(seen, tl.where(m_i == float("-inf"), 0.0, m_i) + tl.log(tl.where(seen, l_i, 1.0)), 0.0)
-    tl.store(LSE + bh * S_Q + rows, lse, mask=row_ok)
-
-    # ---- pass 2: column sums p_ij = exp(s_ij - lse_i) over the block's rows -----------------
-    w = tl.load(QW + b * S_Q + rows, mask=row_ok, other=0.0)
-    w = tl.where(seen, w, 0.0)  # a row that saw no key contributes nothing
-    if NUM_GROUPS > 0:
-        grp = tl.load(QG + b * S_Q + rows, mask=row_ok, other=-1)
-    for start in range(0, hi, BLOCK_N):
-        cols = start + tl.arange(0, BLOCK_N)
-        k = tl.load(K + (kvh * S_K + cols[:, None]) * D + dims[None, :],
-                    mask=(cols[:, None] < S_K) & (dims[None, :] < D), other=0.0)
-        s = tl.dot(q, tl.trans(k)).to(tl.float32) * scale
-        ok = _allowed(cols, q_pos, b, bh, S_K, KEYOK, BLOCKED, CAUSAL, HAS_KEYOK, HAS_BLOCKED, KEEP_SELF)
-        p = tl.where(ok, tl.exp(tl.minimum(s - lse[:, None], 0.0)), 0.0)
-        col_ok = cols < S_K
+    col_ok = cols < S_K
+    k = tl.load(K + (kvh * S_K + cols[:, None]) * D + dims[None, :], mask=col_ok[:, None] & (dims[None, :] < D),
+                other=0.0)  # (BLOCK_N, BLOCK_D), on chip for the whole program
+    if UPCAST:
+        k = k.to(tl.float32)
+    scale_log2 = scale * LOG2E
+    acc = tl.zeros([BLOCK_N], tl.float32)
+    acc_g = tl.zeros([GROUPS_P2, BLOCK_N], tl.float32)
+    g_idx = tl.arange(0, GROUPS_P2)
+    lo = 0
+    if CAUSAL:  # query rows before the first that sees this block's first key see none of it
+        lo = tl.maximum(pid_n * BLOCK_N - (S_K - S_Q), 0) // BLOCK_M * BLOCK_M
+    for start in range(lo, S_Q, BLOCK_M):
+        rows = start + tl.arange(0, BLOCK_M)
+        row_ok = rows < S_Q
+        q = tl.load(Q + (bh * S_Q + rows[:, None]) * D + dims[None, :], mask=row_ok[:, None] & (dims[None, :] < D),
+                    other=0.0)
+        if UPCAST:
+            q = q.to(tl.float32)
+        lse = tl.load(LSE + bh * S_Q + rows, mask=row_ok, other=0.0) * LOG2E
+        w = tl.load(QW + b * S_Q + rows, mask=row_ok, other=0.0)  # padding rows and absent rows weigh 0
+        if IEEE:  # float32 inputs: full float32 products (the default, tf32, is off by ~1e-3)
+            s = tl.dot(q, tl.trans(k), input_precision="ieee")
+        else:
+            s = tl.dot(q, tl.trans(k)).to(tl.float32)
+        s = s * scale_log2  # (BLOCK_M, BLOCK_N), in base 2: exp2 is the GPU's native exponential
+        ok = col_ok[None, :] & row_ok[:, None]
+        if CAUSAL:
+            ok = ok & (cols[None, :] <= (rows + S_K - S_Q)[:, None])
+        # min(., 0): rounding between sdpa's lse and this product must not make a probability > 1
+        p = tl.where(ok, tl.exp2(tl.minimum(s - lse[:, None], 0.0)), 0.0)
         if HAS_R:
-            tl.atomic_add(R + bh * S_K + cols, tl.sum(p * w[:, None], 0), mask=col_ok)
-        for g in tl.static_range(NUM_GROUPS):
-            wg = tl.where(grp == g, w, 0.0)
-            tl.atomic_add(RG + ((b * NUM_GROUPS + g) * H + h) * S_K + cols, tl.sum(p * wg[:, None], 0), mask=col_ok)
+            acc += tl.sum(p * w[:, None], 0)
+        if NUM_GROUPS > 0:
+            grp = tl.load(QG + b * S_Q + rows, mask=row_ok, other=-1)
+            for g in tl.static_range(NUM_GROUPS):
+                part = tl.sum(p * tl.where(grp == g, w, 0.0)[:, None], 0)
+                acc_g = tl.where(g_idx[:, None] == g, acc_g + part[None, :], acc_g)
+    if HAS_R:
+        tl.store(R + bh * S_K + cols, acc, mask=col_ok)
+    if NUM_GROUPS > 0:
+        tl.store(RG + ((b * NUM_GROUPS + g_idx[:, None]) * H + h) * S_K + cols[None, :], acc_g,
+                 mask=(g_idx[:, None] < NUM_GROUPS) & col_ok[None, :])
 
 
-@triton.jit
-def _allowed(cols, q_pos, b, bh, S_K, KEYOK, BLOCKED,
-             CAUSAL: tl.constexpr, HAS_KEYOK: tl.constexpr, HAS_BLOCKED: tl.constexpr, KEEP_SELF: tl.constexpr):
-    """(BLOCK_M, BLOCK_N) bool: query q_pos may see key cols."""
-    ok = (cols[None, :] < S_K) & (q_pos[:, None] >= 0)
-    if CAUSAL:
-        ok = ok & (cols[None, :] <= q_pos[:, None])
-    if HAS_KEYOK:
-        ok = ok & (tl.load(KEYOK + b * S_K + cols, mask=cols < S_K, other=0) != 0)[None, :]
-    if HAS_BLOCKED:
-        blocked = (tl.load(BLOCKED + bh * S_K + cols, mask=cols < S_K, other=0) != 0)[None, :]
-        if KEEP_SELF:
-            blocked = blocked & (cols[None, :] != q_pos[:, None])
-        ok = ok & ~blocked
-    return ok
-
-
-def fused_attention_colsums(
+def column_sums(
     query: torch.Tensor,  # (B, H, S_q, D)
     key: torch.Tensor,  # (B, H_kv, S_k, D)
-    value: torch.Tensor,  # (B, H_kv, S_k, D)
+    lse: torch.Tensor,  # (B, H, S_q) float32: each query's log-sum-exp over the keys it sees
     scale: float,
-    causal: bool,
-    key_ok: torch.Tensor | None = None,  # (B, S_k) bool: real keys (padding mask)
-    blocked: torch.Tensor | None = None,  # (B, H, S_k) bool
-    keep_self: bool = False,
+    causal: bool,  # lower-right aligned: query i sees keys j <= i + S_k - S_q
     query_weight: torch.Tensor | None = None,  # (B, S_q) float/bool: rows that count; None = all
     query_groups: torch.Tensor | None = None,  # (B, S_q) long group ids, -1 = none
     num_groups: int = 0,
     received: bool = True,
-    block_m: int = 32,
-    block_n: int = 32,
-) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor | None, torch.Tensor | None]:
-    """(out (B, S_q, H, D), lse (B, H, S_q), received (B, H, S_k) or None, groups (B, G, H, S_k) or None)."""
+    block_m: int = 64,
+    block_n: int = 64,
+    num_warps: int = 4,
+) -> tuple[torch.Tensor | None, torch.Tensor | None]:
+    """(received (B, H, S_k) float32 or None, groups (B, G, H, S_k) float32 or None)."""
     b, h, s_q, d = query.shape
     h_kv, s_k = key.shape[1], key.shape[2]
     dev = query.device
-    if blocked is not None:
-        _check_no_empty_row(blocked, key_ok, causal, keep_self, s_q, s_k)
-    q, k, v = query.contiguous(), key.contiguous(), value.contiguous()
-    out = torch.empty_like(q)
-    lse = torch.empty(b, h, s_q, dtype=torch.float32, device=dev)
-    r = torch.zeros(b, h, s_k, dtype=torch.float32, device=dev)
-    rg = torch.zeros(b, max(num_groups, 1), h, s_k, dtype=torch.float32, device=dev)
+    num_groups = num_groups if query_groups is not None else 0
+    q, k = query.contiguous(), key.contiguous()
+    lse = lse.float().contiguous()
+    r = torch.empty(b, h, s_k, dtype=torch.float32, device=dev) if received else torch.empty(1, device=dev)
+    rg = torch.empty(b, max(num_groups, 1), h, s_k, dtype=torch.float32, device=dev)
     qw = (torch.ones(b, s_q, device=dev) if query_weight is None else query_weight.to(dev)).float().contiguous()
     qg = (torch.full((b, s_q), -1, device=dev) if query_groups is None else query_groups.to(dev)).int().contiguous()
-    keyok = (torch.ones(b, s_k, device=dev) if key_ok is None else key_ok.to(dev)).to(torch.int8).contiguous()
-    blk = (torch.zeros(b, h, s_k, device=dev) if blocked is None else blocked.to(dev)).to(torch.int8).contiguous()
-    grid = (triton.cdiv(s_q, block_m), b * h)
-    _attn_colsum_kernel[grid](
-        q, k, v, out, lse, r, rg, keyok, blk, qw, qg,
+    grid = (triton.cdiv(s_k, block_n), b * h)
+    _colsum_kernel[grid](
+        q, k, lse, r, rg, qw, qg,
         h, h // h_kv, s_q, s_k, scale,
-        D=d, BLOCK_D=triton.next_power_of_2(d), BLOCK_M=block_m, BLOCK_N=block_n,
-        NUM_GROUPS=num_groups if query_groups is not None else 0, CAUSAL=causal, HAS_KEYOK=key_ok is not None,
-        HAS_BLOCKED=blocked is not None, KEEP_SELF=keep_self, HAS_R=received,
+        D=d, BLOCK_D=max(16, triton.next_power_of_2(d)), BLOCK_M=block_m, BLOCK_N=block_n,
+        NUM_GROUPS=num_groups, GROUPS_P2=max(1, triton.next_power_of_2(num_groups)), CAUSAL=causal,
+        HAS_R=received, UPCAST=INTERPRETED and q.dtype != torch.float32,
+        IEEE=q.dtype == torch.float32 or INTERPRETED, num_warps=num_warps,
     )
-    groups = rg if query_groups is not None and num_groups > 0 else None
-    return out.transpose(1, 2).contiguous(), lse, (r if received else None), groups
-
-
-def _check_no_empty_row(blocked, key_ok, causal, keep_self, s_q, s_k) -> None:
-    """The torch routes give a row whose every key is blocked its unblocked softmax back; this
-    kernel cannot, so it refuses such a call (rows empty from padding alone are fine)."""
-    if keep_self:
-        return  # a query's own key is never blocked for it
-    real = torch.ones_like(blocked) if key_ok is None else key_ok[:, None, :].bool().expand_as(blocked)
-    q_pos = torch.arange(s_k - s_q, s_k, device=blocked.device)
-
-    def empty_rows(free):  # (B, H, S_k) -> (B, H, S_q) rows that see no free key
-        if not causal:
-            return ~free.any(-1, keepdim=True).expand(*free.shape[:2], s_q)
-        first = torch.where(free.any(-1), free.int().argmax(-1), s_k)  # first free key per (b, h)
-        return q_pos[None, None, :] < first[..., None]
-
-    if bool((empty_rows(real & ~blocked) & ~empty_rows(real)).any()):
-        raise ValueError("blocking leaves some query row with no key to attend to; use the torch routes")
+    return (r if received else None), (rg if num_groups > 0 else None)

@@ -4,9 +4,9 @@
 |---|---|---|---|
 | compiled | compiled.py (+ onepass.c, build.py) | all but full maps | CPU, float32, where the kernel builds |
 | exact (whole layer) | exact_whole.py | received, groups, blocking (no keep_self) | CPU float32, layers ≤ SMALL_SCORES |
+| triton | triton.py (+ triton_kernel.py) | received, groups; output = sdpa's bits; no mask, no blocking | CUDA, where triton is installed |
 | lse | lse.py | everything; output = sdpa's bits | CUDA; CPU half precision |
 | exact (chunked) | exact.py | everything, any device and dtype | the fallback everywhere |
-| triton | triton.py | received, groups; no mask, no blocking | only when asked (`route="triton"`) |
 | plain | plain.py | nothing (blocked keys as a mask) | requests that need no probabilities |
 
 `choose_route` reads what a call needs (`Needs`) and returns the routes whose declaration covers
@@ -30,7 +30,7 @@ from sinklens.attention.routes.triton import Triton
 
 # Registry order is "auto"'s preference. ExactWhole answers to the name "exact" too: it is the exact
 # route for a small layer, the chunked loop its fallback.
-REGISTRY: tuple[Route, ...] = (Compiled(), ExactWhole(), Lse(), Exact(), Triton(), Plain())
+REGISTRY: tuple[Route, ...] = (Compiled(), ExactWhole(), Triton(), Lse(), Exact(), Plain())
 BY_NAME: dict[str, Route] = {r.name: r for r in REGISTRY}
 ALIASES = {"exact": ("exact-whole", "exact")}
 PLAIN = BY_NAME["plain"]
