@@ -250,9 +250,10 @@ def capture_cost(shapes: dict, device, seqs: list[int], budget_s: float) -> list
                 rows.append(f"| {name} | {s} | skipped: the {budget_s:.0f} s budget is spent |" + " |" * (2 * len(modes)))
                 continue
             base = best["plain"][0]
-            rows.append(f"| {name} | {s} | " + " | ".join(f"{1e3 * best[m][0]:.1f}" for m in modes) + " | "
-                        + " | ".join(f"{best[m][0] / base:.2f}x" for m in modes[1:]) + " | "
-                        + " | ".join(f"{best[m][1]:.1f}" for m in modes) + " |")
+            cell = lambda x, fmt: "-" if x != x else format(x, fmt)  # noqa: E731  (nan: not timed)
+            rows.append(f"| {name} | {s} | " + " | ".join(cell(1e3 * best[m][0], ".1f") for m in modes) + " | "
+                        + " | ".join(cell(best[m][0] / base, ".2f") + "x" * (best[m][0] == best[m][0]) for m in modes[1:])
+                        + " | " + " | ".join(cell(best[m][1], ".1f") for m in modes) + " |")
             print(rows[-1], flush=True)
         del model
         if torch.device(device).type == "cuda":
