@@ -69,7 +69,9 @@ CASES = [
     ("causal", 2, 1, ("block",)), ("cached", 2, 7, ("groups",)),  # a decoding row; a cached block of 7
     ("bidirectional", 2, 23, ("sinks",)), ("causal", 2, 23, ("softcap", "block")),
     ("padded-causal", 2, 23, ("sinks", "block")), ("padded-bidirectional", 2, 23, ("softcap",)),
-    ("causal", 2, 23, ("maps",)),
+    ("causal", 2, 23, ("block",)), ("causal", 3, 23, ("block", "keep")),  # blocking without a mask (triton's)
+    ("bidirectional", 2, 23, ("block", "keep", "groups")),
+    ("causal", 2, 23, ("maps",)),  # last: test_choose_route_by_declarations reads it as the maps case
 ]
 DTYPES = (torch.float32, torch.bfloat16)
 # "compiled-blas": the compiled route with its products through BLAS (these layers are small enough

@@ -11,8 +11,11 @@ no atomics, and no (S_q, S_k) tensor is ever written. The cost is one q k^T prod
 per visible (query, key) pair, about half of what the attention forward itself does.
 
 Layouts: causal (lower-right aligned, as sdpa's causal with S_q = S_k) and bidirectional, no other
-mask; GQA: query head h reads kv head h // (H / H_kv), keys never repeated. Calls with a padding
-or block mask, blocked keys or full maps go to the lse route (routes/triton.py declares this).
+mask; GQA: query head h reads kv head h // (H / H_kv), keys never repeated. Blocked keys (B, H, S_k),
+with or without a query keeping its own key: the sums after blocking from the blocked softmax's
+lse, and in the same pass, from the unblocked lse, what every key would have received (masking
+ranks on those). Calls with a padding or block mask or full maps go to the lse route
+(routes/triton.py declares this).
 
 Tested on CPU with TRITON_INTERPRET=1 (tests/test_triton_kernel.py) against a float64 softmax;
 benchmarks/gpu_check.py measures it on a GPU against eager attention and flash sdpa.
@@ -34,11 +37,11 @@ LOG2E = tl.constexpr(1.4426950408889634)  # exp(x) = exp2(x * log2(e)); constexp
 
 @triton.jit
 def _colsum_kernel(
-    Q, K, LSE, R, RG, QW, QG,
+    Q, K, LSE, R, RG, QW, QG, BLOCKED, FIRST_FREE, LSE_FREE, RU,
     H, REP, S_Q, S_K, scale,
     D: tl.constexpr, BLOCK_D: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
     NUM_GROUPS: tl.constexpr, GROUPS_P2: tl.constexpr, CAUSAL: tl.constexpr, HAS_R: tl.constexpr,
-    UPCAST: tl.constexpr, IEEE: tl.constexpr,
+    HAS_BLOCKED: tl.constexpr, KEEP_SELF: tl.constexpr, UPCAST: tl.constexpr, IEEE: tl.constexpr,
 ):
     pid_n, bh = tl.program_id(0), tl.program_id(1)
     b, h = bh // H, bh % H
@@ -52,6 +55,10 @@ def _colsum_kernel(
         k = k.to(tl.float32)
     scale_log2 = scale * LOG2E
     acc = tl.zeros([BLOCK_N], tl.float32)
+    acc_free = tl.zeros([BLOCK_N], tl.float32)  # blocked keys: the sums they would have received
+    if HAS_BLOCKED:
+        blk = tl.load(BLOCKED + bh * S_K + cols, mask=col_ok, other=0) != 0  # (BLOCK_N,)
+        first_free = tl.load(FIRST_FREE + bh)  # the first key not blocked in this head (S_K: none)
     acc_g = tl.zeros([GROUPS_P2, BLOCK_N], tl.float32)
     g_idx = tl.arange(0, GROUPS_P2)
     lo = 0
@@ -75,6 +82,19 @@ def _colsum_kernel(
         if CAUSAL:
             ok = ok & (cols[None, :] <= (rows + S_K - S_Q)[:, None])
         # min(., 0): rounding between sdpa's lse and this product must not make a probability > 1
+        if HAS_BLOCKED:
+            q_pos = rows + S_K - S_Q
+            lse_free = tl.load(LSE_FREE + bh * S_Q + rows, mask=row_ok, other=0.0) * LOG2E
+            acc_free += tl.sum(tl.where(ok, tl.exp2(tl.minimum(s - lse_free[:, None], 0.0)), 0.0) * w[:, None], 0)
+            cut = blk[None, :] & ok
+            if KEEP_SELF:  # a blocked key is still seen by its own query
+                cut = cut & (cols[None, :] != q_pos[:, None])
+            else:  # a row whose every visible key is blocked keeps its keys (masks.apply_blocking)
+                if CAUSAL:
+                    cut = cut & (q_pos >= first_free)[:, None]
+                else:
+                    cut = cut & (first_free < S_K)
+            ok = ok & ~cut
         p = tl.where(ok, tl.exp2(tl.minimum(s - lse[:, None], 0.0)), 0.0)
         if HAS_R:
             acc += tl.sum(p * w[:, None], 0)
@@ -85,6 +105,8 @@ def _colsum_kernel(
                 acc_g = tl.where(g_idx[:, None] == g, acc_g + part[None, :], acc_g)
     if HAS_R:
         tl.store(R + bh * S_K + cols, acc, mask=col_ok)
+    if HAS_BLOCKED:
+        tl.store(RU + bh * S_K + cols, acc_free, mask=col_ok)
     if NUM_GROUPS > 0:
         tl.store(RG + ((b * NUM_GROUPS + g_idx[:, None]) * H + h) * S_K + cols[None, :], acc_g,
                  mask=(g_idx[:, None] < NUM_GROUPS) & col_ok[None, :])
@@ -100,11 +122,18 @@ def column_sums(
     query_groups: torch.Tensor | None = None,  # (B, S_q) long group ids, -1 = none
     num_groups: int = 0,
     received: bool = True,
+    blocked: torch.Tensor | None = None,  # (B, H, S_k) bool keys blocked per head; then lse is after blocking
+    lse_free: torch.Tensor | None = None,  # (B, H, S_q) float32 lse before blocking (with `blocked`)
+    keep_self: bool = False,  # a blocked key is still seen by its own query
     block_m: int = 64,
     block_n: int = 64,
     num_warps: int = 4,
-) -> tuple[torch.Tensor | None, torch.Tensor | None]:
-    """(received (B, H, S_k) float32 or None, groups (B, G, H, S_k) float32 or None)."""
+) -> tuple[torch.Tensor | None, torch.Tensor | None, torch.Tensor | None]:
+    """(received (B, H, S_k) float32 or None, groups (B, G, H, S_k) float32 or None, unblocked
+    (B, H, S_k) float32: what each key would have received without blocking, or None).
+
+    With `blocked`, `lse` must be the softmax's after blocking as masks.apply_blocking makes it (a
+    row whose every visible key is blocked keeps them) and `lse_free` the one before."""
     b, h, s_q, d = query.shape
     h_kv, s_k = key.shape[1], key.shape[2]
     dev = query.device
@@ -115,13 +144,20 @@ def column_sums(
     rg = torch.empty(b, max(num_groups, 1), h, s_k, dtype=torch.float32, device=dev)
     qw = (torch.ones(b, s_q, device=dev) if query_weight is None else query_weight.to(dev)).float().contiguous()
     qg = (torch.full((b, s_q), -1, device=dev) if query_groups is None else query_groups.to(dev)).int().contiguous()
+    if blocked is not None:
+        blk = blocked.to(dev).to(torch.int8).contiguous()
+        free = ~blocked.to(dev)
+        first_free = torch.where(free.any(-1), free.int().argmax(-1), s_k).int().contiguous()  # (B, H)
+        lse_free, ru = lse_free.float().contiguous(), torch.empty(b, h, s_k, dtype=torch.float32, device=dev)
+    else:
+        blk = first_free = lse_free = ru = torch.empty(1, device=dev)
     grid = (triton.cdiv(s_k, block_n), b * h)
     _colsum_kernel[grid](
-        q, k, lse, r, rg, qw, qg,
+        q, k, lse, r, rg, qw, qg, blk, first_free, lse_free, ru,
         h, h // h_kv, s_q, s_k, scale,
         D=d, BLOCK_D=max(16, triton.next_power_of_2(d)), BLOCK_M=block_m, BLOCK_N=block_n,
         NUM_GROUPS=num_groups, GROUPS_P2=max(1, triton.next_power_of_2(num_groups)), CAUSAL=causal,
-        HAS_R=received, UPCAST=INTERPRETED and q.dtype != torch.float32,
+        HAS_R=received, HAS_BLOCKED=blocked is not None, KEEP_SELF=keep_self, UPCAST=INTERPRETED and q.dtype != torch.float32,
         IEEE=q.dtype == torch.float32 or INTERPRETED, num_warps=num_warps,
     )
-    return (r if received else None), (rg if num_groups > 0 else None)
+    return (r if received else None), (rg if num_groups > 0 else None), (ru if blocked is not None else None)
