@@ -166,7 +166,7 @@ def test_kernel_compiles_for_a_hopper_gpu():
     env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
     runs = {case: subprocess.Popen([sys.executable, "-c", COMPILE, *case], env=env, stdout=subprocess.PIPE,
                                    stderr=subprocess.PIPE, text=True)
-            for case in (("bf16", "0"), ("fp32", "0"), ("bf16", "1"))}
+            for case in (("bf16", "0"), ("fp16", "0"), ("fp32", "0"), ("bf16", "1"))}
     for case, proc in runs.items():
         out, err = proc.communicate(timeout=300)
         assert proc.returncode == 0, (case, err[-2000:])

@@ -34,9 +34,15 @@ def _cuda_kernel(query, key, value, mask, is_causal: bool, scaling: float, gqa: 
     inputs (flash, cuDNN or memory-efficient attention, by torch's own choice), or None where that
     choice has no log-sum-exp (the math kernel) or inputs F.sdpa would first reshape (a head size
     not a multiple of 8). Asking torch's choice keeps the output plain mode's bits on every GPU."""
-    backend = SDPBackend(torch._fused_sdp_choice(query, key, value, mask, 0.0, is_causal, scale=scaling, enable_gqa=gqa))
     if query.shape[-1] % 8:
         return None
+    choice = getattr(torch, "_fused_sdp_choice", None)   # (private; where a torch lacks it: its usual order)
+    if choice is not None:
+        backend = SDPBackend(choice(query, key, value, mask, 0.0, is_causal, scale=scaling, enable_gqa=gqa))
+    elif mask is None and query.dtype in (torch.float16, torch.bfloat16) and query.shape[-1] <= 256:
+        backend = SDPBackend.FLASH_ATTENTION
+    else:
+        backend = SDPBackend.EFFICIENT_ATTENTION if not gqa else SDPBackend.MATH
     if backend == SDPBackend.FLASH_ATTENTION:
         out = torch.ops.aten._scaled_dot_product_flash_attention(query, key, value, 0.0, is_causal, False, scale=scaling)
     elif backend == SDPBackend.CUDNN_ATTENTION:
