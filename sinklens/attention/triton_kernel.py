@@ -1,7 +1,7 @@
 """A Triton kernel for the column sums of attention, from the log-sum-exp sdpa returns (extra `gpu`).
 
 The "triton" route takes the attention output and each query's log-sum-exp (lse) from sdpa's own
-fused kernel (fused.py: flash attention on a GPU), so the output keeps sdpa's bits; this kernel
+fused kernel (fused.py: on a GPU the one F.sdpa itself picks), so the output keeps sdpa's bits; this kernel
 then makes the one extra pass: p_ij = exp(q_i . k_j * scale - lse_i), summed over the (weighted)
 query rows into received[b, h, j], and per query group into groups[b, g, h, j].
 
@@ -81,7 +81,7 @@ def _colsum_kernel(
         ok = col_ok[None, :] & row_ok[:, None]
         if CAUSAL:
             ok = ok & (cols[None, :] <= (rows + S_K - S_Q)[:, None])
-        # min(., 0): rounding between sdpa's lse and this product must not make a probability > 1
+        # below, min(., 0): rounding between sdpa's lse and this product must not make a probability > 1
         if HAS_BLOCKED:
             q_pos = rows + S_K - S_Q
             lse_free = tl.load(LSE_FREE + bh * S_Q + rows, mask=row_ok, other=0.0) * LOG2E
