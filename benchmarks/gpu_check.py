@@ -22,8 +22,9 @@ Llama-shaped (causal, GQA: 1B = 16 x 2048 x 32/8 heads, 8B = 32 x 4096 x 32/8, v
    peak memory per forward. A row is skipped once the budget would run out. Then a torch.profiler
    table of one captured forward: where the time beyond the kernels goes.
 4. An 8B-shaped LLaDA generation (prompt 64, gen 256, block 32, 256 steps): plain, traced (as
-   `sinklens trace`) and masked (top-1 sink per head, as `sinklens eval --mask-topk 1`): ms per step,
-   peak GPU memory, and whether the tokens are the plain generation's (a trace must not change them).
+   `sinklens trace`) and masked (top-1 sink per head, as `sinklens eval --mask-topk 1`), each through
+   the default route and the lse route: ms per step, peak GPU memory, and whether the tokens are
+   the plain generation's (a trace must not change them) / the masked one's (whichever route).
 
 Prints one markdown table per part, with the device and its date.
 """
@@ -56,7 +57,11 @@ CAPTURE_ROUTES = ("lse", "triton")
 TILES = ((64, 64, 4), (64, 128, 4))  # (block_m, block_n, warps) the kernel table tries
 LSE_UP_TO = 4096  # the lse route is timed up to this length
 BUDGET_S = 420
-PARTS = ("routes", "kernel", "cost", "generation")  # the timing part stops here (the whole check: under 8 minutes on one H100)
+PARTS = ("routes", "kernel", "cost", "generation")
+# the generation part's modes (name, capture route) and whose tokens each must equal: tracing must not
+# change a generation, and a masked one is the same whichever route records it
+GEN_MODES = (("plain", "auto"), ("trace", "auto"), ("trace-lse", "lse"), ("mask", "auto"), ("mask-lse", "lse"))
+SAME_AS = {"trace": "plain", "trace-lse": "plain", "mask-lse": "mask"}  # the timing part stops here (the whole check: under 8 minutes on one H100)
 
 
 def build(shape_name: str, shapes: dict, device, layers: int | None = None, dtype=torch.bfloat16):
@@ -288,6 +293,7 @@ def generation(shapes: dict, device, gen: int, block: int, prompt: int) -> list[
     from sinklens.masking.policy import SinkMaskingPolicy
     from sinklens.models.families import get_family
     from sinklens.models.wrapper import SinkModel
+    from sinklens.samplers import CaptureOptions
     from sinklens.train.model import ModelConfig, llada_config
 
     n_layers, d, h, _, mlp, vocab = shapes["llada-8b"]
@@ -298,25 +304,26 @@ def generation(shapes: dict, device, gen: int, block: int, prompt: int) -> list[
     m = SinkModel(model, get_family("llada"), None, conf, {"name_or_path": "random llada-8b shape"})
     ids = torch.randint(0, vocab - 8, (1, prompt), generator=torch.Generator().manual_seed(0)).to(device)
     settings = dict(steps=gen, gen_length=gen, block_length=block)
-    rows = []
+    rows, tokens = [], {}
     with tempfile.TemporaryDirectory() as tmp:
-        for mode in ("plain", "trace", "mask"):
+        for mode, route in GEN_MODES:
             hook = SinkMaskingPolicy(MaskingConfig(mask_k=1), num_layers=m.num_layers, is_diffusion=True, model=m) \
-                if mode == "mask" else None
-            path = os.path.join(tmp, "t.arrow") if mode == "trace" else None
+                if mode.startswith("mask") else None
+            path = os.path.join(tmp, "t.arrow") if mode.startswith("trace") else None
             sync(device)
             peak_reset(device)
             t = time.perf_counter()
             with torch.no_grad():
-                out = m.generate(ids, trace=path, hook=hook, **settings)
+                out = m.generate(ids, trace=path, hook=hook, capture=CaptureOptions(route=route), **settings)
             sync(device)
             seconds = time.perf_counter() - t
-            tokens = out.sequences
-            same = ("yes" if torch.equal(tokens, rows[0][4]) else "no") if rows else "-"
-            rows.append((mode, out.num_steps, 1e3 * seconds / out.num_steps, peak_gb(device), tokens, same))
+            tokens[mode] = out.sequences
+            ref = SAME_AS.get(mode)
+            same = f"{ref}: " + ("yes" if torch.equal(out.sequences, tokens[ref]) else "no") if ref else "-"
+            rows.append((mode, out.num_steps, 1e3 * seconds / out.num_steps, peak_gb(device), same))
     base = rows[0][2]
     return [f"| llada-8b | {mode} | {steps} | {ms:.1f} | {ms / base:.2f}x | {gb:.1f} | {same} |"
-            for mode, steps, ms, gb, _, same in rows]
+            for mode, steps, ms, gb, same in rows]
 
 
 def part(run) -> None:
@@ -368,7 +375,7 @@ def main(argv: list[str] | None = None) -> None:
         print("```")
     if "generation" in want:
         print(f"\n### 8B-shaped LLaDA generation (prompt {prompt}, gen {gen}, block {block}, {gen} steps)\n")
-        print("| model | mode | steps | ms / step | / plain | peak GB | tokens = plain's |")
+        print("| model | mode | steps | ms / step | / plain | peak GB | same tokens as |")
         print("|---|---|---|---|---|---|---|")
         part(lambda: [print(row, flush=True) for row in generation(shapes, device, gen, block, prompt)])
     print(f"\n(total {time.perf_counter() - t0:.0f} s)")
