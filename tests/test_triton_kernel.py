@@ -134,12 +134,13 @@ import sys, triton
 from triton.backends.compiler import GPUTarget
 from triton.compiler import ASTSource
 from sinklens.attention.triton_kernel import _colsum_kernel
-dtype, blocking = sys.argv[1], sys.argv[2] == "1"
+dtype, blocking, masked = sys.argv[1], sys.argv[2] == "1", sys.argv[3] == "1"
 ptr = "*" + dtype
 sig = dict(Q=ptr, K=ptr, LSE="*fp32", R="*fp32", RG="*fp32", QW="*fp32", QG="*i32", BLOCKED="*i8", FIRST_FREE="*i32",
-           LSE_FREE="*fp32", RU="*fp32", H="i32", REP="i32", S_Q="i32", S_K="i32", scale="fp32")
+           LSE_FREE="*fp32", RU="*fp32", MASK="*i8", M_SB="i32", M_SH="i32", MASK_B="*i8", MB_SB="i64", MB_SH="i32",
+           H="i32", REP="i32", S_Q="i32", S_K="i32", scale="fp32")
 consts = dict(D=128, BLOCK_D=128, BLOCK_M=64, BLOCK_N=64, NUM_GROUPS=2, GROUPS_P2=2, CAUSAL=True, HAS_R=True,
-              HAS_BLOCKED=blocking, KEEP_SELF=False, UPCAST=False, IEEE=dtype == "fp32")
+              HAS_BLOCKED=blocking, KEEP_SELF=False, HAS_MASK=masked, UPCAST=False, IEEE=dtype == "fp32")
 src = ASTSource(fn=_colsum_kernel, signature={**sig, **{k: "constexpr" for k in consts}}, constexprs=consts)
 try:
     compiled = triton.compile(src, target=GPUTarget("cuda", 90, 32))
@@ -166,7 +167,8 @@ def test_kernel_compiles_for_a_hopper_gpu():
     env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
     runs = {case: subprocess.Popen([sys.executable, "-c", COMPILE, *case], env=env, stdout=subprocess.PIPE,
                                    stderr=subprocess.PIPE, text=True)
-            for case in (("bf16", "0"), ("fp16", "0"), ("fp32", "0"), ("bf16", "1"))}
+            for case in (("bf16", "0", "0"), ("fp16", "0", "0"), ("fp32", "0", "0"), ("bf16", "1", "0"),
+                         ("bf16", "1", "1"))}
     for case, proc in runs.items():
         out, err = proc.communicate(timeout=300)
         assert proc.returncode == 0, (case, err[-2000:])

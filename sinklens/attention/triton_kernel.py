@@ -10,12 +10,13 @@ query blocks that can see them, so each column sum is accumulated in registers a
 no atomics, and no (S_q, S_k) tensor is ever written. The cost is one q k^T product and one exp
 per visible (query, key) pair, about half of what the attention forward itself does.
 
-Layouts: causal (lower-right aligned, as sdpa's causal with S_q = S_k) and bidirectional, no other
-mask; GQA: query head h reads kv head h // (H / H_kv), keys never repeated. Blocked keys (B, H, S_k),
+Layouts: causal (lower-right aligned, as sdpa's causal with S_q = S_k), bidirectional, and any mask
+the call brings (padding, blocks, windows: a bool (S_q, S_k) per batch row or head, read tile by
+tile); GQA: query head h reads kv head h // (H / H_kv), keys never repeated. Blocked keys (B, H, S_k),
 with or without a query keeping its own key: the sums after blocking from the blocked softmax's
 lse, and in the same pass, from the unblocked lse, what every key would have received (masking
-ranks on those). Calls with a padding or block mask or full maps go to the lse route
-(routes/triton.py declares this).
+ranks on those). Calls for full maps, softcapping, learned sinks or in-pass readouts go to the lse
+route (routes/triton.py declares this).
 
 Tested on CPU with TRITON_INTERPRET=1 (tests/test_triton_kernel.py) against a float64 softmax;
 benchmarks/gpu_check.py measures it on a GPU against eager attention and flash sdpa.
@@ -37,11 +38,12 @@ LOG2E = tl.constexpr(1.4426950408889634)  # exp(x) = exp2(x * log2(e)); constexp
 
 @triton.jit
 def _colsum_kernel(
-    Q, K, LSE, R, RG, QW, QG, BLOCKED, FIRST_FREE, LSE_FREE, RU,
+    Q, K, LSE, R, RG, QW, QG, BLOCKED, FIRST_FREE, LSE_FREE, RU, MASK, M_SB, M_SH, MASK_B, MB_SB, MB_SH,
     H, REP, S_Q, S_K, scale,
     D: tl.constexpr, BLOCK_D: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
     NUM_GROUPS: tl.constexpr, GROUPS_P2: tl.constexpr, CAUSAL: tl.constexpr, HAS_R: tl.constexpr,
-    HAS_BLOCKED: tl.constexpr, KEEP_SELF: tl.constexpr, UPCAST: tl.constexpr, IEEE: tl.constexpr,
+    HAS_BLOCKED: tl.constexpr, KEEP_SELF: tl.constexpr, HAS_MASK: tl.constexpr, UPCAST: tl.constexpr,
+    IEEE: tl.constexpr,
 ):
     pid_n, bh = tl.program_id(0), tl.program_id(1)
     b, h = bh // H, bh % H
@@ -81,20 +83,26 @@ def _colsum_kernel(
         ok = col_ok[None, :] & row_ok[:, None]
         if CAUSAL:
             ok = ok & (cols[None, :] <= (rows + S_K - S_Q)[:, None])
+        if HAS_MASK:  # the call's own mask (padding, blocks, windows): a row that sees no key adds nothing
+            tile = rows[:, None] * S_K + cols[None, :]
+            ok = ok & (tl.load(MASK + b.to(tl.int64) * M_SB + h.to(tl.int64) * M_SH + tile, mask=ok, other=0) != 0)
         # below, min(., 0): rounding between sdpa's lse and this product must not make a probability > 1
         if HAS_BLOCKED:
-            q_pos = rows + S_K - S_Q
             lse_free = tl.load(LSE_FREE + bh * S_Q + rows, mask=row_ok, other=0.0) * LOG2E
             acc_free += tl.sum(tl.where(ok, tl.exp2(tl.minimum(s - lse_free[:, None], 0.0)), 0.0) * w[:, None], 0)
-            cut = blk[None, :] & ok
-            if KEEP_SELF:  # a blocked key is still seen by its own query
-                cut = cut & (cols[None, :] != q_pos[:, None])
-            else:  # a row whose every visible key is blocked keeps its keys (masks.apply_blocking)
-                if CAUSAL:
-                    cut = cut & (q_pos >= first_free)[:, None]
-                else:
-                    cut = cut & (first_free < S_K)
-            ok = ok & ~cut
+            if HAS_MASK:  # masks.apply_blocking's per-head mask, made beside the kernel
+                ok = ok & (tl.load(MASK_B + b.to(tl.int64) * MB_SB + h.to(tl.int64) * MB_SH + tile, mask=ok, other=0) != 0)
+            else:
+                q_pos = rows + S_K - S_Q
+                cut = blk[None, :] & ok
+                if KEEP_SELF:  # a blocked key is still seen by its own query
+                    cut = cut & (cols[None, :] != q_pos[:, None])
+                else:  # a row whose every visible key is blocked keeps its keys (masks.apply_blocking)
+                    if CAUSAL:
+                        cut = cut & (q_pos >= first_free)[:, None]
+                    else:
+                        cut = cut & (first_free < S_K)
+                ok = ok & ~cut
         p = tl.where(ok, tl.exp2(tl.minimum(s - lse[:, None], 0.0)), 0.0)
         if HAS_R:
             acc += tl.sum(p * w[:, None], 0)
@@ -125,6 +133,8 @@ def column_sums(
     blocked: torch.Tensor | None = None,  # (B, H, S_k) bool keys blocked per head; then lse is after blocking
     lse_free: torch.Tensor | None = None,  # (B, H, S_q) float32 lse before blocking (with `blocked`)
     keep_self: bool = False,  # a blocked key is still seen by its own query
+    allowed: torch.Tensor | None = None,  # (B|1, 1|H, S_q, S_k) bool: the call's mask (then causal is False)
+    allowed_blocked: torch.Tensor | None = None,  # (B, H, S_q, S_k) bool: with `allowed` and `blocked`, after blocking
     block_m: int = 64,
     block_n: int = 64,
     num_warps: int = 4,
@@ -151,13 +161,24 @@ def column_sums(
         lse_free, ru = lse_free.float().contiguous(), torch.empty(b, h, s_k, dtype=torch.float32, device=dev)
     else:
         blk = first_free = lse_free = ru = torch.empty(1, device=dev)
+    mask, m_sb, m_sh = _mask_arg(allowed, dev)
+    mask_b, mb_sb, mb_sh = _mask_arg(allowed_blocked if blocked is not None else None, dev)
     grid = (triton.cdiv(s_k, block_n), b * h)
     _colsum_kernel[grid](
-        q, k, lse, r, rg, qw, qg, blk, first_free, lse_free, ru,
+        q, k, lse, r, rg, qw, qg, blk, first_free, lse_free, ru, mask, m_sb, m_sh, mask_b, mb_sb, mb_sh,
         h, h // h_kv, s_q, s_k, scale,
         D=d, BLOCK_D=max(16, triton.next_power_of_2(d)), BLOCK_M=block_m, BLOCK_N=block_n,
         NUM_GROUPS=num_groups, GROUPS_P2=max(1, triton.next_power_of_2(num_groups)), CAUSAL=causal,
-        HAS_R=received, HAS_BLOCKED=blocked is not None, KEEP_SELF=keep_self, UPCAST=INTERPRETED and q.dtype != torch.float32,
+        HAS_R=received, HAS_BLOCKED=blocked is not None, KEEP_SELF=keep_self, HAS_MASK=allowed is not None, UPCAST=INTERPRETED and q.dtype != torch.float32,
         IEEE=q.dtype == torch.float32 or INTERPRETED, num_warps=num_warps,
     )
     return (r if received else None), (rg if num_groups > 0 else None), (ru if blocked is not None else None)
+
+
+def _mask_arg(allowed: torch.Tensor | None, dev) -> tuple[torch.Tensor, int, int]:
+    """(int8 mask with rows of S_k contiguous, batch stride, head stride): a stride is 0 along an axis
+    of 1, so a mask shared by the batch or the heads is read, not copied."""
+    if allowed is None:
+        return torch.empty(1, dtype=torch.int8, device=dev), 0, 0
+    m = allowed.to(dev).to(torch.int8).contiguous()
+    return m, (m.stride(0) if m.shape[0] > 1 else 0), (m.stride(1) if m.shape[1] > 1 else 0)

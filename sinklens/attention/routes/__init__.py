@@ -4,7 +4,7 @@
 |---|---|---|---|
 | compiled | compiled.py (+ onepass.c, build.py) | all but full maps | CPU, float32, where the kernel builds |
 | exact (whole layer) | exact_whole.py | received, groups, blocking (no keep_self) | CPU float32, layers ≤ SMALL_SCORES |
-| triton | triton.py (+ triton_kernel.py) | received, groups, blocking; output = sdpa's bits; no mask beyond causal | CUDA, where triton is installed |
+| triton | triton.py (+ triton_kernel.py) | received, groups, blocking, masks; output = sdpa's bits | CUDA, where triton is installed |
 | lse | lse.py | everything; output = sdpa's bits | CUDA; CPU half precision |
 | exact (chunked) | exact.py | everything, any device and dtype | the fallback everywhere |
 | plain | plain.py | nothing (blocked keys as a mask) | requests that need no probabilities |

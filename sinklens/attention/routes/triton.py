@@ -4,10 +4,11 @@ The output and each query's log-sum-exp come from sdpa's own fused kernel (fused
 one F.sdpa itself picks), so the output has plain mode's bits; triton_kernel.py then sums
 exp(q k^T * scale - lse) over the query rows per key, on chip, in one pass. With blocked keys the
 output is sdpa's under the blocking mask (as the plain route's), and a second sdpa call gives the
-unblocked log-sum-exp, from which the same pass sums what each key would have received. It takes
-calls without a mask beyond causal (no padding, no block or window mask), full maps, softcapping,
-learned sinks or in-pass readouts; the registry sends the others to lse. Needs the extra `gpu`
-(triton) and a CUDA device, or TRITON_INTERPRET=1 (CPU, for tests: slow).
+unblocked log-sum-exp, from which the same pass sums what each key would have received. A mask
+the call brings (padding, blocks, windows) is read by the kernel tile by tile. It takes no calls
+for full maps, softcapping, learned sinks or in-pass readouts, nor a per-head mask or a causal
+call over a cache without one; the registry sends those to lse. Needs the extra `gpu` (triton) and
+a CUDA device, or TRITON_INTERPRET=1 (CPU, for tests: slow).
 """
 from __future__ import annotations
 
@@ -27,7 +28,7 @@ CUDA = frozenset({("cuda", torch.float32), ("cuda", torch.bfloat16), ("cuda", to
 class Triton(Route):
     name = "triton"
     fallback = "lse"  # the same output (sdpa's), column sums by torch chunks: takes every call this one declines
-    records = Records(groups=True, blocking=True, keep_self=True)
+    records = Records(groups=True, blocking=True, keep_self=True, masks=True)
     auto = CUDA
 
     def available(self, call: Call) -> bool:
@@ -39,19 +40,22 @@ class Triton(Route):
 
         query, key, value, req = call.query, call.key, call.value, call.req
         s_q, s_k = query.shape[2], key.shape[2]
-        causal = call.is_causal and s_q > 1
-        if call.attention_mask is not None or (causal and s_q != s_k):
-            return None  # a mask, or a causal call over a cache: lse's (sdpa aligns causal top-left)
-        lse_free = None
+        mask = call.attention_mask
+        causal = call.is_causal and s_q > 1 and mask is None
+        if causal and s_q != s_k:
+            return None  # a causal call over a cache without a mask: lse's (sdpa aligns causal top-left)
+        if call.allowed is not None and call.allowed.shape[1] != 1:
+            return None  # a per-head mask: lse's
+        lse_free, allowed = None, call.allowed
         if call.blocked is None:
-            allowed = call.allowed
-            out, lse = fused_sdpa_with_lse(query, key, value, None, call.scaling, causal)
+            out, lse = fused_sdpa_with_lse(query, key, value, mask, call.scaling, causal)
         else:
-            # no padding here, and apply_blocking gives a row it would empty its keys back: no row is
-            # empty, so the mask is the plain route's values without its empty-row test (a GPU sync)
             allowed = apply_blocking(call.allowed, call.blocked, req.keep_self, s_q, s_k)
-            out, lse = fused_sdpa_with_lse(query, key, value, additive(allowed, query.dtype), call.scaling, False)
-            _, lse_free = fused_sdpa_with_lse(query, key, value, None, call.scaling, causal)
+            # the plain route's mask values; without a mask of the call's no row is empty (apply_blocking
+            # gives a row it would empty its keys back), so the empty-row test (a GPU sync) is skipped
+            out, lse = fused_sdpa_with_lse(query, key, value, additive(allowed, query.dtype, sdpa=mask is not None),
+                                           call.scaling, False)
+            _, lse_free = fused_sdpa_with_lse(query, key, value, mask, call.scaling, causal)
         if lse is None or (call.blocked is not None and lse_free is None):
             # F.sdpa's kernel here keeps no lse (CUDA's math kernel): the chunked softmax records
             capture(call.module, query, key, value, allowed, call.allowed, call.scaling, req, None, None,
@@ -60,6 +64,7 @@ class Triton(Route):
         received, groups, unblocked = column_sums(
             query, key, lse, call.scaling, causal, query_weight=req.query_mask, query_groups=req.query_groups,
             num_groups=req.num_groups, received=req.capture, blocked=call.blocked, lse_free=lse_free,
-            keep_self=req.keep_self)
+            keep_self=req.keep_self, allowed=None if mask is None else call.allowed,
+            allowed_blocked=allowed if mask is not None and call.blocked is not None else None)
         req.record(call.module.layer_idx, received=received, unblocked=unblocked, groups=groups)
         return out
