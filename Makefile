@@ -5,8 +5,10 @@
 VENV ?= .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.sinklens-installed
-# pytest workers (pytest-xdist): this machine's cores, at most 4 (each worker loads its own models)
-JOBS ?= $(shell python3 -c 'import os; print(max(1, min(4, len(os.sched_getaffinity(0)))))')
+# pytest workers (pytest-xdist): one more than this machine's cores (several tests wait on subprocesses
+# and sandbox timeouts rather than compute: 2 cores ran a slice in 8.8 min with 3 workers, 10.1 with
+# 2), at most 4 (each worker loads its own models)
+JOBS ?= $(shell python3 -c 'import os; print(max(2, min(4, len(os.sched_getaffinity(0)) + 1)))')
 
 .PHONY: setup demo test test-full
 
@@ -34,9 +36,9 @@ demo: $(STAMP)
 test: $(STAMP)
 	bash scripts/browser-deps.sh
 	bash scripts/sandbox-deps.sh
-	$(PY) -m pytest -q -n $(JOBS) tests
+	$(PY) -m pytest -q -n $(JOBS) --dist loadgroup tests
 
 test-full: $(STAMP)
 	bash scripts/browser-deps.sh
 	bash scripts/sandbox-deps.sh
-	SINKLENS_SWEEP_SLICE=all $(PY) -m pytest -q -n $(JOBS) tests
+	SINKLENS_SWEEP_SLICE=all $(PY) -m pytest -q -n $(JOBS) --dist loadgroup tests

@@ -20,6 +20,9 @@ import sinklens
 from sinklens.attention import AttentionRequest
 from sinklens.samplers import CaptureOptions
 
+# one pytest-xdist worker runs this file, so the model (a minute to dequantise) loads once, not per worker
+pytestmark = pytest.mark.xdist_group("gemma3")
+
 WINDOW = 512
 PROMPT = "The quick brown fox jumps over the lazy dog. Attention sinks are tokens that receive"
 
