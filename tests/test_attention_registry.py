@@ -61,7 +61,7 @@ def layout_mask(layout: str, s_q: int, s_k: int) -> tuple[torch.Tensor | None, b
 
 
 # (layout, kv heads, S_q, extras): extras from "block" (blocked keys), "keep" (keep_self), "groups",
-# "sinks", "softcap", "readouts" (diagonal and distance), "maps"
+# "sinks", "softcap", "readouts" (diagonal and distance), "maps", "every" (one head blocks every key)
 CASES = [
     ("causal", 2, 23, ()), ("causal", 6, 23, ("groups", "readouts")), ("bidirectional", 1, 23, ("block",)),
     ("block-causal", 2, 23, ("block", "groups")), ("window", 3, 23, ("readouts",)),
@@ -71,6 +71,7 @@ CASES = [
     ("padded-causal", 2, 23, ("sinks", "block")), ("padded-bidirectional", 2, 23, ("softcap",)),
     ("causal", 2, 23, ("block",)), ("causal", 3, 23, ("block", "keep")),  # blocking without a mask (triton's)
     ("bidirectional", 2, 23, ("block", "keep", "groups")),
+    ("bidirectional", 2, 23, ("block", "every")), ("causal", 2, 1, ("block", "every")),  # one mask row per head
     ("causal", 2, 23, ("maps",)),  # last: test_choose_route_by_declarations reads it as the maps case
 ]
 DTYPES = (torch.float32, torch.bfloat16)
@@ -92,6 +93,8 @@ def make(case, dtype, seed=0):
         blocked = torch.zeros(1, 2, h, s_k, dtype=torch.bool)
         blocked[0, :, torch.arange(h), (torch.arange(h) * 3) % s_k] = True
         blocked[0, 0, :, 0] = True
+        if "every" in extras:  # a row with nothing left to see keeps its keys (masks.apply_blocking)
+            blocked[0, 1, 2] = True
     qmask = torch.ones(2, s_q, dtype=torch.bool)
     qmask[1, 0] = False
     kwargs = {}
@@ -166,8 +169,9 @@ def test_every_route_equals_the_exact_route(name, case, dtype, monkeypatch):
     monkeypatch.setattr(type(route), "run", lambda self, call: ran.append(out := real_run(self, call)) or out)
     out, req = run(name, case, dtype)
     # the one documented decline: the whole-layer pass leaves a row whose every visible key is blocked
-    # (causal row 0 here) to the chunk loop
-    if not (name == "exact-whole" and "block" in case[3] and case[0] in ("causal", "padded-causal")):
+    # (causal row 0 here, or a head that blocks every key) to the chunk loop
+    if not (name == "exact-whole" and "block" in case[3] and (case[0] in ("causal", "padded-causal")
+                                                               or "every" in case[3])):
         assert ran and ran[-1] is not None, f"{name} declined a call its declaration covers"
     ref_out, ref = run("exact", case, dtype, chunk=5)
     got, want = captures(req), captures(ref)

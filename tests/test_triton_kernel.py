@@ -136,10 +136,10 @@ from triton.compiler import ASTSource
 from sinklens.attention.triton_kernel import _colsum_kernel
 dtype, blocking, masked = sys.argv[1], sys.argv[2] == "1", sys.argv[3] == "1"
 ptr = "*" + dtype
-sig = dict(Q=ptr, K=ptr, LSE="*fp32", R="*fp32", RG="*fp32", QW="*fp32", QG="*i32", BLOCKED="*i8", FIRST_FREE="*i32",
-           LSE_FREE="*fp32", RU="*fp32", MASK="*i8", M_SB="i32", M_SH="i32", MASK_B="*i8", MB_SB="i64", MB_SH="i32",
+sig = dict(Q=ptr, K=ptr, LSE="*fp32", R="*fp32", RG="*fp32", QW="*fp32", QG="*i32", BLOCKED="*u8", FIRST_FREE="*i32",
+           LSE_FREE="*fp32", RU="*fp32", MASK="*u8", M_SB="i32", M_SH="i32", MASK_B="*u8", MB_SB="i64", MB_SH="i32",
            H="i32", REP="i32", S_Q="i32", S_K="i32", scale="fp32")
-consts = dict(D=128, BLOCK_D=128, BLOCK_M=64, BLOCK_N=64, NUM_GROUPS=2, GROUPS_P2=2, CAUSAL=True, HAS_R=True,
+consts = dict(D=128, BLOCK_D=128, BLOCK_M=64, BLOCK_N=64, NUM_GROUPS=2, GROUPS_P2=2, CAUSAL=True, HAS_R=True, HAS_W=dtype != "fp16",
               HAS_BLOCKED=blocking, KEEP_SELF=False, HAS_MASK=masked, UPCAST=False, IEEE=dtype == "fp32")
 src = ASTSource(fn=_colsum_kernel, signature={**sig, **{k: "constexpr" for k in consts}}, constexprs=consts)
 try:

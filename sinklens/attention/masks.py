@@ -46,6 +46,24 @@ def apply_blocking(
     return torch.where(empty_row, allowed.expand_as(after), after)
 
 
+def blocked_row_bias(blocked: torch.Tensor, dtype: torch.dtype) -> tuple[torch.Tensor, torch.Tensor]:
+    """apply_blocking for calls where every query may see every key (bidirectional without padding, one
+    decoding query) and no query keeps its own key: the mask is then the same for every query row, so it
+    is made once per head, as sdpa's additive mask with a query axis of 1 to broadcast (the same values
+    `additive(apply_blocking(...))` gives each row, without its (B, H, S_q, S_k) tensors).
+
+    blocked (..., S_k) bool -> (bias (..., 1, S_k): 0 = attend, finfo.min = blocked, all 0 in a head whose
+    every key is blocked (apply_blocking gives such a row its keys back); first_free (...,) int32: the first
+    key not blocked, S_k where every key is)."""
+    s_k = blocked.shape[-1]
+    free = ~blocked
+    some_free = free.any(-1, keepdim=True)
+    bias = torch.zeros(blocked.shape, dtype=dtype, device=blocked.device).masked_fill_(
+        blocked & some_free, torch.finfo(dtype).min)
+    first_free = torch.where(some_free[..., 0], free.int().argmax(-1), s_k).int()
+    return bias.unsqueeze(-2), first_free
+
+
 def additive(allowed: torch.Tensor, dtype: torch.dtype, sdpa: bool = False) -> torch.Tensor:
     """The float additive mask for `allowed`: 0 = attend, finfo.min = do not (transformers' eager mask).
 

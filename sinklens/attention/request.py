@@ -12,6 +12,7 @@ from dataclasses import dataclass, field, make_dataclass
 import numpy as np
 import torch
 
+from sinklens.attention.masks import blocked_row_bias
 from sinklens.columns import READOUT_NAMES, READOUTS
 
 ROUTES = ("auto", "compiled", "exact", "lse", "triton")  # sinklens/attention/routes/
@@ -96,6 +97,19 @@ class AttentionRequest(ReadoutInstructions):
                 raise ValueError(f"blocked for layer {layer} has shape {tuple(blocked.shape)}, expected (B, H, S_k) = "
                                  f"{tuple(shape)}")
         return blocked if any_key[layer] else None
+
+    def row_bias_for(self, layer: int, dtype: torch.dtype, s_k: int) -> tuple[torch.Tensor, torch.Tensor]:
+        """masks.blocked_row_bias of `blocked_for(layer)` (B, H, S_k): (bias (B, H, 1, S_k), first_free (B, H) int32),
+        made for every layer at a forward's first asking (on a GPU each op is a kernel launch per layer)."""
+        cached = self._scratch.get("row_bias")
+        if cached is None or cached[0] is not self.blocked or cached[1] != self.blocked._version or cached[2] != dtype:
+            bias, first = blocked_row_bias(self.blocked, dtype)  # (L, B, H, 1, S), (L, B, H)
+            cached = self._scratch["row_bias"] = (self.blocked, self.blocked._version, dtype, bias.unbind(0),
+                                                  first.unbind(0))
+        bias, first = cached[3][layer], cached[4][layer]
+        if bias.shape[-1] != s_k:  # a layer that sees the last keys only (num_keys): its own first free key
+            return blocked_row_bias(self._blocked_facts()[1][layer][..., -s_k:], dtype)
+        return bias, first
 
     def kept_for(self, layer: int, num_keys: int) -> torch.Tensor:
         """(B, H, 1, num_keys) float32: 0.0 at the keys `blocked_for(layer)` blocks, 1.0 elsewhere, with a

@@ -41,7 +41,7 @@ def _colsum_kernel(
     Q, K, LSE, R, RG, QW, QG, BLOCKED, FIRST_FREE, LSE_FREE, RU, MASK, M_SB, M_SH, MASK_B, MB_SB, MB_SH,
     H, REP, S_Q, S_K, scale,
     D: tl.constexpr, BLOCK_D: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
-    NUM_GROUPS: tl.constexpr, GROUPS_P2: tl.constexpr, CAUSAL: tl.constexpr, HAS_R: tl.constexpr,
+    NUM_GROUPS: tl.constexpr, GROUPS_P2: tl.constexpr, CAUSAL: tl.constexpr, HAS_R: tl.constexpr, HAS_W: tl.constexpr,
     HAS_BLOCKED: tl.constexpr, KEEP_SELF: tl.constexpr, HAS_MASK: tl.constexpr, UPCAST: tl.constexpr,
     IEEE: tl.constexpr,
 ):
@@ -74,7 +74,10 @@ def _colsum_kernel(
         if UPCAST:
             q = q.to(tl.float32)
         lse = tl.load(LSE + bh * S_Q + rows, mask=row_ok, other=0.0) * LOG2E
-        w = tl.load(QW + b * S_Q + rows, mask=row_ok, other=0.0)  # padding rows and absent rows weigh 0
+        if HAS_W:
+            w = tl.load(QW + b * S_Q + rows, mask=row_ok, other=0.0)  # padding rows and absent rows weigh 0
+        else:
+            w = tl.where(row_ok, 1.0, 0.0)
         if IEEE:  # float32 inputs: full float32 products (the default, tf32, is off by ~1e-3)
             s = tl.dot(q, tl.trans(k), input_precision="ieee")
         else:
@@ -133,6 +136,7 @@ def column_sums(
     blocked: torch.Tensor | None = None,  # (B, H, S_k) bool keys blocked per head; then lse is after blocking
     lse_free: torch.Tensor | None = None,  # (B, H, S_q) float32 lse before blocking (with `blocked`)
     keep_self: bool = False,  # a blocked key is still seen by its own query
+    first_free: torch.Tensor | None = None,  # (B, H) int32 first key `blocked` leaves free (S_k: none), if known
     allowed: torch.Tensor | None = None,  # (B|1, 1|H, S_q, S_k) bool: the call's mask (then causal is False)
     allowed_blocked: torch.Tensor | None = None,  # (B, H, S_q, S_k) bool: with `allowed` and `blocked`, after blocking
     block_m: int = 64,
@@ -152,15 +156,19 @@ def column_sums(
     lse = lse.float().contiguous()
     r = torch.empty(b, h, s_k, dtype=torch.float32, device=dev) if received else torch.empty(1, device=dev)
     rg = torch.empty(b, max(num_groups, 1), h, s_k, dtype=torch.float32, device=dev)
-    qw = (torch.ones(b, s_q, device=dev) if query_weight is None else query_weight.to(dev)).float().contiguous()
-    qg = (torch.full((b, s_q), -1, device=dev) if query_groups is None else query_groups.to(dev)).int().contiguous()
+    none = torch.empty(1, dtype=torch.uint8, device=dev)  # what the kernel gets for an input it does not read
+    qw = none if query_weight is None else query_weight.to(dev).float().contiguous()
+    qg = none if num_groups == 0 else query_groups.to(dev).int().contiguous()
     if blocked is not None:
-        blk = blocked.to(dev).to(torch.int8).contiguous()
-        free = ~blocked.to(dev)
-        first_free = torch.where(free.any(-1), free.int().argmax(-1), s_k).int().contiguous()  # (B, H)
+        blocked = blocked.to(dev)
+        blk = blocked.contiguous().view(torch.uint8)  # bool is a byte: read as it is, not copied
+        if first_free is None:
+            free = ~blocked
+            first_free = torch.where(free.any(-1), free.int().argmax(-1), s_k).int()  # (B, H)
+        first_free = first_free.contiguous()
         lse_free, ru = lse_free.float().contiguous(), torch.empty(b, h, s_k, dtype=torch.float32, device=dev)
     else:
-        blk = first_free = lse_free = ru = torch.empty(1, device=dev)
+        blk = first_free = lse_free = ru = none
     mask, m_sb, m_sh = _mask_arg(allowed, dev)
     mask_b, mb_sb, mb_sh = _mask_arg(allowed_blocked if blocked is not None else None, dev)
     grid = (triton.cdiv(s_k, block_n), b * h)
@@ -169,16 +177,25 @@ def column_sums(
         h, h // h_kv, s_q, s_k, scale,
         D=d, BLOCK_D=max(16, triton.next_power_of_2(d)), BLOCK_M=block_m, BLOCK_N=block_n,
         NUM_GROUPS=num_groups, GROUPS_P2=max(1, triton.next_power_of_2(num_groups)), CAUSAL=causal,
-        HAS_R=received, HAS_BLOCKED=blocked is not None, KEEP_SELF=keep_self, HAS_MASK=allowed is not None, UPCAST=INTERPRETED and q.dtype != torch.float32,
+        HAS_R=received, HAS_W=query_weight is not None, HAS_BLOCKED=blocked is not None, KEEP_SELF=keep_self, HAS_MASK=allowed is not None, UPCAST=INTERPRETED and q.dtype != torch.float32,
         IEEE=q.dtype == torch.float32 or INTERPRETED, num_warps=num_warps,
     )
     return (r if received else None), (rg if num_groups > 0 else None), (ru if blocked is not None else None)
 
 
 def _mask_arg(allowed: torch.Tensor | None, dev) -> tuple[torch.Tensor, int, int]:
-    """(int8 mask with rows of S_k contiguous, batch stride, head stride): a stride is 0 along an axis
-    of 1, so a mask shared by the batch or the heads is read, not copied."""
+    """(the bool mask as bytes, rows of S_k contiguous; batch stride, head stride): a mask broadcast
+    along the batch or the heads (an axis of 1, or stride 0) is read with stride 0, not copied, and a
+    bool mask is read as it is (a bool is one byte)."""
     if allowed is None:
-        return torch.empty(1, dtype=torch.int8, device=dev), 0, 0
-    m = allowed.to(dev).to(torch.int8).contiguous()
-    return m, (m.stride(0) if m.shape[0] > 1 else 0), (m.stride(1) if m.shape[1] > 1 else 0)
+        return torch.empty(1, dtype=torch.uint8, device=dev), 0, 0
+    m = allowed.to(dev)
+    if m.dtype != torch.bool:
+        m = m != 0
+    b_stride = 0 if m.shape[0] == 1 else m.stride(0)
+    h_stride = 0 if m.shape[1] == 1 else m.stride(1)
+    if m.stride(-1) != 1 or m.stride(-2) != m.shape[-1]:  # rows of S_k not laid out in a row: copy once
+        m = m.contiguous()
+        b_stride = 0 if m.shape[0] == 1 else m.stride(0)
+        h_stride = 0 if m.shape[1] == 1 else m.stride(1)
+    return m.view(torch.uint8), b_stride, h_stride

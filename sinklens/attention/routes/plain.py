@@ -43,7 +43,11 @@ def blocked_mask(call: Call) -> tuple[torch.Tensor | None, bool, torch.Tensor | 
     (eager: `plain` remakes its own from it), or the call's own mask where nothing is blocked."""
     if call.blocked is None:
         return call.attention_mask, call.is_causal, call.allowed
-    s_q, s_k = call.query.shape[2], call.key.shape[2]
+    b, h, s_q, _ = call.query.shape
+    s_k = call.key.shape[2]
+    if call.allowed is None and not call.req.keep_self:  # every query sees every key: one mask row per head
+        bias, _ = call.req.row_bias_for(call.module.layer_idx, call.query.dtype, s_k)  # (B, H, 1, S_k)
+        return bias, False, (bias == 0).expand(b, h, s_q, s_k)
     allowed = apply_blocking(call.allowed, call.blocked, call.req.keep_self, s_q, s_k)
     return additive(allowed, call.query.dtype, sdpa=True), False, allowed
 

@@ -46,25 +46,30 @@ class Triton(Route):
             return None  # a causal call over a cache without a mask: lse's (sdpa aligns causal top-left)
         if call.allowed is not None and call.allowed.shape[1] != 1:
             return None  # a per-head mask: lse's
-        lse_free, allowed = None, call.allowed
+        lse_free, first_free, allowed = None, None, call.allowed
         if call.blocked is None:
             out, lse = fused_sdpa_with_lse(query, key, value, mask, call.scaling, causal)
         else:
-            allowed = apply_blocking(call.allowed, call.blocked, req.keep_self, s_q, s_k)
-            # the plain route's mask values; without a mask of the call's no row is empty (apply_blocking
-            # gives a row it would empty its keys back), so the empty-row test (a GPU sync) is skipped
-            out, lse = fused_sdpa_with_lse(query, key, value, additive(allowed, query.dtype, sdpa=mask is not None),
-                                           call.scaling, False)
+            if call.allowed is None and not req.keep_self:  # every query sees every key: one mask row per head
+                bias, first_free = req.row_bias_for(call.module.layer_idx, query.dtype, s_k)  # as plain.blocked_mask
+            else:
+                allowed = apply_blocking(call.allowed, call.blocked, req.keep_self, s_q, s_k)
+                # the plain route's mask values; without a mask of the call's no row is empty (apply_blocking
+                # gives a row it would empty its keys back), so the empty-row test (a GPU sync) is skipped
+                bias = additive(allowed, query.dtype, sdpa=mask is not None)
+            out, lse = fused_sdpa_with_lse(query, key, value, bias, call.scaling, False)
             _, lse_free = fused_sdpa_with_lse(query, key, value, mask, call.scaling, causal)
         if lse is None or (call.blocked is not None and lse_free is None):
             # F.sdpa's kernel here keeps no lse (CUDA's math kernel): the chunked softmax records
+            if call.blocked is not None and allowed is call.allowed:
+                allowed = apply_blocking(call.allowed, call.blocked, req.keep_self, s_q, s_k)
             capture(call.module, query, key, value, allowed, call.allowed, call.scaling, req, None, None,
                     call.mods, call.blocking)
             return out
         received, groups, unblocked = column_sums(
             query, key, lse, call.scaling, causal, query_weight=req.query_mask, query_groups=req.query_groups,
             num_groups=req.num_groups, received=req.capture, blocked=call.blocked, lse_free=lse_free,
-            keep_self=req.keep_self, allowed=None if mask is None else call.allowed,
+            keep_self=req.keep_self, first_free=first_free, allowed=None if mask is None else call.allowed,
             allowed_blocked=allowed if mask is not None and call.blocked is not None else None)
         req.record(call.module.layer_idx, received=received, unblocked=unblocked, groups=groups)
         return out
