@@ -23,7 +23,8 @@ Llama-shaped (causal, GQA: 1B = 16 x 2048 x 32/8 heads, 8B = 32 x 4096 x 32/8, v
    table of one captured forward: where the time beyond the kernels goes.
 4. An 8B-shaped LLaDA generation (prompt 64, gen 256, block 32, 256 steps): plain, traced (as
    `sinklens trace`) and masked (top-1 sink per head, as `sinklens eval --mask-topk 1`), each through
-   the default route and the lse route: ms per step, peak GPU memory, and whether the tokens are
+   the default route and the lse route, each after a one-block warm-up (compiling a kernel variant is
+   not a step's cost): ms per step, peak GPU memory, and whether the tokens are
    the plain generation's (a trace must not change them) / the masked one's (whichever route).
 
 Prints one markdown table per part, with the device and its date.
@@ -310,6 +311,11 @@ def generation(shapes: dict, device, gen: int, block: int, prompt: int) -> list[
             hook = SinkMaskingPolicy(MaskingConfig(mask_k=1), num_layers=m.num_layers, is_diffusion=True, model=m) \
                 if mode.startswith("mask") else None
             path = os.path.join(tmp, "t.arrow") if mode.startswith("trace") else None
+            with torch.no_grad():  # warm-up, one block: compiling a kernel variant is not a step's cost
+                m.generate(ids, trace=path, hook=hook, capture=CaptureOptions(route=route),
+                           **dict(settings, steps=block, gen_length=block))
+            if hook is not None:
+                hook.reset()
             sync(device)
             peak_reset(device)
             t = time.perf_counter()
