@@ -20,8 +20,11 @@ largest unblocked received attention by one torch `argmax`, with none of the rul
 record: what blocking costs the capture pass itself, the least any masking hook on this path pays.
 
 - time: process CPU seconds (one torch thread: the work of this process, less sensitive to
-  other jobs than wall time); every mode of a model runs once per round, `--repeats` rounds;
-  the table gives the median and the best, the ratios are of the medians.
+  other jobs than wall time); every mode of a model runs once per round, back to back, in an
+  order that rotates between rounds, `--repeats` rounds; the table gives the median ms per step,
+  and per mode the median of the rounds' own ratios to plain with their quartiles (a round's
+  ratio compares times taken under one load; the host's load moves between rounds); the best
+  times follow the table.
 - trace bytes per step: size of the written trace / steps.
 - peak memory: each mode once more in a fresh subprocess, after one warm-up generation in
   the same mode: peak RSS (VmHWM) during the generation minus the RSS right before it (CPU has
@@ -98,6 +101,7 @@ class Discard:
     """A hook that asks for the step's attention and keeps nothing: the capture pass alone."""
 
     wants_attention = True
+    wants_commit_prob = False
 
     def after_step(self, event) -> None:
         pass
@@ -109,6 +113,7 @@ class BlockTop1:
 
     wants_attention = True
     wants_query_groups = False  # as the masking policy: no masked / unmasked split
+    wants_commit_prob = False
 
     def __init__(self) -> None:
         self.top: torch.Tensor | None = None  # (L, B, H) the previous step's top key per head
@@ -196,6 +201,16 @@ def calls_per_step(threads: int) -> None:
                   f"+{calls['trace'] - calls['plain']:.0f} | +{calls['mask'] - calls['plain']:.0f} |")
 
 
+def paired(mode: list[float], plain: list[float]) -> str:
+    """The median of the rounds' own ratios (each round ran the modes back to back), with their
+    quartiles: "1.100x (1.05-1.16)". A round's ratio compares times taken under one load."""
+    r = sorted(m / p for m, p in zip(mode, plain))
+    if len(r) < 4:
+        return f"{statistics.median(r):.3f}x"
+    q1, _, q3 = statistics.quantiles(r, n=4)
+    return f"{statistics.median(r):.3f}x ({q1:.2f}-{q3:.2f})"
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--repeats", type=int, default=3)
@@ -203,6 +218,8 @@ def main() -> None:
     ap.add_argument("--no-peaks", dest="peaks", action="store_false", help="skip the peak-memory subprocesses")
     ap.add_argument("--_peak", nargs=2, metavar=("FOLDER", "MODE"), help=argparse.SUPPRESS)
     ap.add_argument("--calls", action="store_true", help="only the Python calls per step of the twins (cProfile)")
+    ap.add_argument("--models", nargs="+", choices=("tiny-dlm", "tiny-arm", LARGE), default=None,
+                    help="which models (default: all three)")
     args = ap.parse_args()
     if args.calls:
         return calls_per_step(args.threads)
@@ -215,15 +232,18 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as tmp:
         folder = os.path.join(tmp, "bench-llada")
         make_folder(folder)
-        cases = [twin_case("tiny-dlm"), twin_case("tiny-arm"), large_case(folder)]
+        names = args.models or ["tiny-dlm", "tiny-arm", LARGE]
+        cases = [large_case(folder) if n == LARGE else twin_case(n) for n in names]
         for case in cases:
             for mode in MODES:
                 run(case, mode, tmp)  # warm-up
         times = {(c.name, m): [] for c in cases for m in MODES}
         size = {}
-        for _ in range(args.repeats):
+        for r in range(args.repeats):
             for case in cases:
-                for mode in MODES:
+                # the modes of a round run back to back, in an order that rotates from round to round, so a
+                # round's ratios compare times taken under the same load (the paired ratios below)
+                for mode in MODES[r % len(MODES):] + MODES[:r % len(MODES)]:
                     seconds, nbytes = run(case, mode, tmp)
                     times[case.name, mode].append(seconds)
                     size[case.name] = nbytes or size.get(case.name, 0)
@@ -248,10 +268,10 @@ def main() -> None:
             raise RuntimeError(f"{case.name}: the modes ran different numbers of steps {case.steps}")
         steps = case.steps["plain"]
         ms = {m: 1e3 * med[case.name, m] / steps for m in MODES}
-        ratio = {m: med[case.name, m] / med[case.name, "plain"] for m in MODES}
+        ratio = {m: paired(times[case.name, m], times[case.name, "plain"]) for m in MODES}
         print(f"| {case.name} | {steps} | {ms['plain']:.2f} | {ms['capture']:.2f} | {ms['trace']:.2f} | "
-              f"{ms['mask']:.2f} | {ms['block']:.2f} | {ratio['capture']:.3f}x | {ratio['trace']:.3f}x | "
-              f"{ratio['mask']:.3f}x | {ratio['block']:.3f}x | {size[case.name] / steps / 1e3:.1f} kB |")
+              f"{ms['mask']:.2f} | {ms['block']:.2f} | {ratio['capture']} | {ratio['trace']} | "
+              f"{ratio['mask']} | {ratio['block']} | {size[case.name] / steps / 1e3:.1f} kB |")
     if peaks:
         print(f"\n{LARGE}, peak RSS growth of one generation (MB): "
               + ", ".join(f"{mode} {peaks[mode, 'default']:.1f} (default malloc) / {peaks[mode, 'fixed']:.1f} "

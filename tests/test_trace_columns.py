@@ -179,3 +179,34 @@ def test_the_report_reads_commit_confidence_from_a_trace_and_a_corpus_stream_fol
     b = analyze(str(tmp_path / "a.arrow"))
     assert b.commit_confidence is None and b.to_dict()["commit_confidence"] is None     # an ARM records none
     assert "commit confidence (§5.2)" not in dict(b.summary_rows())
+
+
+def test_commit_probabilities_reach_every_hook_unless_all_hooks_decline_them():
+    """A hook gets `event.commit_prob` unless every hook of the run says it never reads it
+    (`wants_commit_prob = False`, as the masking policy): then the step skips making it."""
+    from sinklens.masking.config import MaskingConfig
+    from sinklens.masking.policy import SinkMaskingPolicy
+
+    m = sinklens.load("tiny-dlm", dtype="float32")
+    ids = torch.tensor([m.apply_chat_template("Max has 29 cards. He finds 22 more. How many cards now?")])
+
+    class Seen:
+        def __init__(self, wants: bool | None):
+            self.probs = []
+            if wants is not None:
+                self.wants_commit_prob = wants
+
+        def after_step(self, event):
+            self.probs.append(event.commit_prob)
+
+    plain = m.generate(ids, steps=8, gen_length=8, block_length=8)
+    for hooks, made in (([Seen(None)], True), ([Seen(False)], False), ([Seen(False), Seen(None)], True),
+                        ([Seen(False), SinkMaskingPolicy(MaskingConfig(mask_k=1), num_layers=m.num_layers)], False)):
+        out = m.generate(ids, steps=8, gen_length=8, block_length=8, hook=hooks)
+        assert torch.equal(out.sequences, plain.sequences) or isinstance(hooks[-1], SinkMaskingPolicy)
+        probs = hooks[0].probs
+        assert len(probs) == 8
+        if made:
+            assert all(p is not None and torch.isfinite(p).sum() == 1 for p in probs)  # one token per step
+        else:
+            assert all(p is None for p in probs)

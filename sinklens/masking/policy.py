@@ -68,6 +68,7 @@ class SinkMaskingPolicy:
 
     wants_attention = True      # tells the sampler to capture attention at every step
     wants_query_groups = False  # ranks on all summed rows: the masked / unmasked split is not needed
+    wants_commit_prob = False   # nor the probabilities of committed tokens
 
     def __init__(self, config: MaskingConfig, *, num_layers: int, is_diffusion: bool = True, model=None):
         if config.step0 == "probe" and model is None:

@@ -32,7 +32,8 @@ class StepEvent:
     # records it; None: the model's own facts (SinkModel.attention_layout)
     layout: TraceLayout | None = None
     # (B, S) float32: at each revealed position the probability the step's logits gave the token
-    # committed there, NaN elsewhere; None: nothing committed (the paper's §5.2 readout)
+    # committed there, NaN elsewhere; None: nothing committed, or no hook reads it (the paper's §5.2
+    # readout; a hook that never reads it says so with `wants_commit_prob = False`)
     commit_prob: torch.Tensor | None = None
 
 
@@ -62,6 +63,9 @@ class Hooks:
         # `before_step` may take an optional `attention_mask` (B, S) keyword (e.g. a probe pass
         # needs it); older three-argument hooks keep working.
         self._wants_mask = {id(h) for h in self.hooks if hasattr(h, "before_step") and takes_mask(h.before_step)}
+        # `StepEvent.commit_prob` costs a dozen tensor ops a step: made unless every hook says it never
+        # reads it (`wants_commit_prob = False`, as the masking policy does)
+        self.want_commit_prob = any(getattr(h, "wants_commit_prob", True) for h in self.hooks)
 
     def __bool__(self) -> bool:
         return bool(self.hooks)

@@ -118,7 +118,7 @@ class Steps:
             fed = self._fed if tokens is self._fed_from else tokens
             req = self._req if attention is None else attention
             chosen = after if committed is None else committed
-            prob = None if chosen is None else commit_probabilities(logits, revealed, chosen,
+            prob = None if chosen is None or not self.hooks.want_commit_prob else commit_probabilities(logits, revealed, chosen,
                                                                     event.get("query_positions"))
             self.hooks.after_step(StepEvent(step=self.index, tokens=fed, is_masked=is_masked, revealed=revealed,
                                             logits=logits, attention=req, commit_prob=prob,
