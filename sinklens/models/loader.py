@@ -27,6 +27,7 @@ import torch
 from sinklens.attention import ATTENTION_NAME, register
 from sinklens.cache import cache_dir
 
+from . import gguf
 from .control import random_init as reinitialise
 from .families import Family, detect_family
 from .options import LoadOptions
@@ -353,16 +354,18 @@ def load(
         if mode is not None:
             raise ValueError(f"mode={mode!r}: {where.gguf_file} (a GGUF ARM) has one mode; mode is for checkpoints "
                              "trained in two, such as tiny-dual")
-        model, config_dict, family = _load_gguf(where, dtype)
+        model, config_dict, family, tokenizer = _load_gguf(where, dtype)
     else:
         model, config_dict, family = _load_safetensors(where.folder, dtype, sharded, mode)
+        tokenizer = None
     _set_attention(model)
     if random_init is not None:
         reinitialise(model, random_init)          # on the CPU, before any move: the same weights on any device
     if device is not None:
         model.to(device)
     model.eval()
-    tokenizer = load_tokenizer(where.folder, family, where.gguf_file, config=model.config)
+    if where.gguf_file is None:
+        tokenizer = load_tokenizer(where.folder, family, config=model.config)
     source = {
         "name_or_path": str(name_or_path),
         "path": str(where.folder),
@@ -472,30 +475,22 @@ def _check_loading_info(folder: Path, family: Family, info: dict) -> None:
         )
 
 
-def _load_gguf(where: Resolved, dtype) -> tuple[torch.nn.Module, dict, Family]:
-    """GGUF (dequantised by transformers + gguf). The config lives inside the GGUF, so the
-    family is checked right after transformers parsed it (parsing it twice costs ~8 s)."""
-    from transformers import AutoModelForCausalLM
-
+def _load_gguf(where: Resolved, dtype) -> tuple[torch.nn.Module, dict, Family, Any]:
+    """GGUF (dequantised by transformers + gguf, then kept converted: models/gguf.py). The config
+    lives inside the GGUF, so the family is checked right after transformers parsed it (parsing it
+    twice costs ~8 s). Returns the tokenizer too: it is read from the same file."""
     if importlib.util.find_spec("gguf") is None:   # an extra: say which, before transformers' own error
         raise ImportError(f"{where.folder / where.gguf_file} is a GGUF checkpoint: pip install 'sinklens[gguf]' "
                           "(the PyPI package gguf, which transformers reads GGUF files with)")
     torch_dtype = torch.float32 if dtype in (None, "auto") else parse_dtype(dtype, [])
     path = where.folder / where.gguf_file
     try:
-        model = AutoModelForCausalLM.from_pretrained(
-            str(where.folder),
-            gguf_file=where.gguf_file,
-            dtype=torch_dtype,
-            attn_implementation=ATTENTION_NAME,
-            trust_remote_code=False,
-        )
+        model, config_dict, tokenizer = gguf.load(where.folder, where.gguf_file, torch_dtype)
     except (ValueError, OSError, KeyError, IndexError, EOFError) as e:   # numpy's words for a cut file
         if "not supported" in str(e):        # an architecture transformers' GGUF reader does not know: its own line
             raise
         raise ValueError(f"{path} is not a readable GGUF file ({path.stat().st_size} bytes): truncated or corrupt? "
                          f"(the gguf reader said: {' '.join(str(e).split())[:200]})") from None
-    config_dict = model.config.to_dict()
     family = detect_family(config_dict)
     check_attention_path(type(model), model.config)
     if family.is_diffusion or not isinstance(model, family.model_class):
@@ -503,7 +498,7 @@ def _load_gguf(where: Resolved, dtype) -> tuple[torch.nn.Module, dict, Family]:
             f"{where.folder / where.gguf_file}: GGUF checkpoints are supported for native ARMs only, "
             f"got {type(model).__name__} detected as family {family.name!r}"
         )
-    return model, config_dict, family
+    return model, config_dict, family, tokenizer
 
 
 # Layer types whose attention is a softmax over keys that transformers' masks describe
@@ -539,15 +534,13 @@ def _shipped_tokenizer_class(folder: Path):
     return getattr(transformers, name, None) if isinstance(name, str) else None
 
 
-def load_tokenizer(folder: Path, family: Family, gguf_file: str | None = None, config=None):
+def load_tokenizer(folder: Path, family: Family, config=None):
     """The folder's tokenizer (never remote code); None when the folder ships none. `config`: the
     transformers config the model was built with; without it AutoTokenizer re-reads config.json,
     cannot map a DLM's model_type (llada, dream) and warns "model of type `llada` to instantiate
     a model of type ``" on every load."""
     from transformers import AutoTokenizer
 
-    if gguf_file is not None:
-        return AutoTokenizer.from_pretrained(str(folder), gguf_file=gguf_file)
     if not any((folder / f).is_file() for f in TOKENIZER_FILES):
         return None
     named = _shipped_tokenizer_class(folder)

@@ -1,0 +1,41 @@
+"""A GGUF checkpoint loads through its converted copy exactly as through the file (models/gguf.py).
+
+The first load of a GGUF file converts it and keeps the copy in the cache folder; a later load reads
+the copy. What a user relies on: the second load is the same model, tensor for tensor, with the same
+config (what traces record), tokenizer and chat template, and generates the same tokens; a damaged
+copy is made again rather than read.
+"""
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import torch
+
+import sinklens
+from sinklens.models import gguf
+
+
+@pytest.mark.parametrize("damage", [False, pytest.param(True, marks=pytest.mark.slow)])
+def test_the_converted_copy_is_the_conversion(tmp_path, monkeypatch, damage):
+    monkeypatch.setenv("SINKLENS_CACHE", str(tmp_path / "cache"))
+    first = sinklens.load("smollm2-135m-instruct")            # converts and writes the copy
+    (copy,) = (tmp_path / "cache" / "gguf").iterdir()
+    assert copy.name == gguf.cache_key(Path(first.source["path"]) / first.source["gguf_file"], torch.float32)
+    if damage:
+        (copy / "model.safetensors").write_bytes(b"not safetensors")
+    calls = []
+    real = gguf._write
+    monkeypatch.setattr(gguf, "_write", lambda *a: calls.append(1) or real(*a))
+    second = sinklens.load("smollm2-135m-instruct")
+    assert calls == ([1] if damage else [])                    # read the copy; a damaged one is made again
+    a, b = first.model.state_dict(), second.model.state_dict()
+    assert a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a)
+    assert second.model.lm_head.weight.data_ptr() == second.model.model.embed_tokens.weight.data_ptr()  # tied
+    assert type(second.model) is type(first.model) and second.model.config._attn_implementation == "sinklens"
+    assert second.config_dict == first.config_dict and second.source == first.source
+    text = "Max has 29 cards. He finds 22 more. How many cards now?"
+    assert second.apply_chat_template(text) == first.apply_chat_template(text)
+    assert second.tokenizer.decode(second.apply_chat_template(text)) == first.tokenizer.decode(first.apply_chat_template(text))
+    ids = torch.tensor([first.apply_chat_template(text)])
+    assert torch.equal(second.generate(ids, max_new_tokens=6).sequences, first.generate(ids, max_new_tokens=6).sequences)
