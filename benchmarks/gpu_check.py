@@ -24,8 +24,10 @@ Llama-shaped (causal, GQA: 1B = 16 x 2048 x 32/8 heads, 8B = 32 x 4096 x 32/8, v
 4. An 8B-shaped LLaDA generation (prompt 64, gen 256, block 32, 256 steps): plain, traced (as
    `sinklens trace`) and masked (top-1 sink per head, as `sinklens eval --mask-topk 1`), each through
    the default route and the lse route, each after a one-block warm-up (compiling a kernel variant is
-   not a step's cost): ms per step, peak GPU memory, and whether the tokens are
-   the plain generation's (a trace must not change them) / the masked one's (whichever route).
+   not a step's cost), in 3 rounds of every mode back to back: ms per step, its ratio to plain (the
+   median of the rounds' own ratios: at batch 1 a step is bound by Python and kernel launches, whose
+   speed moves between runs), peak GPU memory, and whether the tokens are the plain generation's (a
+   trace must not change them) / the masked one's (whichever route).
 
 Prints one markdown table per part, with the device and its date.
 """
@@ -35,6 +37,7 @@ import argparse
 import contextlib
 import datetime
 import os
+import statistics
 import tempfile
 import time
 import traceback
@@ -62,7 +65,8 @@ PARTS = ("routes", "kernel", "cost", "generation")
 # the generation part's modes (name, capture route) and whose tokens each must equal: tracing must not
 # change a generation, and a masked one is the same whichever route records it
 GEN_MODES = (("plain", "auto"), ("trace", "auto"), ("trace-lse", "lse"), ("mask", "auto"), ("mask-lse", "lse"))
-SAME_AS = {"trace": "plain", "trace-lse": "plain", "mask-lse": "mask"}  # the timing part stops here (the whole check: under 8 minutes on one H100)
+SAME_AS = {"trace": "plain", "trace-lse": "plain", "mask-lse": "mask"}
+GEN_ROUNDS = 3  # rounds of the generation part (every mode once per round)  # the timing part stops here (the whole check: under 8 minutes on one H100)
 
 
 def build(shape_name: str, shapes: dict, device, layers: int | None = None, dtype=torch.bfloat16):
@@ -288,8 +292,12 @@ def overhead_profile(shapes: dict, device, s: int) -> str:
     return "\n".join(tables)
 
 
-def generation(shapes: dict, device, gen: int, block: int, prompt: int) -> list[str]:
-    """Plain / traced / masked generations of the 8B-shaped LLaDA through SinkModel (the LLaDA family)."""
+def generation(shapes: dict, device, gen: int, block: int, prompt: int, rounds: int = GEN_ROUNDS) -> list[str]:
+    """Plain / traced / masked generations of the 8B-shaped LLaDA through SinkModel (the LLaDA family):
+    each mode once to warm up (one block: compiling a kernel variant is not a step's cost), then
+    `rounds` rounds of every mode back to back, in an order that rotates between rounds. A step here
+    is bound by Python and kernel launches, whose speed moves between rounds: a ratio is the median
+    of the rounds' own ratios to plain."""
     from sinklens.masking.config import MaskingConfig
     from sinklens.masking.policy import SinkMaskingPolicy
     from sinklens.models.families import get_family
@@ -305,31 +313,44 @@ def generation(shapes: dict, device, gen: int, block: int, prompt: int) -> list[
     m = SinkModel(model, get_family("llada"), None, conf, {"name_or_path": "random llada-8b shape"})
     ids = torch.randint(0, vocab - 8, (1, prompt), generator=torch.Generator().manual_seed(0)).to(device)
     settings = dict(steps=gen, gen_length=gen, block_length=block)
-    rows, tokens = [], {}
+    routes_of = dict(GEN_MODES)
+    ms = {mode: [] for mode in routes_of}
+    peaks, tokens, steps = {}, {}, {}
     with tempfile.TemporaryDirectory() as tmp:
-        for mode, route in GEN_MODES:
+
+        def run(mode: str, **over) -> tuple[float, object]:
             hook = SinkMaskingPolicy(MaskingConfig(mask_k=1), num_layers=m.num_layers, is_diffusion=True, model=m) \
                 if mode.startswith("mask") else None
             path = os.path.join(tmp, "t.arrow") if mode.startswith("trace") else None
-            with torch.no_grad():  # warm-up, one block: compiling a kernel variant is not a step's cost
-                m.generate(ids, trace=path, hook=hook, capture=CaptureOptions(route=route),
-                           **dict(settings, steps=block, gen_length=block))
-            if hook is not None:
-                hook.reset()
             sync(device)
             peak_reset(device)
             t = time.perf_counter()
             with torch.no_grad():
-                out = m.generate(ids, trace=path, hook=hook, capture=CaptureOptions(route=route), **settings)
+                out = m.generate(ids, trace=path, hook=hook, capture=CaptureOptions(route=routes_of[mode]),
+                                 **dict(settings, **over))
             sync(device)
-            seconds = time.perf_counter() - t
-            tokens[mode] = out.sequences
-            ref = SAME_AS.get(mode)
-            same = f"{ref}: " + ("yes" if torch.equal(out.sequences, tokens[ref]) else "no") if ref else "-"
-            rows.append((mode, out.num_steps, 1e3 * seconds / out.num_steps, peak_gb(device), same))
-    base = rows[0][2]
-    return [f"| llada-8b | {mode} | {steps} | {ms:.1f} | {ms / base:.2f}x | {gb:.1f} | {same} |"
-            for mode, steps, ms, gb, same in rows]
+            return time.perf_counter() - t, out
+
+        for mode in routes_of:
+            run(mode, steps=block, gen_length=block)
+        modes = list(routes_of)
+        for r in range(rounds):
+            for mode in modes[r % len(modes):] + modes[:r % len(modes)]:
+                seconds, out = run(mode)
+                ms[mode].append(1e3 * seconds / out.num_steps)
+                peaks.setdefault(mode, []).append(peak_gb(device))
+                tokens.setdefault(mode, out.sequences)
+                steps[mode] = out.num_steps
+                if not torch.equal(out.sequences, tokens[mode]):
+                    raise RuntimeError(f"{mode}: round {r} generated other tokens than round 0")
+    rows = []
+    for mode in routes_of:
+        ratios = sorted(a / p for a, p in zip(ms[mode], ms["plain"]))
+        ref = SAME_AS.get(mode)
+        same = f"{ref}: " + ("yes" if torch.equal(tokens[mode], tokens[ref]) else "no") if ref else "-"
+        rows.append(f"| llada-8b | {mode} | {steps[mode]} | {statistics.median(ms[mode]):.1f} | "
+                    f"{statistics.median(ratios):.2f}x ({ratios[0]:.2f}-{ratios[-1]:.2f}) | {max(peaks[mode]):.1f} | {same} |")
+    return rows
 
 
 def part(run) -> None:
@@ -380,8 +401,10 @@ def main(argv: list[str] | None = None) -> None:
         part(lambda: print(overhead_profile(shapes, device, s_check * 2)))
         print("```")
     if "generation" in want:
-        print(f"\n### 8B-shaped LLaDA generation (prompt {prompt}, gen {gen}, block {block}, {gen} steps)\n")
-        print("| model | mode | steps | ms / step | / plain | peak GB | same tokens as |")
+        print(f"\n### 8B-shaped LLaDA generation (prompt {prompt}, gen {gen}, block {block}, {gen} steps), "
+              f"{GEN_ROUNDS} rounds\n")
+        print("| model | mode | steps | ms / step (median) | / plain: median (range) of the rounds | peak GB | "
+              "same tokens as |")
         print("|---|---|---|---|---|---|---|")
         part(lambda: [print(row, flush=True) for row in generation(shapes, device, gen, block, prompt)])
     print(f"\n(total {time.perf_counter() - t0:.0f} s)")
