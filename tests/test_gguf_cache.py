@@ -1,4 +1,4 @@
-"""A GGUF checkpoint loads through its converted copy exactly as through the file (models/gguf.py).
+"""A GGUF checkpoint loads through its converted copy exactly as through the file (models/gguf_copy.py).
 
 The first load of a GGUF file converts it and keeps the copy in the cache folder; a later load reads
 the copy. What a user relies on: the second load is the same model, tensor for tensor, with the same
@@ -13,7 +13,7 @@ import pytest
 import torch
 
 import sinklens
-from sinklens.models import gguf
+from sinklens.models import gguf_copy
 
 
 @pytest.mark.parametrize("damage", [False, pytest.param(True, marks=pytest.mark.slow)])
@@ -21,12 +21,12 @@ def test_the_converted_copy_is_the_conversion(tmp_path, monkeypatch, damage):
     monkeypatch.setenv("SINKLENS_CACHE", str(tmp_path / "cache"))
     first = sinklens.load("smollm2-135m-instruct")            # converts and writes the copy
     (copy,) = (tmp_path / "cache" / "gguf").iterdir()
-    assert copy.name == gguf.cache_key(Path(first.source["path"]) / first.source["gguf_file"], torch.float32)
+    assert copy.name == gguf_copy.cache_key(Path(first.source["path"]) / first.source["gguf_file"], torch.float32)
     if damage:
         (copy / "model.safetensors").write_bytes(b"not safetensors")
     calls = []
-    real = gguf._write
-    monkeypatch.setattr(gguf, "_write", lambda *a: calls.append(1) or real(*a))
+    real = gguf_copy._write
+    monkeypatch.setattr(gguf_copy, "_write", lambda *a: calls.append(1) or real(*a))
     second = sinklens.load("smollm2-135m-instruct")
     assert calls == ([1] if damage else [])                    # read the copy; a damaged one is made again
     a, b = first.model.state_dict(), second.model.state_dict()

@@ -27,7 +27,7 @@ import torch
 from sinklens.attention import ATTENTION_NAME, register
 from sinklens.cache import cache_dir
 
-from . import gguf
+from . import gguf_copy
 from .control import random_init as reinitialise
 from .families import Family, detect_family
 from .options import LoadOptions
@@ -476,7 +476,7 @@ def _check_loading_info(folder: Path, family: Family, info: dict) -> None:
 
 
 def _load_gguf(where: Resolved, dtype) -> tuple[torch.nn.Module, dict, Family, Any]:
-    """GGUF (dequantised by transformers + gguf, then kept converted: models/gguf.py). The config
+    """GGUF (dequantised by transformers + gguf, then kept converted: models/gguf_copy.py). The config
     lives inside the GGUF, so the family is checked right after transformers parsed it (parsing it
     twice costs ~8 s). Returns the tokenizer too: it is read from the same file."""
     if importlib.util.find_spec("gguf") is None:   # an extra: say which, before transformers' own error
@@ -485,7 +485,7 @@ def _load_gguf(where: Resolved, dtype) -> tuple[torch.nn.Module, dict, Family, A
     torch_dtype = torch.float32 if dtype in (None, "auto") else parse_dtype(dtype, [])
     path = where.folder / where.gguf_file
     try:
-        model, config_dict, tokenizer = gguf.load(where.folder, where.gguf_file, torch_dtype)
+        model, config_dict, tokenizer = gguf_copy.load(where.folder, where.gguf_file, torch_dtype)
     except (ValueError, OSError, KeyError, IndexError, EOFError) as e:   # numpy's words for a cut file
         if "not supported" in str(e):        # an architecture transformers' GGUF reader does not know: its own line
             raise
