@@ -16,6 +16,7 @@ import importlib.metadata
 import json
 import os
 import shutil
+import sys
 import tempfile
 from pathlib import Path
 
@@ -74,6 +75,8 @@ def _write(copy: Path, model, config_dict: dict, tokenizer) -> None:
         (tmp / "config.json").write_text(json.dumps(config, indent=2))
         tokenizer.save_pretrained(str(tmp))
         (tmp / CONFIG_DICT).write_text(json.dumps(config_dict))
+        size = sum(f.stat().st_size for f in tmp.iterdir())
         os.rename(tmp, copy)
+        print(f"sinklens: kept the converted GGUF in {copy} ({size / 1e9:.1f} GB; later loads read it)", file=sys.stderr)
     except OSError:   # a full disk, a read-only cache, or another process was first: keep what is there
         shutil.rmtree(tmp, ignore_errors=True)
