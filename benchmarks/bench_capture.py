@@ -8,7 +8,9 @@ causal Llama (d 512, 8 heads; `llama4`), a random 6-layer bidirectional Llama (d
 `qwen4-block32` / `qwen4-block64` under the block-causal mask SDAR and LLaDA2 hand the model
 (a query sees its own and earlier blocks of 32 / 64 from position 0; a 4-D bool mask, as
 sinklens/models/sdar.py passes it). Batch 1, float32 unless --dtype.
-Modes, interleaved in one process (so load hits each alike), best of --repeats, in process
+Modes, interleaved in one process (so load hits each alike): --repeats rounds, each timing every
+mode back to back in an order that rotates between rounds; the table gives each mode's best time
+and, per mode, the median of the rounds' own ratios to the base with their range. Process
 CPU time with one torch thread (wall time on a shared 2-core machine is mostly other jobs;
 `--clock wall` times elapsed seconds instead, for a quiet machine):
 
@@ -43,6 +45,7 @@ import cProfile
 import dataclasses
 import os
 import pstats
+import statistics
 import time
 
 import torch
@@ -186,6 +189,13 @@ def machine() -> str:
             "load average (1, 5, 15 min) at start: %.2f %.2f %.2f" % os.getloadavg())
 
 
+def paired(mode: list[float], base: list[float]) -> str:
+    """The median of the rounds' own ratios (a round times every mode back to back, under one load),
+    with their range: "1.04x (1.01-1.09)"."""
+    r = sorted(m / b for m, b in zip(mode, base))
+    return f"{statistics.median(r):.2f}x" + (f" ({r[0]:.2f}-{r[-1]:.2f})" if len(r) > 1 else "")
+
+
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--models", nargs="+", default=["smollm2", "llama4", "bidir6"])
@@ -206,7 +216,7 @@ def main() -> None:
     READOUT_ROUTE[0] = args.readout_route
     print(machine())
     clock = time.process_time if args.clock == "cpu" else time.perf_counter
-    print(f"clock: {args.clock}, {args.threads} torch thread(s), best of {args.repeats}")
+    print(f"clock: {args.clock}, {args.threads} torch thread(s), {args.repeats} rounds (times: best; ratios: median of the rounds' (range))")
     torch.set_num_threads(args.threads)
     torch.set_grad_enabled(False)
     dtype = getattr(torch, args.dtype)
@@ -224,13 +234,14 @@ def main() -> None:
             mask = None if block is None else block_causal(s, block)
             for m in args.modes:  # warm-up
                 forward(model, m, ids[:, :32], None if mask is None else mask[..., :32, :32])
-            best = {m: float("inf") for m in args.modes}
-            for _ in range(args.repeats):
-                for m in args.modes:
+            times = {m: [] for m in args.modes}
+            for r in range(args.repeats):   # the modes back to back, in an order that rotates between rounds
+                for m in args.modes[r % len(args.modes):] + args.modes[:r % len(args.modes)]:
                     t = clock()
                     forward(model, m, ids, mask)
-                    best[m] = min(best[m], clock() - t)
-            ratios = " | ".join(f"{best[m] / best[base]:.2f}x" for m in others)
+                    times[m].append(clock() - t)
+            best = {m: min(v) for m, v in times.items()}
+            ratios = " | ".join(paired(times[m], times[base]) for m in others)
             print(f"| {name} | {s} | {best[base]:.3f} | " + " | ".join(f"{best[m]:.3f}" for m in others)
                   + f" | {ratios} |", flush=True)
             if args.breakdown:
