@@ -7,6 +7,9 @@ copy is made again rather than read.
 """
 from __future__ import annotations
 
+import os
+import shutil
+import time
 from pathlib import Path
 
 import pytest
@@ -19,7 +22,14 @@ from sinklens.models import gguf_copy
 @pytest.mark.parametrize("damage", [False, pytest.param(True, marks=pytest.mark.slow)])
 def test_the_converted_copy_is_the_conversion(tmp_path, monkeypatch, damage):
     monkeypatch.setenv("SINKLENS_CACHE", str(tmp_path / "cache"))
+    stale, fresh = tmp_path / "cache" / "gguf" / ".writing-killed", tmp_path / "cache" / "gguf" / ".writing-now"
+    for left in (stale, fresh):   # what writes killed midway left, an hour ago and now
+        left.mkdir(parents=True)
+        (left / "model.safetensors").write_bytes(b"half")
+    os.utime(stale, (time.time() - 7200, time.time() - 7200))
     first = sinklens.load("smollm2-135m-instruct")            # converts and writes the copy
+    assert not stale.exists() and fresh.exists()              # an old leftover is removed, a running write not
+    shutil.rmtree(fresh)
     (copy,) = (tmp_path / "cache" / "gguf").iterdir()
     assert copy.name == gguf_copy.cache_key(Path(first.source["path"]) / first.source["gguf_file"], torch.float32)
     if damage:

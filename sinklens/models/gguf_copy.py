@@ -18,6 +18,7 @@ import os
 import shutil
 import sys
 import tempfile
+import time
 from pathlib import Path
 
 import torch
@@ -66,6 +67,9 @@ def _write(copy: Path, model, config_dict: dict, tokenizer) -> None:
 
     try:
         copy.parent.mkdir(parents=True, exist_ok=True)
+        for left in copy.parent.glob(".writing-*"):   # a write killed midway (an hour old: nobody's now)
+            if time.time() - left.stat().st_mtime > 3600:
+                shutil.rmtree(left, ignore_errors=True)
         tmp = Path(tempfile.mkdtemp(dir=copy.parent, prefix=".writing-"))
     except OSError:
         return
