@@ -46,6 +46,12 @@ def apply_blocking(
     return torch.where(empty_row, allowed.expand_as(after), after)
 
 
+def first_free(blocked: torch.Tensor) -> torch.Tensor:
+    """blocked (..., S_k) bool -> (...,) int32: the first key not blocked, S_k where every key is."""
+    free = ~blocked
+    return torch.where(free.any(-1), free.int().argmax(-1), blocked.shape[-1]).int()
+
+
 def blocked_row_bias(blocked: torch.Tensor, dtype: torch.dtype) -> tuple[torch.Tensor, torch.Tensor]:
     """apply_blocking for calls where every query may see every key (bidirectional without padding, one
     decoding query) and no query keeps its own key: the mask is then the same for every query row, so it
@@ -53,15 +59,12 @@ def blocked_row_bias(blocked: torch.Tensor, dtype: torch.dtype) -> tuple[torch.T
     `additive(apply_blocking(...))` gives each row, without its (B, H, S_q, S_k) tensors).
 
     blocked (..., S_k) bool -> (bias (..., 1, S_k): 0 = attend, finfo.min = blocked, all 0 in a head whose
-    every key is blocked (apply_blocking gives such a row its keys back); first_free (...,) int32: the first
-    key not blocked, S_k where every key is)."""
-    s_k = blocked.shape[-1]
-    free = ~blocked
-    some_free = free.any(-1, keepdim=True)
+    every key is blocked (apply_blocking gives such a row its keys back); first_free (...,) int32)."""
+    first = first_free(blocked)
+    some_free = (first < blocked.shape[-1])[..., None]
     bias = torch.zeros(blocked.shape, dtype=dtype, device=blocked.device).masked_fill_(
         blocked & some_free, torch.finfo(dtype).min)
-    first_free = torch.where(some_free[..., 0], free.int().argmax(-1), s_k).int()
-    return bias.unsqueeze(-2), first_free
+    return bias.unsqueeze(-2), first
 
 
 def additive(allowed: torch.Tensor, dtype: torch.dtype, sdpa: bool = False) -> torch.Tensor:

@@ -29,6 +29,8 @@ import torch
 import triton
 import triton.language as tl
 
+from sinklens.attention import masks
+
 # Triton's CPU interpreter (TRITON_INTERPRET=1, the tests) multiplies 16-bit tiles wrongly (a bfloat16
 # q k^T off by 1e10), so there the kernel multiplies in float32; on a GPU the tiles go to the tensor
 # cores as they are, products accumulated in float32
@@ -162,10 +164,7 @@ def column_sums(
     if blocked is not None:
         blocked = blocked.to(dev)
         blk = blocked.contiguous().view(torch.uint8)  # bool is a byte: read as it is, not copied
-        if first_free is None:
-            free = ~blocked
-            first_free = torch.where(free.any(-1), free.int().argmax(-1), s_k).int()  # (B, H)
-        first_free = first_free.contiguous()
+        first_free = (masks.first_free(blocked) if first_free is None else first_free).contiguous()  # (B, H)
         lse_free, ru = lse_free.float().contiguous(), torch.empty(b, h, s_k, dtype=torch.float32, device=dev)
     else:
         blk = first_free = lse_free = ru = none
@@ -190,12 +189,6 @@ def _mask_arg(allowed: torch.Tensor | None, dev) -> tuple[torch.Tensor, int, int
     if allowed is None:
         return torch.empty(1, dtype=torch.uint8, device=dev), 0, 0
     m = allowed.to(dev)
-    if m.dtype != torch.bool:
-        m = m != 0
-    b_stride = 0 if m.shape[0] == 1 else m.stride(0)
-    h_stride = 0 if m.shape[1] == 1 else m.stride(1)
     if m.stride(-1) != 1 or m.stride(-2) != m.shape[-1]:  # rows of S_k not laid out in a row: copy once
         m = m.contiguous()
-        b_stride = 0 if m.shape[0] == 1 else m.stride(0)
-        h_stride = 0 if m.shape[1] == 1 else m.stride(1)
-    return m.view(torch.uint8), b_stride, h_stride
+    return m.view(torch.uint8), (0 if m.shape[0] == 1 else m.stride(0)), (0 if m.shape[1] == 1 else m.stride(1))
