@@ -80,10 +80,10 @@ DTYPES = (torch.float32, torch.bfloat16)
 ROUTES = [r.name for r in REGISTRY if r.name not in ("plain", "exact")] + ["compiled-blas"]
 
 
-def make(case, dtype, seed=0):
+def make(case, dtype, seed=0, d=16):
     layout, kv, s_q, extras = case
     g = torch.Generator().manual_seed(seed)
-    h, s_k, d = 6, 23, 16
+    h, s_k = 6, 23
     q = (torch.randn(2, h, s_q, d, generator=g) * 1.5).to(dtype)
     k = (torch.randn(2, kv, s_k, d, generator=g) * 1.5).to(dtype)
     v = torch.randn(2, kv, s_k, d, generator=g).to(dtype)
@@ -111,8 +111,8 @@ def make(case, dtype, seed=0):
     return fake_module(h, kv, causal, kind, kwargs.get("s_aux")), q, k, v, mask, req, kwargs
 
 
-def run(route, case, dtype, chunk=None):
-    module, q, k, v, mask, req_kw, kwargs = make(case, dtype)
+def run(route, case, dtype, chunk=None, d=16):
+    module, q, k, v, mask, req_kw, kwargs = make(case, dtype, d=d)
     req = AttentionRequest(route="exact" if route == "exact-whole" else route, query_chunk=chunk, **req_kw)
     out, _ = sinklens_attention(module, q, k, v, mask, scaling=0.3, sinklens=req, **kwargs)
     return out.float(), req
@@ -188,6 +188,27 @@ def test_every_route_equals_the_exact_route(name, case, dtype, monkeypatch):
         assert ((out - ref_out).abs() <= 1 / 16 + ref_out.abs() / 16).all()
     else:
         assert ((out - ref_out).abs() <= 1 / 64 + ref_out.abs() / 64).all()
+
+
+@pytest.mark.parametrize("d", [4, 12, 32, 36, 72])
+@pytest.mark.parametrize("case", [CASES[1], CASES[2], CASES[7], CASES[8]], ids=lambda c: f"{c[0]}-q{c[2]}")
+@pytest.mark.parametrize("products", ["loops", "blas"])
+def test_compiled_products_equal_the_exact_route_for_any_head_size(products, case, d, monkeypatch):
+    """The kernel's own products (a tiny layer: 8 keys per group, D in 8 lanes, 32 output columns per
+    pass, scalar tails) and its BLAS ones, at head sizes with and without those tails, with 23 keys (a
+    group of 7 left over) and 1, 7 and 23 query rows."""
+    import sinklens.attention.routes.compiled as compiled
+
+    if build.load() is None:
+        pytest.skip(f"the compiled kernel is unavailable here: {build.reason()}")
+    monkeypatch.setattr(compiled, "SMALL_WORK", 1 << 40 if products == "loops" else -1)
+    out, req = run("compiled", case, torch.float32, d=d)
+    ref_out, ref = run("exact", case, torch.float32, chunk=5, d=d)
+    got, want = captures(req), captures(ref)
+    assert got.keys() == want.keys()
+    for key in want:
+        assert (got[key] - want[key]).abs().max() <= 2e-5, key
+    assert (out - ref_out).abs().max() <= 2e-5
 
 
 def test_choose_route_by_declarations():

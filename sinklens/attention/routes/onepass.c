@@ -58,30 +58,7 @@ typedef struct {
                                     * a tiny model's layer costs less than BLAS' per-call setup) */
 } sl_args;
 
-/* scores (m, n) = scale * Q (m, D) K^T (n, D), rows of Q and K `ldq` / `ldk` floats apart */
-static void scores_loop(int m, int n, int d, float scale, const float *q, int ldq, const float *k, int ldk, float *s) {
-    for (int r = 0; r < m; r++)
-        for (int j = 0; j < n; j++) {
-            const float *qr = q + (int64_t)r * ldq, *kj = k + (int64_t)j * ldk;
-            float acc = 0.0f;
-            for (int c = 0; c < d; c++) acc += qr[c] * kj[c];
-            s[(int64_t)r * n + j] = acc * scale;
-        }
-}
-
-/* out (m, D) rows `ldo` apart = P (m, n) V (n, D), rows of V `ldv` floats apart */
-static void output_loop(int m, int n, int d, const float *p, const float *v, int ldv, float *out, int ldo) {
-    for (int r = 0; r < m; r++) {
-        float *o = out + (int64_t)r * ldo;
-        memset(o, 0, sizeof(float) * d);
-        for (int j = 0; j < n; j++) {
-            const float w = p[(int64_t)r * n + j], *vj = v + (int64_t)j * ldv;
-            if (w != 0.0f) for (int c = 0; c < d; c++) o[c] += w * vj[c];
-        }
-    }
-}
-
-/* ---- vectorised exp (8 lanes; the compiler maps them to the machine's registers) ---------- */
+/* ---- 8-lane vectors (GCC / Clang vector extensions: the compiler maps them to the machine's registers) */
 typedef float v8f __attribute__((vector_size(32)));
 typedef int32_t v8i __attribute__((vector_size(32)));
 typedef float v8fu __attribute__((vector_size(32), aligned(4)));   /* unaligned loads / stores */
@@ -89,6 +66,106 @@ typedef float v8fu __attribute__((vector_size(32), aligned(4)));   /* unaligned 
 static inline v8f splat(float x) { return (v8f){x, x, x, x, x, x, x, x}; }
 /* lane-wise mask ? a : b (C has no vector ?:) */
 static inline v8f select8(v8i mask, v8f a, v8f b) { return (v8f)(((v8i)a & mask) | ((v8i)b & ~mask)); }
+
+/* ---- products without BLAS (a tiny model's layer: BLAS' per-call setup costs more than them) -- */
+
+/* (sum of a0's lanes, ..., sum of a7's lanes): three rounds of pairwise adds of interleaved lanes
+ * (8 separate lane-by-lane sums cost twice the products they finish at D = 32) */
+#if defined(__clang__) || (defined(__GNUC__) && __GNUC__ >= 12)
+#define SHUF(x, y, ...) __builtin_shufflevector(x, y, __VA_ARGS__)
+static inline v8f sum_lanes8(v8f a0, v8f a1, v8f a2, v8f a3, v8f a4, v8f a5, v8f a6, v8f a7) {
+    v8f b01 = SHUF(a0, a1, 0, 8, 2, 10, 4, 12, 6, 14) + SHUF(a0, a1, 1, 9, 3, 11, 5, 13, 7, 15);
+    v8f b23 = SHUF(a2, a3, 0, 8, 2, 10, 4, 12, 6, 14) + SHUF(a2, a3, 1, 9, 3, 11, 5, 13, 7, 15);
+    v8f b45 = SHUF(a4, a5, 0, 8, 2, 10, 4, 12, 6, 14) + SHUF(a4, a5, 1, 9, 3, 11, 5, 13, 7, 15);
+    v8f b67 = SHUF(a6, a7, 0, 8, 2, 10, 4, 12, 6, 14) + SHUF(a6, a7, 1, 9, 3, 11, 5, 13, 7, 15);
+    /* lanes: (x0 of 0-3, x1 of 0-3, x2 of 0-3, x3 of 0-3, the same of lanes 4-7) */
+    v8f c0 = SHUF(b01, b23, 0, 1, 8, 9, 4, 5, 12, 13) + SHUF(b01, b23, 2, 3, 10, 11, 6, 7, 14, 15);
+    v8f c1 = SHUF(b45, b67, 0, 1, 8, 9, 4, 5, 12, 13) + SHUF(b45, b67, 2, 3, 10, 11, 6, 7, 14, 15);
+    return SHUF(c0, c1, 0, 1, 2, 3, 8, 9, 10, 11) + SHUF(c0, c1, 4, 5, 6, 7, 12, 13, 14, 15);
+}
+#else
+static inline float sum8(v8f a) { float z = 0.0f; for (int l = 0; l < 8; l++) z += a[l]; return z; }
+static inline v8f sum_lanes8(v8f a0, v8f a1, v8f a2, v8f a3, v8f a4, v8f a5, v8f a6, v8f a7) {
+    return (v8f){sum8(a0), sum8(a1), sum8(a2), sum8(a3), sum8(a4), sum8(a5), sum8(a6), sum8(a7)};
+}
+#endif
+
+/* scores (m, n) = scale * Q (m, D) K^T (n, D), rows of Q and K `ldq` / `ldk` floats apart: per row,
+ * eight keys at a time, each a sum over D in 8 lanes (eight independent chains of adds), then
+ * `sum_lanes8`. Keys past n in the last group re-read key n - 1 and are not stored. */
+static void scores_loop(int m, int n, int d, float scale, const float *q, int ldq, const float *k, int ldk, float *s) {
+    const int d8 = d & ~7;
+    for (int j = 0; j < n; j += 8) {   /* the group's keys stay in L1 while every row reads them */
+        const float *kp[8];
+        for (int l = 0; l < 8; l++) kp[l] = k + (int64_t)(j + l < n ? j + l : n - 1) * ldk;
+        for (int r = 0; r < m; r++) {
+            const float *qr = q + (int64_t)r * ldq;
+            v8f a0 = splat(0.0f), a1 = a0, a2 = a0, a3 = a0, a4 = a0, a5 = a0, a6 = a0, a7 = a0;
+            for (int c = 0; c < d8; c += 8) {
+                const v8f x = *(const v8fu *)(qr + c);
+                a0 += x * *(const v8fu *)(kp[0] + c);
+                a1 += x * *(const v8fu *)(kp[1] + c);
+                a2 += x * *(const v8fu *)(kp[2] + c);
+                a3 += x * *(const v8fu *)(kp[3] + c);
+                a4 += x * *(const v8fu *)(kp[4] + c);
+                a5 += x * *(const v8fu *)(kp[5] + c);
+                a6 += x * *(const v8fu *)(kp[6] + c);
+                a7 += x * *(const v8fu *)(kp[7] + c);
+            }
+            v8f t = sum_lanes8(a0, a1, a2, a3, a4, a5, a6, a7);
+            for (int c = d8; c < d; c++)
+                for (int l = 0; l < 8; l++) t[l] += qr[c] * kp[l][c];
+            t *= splat(scale);
+            float *sr = s + (int64_t)r * n + j;
+            if (j + 8 <= n) *(v8fu *)sr = t;
+            else for (int l = 0; j + l < n; l++) sr[l] = t[l];
+        }
+    }
+}
+
+/* out (m, D) rows `ldo` apart = P (m, n) V (n, D), rows of V `ldv` floats apart: per row, 32 columns
+ * of D at a time held in four vector sums over the keys */
+static void output_loop(int m, int n, int d, const float *p, const float *v, int ldv, float *out, int ldo) {
+    for (int r = 0; r < m; r++) {
+        const float *pr = p + (int64_t)r * n;
+        float *o = out + (int64_t)r * ldo;
+        int c = 0;
+        for (; c + 32 <= d; c += 32) {
+            v8f a0 = splat(0.0f), a1 = a0, a2 = a0, a3 = a0;
+            const float *vj = v + c;
+            int j = 0;
+            for (; j + 2 <= n; j += 2, vj += 2 * (int64_t)ldv) {   /* two keys a turn: half the loop's overhead */
+                const v8f w = splat(pr[j]), w1 = splat(pr[j + 1]);
+                const float *vk = vj + ldv;
+                a0 += w * *(const v8fu *)(vj) + w1 * *(const v8fu *)(vk);
+                a1 += w * *(const v8fu *)(vj + 8) + w1 * *(const v8fu *)(vk + 8);
+                a2 += w * *(const v8fu *)(vj + 16) + w1 * *(const v8fu *)(vk + 16);
+                a3 += w * *(const v8fu *)(vj + 24) + w1 * *(const v8fu *)(vk + 24);
+            }
+            if (j < n) {
+                const v8f w = splat(pr[j]);
+                a0 += w * *(const v8fu *)(vj);
+                a1 += w * *(const v8fu *)(vj + 8);
+                a2 += w * *(const v8fu *)(vj + 16);
+                a3 += w * *(const v8fu *)(vj + 24);
+            }
+            *(v8fu *)(o + c) = a0; *(v8fu *)(o + c + 8) = a1; *(v8fu *)(o + c + 16) = a2; *(v8fu *)(o + c + 24) = a3;
+        }
+        for (; c + 8 <= d; c += 8) {
+            v8f a = splat(0.0f);
+            for (int j = 0; j < n; j++)
+                a += splat(pr[j]) * *(const v8fu *)(v + (int64_t)j * ldv + c);
+            *(v8fu *)(o + c) = a;
+        }
+        for (; c < d; c++) {
+            float a = 0.0f;
+            for (int j = 0; j < n; j++) a += pr[j] * v[(int64_t)j * ldv + c];
+            o[c] = a;
+        }
+    }
+}
+
+/* ---- vectorised exp ------------------------------------------------------------------------ */
 
 /* exp(x) for x <= 0 (scores minus their row max): 2^n * p(r), r = x - n ln2 in [-ln2/2, ln2/2],
  * p the degree-7 Taylor polynomial (relative error < 1e-7 there); 0 below -87.3 (and for -inf or
@@ -116,6 +193,13 @@ static inline float exp1(float x) {
     return v[0];
 }
 
+/* The last n % 8 entries of s as a vector, the lanes past n set to `fill` */
+static inline v8f tail8(const float *s, int n, float fill) {
+    v8f t = splat(fill);
+    for (int l = 0; l < n; l++) t[l] = s[l];
+    return t;
+}
+
 /* e[j] = exp(s[j] - m) over [0, n), in place; returns the sum */
 static float exp_sum(float *s, int n, float m) {
     v8f acc = splat(0.0f), mm = splat(m);
@@ -125,9 +209,13 @@ static float exp_sum(float *s, int n, float m) {
         *(v8fu *)(s + j) = e;
         acc += e;
     }
+    if (j < n) {   /* one more vector, not n % 8 single exps: its lanes past n are exp(-inf) = 0 */
+        v8f e = exp8(tail8(s + j, n - j, -INFINITY) - mm);
+        for (int l = 0; j + l < n; l++) s[j + l] = e[l];
+        acc += e;
+    }
     float z = 0.0f;
     for (int l = 0; l < 8; l++) z += acc[l];
-    for (; j < n; j++) { s[j] = exp1(s[j] - m); z += s[j]; }
     return z;
 }
 
@@ -138,9 +226,12 @@ static float row_max(const float *s, int n) {
         v8f x = *(const v8fu *)(s + j);
         acc = select8(x > acc, x, acc);
     }
+    if (j < n) {
+        v8f x = tail8(s + j, n - j, -INFINITY);
+        acc = select8(x > acc, x, acc);
+    }
     float m = -INFINITY;
     for (int l = 0; l < 8; l++) m = acc[l] > m ? acc[l] : m;
-    for (; j < n; j++) m = s[j] > m ? s[j] : m;
     return m;
 }
 
@@ -245,8 +336,8 @@ static void run_head(const sl_args *a, const span *sp, int bi, int hi_, float *b
                 const uint8_t *mr = mask + (int64_t)r * s_k + k0;
                 for (int j = lo; j < hi; j++) s[j] = mr[j] ? s[j] : -INFINITY;
             }
-            memset(s, 0, sizeof(float) * lo);
-            memset(s + hi, 0, sizeof(float) * (n - hi));
+            if (lo > 0) memset(s, 0, sizeof(float) * lo);
+            if (hi < n) memset(s + hi, 0, sizeof(float) * (n - hi));
             float mx = row_max(s + lo, hi - lo);
             if (a->sinks && sink > mx) mx = sink;
             /* the blocked keys of this row, and the max over what blocking leaves */
@@ -325,7 +416,9 @@ static void *worker(void *arg) {
     const sl_args *a = p->a;
     const int switch_blas = a->blas_threads && !a->small;
     int old = switch_blas ? a->blas_threads(1) : 0;   /* parallel here, not inside BLAS */
-    float *buf = malloc(sizeof(float) * ((size_t)a->tile * a->s_k + a->s_k));
+    /* scores (tile rows, S_k) and one row's copy (S_k): a decoding step's one row needs one row's scores */
+    const size_t n_buf = (size_t)(a->tile < a->s_q ? a->tile : a->s_q) * a->s_k;
+    float *buf = malloc(sizeof(float) * (n_buf + a->s_k));
     if (buf) {
         for (;;) {
             pthread_mutex_lock(&p->lock);
@@ -333,7 +426,7 @@ static void *worker(void *arg) {
             pthread_mutex_unlock(&p->lock);
             if (job >= a->b * a->h) break;
             int bi = job / a->h, hd = job % a->h;
-            run_head(a, p->spans + (int64_t)bi * a->s_q, bi, hd, buf, buf + (size_t)a->tile * a->s_k);
+            run_head(a, p->spans + (int64_t)bi * a->s_q, bi, hd, buf, buf + n_buf);
         }
         free(buf);
     }
