@@ -19,20 +19,22 @@ generation (`summary()`, as the eval does); *block* = a hook that blocks each he
 largest unblocked received attention by one torch `argmax`, with none of the rule, the scope or the
 record: what blocking costs the capture pass itself, the least any masking hook on this path pays.
 
-- time: process CPU seconds (one torch thread: the work of this process, less sensitive to
-  other jobs than wall time); every mode of a model runs once per round, back to back, in an
-  order that rotates between rounds, `--repeats` rounds; the table gives the median ms per step,
-  and per mode the median of the rounds' own ratios to plain with their quartiles (a round's
-  ratio compares times taken under one load; the host's load moves between rounds); the best
-  times follow the table.
-- trace bytes per step: size of the written trace / steps.
+- time: process CPU seconds per step (one torch thread: the work of this process, less sensitive to
+  other jobs than wall time). A round is one generation in every mode of a model, back to back, in
+  an order that rotates between rounds (the twins take their 8 prompts in turn); the table gives
+  the median ms per step of plain and, per mode, the median of the rounds' own ratios to plain with
+  its standard error (bootstrap over the rounds). A round's ratio compares times taken under one
+  load: rounds of one generation (0.1-0.2 s a mode on a twin) give the host's load little time to
+  move within one, and many of them (`--repeats`, default 96) make the median's error about ±0.01,
+  where rounds of whole 8-prompt runs left ±0.08. The best times follow the table.
+- trace bytes per step: size of the written trace / steps (the mean over the rounds).
 - peak memory: each mode once more in a fresh subprocess, after one warm-up generation in
   the same mode: peak RSS (VmHWM) during the generation minus the RSS right before it (CPU has
   no allocator counters; the model's weights are not included). Measured twice: with glibc's
   default malloc (whose dynamic mmap threshold lets RSS grow with allocation patterns) and with
   a fixed mmap threshold, which shows the memory actually alive.
 
-    python benchmarks/bench_trace.py [--repeats 5] [--threads 1] [--no-peaks]
+    python benchmarks/bench_trace.py [--repeats 96] [--large-repeats 5] [--threads 1] [--no-peaks] [--models ...]
     python benchmarks/bench_trace.py --calls    # Python calls per step of the twins (cProfile)
 """
 from __future__ import annotations
@@ -42,6 +44,7 @@ import cProfile
 import json
 import os
 import pstats
+import random
 import statistics
 import subprocess
 import sys
@@ -129,13 +132,16 @@ class BlockTop1:
         self.top = event.attention.received_unblocked.argmax(-1)
 
 
-def run(case: Case, mode: str, out_dir: str, one_group: bool = False) -> tuple[float, int]:
-    """One generation per prompt of the case; returns (process CPU seconds, trace bytes). one_group: the
-    trace writer holds a generation's steps for one write whatever the time they take (`--calls`: a
-    profiler slows the steps past the writer's one-second flush, which would add groups)."""
+def run(case: Case, mode: str, out_dir: str, one_group: bool = False, prompts: list[int] | None = None
+        ) -> tuple[float, int, int]:
+    """One generation per prompt of the case (`prompts`: these indices only); returns (process CPU
+    seconds, trace bytes, steps). one_group: the trace writer holds a generation's steps for one write
+    whatever the time they take (`--calls`: a profiler slows the steps past the writer's one-second
+    flush, which would add groups)."""
     m = case.model
     seconds, nbytes, steps = 0.0, 0, 0
-    for i, ids in enumerate(case.prompts):
+    for i in range(len(case.prompts)) if prompts is None else prompts:
+        ids = case.prompts[i]
         path = os.path.join(out_dir, f"{case.name}-{mode}-{i}.arrow") if mode == "trace" else None
         hook = SinkMaskingPolicy(MaskingConfig(mask_k=1), num_layers=m.num_layers, is_diffusion=m.is_diffusion,
                                  model=m) if mode == "mask" else Discard() if mode == "capture" \
@@ -153,9 +159,10 @@ def run(case: Case, mode: str, out_dir: str, one_group: bool = False) -> tuple[f
             nbytes += os.path.getsize(path)
             # a user writes a new file: overwriting one costs this file system 2-4 ms for the truncate
             os.remove(path)
-    if case.steps.setdefault(mode, steps) != steps:
-        raise RuntimeError(f"{case.name} {mode}: {steps} steps, {case.steps[mode]} in an earlier round")
-    return seconds, nbytes
+    key = mode if prompts is None else (mode, tuple(prompts))
+    if case.steps.setdefault(key, steps) != steps:
+        raise RuntimeError(f"{case.name} {mode}: {steps} steps, {case.steps[key]} in an earlier round")
+    return seconds, nbytes, steps
 
 
 def vm_kb(field: str) -> int:
@@ -201,19 +208,22 @@ def calls_per_step(threads: int) -> None:
                   f"+{calls['trace'] - calls['plain']:.0f} | +{calls['mask'] - calls['plain']:.0f} |")
 
 
-def paired(mode: list[float], plain: list[float]) -> str:
-    """The median of the rounds' own ratios (each round ran the modes back to back), with their
-    quartiles: "1.100x (1.05-1.16)". A round's ratio compares times taken under one load."""
-    r = sorted(m / p for m, p in zip(mode, plain))
+def paired(mode: list[float], plain: list[float], resamples: int = 2000) -> str:
+    """The median of the rounds' own ratios (each round ran the modes back to back on one generation),
+    with its standard error (bootstrap over the rounds, seeded): "1.100x ± 0.012". A round's ratio
+    compares times taken under one load."""
+    r = [m / p for m, p in zip(mode, plain)]
     if len(r) < 4:
         return f"{statistics.median(r):.3f}x"
-    q1, _, q3 = statistics.quantiles(r, n=4)
-    return f"{statistics.median(r):.3f}x ({q1:.2f}-{q3:.2f})"
+    rng = random.Random(0)
+    se = statistics.stdev(statistics.median(rng.choices(r, k=len(r))) for _ in range(resamples))
+    return f"{statistics.median(r):.3f}x ± {se:.3f}"
 
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--repeats", type=int, default=3)
+    ap.add_argument("--repeats", type=int, default=96, help="rounds on each twin (a round: one generation per mode)")
+    ap.add_argument("--large-repeats", type=int, default=5, help=f"rounds on {LARGE}")
     ap.add_argument("--threads", type=int, default=1)
     ap.add_argument("--no-peaks", dest="peaks", action="store_false", help="skip the peak-memory subprocesses")
     ap.add_argument("--_peak", nargs=2, metavar=("FOLDER", "MODE"), help=argparse.SUPPRESS)
@@ -236,17 +246,24 @@ def main() -> None:
         cases = [large_case(folder) if n == LARGE else twin_case(n) for n in names]
         for case in cases:
             for mode in MODES:
-                run(case, mode, tmp)  # warm-up
-        times = {(c.name, m): [] for c in cases for m in MODES}
-        size = {}
-        for r in range(args.repeats):
+                run(case, mode, tmp, prompts=[0])  # warm-up
+        rounds = {c.name: args.large_repeats if c.name == LARGE else args.repeats for c in cases}
+        per_step = {(c.name, m): [] for c in cases for m in MODES}  # CPU seconds per step, one entry per round
+        steps, size = {}, {}
+        for r in range(max(rounds.values())):
             for case in cases:
-                # the modes of a round run back to back, in an order that rotates from round to round, so a
-                # round's ratios compare times taken under the same load (the paired ratios below)
+                if r >= rounds[case.name]:
+                    continue
+                # a round: one generation (the twins' prompts in turn) in every mode, back to back, in an
+                # order that rotates from round to round, so that a round's ratios compare times taken
+                # under one load; rounds this short (0.1-0.2 s a mode on a twin) leave the host's load
+                # little time to move within one
+                which = [r % len(case.prompts)]
                 for mode in MODES[r % len(MODES):] + MODES[:r % len(MODES)]:
-                    seconds, nbytes = run(case, mode, tmp)
-                    times[case.name, mode].append(seconds)
-                    size[case.name] = nbytes or size.get(case.name, 0)
+                    seconds, nbytes, n = run(case, mode, tmp, prompts=which)
+                    per_step[case.name, mode].append(seconds / n)
+                    steps.setdefault(case.name, set()).add(n)
+                    size[case.name] = size.get(case.name, 0) + nbytes / n
         peaks = {}  # (mode, malloc setting) -> MB, the large model
         for mode in ("plain", "trace") if args.peaks else ():
             for label, env in MALLOC.items():
@@ -254,29 +271,27 @@ def main() -> None:
                                      capture_output=True, text=True, check=True, env={**os.environ, **env})
                 peaks[mode, label] = json.loads(res.stdout.strip().splitlines()[-1])["peak_mb"]
 
-    med = {k: statistics.median(v) for k, v in times.items()}
-    print(f"{LARGE}: LLaDA-format random DLM, {param_count(CFG) / 1e6:.1f}M parameters "
-          f"({CFG.n_layers} layers x {CFG.n_heads} heads, d {CFG.d_model}, vocab {CFG.vocab_size}); "
-          f"prompt {PROMPT} + gen {GEN} (S = {PROMPT + GEN}), block {BLOCK}, {STEPS} steps, batch 1. "
-          f"Twins: held-out problems 0-7, their own sampler settings. {args.threads} thread(s), {args.repeats} "
-          f"rounds, process CPU time; load average before / after: {load[0]:.2f} / {os.getloadavg()[0]:.2f}\n")
-    print("| model | steps / run | plain ms/step | capture ms/step | trace ms/step | mask ms/step | block ms/step | "
-          "capture / plain | trace / plain | mask / plain | block / plain | trace bytes / step |")
-    print("|---|---|---|---|---|---|---|---|---|---|---|---|")
+    large = (f"{LARGE}: LLaDA-format random DLM, {param_count(CFG) / 1e6:.1f}M parameters "
+             f"({CFG.n_layers} layers x {CFG.n_heads} heads, d {CFG.d_model}, vocab {CFG.vocab_size}); "
+             f"prompt {PROMPT} + gen {GEN} (S = {PROMPT + GEN}), block {BLOCK}, {STEPS} steps, batch 1. ")
+    print((large if LARGE in rounds else "") + f"Twins: held-out problems 0-{TWIN_PROMPTS - 1} in turn, their own sampler settings. {args.threads} "
+          f"thread(s); rounds: " + ", ".join(f"{c.name} {rounds[c.name]}" for c in cases)
+          + f"; process CPU time; load average before / after: {load[0]:.2f} / {os.getloadavg()[0]:.2f}\n")
+    print("| model | steps / generation | plain ms/step | capture / plain | trace / plain | mask / plain | "
+          "block / plain | trace bytes / step |")
+    print("|---|---|---|---|---|---|---|---|")
     for case in cases:
-        if len(set(case.steps.values())) != 1:  # ratios of whole runs compare like with like only then
-            raise RuntimeError(f"{case.name}: the modes ran different numbers of steps {case.steps}")
-        steps = case.steps["plain"]
-        ms = {m: 1e3 * med[case.name, m] / steps for m in MODES}
-        ratio = {m: paired(times[case.name, m], times[case.name, "plain"]) for m in MODES}
-        print(f"| {case.name} | {steps} | {ms['plain']:.2f} | {ms['capture']:.2f} | {ms['trace']:.2f} | "
-              f"{ms['mask']:.2f} | {ms['block']:.2f} | {ratio['capture']} | {ratio['trace']} | "
-              f"{ratio['mask']} | {ratio['block']} | {size[case.name] / steps / 1e3:.1f} kB |")
+        name = case.name
+        ratio = {m: paired(per_step[name, m], per_step[name, "plain"]) for m in MODES}
+        print(f"| {name} | {'/'.join(str(n) for n in sorted(steps[name]))} | "
+              f"{1e3 * statistics.median(per_step[name, 'plain']):.2f} | {ratio['capture']} | {ratio['trace']} | "
+              f"{ratio['mask']} | {ratio['block']} | {size[name] / rounds[name] / 1e3:.1f} kB |")
     if peaks:
         print(f"\n{LARGE}, peak RSS growth of one generation (MB): "
               + ", ".join(f"{mode} {peaks[mode, 'default']:.1f} (default malloc) / {peaks[mode, 'fixed']:.1f} "
                           f"(MALLOC_MMAP_THRESHOLD_=128 KiB)" for mode in ("plain", "trace")))
-    print("\nbest (s): " + ", ".join(f"{c.name} {m} {min(times[c.name, m]):.3f}" for c in cases for m in MODES))
+    print("\nbest ms/step: " + ", ".join(f"{c.name} {m} {1e3 * min(per_step[c.name, m]):.2f}" for c in cases
+                                       for m in MODES))
 
 
 if __name__ == "__main__":

@@ -211,6 +211,31 @@ def test_compiled_products_equal_the_exact_route_for_any_head_size(products, cas
     assert (out - ref_out).abs().max() <= 2e-5
 
 
+def test_the_packed_arguments_lie_where_the_kernel_reads_them():
+    """A layer writes the kernel's `sl_args` with one struct format: each field at its ctypes offset
+    (`_Args` mirrors onepass.c field for field), each value read back through the ctypes field."""
+    import ctypes
+    import struct
+
+    from sinklens.attention.routes.compiled import _CODES, _PACK, _Args
+
+    codes, values = [], []
+    for i, (name, t) in enumerate(_Args._fields_):
+        code = f"{t._length_}{_CODES[t._type_]}" if issubclass(t, ctypes.Array) else _CODES[t]
+        prefix = "@" + "".join(codes)
+        assert struct.calcsize(prefix + code) - struct.calcsize("@" + code) == getattr(_Args, name).offset, name
+        codes.append(code)
+        n = t._length_ if issubclass(t, ctypes.Array) else 1
+        values += [float(i) + 0.5 if t is ctypes.c_float else 1000 * i + j + 1 for j in range(n)]
+    args = _Args()
+    _PACK.pack_into(args, 0, *values)
+    read = []
+    for name, t in _Args._fields_:
+        x = getattr(args, name)
+        read += list(x) if issubclass(t, ctypes.Array) else [x]
+    assert read == values
+
+
 def test_choose_route_by_declarations():
     """auto: the compiled kernel first on a float32 CPU (where it builds), the lse route (output = sdpa's
     bits) in bfloat16; a request for full maps never goes to a route that cannot keep them."""

@@ -75,17 +75,18 @@ def _all_rows_count(req) -> bool:
     return req.query_mask is None or bool(req.query_mask.all())
 
 
-def row_weights(req, device) -> tuple[torch.Tensor | None, torch.Tensor | None]:
+def row_weights(req, device, groups: bool = True) -> tuple[torch.Tensor | None, torch.Tensor | None]:
     """(weight (B, S_q) float, group_of (B, S_q, G) float) of the request's query rows, or None each.
 
     The same for every layer of a forward, so made once per request and device (on a tiny model
-    remaking them was a tenth of a layer's capture time); remade when the masks change."""
+    remaking them was a tenth of a layer's capture time); remade when the masks change.
+    groups=False: group_of may be None (not made): the compiled kernel reads the group ids themselves."""
     out = _cached(req, "_row_weights", device)
-    if out is not None:
+    if out is not None and (out[1] is not None or not groups or req.query_groups is None):
         return out
     weight = None if _all_rows_count(req) else req.query_mask.to(device).float()
     group_of = None
-    if req.query_groups is not None:
+    if groups and req.query_groups is not None:
         # id -1 (no group) -> an all-zero row: shift by one, drop column 0
         ids = (req.query_groups.to(device) + 1).clamp(min=0)
         group_of = torch.nn.functional.one_hot(ids, req.num_groups + 1)[..., 1:].float()  # (B, S_q, G)
@@ -224,14 +225,16 @@ class LayerSums:
 
     @classmethod
     def for_request(cls, req, layer: int, b: int, h: int, s_q: int, s_k: int, unblocked: bool, device,
-                    learned_sink: bool = False):
+                    learned_sink: bool = False, group_of: bool = True):
+        """The layer's buffers for what `req` asks; group_of=False: no one-hot membership (a route that
+        reads the group ids itself)."""
         f32 = dict(dtype=torch.float32, device=device)   # torch.zeros(..., **f32): no helper call per buffer
-        weight, group_of = row_weights(req, device)
+        weight, group_of = row_weights(req, device, group_of)
         return cls(
             received=torch.zeros(b, h, s_k, **f32) if req.capture else None,
             learned_sink=torch.zeros(b, h, **f32) if req.capture and learned_sink else None,
             unblocked=torch.zeros(b, h, s_k, **f32) if unblocked else None,
-            groups=torch.zeros(b, req.num_groups, h, s_k, **f32) if group_of is not None else None,
+            groups=torch.zeros(b, req.num_groups, h, s_k, **f32) if req.query_groups is not None else None,
             weight=weight,
             group_of=group_of,
             maps={hd: torch.zeros(b, s_q, s_k, **f32) for (ly, hd) in req.map_slices if ly == layer}

@@ -67,10 +67,11 @@ def build_request(
     return req
 
 
-def masked_unmasked_groups(is_masked: torch.Tensor, real: torch.Tensor) -> torch.Tensor:
-    """(B, S) long query group per position: 0 masked, 1 unmasked, -1 padding."""
+def masked_unmasked_groups(is_masked: torch.Tensor, real: torch.Tensor | None = None) -> torch.Tensor:
+    """(B, S) long query group per position: 0 masked, 1 unmasked, -1 padding (`real` False; None:
+    every position is real)."""
     groups = torch.where(is_masked, 0, 1)
-    return torch.where(real, groups, torch.full_like(groups, -1))
+    return groups if real is None else torch.where(real, groups, -1)
 
 
 def take_rows(req: AttentionRequest | None, rows: int) -> AttentionRequest | None:

@@ -85,8 +85,7 @@ class Steps:
         rows, for the masked / unmasked split (None: no split); capture=False: the instructions only."""
         groups = None
         if self.split and queries_masked is not None:
-            rows = torch.ones_like(queries_masked) if queries is None else queries
-            groups = masked_unmasked_groups(queries_masked, rows)
+            groups = masked_unmasked_groups(queries_masked, queries)
         self._req = build_request(req, self.capture if capture else None, self.index, queries, groups)
         return self._req
 
@@ -142,16 +141,16 @@ def commit_probabilities(logits: torch.Tensor, revealed: torch.Tensor, chosen: t
     """(B, S) float32: at each revealed position the probability softmax(logits) gives the token the
     step committed there (`chosen`, (B, >= S) ids), NaN elsewhere; None when the step commits nothing.
     logits (B, S_q, V): row r is position `query_positions[b][0] + r` (contiguous rows), else r."""
-    B, S = revealed.shape
-    if not bool(revealed.any()):
-        return None
-    out = torch.full((B, S), float("nan"), dtype=torch.float32, device=revealed.device)
     rows, positions = revealed.nonzero(as_tuple=True)  # only the committed rows: N x V, not S x V
-    first = torch.zeros(B, dtype=torch.long, device=revealed.device)
+    if rows.numel() == 0:   # (the nonzero's size: no separate test of `revealed`, each op counts on a tiny model)
+        return None
+    at = positions
     if query_positions is not None:
         first = torch.tensor([int(q[0]) if len(q) else 0 for q in query_positions], device=revealed.device)
-    picked = logits[rows, positions - first[rows]].float()  # (N, V)
+        at = positions - first[rows]
+    picked = logits[rows, at].float()  # (N, V)
     token = chosen[rows, positions].long()
+    out = torch.full(revealed.shape, float("nan"), dtype=torch.float32, device=revealed.device)
     out[rows, positions] = picked.log_softmax(-1).gather(-1, token[:, None]).squeeze(-1).exp()
     return out
 

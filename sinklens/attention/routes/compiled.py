@@ -12,6 +12,7 @@ output is rounded back). CPU only; built on first use (build.py), else unavailab
 from __future__ import annotations
 
 import ctypes
+import struct
 
 import torch
 
@@ -54,6 +55,19 @@ class _Args(ctypes.Structure):
                 ("tile", _I), ("threads", _I), ("sgemm", _P), ("blas_threads", _P), ("small", _I)]
 
 
+# The same layout as one struct format (native alignment, as the C compiler lays sl_args out): a layer
+# writes every field with one `pack_into` (a ctypes attribute per field cost a tiny twin's layer ~15 µs
+# inside a generation, where every Python object touched is a cache miss)
+_CODES = {_I: "i", _F: "f", _P: "P", _L: "q"}
+_PACK = struct.Struct("@" + "".join(f"{t._length_}{_CODES[t._type_]}" if issubclass(t, ctypes.Array) else _CODES[t]
+                                    for _, t in _Args._fields_))
+
+
+def _ptr(t: torch.Tensor | None) -> int:
+    """A buffer's address; 0 (NULL to the kernel) for one not asked for."""
+    return 0 if t is None else t.data_ptr()
+
+
 def _rows(t: torch.Tensor) -> tuple[torch.Tensor, tuple[int, int, int]]:
     """t (B, heads, S, D) as float32 with unit stride along D, and its (batch, head, row) strides."""
     t = t if t.dtype == torch.float32 else t.float()
@@ -64,22 +78,21 @@ def _rows(t: torch.Tensor) -> tuple[torch.Tensor, tuple[int, int, int]]:
     return t, stride[:3]
 
 
-def _shared(req, s_k: int) -> _Args:
-    """The kernel's arguments with what every layer of a forward passes alike filled in (query groups as
-    int64, tile rows, threads, sgemm, the BLAS' thread setter), made at a forward's first layer and
-    kept on the request, which lives one forward (remade where the groups were replaced or edited, or
-    the key count differs). Each layer fills in the rest of the same `_Args`: a new one per layer, built
-    from keyword arguments, cost a tiny twin's layer more than the kernel's arithmetic."""
+def _shared(req, s_k: int) -> tuple:
+    """What every layer of a forward passes the kernel alike (query groups as int64, tile rows, threads,
+    sgemm, the BLAS' thread setter, the `_Args` buffer the layers write), made at a forward's first layer
+    and kept on the request, which lives one forward (remade where the groups were replaced or edited,
+    or the key count differs)."""
     groups = req.query_groups
     version = None if groups is None else groups._version
     shared = req._scratch.get("compiled")
     if shared is None or shared[0] != s_k or shared[1] is not groups or shared[2] != version:
         as_long = None if groups is None else groups.to(torch.int64).contiguous()
         sgemm, blas_threads = build.blas()
-        args = _Args(tile=tile_rows(s_k), threads=torch.get_num_threads(), sgemm=sgemm, blas_threads=blas_threads,
-                     groups=None if as_long is None else as_long.data_ptr())
-        shared = req._scratch["compiled"] = (s_k, groups, version, as_long, args)   # as_long: kept alive for C
-    return shared[4]
+        shared = req._scratch["compiled"] = (s_k, groups, version, as_long, _Args(), tile_rows(s_k),
+                                             torch.get_num_threads(), sgemm or 0, blas_threads or 0,
+                                             0 if as_long is None else as_long.data_ptr())  # as_long: kept alive for C
+    return shared
 
 
 class Compiled(Route):
@@ -109,31 +122,21 @@ class Compiled(Route):
             allowed = None
         blocked = None if call.blocked is None else call.blocked.contiguous()
         sinks = None if call.mods.sinks is None else call.mods.sinks.float().contiguous()
-        args = _shared(req, s_k)
+        _, _, _, _, args, tile, threads, sgemm, blas_threads, groups = _shared(req, s_k)
         sums = LayerSums.for_request(req, call.module.layer_idx, b, h, s_q, s_k, call.blocking, query.device,
-                                     sinks is not None)
+                                     sinks is not None, group_of=False)
         out = torch.empty(b, s_q, h, d, dtype=torch.float32)
-        # every field a layer sets, set here at every layer (the struct is the forward's, reused); a buffer
-        # not asked for is None, NULL to the kernel (inline tests: a helper call per buffer counts here)
-        args.b, args.h, args.h_kv, args.s_q, args.s_k, args.d = b, h, h_kv, s_q, s_k, d
-        args.scale, args.softcap = call.scaling, call.mods.softcap or 0.0
-        args.q_strides[:], args.kv_strides[:], args.v_strides[:] = qs, ks, vs
-        args.q, args.k, args.v, args.out = q.data_ptr(), k.data_ptr(), v.data_ptr(), out.data_ptr()
-        args.causal, args.allowed = int(causal), None if allowed is None else allowed.data_ptr()
-        args.allowed_bstride = 0 if allowed is None or allowed.shape[0] == 1 else s_q * s_k
-        args.blocked = None if blocked is None else blocked.data_ptr()
-        args.keep_self, args.num_groups = int(req.keep_self), req.num_groups
-        args.sinks = None if sinks is None else sinks.data_ptr()
-        args.row_w = None if sums.weight is None else sums.weight.data_ptr()
-        args.received = None if sums.received is None else sums.received.data_ptr()
-        args.unblocked = None if sums.unblocked is None else sums.unblocked.data_ptr()
-        args.group_sums = None if sums.groups is None else sums.groups.data_ptr()
-        args.sink_sums = None if sums.learned_sink is None else sums.learned_sink.data_ptr()
-        if sums.distance is None:
-            args.diagonal, args.distance = None if sums.diagonal is None else sums.diagonal.data_ptr(), None
-        else:   # the diagonal is the distance profile's bin 0
-            args.diagonal, args.distance = None, sums.distance.sums.data_ptr()
-        args.small = int(2 * min(args.tile, s_q) * s_k * d <= SMALL_WORK)
+        ptr = _ptr
+        distance = sums.distance
+        _PACK.pack_into(
+            args, 0, b, h, h_kv, s_q, s_k, d, call.scaling, call.mods.softcap or 0.0,
+            q.data_ptr(), k.data_ptr(), v.data_ptr(), out.data_ptr(), *qs, *ks, *vs,
+            int(causal), ptr(allowed), 0 if allowed is None or allowed.shape[0] == 1 else s_q * s_k,
+            ptr(blocked), int(req.keep_self), ptr(sinks), ptr(sums.weight), groups, req.num_groups,
+            ptr(sums.received), ptr(sums.unblocked), ptr(sums.groups), ptr(sums.learned_sink),
+            # with the distance profile on, the diagonal is its bin 0
+            ptr(sums.diagonal) if distance is None else 0, 0 if distance is None else distance.sums.data_ptr(),
+            tile, threads, sgemm, blas_threads, int(2 * min(tile, s_q) * s_k * d <= SMALL_WORK))
         if lib.sl_attention(ctypes.byref(args)) != 0:
             return None  # out of memory in C: the torch routes
         sums.store(req, call.module.layer_idx)
