@@ -248,3 +248,18 @@ def test_masking_alone_skips_the_query_split_and_changes_nothing_else(fixtures_d
     assert seen["reader"] == [True] * 8 and seen["lean"] == [False] * 8
     assert all(torch.equal(runs["alone"][0], s) and runs["alone"][1] == summ for s, summ in runs.values())
     assert runs["alone"][1]["steps_masked"] == 7
+
+
+def test_a_steps_layout_gives_the_ranking_its_visibilities_and_a_new_layout_new_ones():
+    """rank_event reads a step's own layout (SDAR's blocks); the policy keeps its visibilities per layout
+    object, and a different layout (another block size) is read anew, never served the last one's."""
+    from sinklens.trace.layout import TraceLayout
+
+    policy = SinkMaskingPolicy(MaskingConfig(mask_k=1), num_layers=L, is_diffusion=True)
+    own = TraceLayout(causal=False)
+    assert policy._layout_visibilities(own) is policy.visibilities   # the model's own: the policy's list
+    blocks4, blocks2 = TraceLayout(causal=False, attention_block=4), TraceLayout(causal=False, attention_block=2)
+    got4 = policy._layout_visibilities(blocks4)
+    assert got4 == blocks4.visibilities(L) and got4 != policy.visibilities
+    assert policy._layout_visibilities(blocks4) is got4
+    assert policy._layout_visibilities(blocks2) == blocks2.visibilities(L) != got4

@@ -82,6 +82,7 @@ class SinkMaskingPolicy:
         self.visibilities = layer_visibilities(num_layers, **facts)
         # the coverage cache's key for them, as plain values: hashed per step without a Python call per layer
         self._visibilities_key = tuple(astuple(v) for v in self.visibilities)
+        self._layout = None   # (the last step's TraceLayout, its visibilities): _layout_visibilities
         self.reset()
 
     def reset(self, seed: int | None = None) -> None:
@@ -232,8 +233,16 @@ class SinkMaskingPolicy:
         # the step's own layout when the sampler states it (SDAR: blocks of its block_length, the
         # active block's rows), so masking and the report see the same keys; else the model's facts
         layout = getattr(event, "layout", None)
-        visibilities = None if layout is None else layout.visibilities(self.num_layers)
+        visibilities = None if layout is None else self._layout_visibilities(layout)
         return self._rank(source, real, queries, None, visibilities)
+
+    def _layout_visibilities(self, layout) -> list:
+        """`layout.visibilities(num_layers)`, made once per layout object (a sampler hands the same one
+        at every step): the policy's own list where they agree, whose coverage key is made already."""
+        if self._layout is None or self._layout[0] is not layout:
+            vis = layout.visibilities(self.num_layers)
+            self._layout = (layout, self.visibilities if vis == self.visibilities else vis)
+        return self._layout[1]
 
     # --- what was masked ------------------------------------------------------------------
     def summary(self, categorize=None, top: int = 10) -> dict:
