@@ -45,13 +45,14 @@ import cProfile
 import dataclasses
 import os
 import pstats
-import statistics
 import time
 
 import torch
 from transformers import LlamaConfig, LlamaForCausalLM, Qwen3Config, Qwen3ForCausalLM
 
 import sinklens.attention as sa
+
+from paired import paired  # benchmarks/paired.py, beside this script
 
 
 def random_llama(layers: int, causal: bool) -> LlamaForCausalLM:
@@ -189,13 +190,6 @@ def machine() -> str:
             "load average (1, 5, 15 min) at start: %.2f %.2f %.2f" % os.getloadavg())
 
 
-def paired(mode: list[float], base: list[float]) -> str:
-    """The median of the rounds' own ratios (a round times every mode back to back, under one load),
-    with their range: "1.04x (1.01-1.09)"."""
-    r = sorted(m / b for m, b in zip(mode, base))
-    return f"{statistics.median(r):.2f}x" + (f" ({r[0]:.2f}-{r[-1]:.2f})" if len(r) > 1 else "")
-
-
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--models", nargs="+", default=["smollm2", "llama4", "bidir6"])
@@ -216,7 +210,7 @@ def main() -> None:
     READOUT_ROUTE[0] = args.readout_route
     print(machine())
     clock = time.process_time if args.clock == "cpu" else time.perf_counter
-    print(f"clock: {args.clock}, {args.threads} torch thread(s), {args.repeats} rounds (times: best; ratios: median of the rounds' (range))")
+    print(f"clock: {args.clock}, {args.threads} torch thread(s), {args.repeats} rounds (times: best; ratios: median of the rounds' ± its standard error (range))")
     torch.set_num_threads(args.threads)
     torch.set_grad_enabled(False)
     dtype = getattr(torch, args.dtype)

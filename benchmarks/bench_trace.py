@@ -44,7 +44,6 @@ import cProfile
 import json
 import os
 import pstats
-import random
 import statistics
 import subprocess
 import sys
@@ -60,6 +59,8 @@ from sinklens.masking.config import MaskingConfig
 from sinklens.masking.policy import SinkMaskingPolicy
 from sinklens.trace.writer import TraceWriter
 from sinklens.train.model import ModelConfig, build_model, param_count, save_llada_folder
+
+from paired import paired  # benchmarks/paired.py, beside this script
 
 CFG = ModelConfig(n_layers=6, d_model=512, n_heads=8, mlp_hidden=1376, vocab_size=8192, max_len=512)
 MASK_ID, EOS_ID, PAD_ID = 8191, 8190, 8189
@@ -206,18 +207,6 @@ def calls_per_step(threads: int) -> None:
                 calls[mode] = pstats.Stats(prof).total_calls / case.steps[mode]
             print(f"| {name} | {calls['plain']:.0f} | {calls['trace']:.0f} | {calls['mask']:.0f} | "
                   f"+{calls['trace'] - calls['plain']:.0f} | +{calls['mask'] - calls['plain']:.0f} |")
-
-
-def paired(mode: list[float], plain: list[float], resamples: int = 2000) -> str:
-    """The median of the rounds' own ratios (each round ran the modes back to back on one generation),
-    with its standard error (bootstrap over the rounds, seeded): "1.100x ± 0.012". A round's ratio
-    compares times taken under one load."""
-    r = [m / p for m, p in zip(mode, plain)]
-    if len(r) < 4:
-        return f"{statistics.median(r):.3f}x"
-    rng = random.Random(0)
-    se = statistics.stdev(statistics.median(rng.choices(r, k=len(r))) for _ in range(resamples))
-    return f"{statistics.median(r):.3f}x ± {se:.3f}"
 
 
 def main() -> None:

@@ -49,3 +49,23 @@ def test_the_converted_copy_is_the_conversion(tmp_path, monkeypatch, damage):
     assert second.tokenizer.decode(second.apply_chat_template(text)) == first.tokenizer.decode(first.apply_chat_template(text))
     ids = torch.tensor([first.apply_chat_template(text)])
     assert torch.equal(second.generate(ids, max_new_tokens=6).sequences, first.generate(ids, max_new_tokens=6).sequences)
+
+
+def test_a_files_hash_is_read_once_and_read_again_once_the_file_changes(tmp_path, monkeypatch):
+    """file_sha256 (the Gemma3 check and the GGUF copy's key) reads a file once per process while it stays
+    as it was; a rewritten file (another size, a new inode) is hashed anew."""
+    import hashlib
+
+    from sinklens import cache
+
+    f = tmp_path / "w.gguf"
+    f.write_bytes(b"a" * 1000)
+    assert cache.file_sha256(f) == hashlib.sha256(b"a" * 1000).hexdigest()
+    opened = []
+    real_open = open
+    monkeypatch.setattr("builtins.open", lambda *a, **k: opened.append(a[0]) or real_open(*a, **k))
+    assert cache.file_sha256(f) == hashlib.sha256(b"a" * 1000).hexdigest() and opened == []
+    monkeypatch.undo()
+    (tmp_path / "new").write_bytes(b"b" * 999)
+    (tmp_path / "new").replace(f)
+    assert cache.file_sha256(f) == hashlib.sha256(b"b" * 999).hexdigest()

@@ -11,7 +11,6 @@ cannot be read is made again.
 """
 from __future__ import annotations
 
-import hashlib
 import importlib.metadata
 import json
 import os
@@ -24,19 +23,15 @@ from pathlib import Path
 import torch
 
 from sinklens.attention import ATTENTION_NAME
-from sinklens.cache import cache_dir
+from sinklens.cache import cache_dir, file_sha256
 
 CONFIG_DICT = "sinklens-config.json"  # the config dict the conversion gave (what a trace records)
 
 
 def cache_key(path: Path, dtype: torch.dtype) -> str:
     """The converted copy's folder name: the file's content, the dtype, the converting versions."""
-    h = hashlib.sha256()
-    with open(path, "rb") as f:
-        for chunk in iter(lambda: f.read(1 << 22), b""):
-            h.update(chunk)
     versions = "-".join(importlib.metadata.version(p) for p in ("transformers", "gguf"))
-    return f"{h.hexdigest()[:24]}-{str(dtype).removeprefix('torch.')}-{versions}"
+    return f"{file_sha256(path)[:24]}-{str(dtype).removeprefix('torch.')}-{versions}"
 
 
 def load(folder: Path, gguf_file: str, dtype: torch.dtype):

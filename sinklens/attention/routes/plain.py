@@ -38,16 +38,17 @@ def plain(module, query, key, value, attention_mask, is_causal: bool, mods: Modi
     return out, None
 
 
-def blocked_mask(call: Call) -> tuple[torch.Tensor | None, bool, torch.Tensor | None]:
+def blocked_mask(call: Call, with_allowed: bool = True) -> tuple[torch.Tensor | None, bool, torch.Tensor | None]:
     """(mask for sdpa, is_causal, allowed after blocking): the blocked keys as a float additive mask
-    (eager: `plain` remakes its own from it), or the call's own mask where nothing is blocked."""
+    (eager: `plain` remakes its own from it), or the call's own mask where nothing is blocked.
+    with_allowed=False: `allowed` may be None where only the mask was to be made for it (the plain route)."""
     if call.blocked is None:
         return call.attention_mask, call.is_causal, call.allowed
     b, h, s_q, _ = call.query.shape
     s_k = call.key.shape[2]
     if call.allowed is None and not call.req.keep_self:  # every query sees every key: one mask row per head
         bias, _ = call.req.row_bias_for(call.module.layer_idx, call.query.dtype, s_k)  # (B, H, 1, S_k)
-        return bias, False, (bias == 0).expand(b, h, s_q, s_k)
+        return bias, False, (bias == 0).expand(b, h, s_q, s_k) if with_allowed else None
     allowed = apply_blocking(call.allowed, call.blocked, call.req.keep_self, s_q, s_k)
     return additive(allowed, call.query.dtype, sdpa=True), False, allowed
 
@@ -59,7 +60,7 @@ class Plain(Route):
     records = Records(blocking=True, keep_self=True, masks=True, learned_sinks=True, softcap=True)
 
     def run(self, call: Call) -> torch.Tensor:
-        mask, is_causal, _ = blocked_mask(call)
+        mask, is_causal, _ = blocked_mask(call, with_allowed=False)
         out, _ = plain(call.module, call.query, call.key, call.value, mask, is_causal, call.mods,
                        scaling=call.scaling, **call.kwargs)
         return out
