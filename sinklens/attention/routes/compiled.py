@@ -63,11 +63,6 @@ _PACK = struct.Struct("@" + "".join(f"{t._length_}{_CODES[t._type_]}" if issubcl
                                     for _, t in _Args._fields_))
 
 
-def _ptr(t: torch.Tensor | None) -> int:
-    """A buffer's address; 0 (NULL to the kernel) for one not asked for."""
-    return 0 if t is None else t.data_ptr()
-
-
 def _rows(t: torch.Tensor) -> tuple[torch.Tensor, tuple[int, int, int]]:
     """t (B, heads, S, D) as float32 with unit stride along D, and its (batch, head, row) strides."""
     t = t if t.dtype == torch.float32 else t.float()
@@ -126,16 +121,22 @@ class Compiled(Route):
         sums = LayerSums.for_request(req, call.module.layer_idx, b, h, s_q, s_k, call.blocking, query.device,
                                      sinks is not None, group_of=False)
         out = torch.empty(b, s_q, h, d, dtype=torch.float32)
-        ptr = _ptr
         distance = sums.distance
+        # a buffer not asked for is NULL to the kernel (inline tests: a helper call per pointer counts here)
         _PACK.pack_into(
             args, 0, b, h, h_kv, s_q, s_k, d, call.scaling, call.mods.softcap or 0.0,
             q.data_ptr(), k.data_ptr(), v.data_ptr(), out.data_ptr(), *qs, *ks, *vs,
-            int(causal), ptr(allowed), 0 if allowed is None or allowed.shape[0] == 1 else s_q * s_k,
-            ptr(blocked), int(req.keep_self), ptr(sinks), ptr(sums.weight), groups, req.num_groups,
-            ptr(sums.received), ptr(sums.unblocked), ptr(sums.groups), ptr(sums.learned_sink),
+            int(causal), 0 if allowed is None else allowed.data_ptr(),
+            0 if allowed is None or allowed.shape[0] == 1 else s_q * s_k,
+            0 if blocked is None else blocked.data_ptr(), int(req.keep_self), 0 if sinks is None else sinks.data_ptr(),
+            0 if sums.weight is None else sums.weight.data_ptr(), groups, req.num_groups,
+            0 if sums.received is None else sums.received.data_ptr(),
+            0 if sums.unblocked is None else sums.unblocked.data_ptr(),
+            0 if sums.groups is None else sums.groups.data_ptr(),
+            0 if sums.learned_sink is None else sums.learned_sink.data_ptr(),
             # with the distance profile on, the diagonal is its bin 0
-            ptr(sums.diagonal) if distance is None else 0, 0 if distance is None else distance.sums.data_ptr(),
+            0 if distance is not None or sums.diagonal is None else sums.diagonal.data_ptr(),
+            0 if distance is None else distance.sums.data_ptr(),
             tile, threads, sgemm, blas_threads, int(2 * min(tile, s_q) * s_k * d <= SMALL_WORK))
         if lib.sl_attention(ctypes.byref(args)) != 0:
             return None  # out of memory in C: the torch routes
