@@ -76,7 +76,7 @@ CASES = [
 ]
 DTYPES = (torch.float32, torch.bfloat16)
 # "compiled-blas": the compiled route with its products through BLAS (these layers are small enough
-# for its plain loops, compiled.SMALL_WORK)
+# for its own vector loops, compiled.SMALL_WORK)
 ROUTES = [r.name for r in REGISTRY if r.name not in ("plain", "exact")] + ["compiled-blas"]
 
 

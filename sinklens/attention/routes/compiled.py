@@ -34,9 +34,10 @@ def tile_rows(s_k: int) -> int:
 # A layer whose largest tile's two products (scores, output) take at most this many multiply-adds runs
 # them as the kernel's own vector loops, without BLAS: on a tiny twin (S of a few dozen, D 32) BLAS'
 # per-call setup and its thread-count switch cost more than the arithmetic. Measured per layer (6
-# heads, one thread): the loops 59 / 147 / 254 us against BLAS 66 / 120 / 288 us at S = 36 / 64 / 96,
-# D 32, and slower from S = 128 on.
-SMALL_WORK = 1 << 18
+# heads, one thread, a noisy host): the loops 59 / 147 / 254 us against BLAS 66 / 120 / 288 us at
+# S = 36 / 64 / 96, D 32, and slower from S = 128 on: the crossover lies between 36 and 64 (2^17: S <= 45
+# at D 32, a decoding row up to 2048 keys at D 64).
+SMALL_WORK = 1 << 17
 
 _P = ctypes.c_void_p
 _I, _F, _L = ctypes.c_int, ctypes.c_float, ctypes.c_int64

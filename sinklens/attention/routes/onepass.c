@@ -54,7 +54,7 @@ typedef struct {
     int threads;
     sgemm_fn sgemm;
     blas_threads_fn blas_threads;  /* the BLAS' per-thread thread count setter, or NULL */
-    int small;                     /* every tile's products by plain loops, no BLAS (compiled.py's SMALL_WORK:
+    int small;                     /* every tile's products by our own vector loops, no BLAS (compiled.py's SMALL_WORK:
                                     * a tiny model's layer costs less than BLAS' per-call setup) */
 } sl_args;
 
