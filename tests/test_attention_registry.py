@@ -211,6 +211,33 @@ def test_compiled_products_equal_the_exact_route_for_any_head_size(products, cas
     assert (out - ref_out).abs().max() <= 2e-5
 
 
+def test_the_kernels_lane_sums_without_shuffles_give_the_same_numbers(monkeypatch, tmp_path):
+    """A compiler without __builtin_shufflevector builds the lane-by-lane sums (forced here by
+    CC="cc -DSL_NO_SHUFFLE", into a cache of its own: the command is part of the library's key); its
+    products equal the exact route's like the shuffles' do."""
+    import sinklens.attention.routes.compiled as compiled
+
+    if build.load() is None:
+        pytest.skip(f"the compiled kernel is unavailable here: {build.reason()}")
+    normal = {p.name for p in build.cache_dir().glob("onepass-*.so")}
+    monkeypatch.setenv("CC", f"{' '.join(build._compiler())} -DSL_NO_SHUFFLE")
+    monkeypatch.setenv("SINKLENS_CACHE", str(tmp_path))
+    monkeypatch.setattr(compiled, "SMALL_WORK", 1 << 40)
+    build.reset()
+    try:
+        assert build.load() is not None
+        assert {p.name for p in build.cache_dir().glob("onepass-*.so")}.isdisjoint(normal)
+        for case in (CASES[1], CASES[7], CASES[8]):
+            out, req = run("compiled", case, torch.float32, d=36)
+            ref_out, ref = run("exact", case, torch.float32, chunk=5, d=36)
+            assert (out - ref_out).abs().max() <= 2e-5
+            for key, want in captures(ref).items():
+                assert (captures(req)[key] - want).abs().max() <= 2e-5, key
+    finally:
+        monkeypatch.undo()
+        build.reset()
+
+
 def test_the_packed_arguments_lie_where_the_kernel_reads_them():
     """A layer writes the kernel's `sl_args` with one struct format: each field at its ctypes offset
     (`_Args` mirrors onepass.c field for field), each value read back through the ctypes field."""

@@ -68,7 +68,9 @@ def _build(cc: list[str], ident: str) -> Path | str:
     """The cached library's path, built if missing; or the reason it could not be built."""
     src = SOURCE.read_bytes()
     for flags in (FLAGS + NATIVE, FLAGS):
-        key = hashlib.sha256(b"\0".join([src, ident.encode(), " ".join(flags).encode(), _cpu().encode()])).hexdigest()[:16]
+        # the command itself too: CC may carry its own flags ("cc -DSL_NO_SHUFFLE"), with the same banner
+        key = hashlib.sha256(b"\0".join([src, ident.encode(), " ".join([*cc, *flags]).encode(),
+                                         _cpu().encode()])).hexdigest()[:16]
         lib = cache_dir() / f"onepass-{key}.so"
         if lib.exists():
             return lib

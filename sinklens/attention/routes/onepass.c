@@ -70,8 +70,9 @@ static inline v8f select8(v8i mask, v8f a, v8f b) { return (v8f)(((v8i)a & mask)
 /* ---- products without BLAS (a tiny model's layer: BLAS' per-call setup costs more than them) -- */
 
 /* (sum of a0's lanes, ..., sum of a7's lanes): three rounds of pairwise adds of interleaved lanes
- * (8 separate lane-by-lane sums cost twice the products they finish at D = 32) */
-#if defined(__clang__) || (defined(__GNUC__) && __GNUC__ >= 12)
+ * (8 separate lane-by-lane sums cost twice the products they finish at D = 32). Compilers without
+ * __builtin_shufflevector get the lane-by-lane sums (SL_NO_SHUFFLE forces them: the tests build both). */
+#if !defined(SL_NO_SHUFFLE) && (defined(__clang__) || (defined(__GNUC__) && __GNUC__ >= 12))
 #define SHUF(x, y, ...) __builtin_shufflevector(x, y, __VA_ARGS__)
 static inline v8f sum_lanes8(v8f a0, v8f a1, v8f a2, v8f a3, v8f a4, v8f a5, v8f a6, v8f a7) {
     v8f b01 = SHUF(a0, a1, 0, 8, 2, 10, 4, 12, 6, 14) + SHUF(a0, a1, 1, 9, 3, 11, 5, 13, 7, 15);
