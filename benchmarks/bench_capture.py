@@ -52,7 +52,7 @@ from transformers import LlamaConfig, LlamaForCausalLM, Qwen3Config, Qwen3ForCau
 
 import sinklens.attention as sa
 
-from paired import paired  # benchmarks/paired.py, beside this script
+from common import machine, paired  # benchmarks/common.py, beside this script
 
 
 def random_llama(layers: int, causal: bool) -> LlamaForCausalLM:
@@ -165,29 +165,6 @@ def breakdown(model, ids, mask) -> str:
             spent[code[key]] = spent.get(code[key], 0.0) + ct
     parts = [f"{label} {t:.3f} s ({100 * t / total:.1f} %)" for label, t in spent.items()]
     return f"forward {total:.3f} s: " + "; ".join(parts)
-
-
-def machine() -> str:
-    """The CPU model, its vector ISA, the load average and whether the compiled route built: every table
-    is read with these (a shared machine's load moves ratios)."""
-    import platform
-
-    from sinklens.attention.routes import build
-
-    model, flags = None, set()
-    try:
-        for line in open("/proc/cpuinfo"):
-            if line.startswith("model name") and model is None:
-                model = line.split(":", 1)[1].strip()
-            elif line.startswith("flags"):
-                flags = set(line.split(":", 1)[1].split())
-    except OSError:
-        pass
-    isa = " ".join(f for f in ("avx2", "fma", "avx512f", "avx512_bf16", "amx_bf16", "asimd", "sve") if f in flags)
-    kernel = "built" if build.load() is not None else f"unavailable ({build.reason()})"
-    model = model or platform.processor() or platform.machine()
-    return (f"cpu: {model}; {os.cpu_count()} cores; isa: {isa or '?'}; torch {torch.__version__}; compiled route: {kernel}\n"
-            "load average (1, 5, 15 min) at start: %.2f %.2f %.2f" % os.getloadavg())
 
 
 def main() -> None:

@@ -60,7 +60,7 @@ from sinklens.masking.policy import SinkMaskingPolicy
 from sinklens.trace.writer import TraceWriter
 from sinklens.train.model import ModelConfig, build_model, param_count, save_llada_folder
 
-from paired import paired  # benchmarks/paired.py, beside this script
+from common import machine, paired  # benchmarks/common.py, beside this script
 
 CFG = ModelConfig(n_layers=6, d_model=512, n_heads=8, mlp_hidden=1376, vocab_size=8192, max_len=512)
 MASK_ID, EOS_ID, PAD_ID = 8191, 8190, 8189
@@ -260,11 +260,15 @@ def main() -> None:
                                      capture_output=True, text=True, check=True, env={**os.environ, **env})
                 peaks[mode, label] = json.loads(res.stdout.strip().splitlines()[-1])["peak_mb"]
 
-    large = (f"{LARGE}: LLaDA-format random DLM, {param_count(CFG) / 1e6:.1f}M parameters "
-             f"({CFG.n_layers} layers x {CFG.n_heads} heads, d {CFG.d_model}, vocab {CFG.vocab_size}); "
-             f"prompt {PROMPT} + gen {GEN} (S = {PROMPT + GEN}), block {BLOCK}, {STEPS} steps, batch 1. ")
-    print((large if LARGE in rounds else "") + f"Twins: held-out problems 0-{TWIN_PROMPTS - 1} in turn, their own sampler settings. {args.threads} "
-          f"thread(s); rounds: " + ", ".join(f"{c.name} {rounds[c.name]}" for c in cases)
+    about = []
+    if LARGE in rounds:
+        about.append(f"{LARGE}: LLaDA-format random DLM, {param_count(CFG) / 1e6:.1f}M parameters ({CFG.n_layers} "
+                     f"layers x {CFG.n_heads} heads, d {CFG.d_model}, vocab {CFG.vocab_size}); prompt {PROMPT} + gen "
+                     f"{GEN} (S = {PROMPT + GEN}), block {BLOCK}, {STEPS} steps, batch 1.")
+    if any(n != LARGE for n in rounds):
+        about.append(f"Twins: held-out problems 0-{TWIN_PROMPTS - 1} in turn, their own sampler settings.")
+    print(machine())
+    print(" ".join(about) + f" {args.threads} thread(s); rounds: " + ", ".join(f"{c.name} {rounds[c.name]}" for c in cases)
           + f"; process CPU time; load average before / after: {load[0]:.2f} / {os.getloadavg()[0]:.2f}\n")
     print("| model | steps / generation | plain ms/step | capture / plain | trace / plain | mask / plain | "
           "block / plain | trace bytes / step |")

@@ -1,0 +1,48 @@
+"""What the benchmark scripts share: the machine line every table is read with, and paired ratios.
+
+A round times every mode once, back to back, so its ratio compares times taken under one load; the
+host's load moves between rounds. The summary of a mode against a base is the median of the rounds'
+own ratios, with its standard error from a bootstrap over the rounds (seeded: a rerun on the same
+times prints the same) and the range of the rounds.
+"""
+from __future__ import annotations
+
+import os
+import platform
+import random
+import statistics
+
+import torch
+
+
+def machine() -> str:
+    """The CPU model, its vector ISA, the load average and whether the compiled route built: every table
+    is read with these (a shared machine's load moves ratios)."""
+    from sinklens.attention.routes import build
+
+    model, flags = None, set()
+    try:
+        for line in open("/proc/cpuinfo"):
+            if line.startswith("model name") and model is None:
+                model = line.split(":", 1)[1].strip()
+            elif line.startswith("flags"):
+                flags = set(line.split(":", 1)[1].split())
+    except OSError:
+        pass
+    isa = " ".join(f for f in ("avx2", "fma", "avx512f", "avx512_bf16", "amx_bf16", "asimd", "sve") if f in flags)
+    kernel = "built" if build.load() is not None else f"unavailable ({build.reason()})"
+    model = model or platform.processor() or platform.machine()
+    return (f"cpu: {model}; {os.cpu_count()} cores; isa: {isa or '?'}; torch {torch.__version__}; compiled route: {kernel}\n"
+            "load average (1, 5, 15 min) at start: %.2f %.2f %.2f" % os.getloadavg())
+
+
+def paired(mode: list[float], base: list[float], resamples: int = 2000) -> str:
+    """"1.100x ± 0.012 (0.98-1.25)": median of mode[i] / base[i] over the rounds i, its bootstrap standard
+    error (from 4 rounds on) and the rounds' range."""
+    r = sorted(m / b for m, b in zip(mode, base))
+    med = statistics.median(r)
+    if len(r) < 4:
+        return f"{med:.3f}x" + (f" ({r[0]:.2f}-{r[-1]:.2f})" if len(r) > 1 else "")
+    rng = random.Random(0)
+    se = statistics.stdev(statistics.median(rng.choices(r, k=len(r))) for _ in range(resamples))
+    return f"{med:.3f}x ± {se:.3f} ({r[0]:.2f}-{r[-1]:.2f})"
