@@ -10,7 +10,8 @@ causal Llama (d 512, 8 heads; `llama4`), a random 6-layer bidirectional Llama (d
 sinklens/models/sdar.py passes it). Batch 1, float32 unless --dtype.
 Modes, interleaved in one process (so load hits each alike): --repeats rounds, each timing every
 mode back to back in an order that rotates between rounds; the table gives each mode's best time
-and, per mode, the median of the rounds' own ratios to the base with their range. Process
+and, per mode, the median of the rounds' own ratios to the base ± its standard error (a bootstrap
+over the rounds, benchmarks/common.py) with their range. Process
 CPU time with one torch thread (wall time on a shared 2-core machine is mostly other jobs;
 `--clock wall` times elapsed seconds instead, for a quiet machine):
 

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import ctypes
 import struct
+from typing import NamedTuple
 
 import torch
 
@@ -74,20 +75,33 @@ def _rows(t: torch.Tensor) -> tuple[torch.Tensor, tuple[int, int, int]]:
     return t, stride[:3]
 
 
-def _shared(req, s_k: int) -> tuple:
-    """What every layer of a forward passes the kernel alike (query groups as int64, tile rows, threads,
-    sgemm, the BLAS' thread setter, the `_Args` buffer the layers write), made at a forward's first layer
-    and kept on the request, which lives one forward (remade where the groups were replaced or edited,
-    or the key count differs)."""
+class _Shared(NamedTuple):
+    """What every layer of a forward passes the kernel alike (a tuple: a layer unpacks it in one step)."""
+
+    s_k: int
+    groups: torch.Tensor | None     # the request's query groups it was made for (compared by identity)
+    version: int | None             # ... and their in-place version
+    as_long: torch.Tensor | None    # the groups as int64, kept alive for C
+    args: _Args                     # the buffer every layer packs its fields into
+    tile: int
+    threads: int
+    sgemm: int
+    blas_threads: int
+    groups_ptr: int
+
+
+def _shared(req, s_k: int) -> _Shared:
+    """The forward's `_Shared`, made at its first layer and kept on the request, which lives one forward
+    (remade where the groups were replaced or edited, or the key count differs)."""
     groups = req.query_groups
     version = None if groups is None else groups._version
     shared = req._scratch.get("compiled")
-    if shared is None or shared[0] != s_k or shared[1] is not groups or shared[2] != version:
+    if shared is None or shared.s_k != s_k or shared.groups is not groups or shared.version != version:
         as_long = None if groups is None else groups.to(torch.int64).contiguous()
         sgemm, blas_threads = build.blas()
-        shared = req._scratch["compiled"] = (s_k, groups, version, as_long, _Args(), tile_rows(s_k),
-                                             torch.get_num_threads(), sgemm or 0, blas_threads or 0,
-                                             0 if as_long is None else as_long.data_ptr())  # as_long: kept alive for C
+        shared = req._scratch["compiled"] = _Shared(s_k, groups, version, as_long, _Args(), tile_rows(s_k),
+                                                    torch.get_num_threads(), sgemm or 0, blas_threads or 0,
+                                                    0 if as_long is None else as_long.data_ptr())
     return shared
 
 
@@ -118,7 +132,7 @@ class Compiled(Route):
             allowed = None
         blocked = None if call.blocked is None else call.blocked.contiguous()
         sinks = None if call.mods.sinks is None else call.mods.sinks.float().contiguous()
-        _, _, _, _, args, tile, threads, sgemm, blas_threads, groups = _shared(req, s_k)
+        _, _, _, _, args, tile, threads, sgemm, blas_threads, groups = _shared(req, s_k)   # (a _Shared)
         sums = LayerSums.for_request(req, call.module.layer_idx, b, h, s_q, s_k, call.blocking, query.device,
                                      sinks is not None, group_of=False)
         out = torch.empty(b, s_q, h, d, dtype=torch.float32)
