@@ -52,6 +52,15 @@ def test_greedy_equals_transformers_generate_with_and_without_capture(tiny_arm, 
         assert rec.shape == (3, 4, S)
         np.testing.assert_allclose(rec.sum(-1), 1, rtol=2e-3)
         assert (rec[:, :, :3] == 0).all()  # padding receives nothing
+    # every step's canvas as the model saw it, though the writer keeps the ARM's per-step tensors without
+    # a copy (StepEvent.fresh): the prefix, row 0's padding, nothing masked, nothing revealed
+    for step in range(12):
+        S = 7 + step
+        for row in (0, 1):
+            np.testing.assert_array_equal(t.tokens(step, row), expected[row, :S].numpy())
+            np.testing.assert_array_equal(t.attention_mask(step, row), np.arange(S) >= (3 if row == 0 else 0))
+            assert not t.is_masked(step, row).any() and not t.revealed(step, row).any()
+            np.testing.assert_array_equal(t.query_positions(step, row), [S - 1] if step else np.arange(3 * (row == 0), 7))
     allr = t.received_all(0)
     assert allr.shape == (12, 3, 4, 18) and np.isnan(allr[0, :, :, 7:]).all()
 

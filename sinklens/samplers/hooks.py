@@ -35,6 +35,10 @@ class StepEvent:
     # committed there, NaN elsewhere; None: nothing committed, or no hook reads it (the paper's §5.2
     # readout; a hook that never reads it says so with `wants_commit_prob = False`)
     commit_prob: torch.Tensor | None = None
+    # the fields whose tensors nothing changes after the step (made for this step alone, or a copy
+    # `Steps` took): a hook may keep them without a copy of its own. Every event tensor is read-only
+    # to a hook; the others are the sampler's, which it may change in place at its next step.
+    fresh: frozenset[str] = frozenset()
 
 
 _TAKES_MASK: dict = {}  # a hook class' before_step -> whether it takes attention_mask (asked per generation)

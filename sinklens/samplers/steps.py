@@ -100,7 +100,8 @@ class Steps:
 
     def step(self, tokens: torch.Tensor, is_masked: torch.Tensor, logits: torch.Tensor, revealed: torch.Tensor, *,
              after: torch.Tensor | None = None, committed: torch.Tensor | None = None,
-             attention: AttentionRequest | None = None, grow: bool = False, **event) -> None:
+             attention: AttentionRequest | None = None, grow: bool = False, fresh: tuple[str, ...] = (),
+             **event) -> None:
         """End the step: the hooks (trace writer included) get its `StepEvent`, `after` (the canvas
         after the step) joins the history, the bar moves, the counter advances.
 
@@ -109,18 +110,21 @@ class Steps:
         position `query_positions[b][0] + r` (0 without query_positions); committed (B, S) the token
         ids the step wrote at `revealed` (default: `after`); attention: the step's request when the
         sampler changed it after `request` (CFG's conditional half); grow: a step beyond `total`
-        (a sampler whose step count is not known ahead); event: further StepEvent fields (block,
-        attention_mask, query_positions, edited)."""
+        (a sampler whose step count is not known ahead); fresh: the event fields the sampler made for
+        this step alone and never changes after it (`StepEvent.fresh`: kept without a copy); event:
+        further StepEvent fields (block, attention_mask, query_positions, edited)."""
         if after is not None:
             self.history.append(after.clone())
         if self.hooks:
-            fed = self._fed if tokens is self._fed_from else tokens
+            own = tokens is self._fed_from   # the copy taken at `instructions`: no one else holds it
+            fed = self._fed if own else tokens
             req = self._req if attention is None else attention
             chosen = after if committed is None else committed
             prob = None if chosen is None or not self.hooks.want_commit_prob else commit_probabilities(logits, revealed, chosen,
                                                                     event.get("query_positions"))
             self.hooks.after_step(StepEvent(step=self.index, tokens=fed, is_masked=is_masked, revealed=revealed,
                                             logits=logits, attention=req, commit_prob=prob,
+                                            fresh=_fresh(fresh, own and self._fed is not tokens),
                                             **{"layout": self._event_layout, **event}))
         self._fed = self._fed_from = self._req = None
         self.index += 1
@@ -134,6 +138,19 @@ class Steps:
         return GenerateOutput(sequences=sequences, history=self.history,
                               num_steps=self.index if num_steps is None else num_steps,
                               trace_path=None if self.writer is None else self.writer.path)
+
+
+_FRESH: dict = {}  # (a sampler's fresh fields, tokens copied) -> StepEvent.fresh, one frozenset per kind
+
+
+def _fresh(fields: tuple[str, ...], tokens: bool) -> frozenset[str]:
+    """`StepEvent.fresh` of a step: the sampler's `fields`, and "tokens" where the event's canvas is the
+    copy `Steps` took (remembered: a step makes no set)."""
+    key = (fields, tokens)
+    out = _FRESH.get(key)
+    if out is None:
+        out = _FRESH[key] = frozenset(fields) | ({"tokens"} if tokens else frozenset())
+    return out
 
 
 def commit_probabilities(logits: torch.Tensor, revealed: torch.Tensor, chosen: torch.Tensor,

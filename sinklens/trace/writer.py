@@ -376,10 +376,15 @@ class TraceWriter:
         req = event.attention
         cells, maps = {}, None
         fields = vars(event)  # one lookup per column below, no call each (a tiny model's step is ~1 ms)
+        fresh = fields["fresh"] if "fresh" in fields else ()
         for name in self._event_columns:  # a field of the event: copied (the sampler changes its canvas in place)
             x = fields[name] if name in fields else None
             if x is not None:
-                x = [_held(r, copy=True) for r in x] if type(x) is list else self._canvas_copy(name, x)
+                copy = name not in fresh   # (a fresh field: nothing changes it after the step)
+                if type(x) is list:
+                    x = [_held(r, copy=copy) for r in x]
+                else:
+                    x = self._canvas_copy(name, x) if copy else _held(x)
             cells[name] = x
         if req is not None:
             # received is kept beside the groups: where they sum to it (the masked / unmasked split)

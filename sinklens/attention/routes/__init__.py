@@ -10,15 +10,13 @@
 | plain | plain.py | nothing (blocked keys as a mask) | requests that need no probabilities |
 
 `choose_route` reads what a call needs (`Needs`) and returns the routes whose declaration covers
-it, in order: the route the request names (`AttentionRequest.route`) first (and its declared
+it and that can run here (`Route.available`), in order: the route the request names (`AttentionRequest.route`) first (and its declared
 fallback: triton's is lse), then the "auto" ones
 for the call's device and dtype in registry order. The attention function runs the first that
 does not decline (a route may decline a call at run time: a small layer's rare underflow, a
 per-head mask the C kernel does not take), so every call lands on a route that records it.
 """
 from __future__ import annotations
-
-from collections.abc import Iterator
 
 from sinklens.attention.routes.base import Call, Modifiers, Needs, Records, Route
 from sinklens.attention.routes.compiled import Compiled
@@ -49,22 +47,32 @@ def candidates(needs: Needs, named: str) -> tuple[Route, ...]:
     return tuple(out)
 
 
-def choose_route(call: Call) -> Iterator[Route]:
-    """The routes that can record what `call` asks, best first (see the module docstring); lazily, so
-    that only the routes tried are asked whether they are available (the first one, as a rule).
+def choose_route(call: Call) -> tuple[Route, ...]:
+    """The routes that can record what `call` asks and can run here, best first (see the module docstring).
 
     The candidates are a pure function of what `Needs.of` reads (the call's facts, the request's
     instructions) and the route the request names, so they are remembered for the process by those
-    plain values (`Needs.key`): every layer of every step asks again, and on a tiny twin testing the declarations
-    field by field, then building a `Needs` per layer, each cost a layer about what its kernel does."""
+    plain values (`Needs.key`). Within one forward (one request) the layers differ only in what they
+    block, their mask, their modifiers and (a model spread over a GPU and the CPU) whether they run on
+    the CPU: the routes available for those are remembered on the request. On a tiny twin, testing the declarations field
+    by field, then building a key per layer, each cost a layer about what its kernel does."""
     req = call.req
     if not req.needs_probabilities:
-        return iter((PLAIN,))
-    key = Needs.key(call)
-    routes = _CANDIDATES.get(key)
+        return (PLAIN,)
+    mods, query = call.mods, call.query
+    key = (call.blocked is None, call.attention_mask is None, mods.sinks is None, mods.softcap is None,
+           query.dtype, query.is_cpu)
+    memo = req._scratch.get("routes")
+    if memo is None:
+        memo = req._scratch["routes"] = {}
+    routes = memo.get(key)
     if routes is None:
-        routes = _CANDIDATES[key] = candidates(Needs.of(call), req.route)
-    return (r for r in routes if r.available(call))
+        full = Needs.key(call)
+        candidates_ = _CANDIDATES.get(full)
+        if candidates_ is None:
+            candidates_ = _CANDIDATES[full] = candidates(Needs.of(call), req.route)
+        routes = memo[key] = tuple(r for r in candidates_ if r.available(call))
+    return routes
 
 
 _CANDIDATES: dict[tuple, tuple[Route, ...]] = {}   # choose_route's key -> candidates(...)

@@ -30,6 +30,7 @@ from sinklens.trace.layout import TraceLayout
 
 
 SAMPLING = ("temperature", "top_k", "top_p", "min_p")
+ARM_FRESH = ("is_masked", "revealed", "attention_mask", "query_positions")  # StepEvent.fresh: see `sample`
 
 
 def resolve(config: ARMConfig, model) -> dict:
@@ -129,8 +130,10 @@ def sample(model, input_ids, config: ARMConfig, attention_mask=None, *, trace=No
                 finished |= torch.isin(nxt, torch.tensor(stop, device=nxt.device))
             fed, seq = seq, torch.cat([seq, nxt[:, None]], dim=1)
             am = torch.cat([am, torch.ones(B, 1, dtype=am.dtype, device=device)], dim=1)
+            # every tensor of the event but the canvas is made for this step alone (and the canvas is never
+            # changed in place: `seq` is a new tensor each step)
             run.step(fed, not_masked, logits, torch.zeros_like(real), after=seq, attention=req, attention_mask=real,
-                     query_positions=query_positions)
+                     query_positions=query_positions, fresh=ARM_FRESH)
             if stop and bool(finished.all()):
                 break
     return run.output(seq)
