@@ -114,3 +114,30 @@ def test_the_record_counts_the_sinks_each_selection_names():
         st.flush()
         want = sum(int((s.sinks.numpy() & s.blocked.numpy()).sum()) for s, *_ in steps)
         assert st.sinks == want and want > 0
+
+
+def test_a_growing_run_counts_with_each_steps_own_row_sums():
+    """An ARM's steps are counted at once, zero-padded to the longest; a sum over a padded row can round
+    differently from the step's own (numpy sums 8 lanes at a time), which flips a key whose margin is
+    exactly ε. Such a row, found by search: the record must say what the step's own Selection.sinks says."""
+    rng = np.random.default_rng(3)
+    for _ in range(100_000):   # (float64 sums of float32 scores round only over a wide range of magnitudes)
+        row = rng.lognormal(0, 6, 9).astype(np.float32)   # 9 keys, padded to 16 in the record below
+        margin = np_rule.sink_margin(row)[0]
+        padded = np_rule.sink_margin(np.concatenate([row, np.zeros(7, np.float32)]),
+                                     np.arange(16) < 9)[0]
+        if padded < margin:
+            break
+    else:
+        pytest.fail("no row whose padded sum rounds differently")
+    scores = row.reshape(1, 1, 1, 9)
+    sel = Selection(blocked=torch.from_numpy(np.arange(9) == 0).reshape(1, 1, 1, 9), scores=scores,
+                    visible=np.ones((1, 1, 1, 9), bool), eps=float(margin))
+    assert bool(sel.sinks[0, 0, 0, 0])                    # key 0's margin is ε exactly: a sink
+    longer = Selection(blocked=torch.zeros(1, 1, 1, 16, dtype=torch.bool), scores=np.zeros((1, 1, 1, 16), np.float32),
+                       visible=np.ones((1, 1, 1, 16), bool), eps=float(margin))
+    st = MaskingStats()
+    for s, S in ((sel, 9), (longer, 16)):
+        st.add(s, np.zeros((1, S), np.int64), np.zeros((1, S), bool), np.zeros((1, S), bool), np.ones((1, S), bool))
+    st.flush()
+    assert st.sinks == 1

@@ -49,19 +49,20 @@ def _stacked(arrays: list[np.ndarray], S: int) -> np.ndarray:
 
 def _sinks(held: list[tuple], S: int) -> np.ndarray:
     """(T, L, B, H, S) bool Eq. 3 sinks of the held steps' ranking sources: those the selections already
-    computed, else one call of the rule for all the steps (a diffusion run's have one shape). The
-    same sinks as each step's own `Selection.sinks`."""
+    computed, else one call of the rule for all the steps, zero-padded to S keys (an ARM's steps grow),
+    with each step's own row sums (`np_rule.visible_total`: a sum over a padded row may round
+    differently). The same sinks as each step's own `Selection.sinks`."""
     if all(sel._sinks is not None for sel, *_ in held):
         return _stacked([sel._sinks for sel, *_ in held], S)
     eps = {sel.eps for sel, *_ in held}
-    shapes = {sel.scores.shape for sel, *_ in held}
-    if len(eps) > 1 or len(shapes) > 1:
-        # step by step: an ARM's steps differ in length, and a sum over a padded row may round
-        # differently from the step's own (one policy has one ε)
+    if len(eps) > 1:   # (one policy has one ε)
         return _stacked([sel.sink_array for sel, *_ in held], S)
-    scores = np.stack([sel.scores for sel, *_ in held])                         # (T, L, B, H, S)
-    visible = np.stack([sel.visible for sel, *_ in held])                       # (T, L, B, 1, S)
-    return _pad(np_rule.is_sink(scores, visible, eps.pop()), S)
+    scores = _stacked([sel.scores for sel, *_ in held], S)                     # (T, L, B, H, S)
+    visible = _stacked([sel.visible for sel, *_ in held], S)                   # (T, L, B, 1, S)
+    if all(sel.scores.shape[-1] == S for sel, *_ in held):   # one length (a diffusion run): no padding
+        return np_rule.is_sink(scores, visible, eps.pop())
+    total = np.stack([np_rule.visible_total(sel.scores, sel.visible) for sel, *_ in held])   # (T, L, B, H, 1)
+    return np_rule.is_sink(scores, visible, eps.pop(), total)
 
 
 class MaskingStats:

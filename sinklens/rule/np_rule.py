@@ -136,27 +136,42 @@ def to_scores(received, units: str, cov: Coverage) -> np.ndarray:
     return np.where(vis, out, 0.0).astype(np.float32)
 
 
-def sink_margin(scores, visible=None) -> np.ndarray:
-    """score_j − mean of the other visible keys' scores, (..., S) float64; −inf where key j is
-    not visible, or is the only visible key (a single key cannot be an outlier).
-    visible: bool, broadcastable to `scores` (None: every key is visible)."""
+def _visible(scores, visible) -> tuple[np.ndarray, np.ndarray]:
+    """(s, vis): `scores` as float64 with the keys that are not visible set to 0, and `visible` as a
+    bool array of their shape (None: every key)."""
     s = np.asarray(scores, np.float64)
     if visible is None:
         visible = True
     elif np.shape(visible)[-1:] != s.shape[-1:]:
         raise ValueError(f"visible must end with S = {s.shape[-1]} keys, got shape {np.shape(visible)}")
     vis = np.broadcast_to(np.asarray(visible, bool), s.shape)
-    s = np.where(vis, s, 0.0)
+    return np.where(vis, s, 0.0), vis
+
+
+def visible_total(scores, visible=None) -> np.ndarray:
+    """(..., 1) float64: the sum of each row's visible scores, as `sink_margin` makes it. A caller that
+    pads rows of different lengths to one (an ARM's steps) takes each row's own sum here first: a sum
+    over a padded row may round differently."""
+    return _visible(scores, visible)[0].sum(-1, keepdims=True)
+
+
+def sink_margin(scores, visible=None, total=None) -> np.ndarray:
+    """score_j − mean of the other visible keys' scores, (..., S) float64; −inf where key j is
+    not visible, or is the only visible key (a single key cannot be an outlier).
+    visible: bool, broadcastable to `scores` (None: every key is visible). total: (..., 1) each row's
+    `visible_total`, where the caller has it (rows zero-padded past their own length)."""
+    s, vis = _visible(scores, visible)
     n = vis.sum(-1, keepdims=True)
     with np.errstate(divide="ignore", invalid="ignore"):
-        others = (s.sum(-1, keepdims=True) - s) / (n - 1)
+        others = ((s.sum(-1, keepdims=True) if total is None else total) - s) / (n - 1)
     return np.where(vis & (n > 1), s - others, -np.inf)
 
 
-def is_sink(scores, visible=None, eps: float = DEFAULT_EPS) -> np.ndarray:
+def is_sink(scores, visible=None, eps: float = DEFAULT_EPS, total=None) -> np.ndarray:
     """(..., S) bool: Eq. 3 at threshold `eps` (in the units of `scores`), over the `visible` keys
-    (None: all). The one definition: the analysis, the masking and the readouts call this."""
-    return sink_margin(scores, visible) >= eps
+    (None: all); total: as `sink_margin`'s. The one definition: the analysis, the masking and the
+    readouts call this."""
+    return sink_margin(scores, visible, total) >= eps
 
 
 def k_sigma_mass(scores, visible) -> np.ndarray:
