@@ -231,10 +231,11 @@ class LayerSums:
         f32 = dict(dtype=torch.float32, device=device)   # torch.zeros(..., **f32): no helper call per buffer
         weight, group_of = row_weights(req, device, group_of)
         return cls(
-            received=torch.zeros(b, h, s_k, **f32) if req.capture else None,
+            received=req.layer_sums("received", layer, (b, h, s_k), device) if req.capture else None,
             learned_sink=torch.zeros(b, h, **f32) if req.capture and learned_sink else None,
-            unblocked=torch.zeros(b, h, s_k, **f32) if unblocked else None,
-            groups=torch.zeros(b, req.num_groups, h, s_k, **f32) if req.query_groups is not None else None,
+            unblocked=req.layer_sums("unblocked", layer, (b, h, s_k), device) if unblocked else None,
+            groups=req.layer_sums("groups", layer, (b, req.num_groups, h, s_k), device)
+            if req.query_groups is not None else None,
             weight=weight,
             group_of=group_of,
             maps={hd: torch.zeros(b, s_q, s_k, **f32) for (ly, hd) in req.map_slices if ly == layer}

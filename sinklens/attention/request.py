@@ -8,6 +8,7 @@ attention function fills the output fields, one layer at a time.
 from __future__ import annotations
 
 from dataclasses import dataclass, field, make_dataclass
+from typing import NamedTuple
 
 import numpy as np
 import torch
@@ -40,6 +41,9 @@ class AttentionRequest(ReadoutInstructions):
     # (earlier keys received nothing) and its `blocked` row is read for its last S_k keys.
     # None = every layer sees all keys.
     num_keys: int | None = None
+    # The model's layer count (the model wrapper sets it): a forward's captures are then views of one
+    # (L, ...) buffer each (`layer_sums`), read as a whole with no stack. None: per-layer buffers.
+    num_layers: int | None = None
     # Mechanism readouts: the fields of ReadoutInstructions above (value_norms, ..., lens_positions)
 
     # --- outputs (filled by the attention function) ---------------------------------------
@@ -62,6 +66,7 @@ class AttentionRequest(ReadoutInstructions):
     _scratch: dict = field(default_factory=dict, repr=False)
     _blocked_cache: tuple | None = field(default=None, repr=False)  # (blocked, its version, _blocked_facts())
     _kept_cache: tuple | None = field(default=None, repr=False)  # (blocked, its version, per layer 1 − blocked)
+    _sums: dict = field(default_factory=dict, repr=False)  # capture name -> _Sums: layer_sums
 
     def __post_init__(self) -> None:
         if self.query_chunk is not None and self.query_chunk < 1:
@@ -146,6 +151,35 @@ class AttentionRequest(ReadoutInstructions):
         return cached[2]
 
     # --- filled by the attention function, one layer at a time ----------------------------
+    def layer_sums(self, name: str, layer: int, shape: tuple[int, ...], device) -> torch.Tensor:
+        """A zeroed float32 `shape` buffer for layer `layer`'s capture `name` ("received", "unblocked",
+        "groups"): a view of one (L, *shape) buffer for all the forward's layers, so that the capture reads
+        as that one tensor (on a tiny model a stack of L layers and L allocations each cost a step more
+        than their arithmetic). Its own zeros for a layer the buffer does not fit (another shape or
+        device: a sliding layer that keeps fewer keys, a model spread over devices), and everywhere
+        while `num_layers` is unknown. A layer asking again (a second forward with this request) starts
+        a new buffer: one read already is never changed."""
+        L = self.num_layers
+        sums = self._sums.get(name)
+        if L is None or layer >= L or (sums is not None and (sums.shape != shape or sums.device != device)):
+            return torch.zeros(shape, dtype=torch.float32, device=device)
+        if sums is None or layer in sums.given:
+            whole = torch.zeros((L,) + shape, dtype=torch.float32, device=device)
+            sums = self._sums[name] = _Sums(whole, whole.unbind(0), shape, device, set())
+        sums.given.add(layer)
+        return sums.views[layer]
+
+    def _whole(self, name: str, per_layer: dict[int, torch.Tensor]) -> torch.Tensor | None:
+        """The (L, ...) buffer of `layer_sums(name, ...)` where `per_layer` is its every layer's view, else None."""
+        sums = self._sums.get(name)
+        if sums is None or len(per_layer) != len(sums.views):
+            return None
+        views = sums.views
+        for layer, t in per_layer.items():
+            if layer >= len(views) or t is not views[layer]:
+                return None
+        return sums.whole
+
     def record(self, layer: int, received=None, unblocked=None, groups=None, maps=None, learned_sink=None) -> None:
         """Store one layer's captures: received / unblocked (B, H, S_k), groups (B, G, H, S_k),
         maps {head: (B, S_q, S_k)}, learned_sink (B, H); None = not captured."""
@@ -216,7 +250,8 @@ class AttentionRequest(ReadoutInstructions):
         """(L, B, H, S_k) float32 received attention, in column-sum units (see docs/analysis.md)."""
         if not self._received:
             raise RuntimeError("nothing captured: set capture=True and run a forward pass with this request")
-        return gather([self._received[l] for l in sorted(self._received)])
+        whole = self._whole("received", self._received)
+        return gather([self._received[l] for l in sorted(self._received)]) if whole is None else whole
 
     @property
     def received_unblocked(self) -> torch.Tensor:
@@ -227,6 +262,10 @@ class AttentionRequest(ReadoutInstructions):
         """
         if not self._received_unblocked:
             return self.received
+        whole = self._whole("unblocked", self._received_unblocked) if len(self._received_unblocked) == len(
+            self._received) else None   # (every layer blocked some key)
+        if whole is not None:
+            return whole
         return gather([self._received_unblocked.get(l, self._received[l]) for l in sorted(self._received)])
 
     @property
@@ -234,7 +273,8 @@ class AttentionRequest(ReadoutInstructions):
         """(L, B, G, H, S_k) float32 received attention per query group, or None."""
         if not self._received_groups:
             return None
-        return gather([self._received_groups[l] for l in sorted(self._received_groups)])
+        whole = self._whole("groups", self._received_groups)
+        return gather([self._received_groups[l] for l in sorted(self._received_groups)]) if whole is None else whole
 
     @property
     def learned_sink(self) -> torch.Tensor | None:
@@ -245,6 +285,16 @@ class AttentionRequest(ReadoutInstructions):
         if not self._learned_sink:
             return None
         return gather([self._learned_sink[l] for l in sorted(self._learned_sink)])
+
+
+class _Sums(NamedTuple):
+    """One capture's buffer for a forward's layers (`AttentionRequest.layer_sums`)."""
+
+    whole: torch.Tensor       # (L, *shape) float32
+    views: tuple              # its L layers
+    shape: tuple[int, ...]
+    device: torch.device
+    given: set                # the layers handed a view
 
 
 def gather(per_layer: list[torch.Tensor]) -> torch.Tensor:

@@ -164,6 +164,8 @@ class SinkModel:
         computed rows are the last ones."""
         if attention is not None:
             inputs["sinklens"] = attention  # reaches the attention function's kwargs
+            if getattr(attention, "num_layers", 0) is None:   # its captures: one buffer for all layers (layer_sums)
+                attention.num_layers = self.num_layers
         with readout_hooks(self.model, attention):     # hidden-state readouts: hooks for this forward only
             out = self.model(**inputs)
         self._finish_lens(attention, layout, first_row)
