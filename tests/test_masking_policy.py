@@ -263,3 +263,25 @@ def test_a_steps_layout_gives_the_ranking_its_visibilities_and_a_new_layout_new_
     assert got4 == blocks4.visibilities(L) and got4 != policy.visibilities
     assert policy._layout_visibilities(blocks4) is got4
     assert policy._layout_visibilities(blocks2) == blocks2.visibilities(L) != got4
+
+
+def test_arm_scope_prompt_and_generated_as_the_canvas_grows(tmp_path):
+    """An ARM's canvas grows a key a step past its prompt: scope "prompt" blocks only prompt keys,
+    "generated" only the new ones, at every step (the trace's blocked keys), and the record agrees."""
+    import sinklens
+    from sinklens import open_trace
+    from sinklens.experiments.twins import LOAD, arm_sampler, heldout_prompt
+    m = sinklens.load("tiny-arm", **LOAD)
+    ids = torch.tensor([m.apply_chat_template(heldout_prompt(0))])
+    P = ids.shape[1]
+    for scope in ("prompt", "generated"):
+        pol = SinkMaskingPolicy(MaskingConfig(mask_k=1, scope=scope), num_layers=m.num_layers, is_diffusion=False)
+        path = str(tmp_path / f"{scope}.arrow")
+        m.generate(ids, hook=pol, trace=path, **dict(arm_sampler(), eos_token_id=[], max_new_tokens=8))
+        t = open_trace(path)
+        keys = np.concatenate([t.blocked(step)[:, 2] for step in range(2, t.num_steps)])
+        assert keys.size and ((keys < P).all() if scope == "prompt" else (keys >= P).all()), scope
+        views = [pol._prompt_mask(1, S) for S in (P, P + 3, 4 * P)]   # grown past its room: a new buffer
+        assert all(not v.flags.writeable and v.shape == (1, S) and v[0, :P].all() and not v[0, P:].any()
+                   for v, S in zip(views, (P, P + 3, 4 * P)))
+        assert pol.summary()["prompt_share"] == (1.0 if scope == "prompt" else 0.0)
