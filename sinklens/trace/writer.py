@@ -43,7 +43,7 @@ from sinklens._version import __version__
 from sinklens.columns import Column
 from sinklens.rule.spec import STORED_UNITS
 from sinklens.trace.arrays import (_all_none, _batch_first, _batched, _column, _held, _is_sum_of, _np, _own,
-                                   _real_positions, _stack, _sums_of_groups)
+                                   _real_positions, _rows_of, _stack, _sums_of_groups)
 from sinklens.trace.readouts import COLUMN_NAMES, COLUMNS
 from sinklens.trace.schema import CHECKSUM_KEY, CORE_COLUMNS, SCHEMA_VERSION, VOCAB_KEY, build_schema
 
@@ -469,7 +469,8 @@ class TraceWriter:
                    "row": pa.array(np.concatenate([np.arange(b, dtype=np.int32) for b in rows])),
                    "maps": self._maps_column(steps)}
         # a sampler's blocked keys arrive as (B, L, H, S) bool: the file holds (layer, head, position) triples
-        parts["blocked"] = [[np.argwhere(row) for row in b] if type(b) is np.ndarray else b for b in parts["blocked"]]
+        parts["blocked"] = [[np.argwhere(row) for row in _rows_of(b)] if type(b) is np.ndarray else b
+                            for b in parts["blocked"]]
         for name in self._schema.names:
             if name not in columns:
                 columns[name] = _column(parts[name], rows, self._schema.field(name).type.value_type)
@@ -501,7 +502,7 @@ class TraceWriter:
         """query_positions, each step's own or its rows' real positions (their attention mask's)."""
         if _all_none(parts["query_positions"]):
             return _real_positions(parts["attention_mask"])
-        return _column([[np.flatnonzero(r) for r in m] if q is None else q
+        return _column([[np.flatnonzero(r) for r in _rows_of(m)] if q is None else q
                         for q, m in zip(parts["query_positions"], parts["attention_mask"])], rows, pa.int32())
 
     def _write_batch(self, batch: pa.RecordBatch, tokens) -> None:
