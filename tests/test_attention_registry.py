@@ -148,6 +148,25 @@ def test_the_route_memo_key_tells_apart_every_needs():
     assert len(set(seen.values())) > 10   # the cases reach many different needs
 
 
+def test_one_request_remembers_the_routes_of_each_kind_of_layer():
+    """One forward's layers share a request, which remembers their routes per kind of layer: layers that
+    differ in their mask, what they block, their modifiers or dtype still get their own routes."""
+    import dataclasses
+    fresh, shared = [], []
+    for keep_self in (False, True):   # (a blocked key kept for its own query: not every route can)
+        base = AttentionRequest(capture=True, keep_self=keep_self, query_groups=torch.zeros(2, 7, dtype=torch.long),
+                                num_groups=1)
+        for case in CASES:
+            for dtype in DTYPES:
+                call = call_of(case, dtype)
+                if call.req.query_groups is None or call.req.map_slices:
+                    continue   # (the shared request's own instructions: capture and groups)
+                own = choose_route(dataclasses.replace(call, req=dataclasses.replace(base, _scratch={})))
+                fresh.append([r.name for r in own])
+                shared.append([r.name for r in choose_route(dataclasses.replace(call, req=base))])
+    assert shared == fresh and len({tuple(f) for f in fresh}) > 2
+
+
 @pytest.mark.parametrize("dtype", DTYPES, ids=str)
 @pytest.mark.parametrize("case", CASES, ids=lambda c: "-".join([c[0], f"kv{c[1]}", f"q{c[2]}", *c[3]]))
 @pytest.mark.parametrize("name", ROUTES)

@@ -262,10 +262,10 @@ class AttentionRequest(ReadoutInstructions):
         """
         if not self._received_unblocked:
             return self.received
-        whole = self._whole("unblocked", self._received_unblocked) if len(self._received_unblocked) == len(
-            self._received) else None   # (every layer blocked some key)
-        if whole is not None:
-            return whole
+        if len(self._received_unblocked) == len(self._received):   # every layer blocked some key
+            whole = self._whole("unblocked", self._received_unblocked)
+            if whole is not None:
+                return whole
         return gather([self._received_unblocked.get(l, self._received[l]) for l in sorted(self._received)])
 
     @property

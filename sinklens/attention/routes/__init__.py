@@ -10,8 +10,8 @@
 | plain | plain.py | nothing (blocked keys as a mask) | requests that need no probabilities |
 
 `choose_route` reads what a call needs (`Needs`) and returns the routes whose declaration covers
-it and that can run here (`Route.available`), in order: the route the request names (`AttentionRequest.route`) first (and its declared
-fallback: triton's is lse), then the "auto" ones
+it and that can run here (`Route.available`), in order: the route the request names
+(`AttentionRequest.route`) first (and its declared fallback: triton's is lse), then the "auto" ones
 for the call's device and dtype in registry order. The attention function runs the first that
 does not decline (a route may decline a call at run time: a small layer's rare underflow, a
 per-head mask the C kernel does not take), so every call lands on a route that records it.
@@ -53,9 +53,10 @@ def choose_route(call: Call) -> tuple[Route, ...]:
     The candidates are a pure function of what `Needs.of` reads (the call's facts, the request's
     instructions) and the route the request names, so they are remembered for the process by those
     plain values (`Needs.key`). Within one forward (one request) the layers differ only in what they
-    block, their mask, their modifiers and (a model spread over a GPU and the CPU) whether they run on
-    the CPU: the routes available for those are remembered on the request. On a tiny twin, testing the declarations field
-    by field, then building a key per layer, each cost a layer about what its kernel does."""
+    block, their mask, their modifiers and (a model spread over a GPU and the CPU) whether they run
+    on the CPU: the routes available for those are remembered on the request. On a tiny twin, testing
+    the declarations field by field, then building a key per layer, each cost a layer about what its
+    kernel does."""
     req = call.req
     if not req.needs_probabilities:
         return (PLAIN,)
