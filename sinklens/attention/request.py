@@ -121,7 +121,7 @@ class AttentionRequest(ReadoutInstructions):
         query axis to broadcast over; the last num_keys keys (as `blocked_for`'s reader cuts them)."""
         cached = self._kept_cache   # only the whole-layer pass reads it: made on its first call of a forward
         if cached is None or cached[0] is not self.blocked or cached[1] != self.blocked._version:
-            kept = (torch.from_numpy((~self.blocked.numpy()).astype(np.float32)) if self.blocked.device.type == "cpu"
+            kept = (torch.from_numpy((~self.blocked.numpy()).astype(np.float32)) if self.blocked.is_cpu
                     else (~self.blocked).float())
             cached = self._kept_cache = (self.blocked, self.blocked._version, kept.unsqueeze(-2).unbind(0))
         kept = cached[2][layer]  # (B, H, 1, S)
@@ -132,7 +132,7 @@ class AttentionRequest(ReadoutInstructions):
         keys than this keeps one whatever is blocked."""
         facts = self._blocked_facts()
         if facts[2] is None:   # counted on first asking (only the whole-layer exact route asks)
-            counts = self.blocked.numpy().sum(-1) if self.blocked.device.type == "cpu" else self.blocked.sum(-1)
+            counts = self.blocked.numpy().sum(-1) if self.blocked.is_cpu else self.blocked.sum(-1)
             facts[2] = counts.reshape(counts.shape[0], -1).max(1).tolist()   # (L,): per layer, over rows and heads
         return facts[2][layer]
 
@@ -144,7 +144,7 @@ class AttentionRequest(ReadoutInstructions):
         cached = self._blocked_cache
         if cached is None or cached[0] is not self.blocked or cached[1] != self.blocked._version:
             # numpy's calls on arrays this small cost less than torch's
-            flat = (self.blocked.numpy() if self.blocked.device.type == "cpu" else self.blocked).reshape(
+            flat = (self.blocked.numpy() if self.blocked.is_cpu else self.blocked).reshape(
                 self.blocked.shape[0], -1)
             facts = [flat.any(1).tolist(), self.blocked.unbind(0), None]
             cached = self._blocked_cache = (self.blocked, self.blocked._version, facts)

@@ -57,7 +57,7 @@ def _np(x) -> np.ndarray:
     """A numpy view (CPU) of a tensor or array (bfloat16, which numpy lacks, as float32)."""
     if not isinstance(x, torch.Tensor):
         return np.asarray(x)
-    if x.device.type != "cpu" or x.requires_grad or x.dtype == torch.bfloat16:
+    if not x.is_cpu or x.requires_grad or x.dtype == torch.bfloat16:   # (is_cpu: device.type builds a string)
         x = x.detach().cpu()
         x = x.float() if x.dtype == torch.bfloat16 else x
     return x.numpy()
@@ -209,7 +209,7 @@ class SinkMaskingPolicy:
         # copies: the sampler edits its canvas in place, and the record is made later (stats.py)
         self.stats.add(self._next, np.array(_np(tokens)), np.array(_np(is_masked), dtype=bool),
                        self._prompt_mask(B, S), real)
-        req.blocked = blocked if tokens.device.type == "cpu" else blocked.to(tokens.device)
+        req.blocked = blocked if tokens.is_cpu else blocked.to(tokens.device)
         return req
 
     def after_step(self, event) -> None:

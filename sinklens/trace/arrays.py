@@ -14,11 +14,12 @@ def _np(x) -> np.ndarray | None:
     """A numpy view of a tensor / array / list (None passes through)."""
     if x is None or type(x) is np.ndarray:
         return x
-    if hasattr(x, "detach"):  # torch.Tensor, without importing torch here
-        if x.is_cpu and not x.requires_grad and str(x.dtype) != "torch.bfloat16":
+    torch = sys.modules.get("torch")   # a tensor: torch is loaded (this module never imports it)
+    if torch is not None and isinstance(x, torch.Tensor):
+        if x.is_cpu and not x.requires_grad and x.dtype is not torch.bfloat16:
             return x.numpy()
         x = x.detach().to("cpu")
-        if str(x.dtype) == "torch.bfloat16":
+        if x.dtype is torch.bfloat16:
             x = x.float()
         x = x.numpy()
     return np.asarray(x)
@@ -47,7 +48,8 @@ def _held(x, copy: bool = False):
     """A sampler's tensor kept until its group is written, on the CPU: one on an accelerator is
     copied now (its device memory is not held); a CPU tensor is kept as it is, or copied with `copy`
     (a canvas the sampler may change in place after the step). None passes through."""
-    if x is None or not hasattr(x, "detach"):
+    torch = sys.modules.get("torch")
+    if x is None or torch is None or not isinstance(x, torch.Tensor):
         return np.array(x, copy=True) if copy and x is not None else x
     if not x.is_cpu:
         return x.to("cpu")

@@ -112,7 +112,7 @@ class Compiled(Route):
     auto = frozenset({("cpu", torch.float32)})
 
     def available(self, call: Call) -> bool:
-        return call.query.device.type == "cpu" and build.load() is not None
+        return call.query.is_cpu and build.load() is not None
 
     def run(self, call: Call) -> torch.Tensor | None:
         lib = build.load()
