@@ -584,3 +584,18 @@ def test_a_corpus_file_opened_as_a_trace_says_what_it_is(tmp_path):
     garbage.write_bytes(b"\x01\x02not arrow")
     with pytest.raises(TraceFormatError, match="not an Arrow IPC stream"):
         sinklens.open_trace(garbage)
+
+
+def test_a_bfloat16_or_grad_capture_is_held_and_written_as_float():
+    """numpy has no bfloat16: such a capture (and one that requires grad) reaches the file as float32
+    values, equal to the tensor's; a CPU float32 tensor is viewed, not copied."""
+    import torch
+
+    from sinklens.trace.arrays import _np
+    x = torch.randn(2, 5).to(torch.bfloat16)
+    np.testing.assert_array_equal(_np(x), x.float().numpy())
+    assert _np(x).dtype == np.float32
+    g = torch.randn(3, requires_grad=True)
+    np.testing.assert_array_equal(_np(g), g.detach().numpy())
+    f = torch.randn(4)
+    assert np.shares_memory(_np(f), f.numpy())
