@@ -179,3 +179,18 @@ def test_layer_visibilities():
         layer_visibilities(2, windows=(4,))
     with pytest.raises(ValueError, match="window must be a positive int"):
         Visibility(window=0)
+
+
+@pytest.mark.parametrize("units", sorted(UNITS))
+def test_scores_of_float32_float16_and_lists_are_their_float64_scores(units):
+    """Every input type gets the scores of its values in float64 (the masking hands float32 arrays, the
+    report float16 ones): bit for bit, over a wide range of magnitudes."""
+    vis, q, real = LAYOUTS[sorted(LAYOUTS)[0]]
+    cov = np_rule.coverage(q, real, [vis, vis])
+    rng = np.random.default_rng(5)
+    r32 = rng.lognormal(0, 6, (2, 3, S)).astype(np.float32)
+    want = np_rule.to_scores(r32.astype(np.float64), units, cov)
+    for r in (r32, r32.tolist()):
+        assert np.array_equal(np_rule.to_scores(r, units, cov), want)
+    r16 = r32.clip(1e-4, 6e4).astype(np.float16)
+    assert np.array_equal(np_rule.to_scores(r16, units, cov), np_rule.to_scores(r16.astype(np.float64), units, cov))

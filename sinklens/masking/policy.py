@@ -102,7 +102,7 @@ class SinkMaskingPolicy:
                              f"choose K <= {num_keys}")
 
     def _queries(self, B: int, S: int, real, query_positions=None) -> np.ndarray:
-        """(B, S) bool rows whose attention was summed into the ranking source."""
+        """(B, S) bool rows whose attention was summed into the ranking source (real ones only)."""
         real = _np(real).astype(bool, copy=False)
         if query_positions is not None:
             q = np.zeros((B, S), bool)
@@ -111,7 +111,7 @@ class SinkMaskingPolicy:
             return q & real
         if not self.is_diffusion and self.config.arm_rule == "newest":
             q = np.zeros((B, S), bool)
-            q[:, -1] = True
+            q[:, -1] = real[:, -1]
             return q
         return real
 
@@ -132,18 +132,19 @@ class SinkMaskingPolicy:
         Tensors or arrays; the ranking itself runs in numpy (masking/select.py)."""
         L, B, H, S = received.shape
         real = np.ones((B, S), bool) if real is None else _np(real).astype(bool, copy=False)
-        queries = self._queries(B, S, real) if queries is None else _np(queries).astype(bool, copy=False)
+        queries = self._queries(B, S, real) if queries is None else _np(queries).astype(bool, copy=False) & real
         prompt = None if prompt is None else _np(prompt).astype(bool, copy=False)
         return self._rank(_np(received).astype(np.float32, copy=False), real, queries, prompt, visibilities)
 
     def _rank(self, received: np.ndarray, real: np.ndarray, queries: np.ndarray, prompt: np.ndarray | None,
               visibilities) -> Selection:
-        """`rank` on numpy arrays as it converts them (every step's `rank_event` has them so already)."""
+        """`rank` on numpy arrays as it converts them (every step's `rank_event` has them so already);
+        `queries` are real rows."""
         L, B, H, S = received.shape
         prompt = self._prompt_mask(B, S) if prompt is None else prompt
         scope = real if self.config.scope == "all" else (prompt if self.config.scope == "prompt" else ~prompt) & real
         visibilities = self.visibilities if visibilities is None else visibilities
-        covs = [self._coverage(queries[b] & real[b], real[b], visibilities) for b in range(B)]
+        covs = [self._coverage(queries[b], real[b], visibilities) for b in range(B)]
         if self.config.sinks == "topk" and self.config.threshold is None and self.config.fraction is None \
                 and self.config.mask_k > 1:   # every row has a real key: K = 1 always fits
             self.check_num_keys(int(real.sum(-1).min()))

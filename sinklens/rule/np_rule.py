@@ -121,7 +121,9 @@ def to_scores(received, units: str, cov: Coverage) -> np.ndarray:
     """Scores (L, ..., S) float32 of column sums `received` (L, ..., S) in `units` (rule/spec.py).
     Keys that are not visible score 0 (they are never compared)."""
     check_units(units)
-    r = np.asarray(received, np.float64)
+    # float64 arithmetic: an array's product with the float64 factors below is made in float64 as it
+    # is (no conversion first); the plain sums and the divisions convert
+    r = received if type(received) is np.ndarray and units == "scaled_sum" else np.asarray(received, np.float64)
     vis = _per_key(cov.visible, r.ndim)
     if units == "sum":
         out = r
