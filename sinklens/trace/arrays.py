@@ -91,7 +91,7 @@ def _is_sum_of(received: np.ndarray, groups: np.ndarray) -> bool:
 
 def _rows_of(a) -> list:
     """The rows of an array (views) or the items of a list, as a list. Not `list(a)`: iterating an
-    array ends on an IndexError whose message numpy formats (a tenth of a tiny model's trace write)."""
+    array ends on an IndexError whose message numpy formats (~0.7 µs a row list)."""
     return a if type(a) is list else [a[i] for i in range(len(a))]
 
 
