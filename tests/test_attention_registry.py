@@ -352,7 +352,7 @@ def test_compiled_tiles_of_any_height_give_the_same_numbers(case, monkeypatch):
 
     if build.load() is None:
         pytest.skip(f"the compiled kernel is unavailable here: {build.reason()}")
-    monkeypatch.setattr(compiled, "tile_rows", lambda s_k: 5)
+    monkeypatch.setattr(compiled, "tile_rows", lambda s_k, every_key=False: 5)
     out, req = run("compiled", case, torch.float32)
     ref_out, ref = run("exact", case, torch.float32, chunk=7)
     assert (out - ref_out).abs().max() <= 2e-5
@@ -360,3 +360,25 @@ def test_compiled_tiles_of_any_height_give_the_same_numbers(case, monkeypatch):
     assert got.keys() == want.keys()
     for key in want:
         assert (got[key] - want[key]).abs().max() <= 2e-5, key
+
+
+@pytest.mark.parametrize("causal", [False, True], ids=["bidirectional", "causal"])
+def test_compiled_tile_heights_past_512_keys(causal):
+    """Past 512 keys a layer whose every row sees every key is walked in tiles of 512 rows, a causal one
+    in tiles of 256 (compiled.tile_rows): both give what the exact route gives."""
+    import sinklens.attention.routes.compiled as compiled
+
+    if build.load() is None:
+        pytest.skip(f"the compiled kernel is unavailable here: {build.reason()}")
+    assert (compiled.tile_rows(1100, True), compiled.tile_rows(1100)) == (512, 256)
+    g = torch.Generator().manual_seed(11)
+    q = torch.randn(1, 2, 1100, 8, generator=g)
+    k, v = (torch.randn(1, 1, 1100, 8, generator=g) for _ in range(2))
+    module = fake_module(2, 1, causal, None, None)
+    outs = {}
+    for route in ("compiled", "exact"):
+        req = AttentionRequest(capture=True, route=route)
+        out, _ = sinklens_attention(module, q, k, v, None, scaling=0.3, sinklens=req)
+        outs[route] = out, req.received
+    assert (outs["compiled"][0] - outs["exact"][0]).abs().max() <= 2e-5
+    assert (outs["compiled"][1] - outs["exact"][1]).abs().max() <= 1e-4

@@ -22,14 +22,17 @@ from sinklens.attention.routes import build
 from sinklens.attention.routes.base import Call, Records, Route
 from sinklens.attention.routes.exact import empty_rows_as_plain
 
-def tile_rows(s_k: int) -> int:
+def tile_rows(s_k: int, every_key: bool = False) -> int:
     """Query rows per tile. BLAS packs the keys anew for every sgemm, so a tile must be tall enough to
-    amortise that: measured per bidirectional layer (8 heads, D 64, one thread, under load), tiles of
-    32 / 64 / 128 / 256 / 512 rows cost 1.59 / 1.25 / 1.13 / 1.09 / 0.90x sdpa at S = 512 and
-    1.51 / 1.25 / 1.09 / 1.01-1.05 / 1.16x at S = 2048. At most 16 MB of scores per thread."""
+    amortise that; a causal tile also computes the scores of the keys its first rows cannot see, which
+    grow with its height. Measured per layer (one thread, the best of 3-7 calls against sdpa's):
+    bidirectional (8 heads, D 64), tiles of 256 / 512 rows cost 1.19 / 1.10x at S = 1024, 1.10 / 1.07x
+    at S = 2048 and 1.08 / 1.04x at S = 4096 (1024 rows: 1.13x at S = 2048); causal (SmolLM2's 9 / 3
+    heads), 0.86 / 0.97x at S = 1024 and 1.00 / 1.04x at S = 2048. `every_key`: every row sees every key
+    (bidirectional, no mask), 512 rows; else 256 from 512 keys on. At most 16 MB of scores per thread."""
     if s_k <= 512:
         return 512
-    return max(64, min(256, 2**22 // s_k))
+    return max(64, min(512 if every_key else 256, 2**22 // s_k))
 
 
 # A layer whose largest tile's two products (scores, output) take at most this many multiply-adds runs
@@ -83,7 +86,8 @@ class _Shared(NamedTuple):
     version: int | None             # ... and their in-place version
     as_long: torch.Tensor | None    # the groups as int64, kept alive for C
     args: _Args                     # the buffer every layer packs its fields into
-    tile: int
+    tile: int                       # tile_rows(s_k), and for a layer whose every row sees every key:
+    wide_tile: int
     threads: int
     sgemm: int
     blas_threads: int
@@ -100,7 +104,8 @@ def _shared(req, s_k: int) -> _Shared:
         as_long = None if groups is None else groups.to(torch.int64).contiguous()
         sgemm, blas_threads = build.blas()
         shared = req._scratch["compiled"] = _Shared(s_k, groups, version, as_long, _Args(), tile_rows(s_k),
-                                                    torch.get_num_threads(), sgemm or 0, blas_threads or 0,
+                                                    tile_rows(s_k, True), torch.get_num_threads(), sgemm or 0,
+                                                    blas_threads or 0,
                                                     0 if as_long is None else as_long.data_ptr())
     return shared
 
@@ -132,7 +137,9 @@ class Compiled(Route):
             allowed = None
         blocked = None if call.blocked is None else call.blocked.contiguous()
         sinks = None if call.mods.sinks is None else call.mods.sinks.float().contiguous()
-        _, _, _, _, args, tile, threads, sgemm, blas_threads, groups = _shared(req, s_k)   # (a _Shared)
+        _, _, _, _, args, tile, wide_tile, threads, sgemm, blas_threads, groups = _shared(req, s_k)   # (a _Shared)
+        if allowed is None and not call.is_causal:   # every row sees every key: no causal waste in a tall tile
+            tile = wide_tile
         sums = LayerSums.for_request(req, call.module.layer_idx, b, h, s_q, s_k, call.blocking, query.device,
                                      sinks is not None, group_of=False)
         out = torch.empty(b, s_q, h, d, dtype=torch.float32)
