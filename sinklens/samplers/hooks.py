@@ -38,7 +38,7 @@ class StepEvent:
     # the fields whose tensors nothing changes after the step (made for this step alone, or a copy
     # `Steps` took): a hook may keep them without a copy of its own. Every event tensor is read-only
     # to a hook; the others are the sampler's, which it may change in place at its next step.
-    fresh: frozenset[str] = frozenset()
+    fresh: tuple[str, ...] = ()
 
 
 _TAKES_MASK: dict = {}  # a hook class' before_step -> whether it takes attention_mask (asked per generation)

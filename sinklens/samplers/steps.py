@@ -118,13 +118,14 @@ class Steps:
         if self.hooks:
             own = tokens is self._fed_from   # the copy taken at `instructions`: no one else holds it
             fed = self._fed if own else tokens
+            fresh = (*fresh, "tokens") if own else fresh
             req = self._req if attention is None else attention
             chosen = after if committed is None else committed
             prob = None if chosen is None or not self.hooks.want_commit_prob else commit_probabilities(logits, revealed, chosen,
                                                                     event.get("query_positions"))
             self.hooks.after_step(StepEvent(step=self.index, tokens=fed, is_masked=is_masked, revealed=revealed,
                                             logits=logits, attention=req, commit_prob=prob,
-                                            fresh=_fresh(fresh, own and self._fed is not tokens),
+                                            fresh=fresh,
                                             **{"layout": self._event_layout, **event}))
         self._fed = self._fed_from = self._req = None
         self.index += 1
@@ -138,19 +139,6 @@ class Steps:
         return GenerateOutput(sequences=sequences, history=self.history,
                               num_steps=self.index if num_steps is None else num_steps,
                               trace_path=None if self.writer is None else self.writer.path)
-
-
-_FRESH: dict = {}  # (a sampler's fresh fields, tokens copied) -> StepEvent.fresh, one frozenset per kind
-
-
-def _fresh(fields: tuple[str, ...], tokens: bool) -> frozenset[str]:
-    """`StepEvent.fresh` of a step: the sampler's `fields`, and "tokens" where the event's canvas is the
-    copy `Steps` took (remembered: a step makes no set)."""
-    key = (fields, tokens)
-    out = _FRESH.get(key)
-    if out is None:
-        out = _FRESH[key] = frozenset(fields) | ({"tokens"} if tokens else frozenset())
-    return out
 
 
 def commit_probabilities(logits: torch.Tensor, revealed: torch.Tensor, chosen: torch.Tensor,

@@ -69,10 +69,10 @@ def choose_route(call: Call) -> tuple[Route, ...]:
     routes = memo.get(key)
     if routes is None:
         full = Needs.key(call)
-        candidates_ = _CANDIDATES.get(full)
-        if candidates_ is None:
-            candidates_ = _CANDIDATES[full] = candidates(Needs.of(call), req.route)
-        routes = memo[key] = tuple(r for r in candidates_ if r.available(call))
+        covering = _CANDIDATES.get(full)
+        if covering is None:
+            covering = _CANDIDATES[full] = candidates(Needs.of(call), req.route)
+        routes = memo[key] = tuple(r for r in covering if r.available(call))
     return routes
 
 

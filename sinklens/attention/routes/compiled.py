@@ -86,8 +86,8 @@ class _Shared(NamedTuple):
     version: int | None             # ... and their in-place version
     as_long: torch.Tensor | None    # the groups as int64, kept alive for C
     args: _Args                     # the buffer every layer packs its fields into
-    tile: int                       # tile_rows(s_k), and for a layer whose every row sees every key:
-    wide_tile: int
+    tile: int                       # tile_rows(s_k)
+    wide_tile: int                  # tile_rows(s_k, every_key=True): a layer whose every row sees every key
     threads: int
     sgemm: int
     blas_threads: int
