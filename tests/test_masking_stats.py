@@ -22,8 +22,9 @@ def _steps(rng, L=2, B=2, H=3, S0=5, T=9, grow=True):
         S = S0 + t if grow else S0
         Sb = S - 1 if grow and t else S            # the selection was made at the previous step
         blocked = rng.random((L, B, H, Sb)) < 0.3
-        scores = rng.gamma(0.5, 2.0, (L, B, H, Sb)).astype(np.float32)
         visible = rng.random((L, B, 1, Sb)) < 0.9
+        # as select makes them (np_rule.to_scores): 0 off the visible keys
+        scores = np.where(visible, rng.gamma(0.5, 2.0, (L, B, H, Sb)), 0.0).astype(np.float32)
         sel = Selection(blocked=torch.from_numpy(blocked), scores=scores, visible=visible, eps=1.0,
                         shortfall=int(rng.integers(0, 2)))
         tokens = rng.integers(0, 7, (B, S))

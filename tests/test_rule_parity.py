@@ -194,3 +194,19 @@ def test_scores_of_float32_float16_and_lists_are_their_float64_scores(units):
         assert np.array_equal(np_rule.to_scores(r, units, cov), want)
     r16 = r32.clip(1e-4, 6e4).astype(np.float16)
     assert np.array_equal(np_rule.to_scores(r16, units, cov), np_rule.to_scores(r16.astype(np.float64), units, cov))
+
+
+def test_scaled_sum_scores_are_the_float64_product_rounded_once():
+    """scaled_sum: r_j x K / Q computed in float64 and rounded once to float32, 0 off the visible keys
+    (written out here with plain numpy, independently of to_scores' single ufunc call)."""
+    rng = np.random.default_rng(11)
+    # the layouts, and 7 summed rows: K / Q = 24 / 7, a factor float32 cannot hold
+    cases = list(LAYOUTS.values()) + [(Visibility(), np.array([0, 5, 9, 13, 20, 22, 23]), REAL)]
+    for name, (vis, q, real) in enumerate(cases):
+        cov = np_rule.coverage(q, real, [vis, vis])
+        for dtype in (np.float32, np.float16, np.float64):
+            r = rng.lognormal(0, 6, (2, 3, S)).clip(0, 6e4).astype(dtype)
+            factor = (cov.visible.sum(-1) / np.maximum(cov.n_queries, 1))[:, None, None]   # (L, 1, 1) K / Q
+            want = np.where(cov.visible[:, None, :], r.astype(np.float64) * factor, 0.0).astype(np.float32)
+            got = np_rule.to_scores(r, "scaled_sum", cov)
+            assert got.dtype == np.float32 and got.tobytes() == want.tobytes(), (name, dtype)

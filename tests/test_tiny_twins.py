@@ -280,3 +280,28 @@ def test_demo_shows_every_shipped_twin_dlm_first():
     assert all(m == by_label[m.label] for m in models)
     assert [slug(m.label) for m in models] == ["tiny-dlm", "tiny-arm", "tiny-dual-ar", "tiny-dual-diffusion"]
     assert prompt.strip()
+
+
+def test_a_masked_arm_trace_reads_the_same_in_one_group_as_a_group_per_step(tmp_path):
+    """An ARM's steps grow a key each: a group joins each column's steps in one concatenation
+    (trace/arrays.py `Ragged`), its blocked keys and padding fills included. Written in one group or a
+    group per step (one step: no joining), a traced and sink-masked batch reads back the same (groups of
+    3: the second has blocked keys at every step, joined too)."""
+    from sinklens.masking.config import MaskingConfig
+    from sinklens.masking.policy import SinkMaskingPolicy
+    from sinklens.trace.writer import TraceWriter
+
+    m = sinklens.load("tiny-arm", **LOAD)
+    questions = [p.question for p in heldout_problems(2)]
+    ids, am = encode_prompts(m.tokenizer, questions)
+    tables = []
+    for flush_steps in (1, 3, 64):
+        path = tmp_path / f"t{flush_steps}.arrow"
+        writer = TraceWriter(path, flush_steps=flush_steps, flush_seconds=3600)
+        policy = SinkMaskingPolicy(MaskingConfig(mask_k=1), num_layers=m.num_layers, is_diffusion=False, model=m)
+        m.generate(ids, attention_mask=am, trace=writer, hook=policy, **{**arm_sampler(), "max_new_tokens": 6})
+        writer.close()
+        t = sinklens.open_trace(path)
+        assert t.num_steps == 6 and len(t.blocked(3, 1)) == m.num_layers * t.num_heads   # top-1 per (layer, head)
+        tables.append(t.table())
+    assert tables[0].equals(tables[1]) and tables[0].equals(tables[2])

@@ -34,7 +34,7 @@ from sinklens.rule import np_rule
 @dataclass
 class Selection:
     blocked: torch.Tensor  # (L, B, H, S) bool keys to block next step
-    scores: np.ndarray  # (L, B, H, S) float32 the ranking source in the configured units
+    scores: np.ndarray  # (L, B, H, S) float32 the ranking source in the configured units, 0 off the visible keys
     visible: np.ndarray  # (L, B, 1, S) bool keys the summed query rows could see (Eq. 3 compares these)
     eps: float  # Eq. 3's ε in those units
     shortfall: int = 0  # random control: keys that could not be matched (too few non-sink keys)

@@ -61,7 +61,8 @@ def _sinks(held: list[tuple], S: int) -> np.ndarray:
     visible = _stacked([sel.visible for sel, *_ in held], S)                   # (T, L, B, 1, S)
     if all(sel.scores.shape[-1] == S for sel, *_ in held):   # one length (a diffusion run): no padding
         return np_rule.is_sink(scores, visible, eps.pop())
-    total = np.stack([np_rule.visible_total(sel.scores, sel.visible) for sel, *_ in held])   # (T, L, B, H, 1)
+    # (scores are 0 off the visible keys, as to_scores makes them: their plain sum is the visible total)
+    total = np.stack([np_rule.visible_total(sel.scores) for sel, *_ in held])   # (T, L, B, H, 1)
     return np_rule.is_sink(scores, visible, eps.pop(), total)
 
 

@@ -129,8 +129,9 @@ def to_scores(received, units: str, cov: Coverage) -> np.ndarray:
         out = r
     elif units == "mean":
         out = r / _per_key(np.maximum(cov.n_queries, 1)[:, None], r.ndim)
-    elif units == "scaled_sum":
-        out = r * _per_key(cov.scale, r.ndim)
+    elif units == "scaled_sum":   # the product in float64, rounded once into float32 zeros off the visible keys
+        out = np.zeros(r.shape, np.float32)
+        return np.multiply(r, _per_key(cov.scale, r.ndim), out=out, where=vis, casting="same_kind")
     else:
         denom = _per_key(cov.seen if units == "gu" else cov.expected, r.ndim)
         out = np.zeros_like(r)
@@ -153,7 +154,10 @@ def _visible(scores, visible) -> tuple[np.ndarray, np.ndarray]:
 def visible_total(scores, visible=None) -> np.ndarray:
     """(..., 1) float64: the sum of each row's visible scores, as `sink_margin` makes it. A caller that
     pads rows of different lengths to one (an ARM's steps) takes each row's own sum here first: a sum
-    over a padded row may round differently."""
+    over a padded row may round differently. visible None: every key counts (scores already 0 off
+    the visible keys, as `to_scores` makes them: the same sum, without the mask's copy)."""
+    if visible is None:
+        return np.asarray(scores, np.float64).sum(-1, keepdims=True)
     return _visible(scores, visible)[0].sum(-1, keepdims=True)
 
 

@@ -112,8 +112,8 @@ def sample(model, input_ids, config: ARMConfig, attention_mask=None, *, trace=No
             if step == 0:  # prefill: every real prompt row is a query
                 feed, feed_pos, qmask = seq, positions, real
                 query_positions = [torch.nonzero(r).squeeze(1) for r in real]
-            else:  # decode: the newest token is the only query
-                feed, feed_pos, qmask = seq[:, -1:], positions[:, -1:], torch.ones(B, 1, dtype=torch.bool)
+            else:  # decode: the newest token is the only query, and always real (no query mask to apply)
+                feed, feed_pos, qmask = seq[:, -1:], positions[:, -1:], None
                 query_positions = [torch.tensor([S - 1]) for _ in range(B)]
             req = run.record(hook_req, qmask, capture=not (capture_prefix and step > 0))
             logits = model.forward_cached(feed, am, feed_pos, cache, req)  # (B, S_q, V)
