@@ -205,7 +205,7 @@ class OffsetSums:
         return d
 
 
-@dataclass
+@dataclass(slots=True)   # (made for every layer, as the Call)
 class LayerSums:
     """What one layer's capture accumulates, chunk by chunk (all float32)."""
 

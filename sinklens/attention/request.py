@@ -21,10 +21,13 @@ ROUTES = ("auto", "compiled", "exact", "lse", "triton")  # sinklens/attention/ro
 # The mechanism readouts' instructions (sinklens/attention/readouts.py computes them): one field per
 # readout declared in sinklens/columns.py, off by default (False, or None for a list of indices).
 ReadoutInstructions = make_dataclass(
-    "ReadoutInstructions", [(r.name, bool if r.kind == "bool" else tuple | None, field(default=r.off)) for r in READOUTS])
+    "ReadoutInstructions", [(r.name, bool if r.kind == "bool" else tuple | None, field(default=r.off)) for r in READOUTS],
+    slots=True)
 
 
-@dataclass
+# slots: a request is made every step and has ~30 fields; without an instance dict its construction
+# stores each field in place (a dict grown field by field was most of what a tiny model's step paid for it)
+@dataclass(slots=True)
 class AttentionRequest(ReadoutInstructions):
     # --- instructions (set by the caller) -------------------------------------------------
     capture: bool = False  # record received attention r_j = sum_i A[i, j] per layer and head

@@ -30,7 +30,7 @@ class Modifiers:
 NO_MODIFIERS = Modifiers()
 
 
-@dataclass
+@dataclass(slots=True)   # (made for every layer: slots store its fields without an instance dict)
 class Call:
     """One layer's attention call, as the attention function has checked it."""
 
