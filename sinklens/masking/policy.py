@@ -107,7 +107,7 @@ class SinkMaskingPolicy:
         if query_positions is not None:
             q = np.zeros((B, S), bool)
             for b, pos in enumerate(query_positions):
-                q[b, _np(pos).astype(np.int64)] = True
+                q[b, _np(pos).astype(np.int64, copy=False)] = True
             return q & real
         if not self.is_diffusion and self.config.arm_rule == "newest":
             q = np.zeros((B, S), bool)

@@ -23,6 +23,7 @@ a sixth of a step; docs/benchmarks.md).
 """
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass
 
 import numpy as np
@@ -55,12 +56,20 @@ class Selection:
         return torch.from_numpy(self.sink_array)
 
 
+@functools.lru_cache(maxsize=64)
+def _positions(S: int) -> np.ndarray:
+    """(S,) 0 .. S − 1, read-only: made once per length (each numpy call counts on a tiny model's step)."""
+    a = np.arange(S)
+    a.flags.writeable = False
+    return a
+
+
 def _top(key: np.ndarray, ok: np.ndarray, k) -> np.ndarray:
     """(..., S) bool: the k highest `key` among `ok` keys (k an int, or an array broadcast over the
     leading dims). Ties go to the lower position (stable sort), as in the analysis' top_k."""
     key = np.where(ok, key, -np.inf)
-    if np.ndim(k) == 0 and k == 1:   # the default: argmax takes the first of equal maxima, as the stable sort
-        return (np.arange(key.shape[-1]) == key.argmax(-1)[..., None]) & ok
+    if type(k) is int and k == 1:   # the default: argmax takes the first of equal maxima, as the stable sort
+        return (_positions(key.shape[-1]) == key.argmax(-1)[..., None]) & ok
     order = np.argsort(-key, axis=-1, kind="stable")   # descending, ties in position order
     return (np.argsort(order, axis=-1) < k) & ok       # each key's place in that order
 
