@@ -79,8 +79,8 @@ def _stack(xs: list, kinds: set[type] | None = None) -> np.ndarray | None:
 
 class Ragged(NamedTuple):
     """A group's column whose steps differ in shape (an ARM's canvas grows a key a step), joined in one
-    concatenation: every (step, row) cell's values, flat and in order. A tiny model's 16 steps cost a
-    conversion and a cell list per step otherwise, ~0.1 ms a column."""
+    concatenation: every (step, row) cell's values, flat and in order (otherwise a conversion and a
+    list of cells per step, which on a tiny model's step cost more than the values)."""
 
     values: np.ndarray          # (N,) the cells' values, one after another, each flat row-major
     lengths: list[int]          # per (step, row) cell: its number of values
