@@ -283,10 +283,9 @@ def test_demo_shows_every_shipped_twin_dlm_first():
 
 
 def test_a_masked_arm_trace_reads_the_same_in_one_group_as_a_group_per_step(tmp_path):
-    """An ARM's steps grow a key each: a group joins each column's steps in one concatenation
-    (trace/arrays.py `Ragged`), its blocked keys and padding fills included. Written in one group or a
-    group per step (one step: no joining), a traced and sink-masked batch reads back the same (groups of
-    3: the second has blocked keys at every step, joined too)."""
+    """An ARM's steps grow a key each, so a group's columns cannot be stacked: written in one group, in
+    groups of 3 (the second has blocked keys at every step) or a group per step, a traced and
+    sink-masked batch of two left-padded prompts reads back the same."""
     from sinklens.masking.config import MaskingConfig
     from sinklens.masking.policy import SinkMaskingPolicy
     from sinklens.trace.writer import TraceWriter

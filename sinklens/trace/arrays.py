@@ -5,7 +5,6 @@ shape). No trace semantics here: which columns exist and what they hold is trace
 from __future__ import annotations
 
 import sys
-from typing import NamedTuple
 
 import numpy as np
 import pyarrow as pa
@@ -77,67 +76,6 @@ def _stack(xs: list, kinds: set[type] | None = None) -> np.ndarray | None:
     return np.stack(arrays) if len({a.shape for a in arrays}) == 1 else None
 
 
-class Ragged(NamedTuple):
-    """A group's column whose steps differ in shape (an ARM's canvas grows a key a step), joined in one
-    concatenation: every (step, row) cell's values, flat and in order (otherwise a conversion and a
-    list of cells per step, which on a tiny model's step cost more than the values)."""
-
-    values: np.ndarray          # (N,) the cells' values, one after another, each flat row-major
-    lengths: list[int]          # per (step, row) cell: its number of values
-    shapes: list                # per step: its batch-first shape, or (a list of rows) its rows' lengths
-    sizes: list[int]            # per step: its number of values
-
-    def steps(self) -> list:
-        """The per-step parts (a (B, ...) array, or a list of 1-D rows): views of `values`."""
-        out, at = [], 0
-        for shape, size in zip(self.shapes, self.sizes):
-            if type(shape) is list:
-                ends = np.cumsum(shape) + at
-                out.append([self.values[end - n:end] for n, end in zip(shape, ends)])
-            else:
-                out.append(self.values[at:at + size].reshape(shape))
-            at += size
-        return out
-
-
-def _ragged(xs: list, layer_axis: int | None) -> Ragged | None:
-    """`Ragged` of T CPU tensors of one dtype and batch size but different shapes, held layer first
-    where `layer_axis` is not None (moved to it, as `_batch_first`), or of T lists of 1-D tensors (a
-    row each): one `torch.cat`, one conversion. None for anything else (numpy arrays, devices, dtypes
-    numpy lacks), which the caller takes a step at a time."""
-    torch = sys.modules.get("torch")
-    if torch is None:
-        return None
-    Tensor = torch.Tensor
-    flat, lengths, shapes, sizes = [], [], [], []
-    for x in xs:
-        if type(x) is list:
-            rows = []
-            for r in x:
-                if not isinstance(r, Tensor) or r.ndim != 1:
-                    return None
-                flat.append(r)
-                rows.append(r.shape[0])
-            lengths += rows
-            shapes.append(rows)
-            sizes.append(sum(rows))
-            continue
-        if not isinstance(x, Tensor):
-            return None
-        if layer_axis is not None:
-            x = x.movedim(0, layer_axis)
-        shape = x.shape
-        size = x.numel()
-        flat.append(x.reshape(-1))
-        lengths += [size // shape[0] if shape[0] else 0] * shape[0]
-        shapes.append(shape)
-        sizes.append(size)
-    if not flat or len({t.dtype for t in flat}) != 1 or not all([t.is_cpu for t in flat]) \
-            or flat[0].dtype is torch.bfloat16:
-        return None
-    return Ragged(torch.cat(flat).numpy(), lengths, shapes, sizes)
-
-
 def _is_sum_of(received: np.ndarray, groups: np.ndarray) -> bool:
     """True when received (B, L, H, S) is the sum of groups (B, G, L, H, S) up to float32 rounding
     (every counted query row in exactly one group: the masked / unmasked split)."""
@@ -205,14 +143,8 @@ def _sums_of_groups(received: np.ndarray, groups: np.ndarray) -> np.ndarray:
 
 def _column(parts, rows: list[int], value_type: pa.DataType) -> pa.Array:
     """A list<value_type> column of a group, one cell per (step, row). parts: one (T, B, ...) array
-    (a diffusion run's steps have one shape: one cast for the group), a `Ragged` (steps of different
-    shapes, joined), or per step a (B, ...) array (a cell per row, flat row-major), a list of its rows
-    (None: a null cell) or None (null cells)."""
-    if type(parts) is Ragged:
-        offsets = np.zeros(len(parts.lengths) + 1, dtype=np.int32)
-        np.cumsum(parts.lengths, out=offsets[1:])
-        return pa.ListArray.from_arrays(pa.array(offsets), pa.array(_as(parts.values, _NUMPY[value_type]),
-                                                                    type=value_type))
+    (a diffusion run's steps have one shape: one cast for the group), or per step a (B, ...) array
+    (a cell per row, flat row-major), a list of its rows (None: a null cell) or None (null cells)."""
     if type(parts) is np.ndarray:
         values = parts.reshape(-1)
         offsets = np.arange(sum(rows) + 1, dtype=np.int32) * (values.size // sum(rows))

@@ -42,8 +42,8 @@ import pyarrow as pa
 from sinklens._version import __version__
 from sinklens.columns import Column
 from sinklens.rule.spec import STORED_UNITS
-from sinklens.trace.arrays import (Ragged, _all_none, _batch_first, _batched, _column, _held, _is_sum_of, _np,
-                                   _own, _ragged, _real_positions, _rows_of, _stack, _sums_of_groups)
+from sinklens.trace.arrays import (_all_none, _batch_first, _batched, _column, _held, _is_sum_of, _np, _own,
+                                   _real_positions, _rows_of, _stack, _sums_of_groups)
 from sinklens.trace.readouts import COLUMN_NAMES, COLUMNS
 from sinklens.trace.schema import CHECKSUM_KEY, CORE_COLUMNS, SCHEMA_VERSION, VOCAB_KEY, build_schema
 
@@ -248,18 +248,15 @@ class TraceWriter:
         self._layer_axis = {c.name: c.layer_axis or 1 for c in self.columns if from_request(c)}
 
     # ---- metadata -------------------------------------------------------------------------
-    def _new_ids(self, tokens: list[np.ndarray] | np.ndarray | Ragged) -> list[int]:
-        """Token ids of steps' `tokens` (a list of per-step arrays, one (T, ...) array of the steps or a
-        `Ragged` of them) whose strings are not stored yet (decoded when written), in one pass: by the
-        step that first holds them, ascending within a step (a step at a time's order)."""
+    def _new_ids(self, tokens: list[np.ndarray] | np.ndarray) -> list[int]:
+        """Token ids of steps' `tokens` (a list of per-step arrays, or one (T, ...) array of the steps)
+        whose strings are not stored yet (decoded when written), in one pass: by the step that first
+        holds them, ascending within a step (a step at a time's order)."""
         if self.decode is None:
             return []
         if type(tokens) is np.ndarray:   # the group's steps stacked: no per-step work
             ids = tokens.reshape(-1)
             starts = np.arange(len(tokens)) * (tokens.size // max(len(tokens), 1))
-        elif type(tokens) is Ragged:     # steps of growing length, joined
-            ids = tokens.values
-            starts = np.cumsum([0] + tokens.sizes[:-1])
         else:
             ids = np.concatenate([t.reshape(-1) for t in tokens])
             starts = np.cumsum([0] + [t.size for t in tokens[:-1]])  # where each step's ids begin
@@ -437,22 +434,18 @@ class TraceWriter:
     # ---- the group's write ----------------------------------------------------------------
     def _parts(self, steps: list[HeldStep], name: str):
         """Column `name` of the group's steps, batch first: one (T, B, ...) array where every step
-        holds an array of one shape (one stack and one transpose for the group), a `Ragged` where every
-        step holds a tensor (or a list of row tensors) of its own shape (an ARM's growing canvas: one
-        concatenation), else a part per step (a (B, ...) array, a list of per-row arrays, or None)."""
+        holds an array of one shape (one stack and one transpose for the group), else a part per step
+        (a (B, ...) array, a list of per-row arrays, or None)."""
         held = [s.cells[name] if name in s.cells else None for s in steps]
         kinds = {type(x) for x in held}   # one pass (a call per step and column was a tenth of a tiny model's step)
         if kinds == {type(None)}:
             return held
         axes = {s.layer_axis[name] if name in s.layer_axis else None for s in steps}
-        if len(axes) == 1 and type(None) not in kinds:
-            axis = axes.pop()
-            block = _stack(held, kinds) if list not in kinds else None  # (T, [L,] B, ...)
+        if len(axes) == 1 and type(None) not in kinds and list not in kinds:
+            block = _stack(held, kinds)  # (T, [L,] B, ...)
             if block is not None:
+                axis = axes.pop()
                 return block if axis is None else _batch_first(block, axis, lead=1)
-            joined = _ragged(held, axis)
-            if joined is not None:
-                return joined
         parts = [None] * len(held)
         for t, (s, x) in enumerate(zip(steps, held)):
             if type(x) is list:
@@ -473,12 +466,11 @@ class TraceWriter:
         self._derive_received(parts)
         columns = {"query_positions": self._query_column(parts, rows),
                    "step": pa.array(np.repeat(np.array([s.step for s in steps], dtype=np.int32), rows)),
-                   "row": pa.array(np.tile(np.arange(rows[0], dtype=np.int32), len(rows)) if len(set(rows)) == 1
-                                   else np.concatenate([np.arange(b, dtype=np.int32) for b in rows])),
+                   "row": pa.array(np.concatenate([np.arange(b, dtype=np.int32) for b in rows])),
                    "maps": self._maps_column(steps)}
         # a sampler's blocked keys arrive as (B, L, H, S) bool: the file holds (layer, head, position) triples
-        blocked = parts["blocked"].steps() if type(parts["blocked"]) is Ragged else parts["blocked"]
-        parts["blocked"] = [[np.argwhere(row) for row in _rows_of(b)] if type(b) is np.ndarray else b for b in blocked]
+        parts["blocked"] = [[np.argwhere(row) for row in _rows_of(b)] if type(b) is np.ndarray else b
+                            for b in parts["blocked"]]
         for name in self._schema.names:
             if name not in columns:
                 columns[name] = _column(parts[name], rows, self._schema.field(name).type.value_type)
@@ -489,17 +481,13 @@ class TraceWriter:
         """A declared fill (is_masked, revealed: False; attention_mask: True) where a step gave none."""
         tokens = parts["tokens"]
         for c in self.columns:
-            if c.fill is not None and type(parts[c.name]) is list and True in [p is None for p in parts[c.name]]:
-                tokens = tokens.steps() if type(tokens) is Ragged else tokens
+            if c.fill is not None and type(parts[c.name]) is not np.ndarray:
                 parts[c.name] = [np.full(t.shape, c.fill) if p is None else p for p, t in zip(parts[c.name], tokens)]
 
     @staticmethod
     def _derive_received(parts: dict) -> None:
         """received is left out (null: the reader sums the groups, schema 2) where it is their sum."""
         received, groups = parts["received"], parts["received_groups"]
-        if type(groups) is list and _all_none(groups):   # no groups: nothing to derive
-            return
-        received, groups = (p.steps() if type(p) is Ragged else p for p in (received, groups))
         if type(received) is np.ndarray and type(groups) is np.ndarray:  # every step holds both: one test
             derivable = _sums_of_groups(received, groups)
         else:
@@ -512,13 +500,10 @@ class TraceWriter:
     @staticmethod
     def _query_column(parts: dict, rows: list[int]) -> pa.Array:
         """query_positions, each step's own or its rows' real positions (their attention mask's)."""
-        if type(parts["query_positions"]) is Ragged:   # every step names its own (an ARM's)
-            return _column(parts["query_positions"], rows, pa.int32())
-        masks = parts["attention_mask"].steps() if type(parts["attention_mask"]) is Ragged else parts["attention_mask"]
         if _all_none(parts["query_positions"]):
-            return _real_positions(masks)
+            return _real_positions(parts["attention_mask"])
         return _column([[np.flatnonzero(r) for r in _rows_of(m)] if q is None else q
-                        for q, m in zip(parts["query_positions"], masks)], rows, pa.int32())
+                        for q, m in zip(parts["query_positions"], parts["attention_mask"])], rows, pa.int32())
 
     def _write_batch(self, batch: pa.RecordBatch, tokens) -> None:
         """One record batch for the group (schema 3): Arrow's per-batch cost (buffers and metadata per
