@@ -206,9 +206,7 @@ class SinkMaskingPolicy:
         if blocked.shape[-1] > S:
             raise ValueError(f"step {step} has {S} positions but the previous step had {blocked.shape[-1]}")
         if blocked.shape[-1] < S:      # ARM: the newest key did not exist at the previous step
-            grown = np.zeros(blocked.shape[:-1] + (S,), bool)   # (numpy's pad costs a third of torch's here)
-            grown[..., :blocked.shape[-1]] = blocked.numpy()    # (a Selection's keys are a CPU tensor)
-            blocked = torch.from_numpy(grown)
+            blocked = torch.nn.functional.pad(blocked, (0, S - blocked.shape[-1]))
         # copies: the sampler edits its canvas in place, and the record is made later (stats.py)
         self.stats.add(self._next, np.array(_np(tokens)), np.array(_np(is_masked), dtype=bool),
                        self._prompt_mask(B, S), real)
