@@ -138,6 +138,30 @@ def test_arm_newest_rule_and_growing_sequence():
     x2 = torch.cat([x, ids(2, s=1)], dim=1)
     r1 = pol.before_step(1, x2, torch.zeros_like(x2, dtype=torch.bool))
     assert r1.blocked.shape == (L, 1, H, S + 1) and not r1.blocked[..., -1].any()
+    assert torch.equal(r1.blocked[..., :S], pol.stats._held[0][0].blocked)   # the ranked keys, one key more
+
+
+def test_a_selections_keys_for_a_longer_step_are_its_own_and_never_the_new_ones():
+    from sinklens.masking.select import select
+    from sinklens.rule import np_rule
+    from sinklens.rule.spec import layer_visibilities
+
+    rng = np.random.default_rng(0)
+    received = rng.random((L, 2, H, S)).astype(np.float32)
+    real = np.ones(S, bool)
+    cov = np_rule.coverage(np.arange(S), real, layer_visibilities(L, causal=True))
+    cfg = MaskingConfig(sinks="topk", mask_k=2)
+    scope = np.ones((2, S), bool)
+    plain, roomy = select(received, [cov, cov], scope, cfg), select(received, [cov, cov], scope, cfg, room=1)
+    assert torch.equal(plain.blocked, roomy.blocked) and (plain.scores == roomy.scores).all()
+    assert plain.blocked.sum() == L * 2 * H * 2
+    for sel in (plain, roomy):
+        assert sel.blocked_keys(S) is sel.blocked
+        for more in (1, 3):   # the room the selection was made with, and more than it
+            wider = sel.blocked_keys(S + more)
+            assert torch.equal(wider, torch.nn.functional.pad(plain.blocked, (0, more)))
+        with pytest.raises(ValueError, match="cannot block"):
+            sel.blocked_keys(S - 1)
 
 
 def test_bad_inputs():

@@ -107,7 +107,11 @@ class SinkMaskingPolicy:
         if query_positions is not None:
             q = np.zeros((B, S), bool)
             for b, pos in enumerate(query_positions):
-                q[b, _np(pos).astype(np.int64, copy=False)] = True
+                pos = _np(pos)
+                if pos.size == 1:   # an ARM's decoding row: a plain index (numpy's fancy indexing cost its step ~30 us)
+                    q[b, int(pos[0])] = True
+                else:
+                    q[b, pos.astype(np.int64, copy=False)] = True
             return q & real
         if not self.is_diffusion and self.config.arm_rule == "newest":
             q = np.zeros((B, S), bool)
@@ -149,7 +153,8 @@ class SinkMaskingPolicy:
                 and self.config.mask_k > 1:   # every row has a real key: K = 1 always fits
             self.check_num_keys(int(real.sum(-1).min()))
         prio = self._priorities(L, B, H, S) if self.config.control == "random" else None
-        return select(received, covs, scope, self.config, prio)
+        # an ARM's next step has one key more (room for it: no pad at that step)
+        return select(received, covs, scope, self.config, prio, room=0 if self.is_diffusion else 1)
 
     def _coverage(self, queries: np.ndarray, real: np.ndarray, visibilities) -> np_rule.Coverage:
         """The rule's coverage of one batch row (S,) bool summed rows / real keys, remembered: it is the
@@ -202,11 +207,9 @@ class SinkMaskingPolicy:
         if self._next is None:
             self.stats.skip()
             return req
-        blocked = self._next.blocked
-        if blocked.shape[-1] > S:
-            raise ValueError(f"step {step} has {S} positions but the previous step had {blocked.shape[-1]}")
-        if blocked.shape[-1] < S:      # ARM: the newest key did not exist at the previous step
-            blocked = torch.nn.functional.pad(blocked, (0, S - blocked.shape[-1]))
+        if self._next.blocked.shape[-1] > S:
+            raise ValueError(f"step {step} has {S} positions but the previous step had {self._next.blocked.shape[-1]}")
+        blocked = self._next.blocked_keys(S)   # ARM: the newest key did not exist at the previous step
         # copies: the sampler edits its canvas in place, and the record is made later (stats.py)
         self.stats.add(self._next, np.array(_np(tokens)), np.array(_np(is_masked), dtype=bool),
                        self._prompt_mask(B, S), real)

@@ -40,6 +40,19 @@ class Selection:
     eps: float  # Eq. 3's ε in those units
     shortfall: int = 0  # random control: keys that could not be matched (too few non-sink keys)
     _sinks: np.ndarray | None = None  # (L, B, H, S) bool, once computed
+    _wide: np.ndarray | None = None  # (L, B, H, S + room) bool: `blocked` and the next step's new keys (select's room)
+
+    def blocked_keys(self, S: int) -> torch.Tensor:
+        """(L, B, H, S) bool keys to block at a step of S keys, S at least this step's: the keys this step
+        did not have (an ARM's newest token) are not blocked."""
+        have = self.blocked.shape[-1]
+        if S < have:
+            raise ValueError(f"a step of {S} keys cannot block the keys of a step of {have}")
+        if S == have:
+            return self.blocked
+        if self._wide is not None and self._wide.shape[-1] == S:   # made with room for them: no pad
+            return torch.from_numpy(self._wide)
+        return torch.nn.functional.pad(self.blocked, (0, S - have))
 
     @property
     def sink_array(self) -> np.ndarray:
@@ -122,16 +135,26 @@ def _select_row(received: np.ndarray, cov: np_rule.Coverage, scope: np.ndarray, 
 
 
 def select(received: np.ndarray, coverages: list[np_rule.Coverage], scope: np.ndarray, cfg,
-           priority: np.ndarray | None = None) -> Selection:
+           priority: np.ndarray | None = None, room: int = 0) -> Selection:
     """Keys to block next step (module docstring). received (L, B, H, S) float32; coverages one
     per batch row; scope (B, S) bool; cfg: a MaskingConfig; priority (L, B, H, S) random
-    priorities for the control."""
+    priorities for the control; room: keys the next step adds after these S (an ARM's next token),
+    made unblocked with the selection (`Selection.blocked_keys`: a pad per step cost a tiny model's
+    step ~35 us, docs/design.md)."""
     rows = [_select_row(received[:, b], cov, scope[b], cfg, None if priority is None else priority[:, b])
             for b, cov in enumerate(coverages)]
     sinks = None if rows[0][2] is None else _stack([r[2] for r in rows])
-    return Selection(blocked=torch.from_numpy(_stack([r[0] for r in rows])), scores=_stack([r[1] for r in rows]),
+    if room:
+        L, H, S = rows[0][0].shape
+        wide = np.zeros((L, len(rows), H, S + room), bool)
+        for b, r in enumerate(rows):
+            wide[:, b, :, :S] = r[0]
+        blocked = wide[..., :S]
+    else:
+        wide, blocked = None, _stack([r[0] for r in rows])
+    return Selection(blocked=torch.from_numpy(blocked), scores=_stack([r[1] for r in rows]),
                      visible=_stack([cov.visible[:, None, :] for cov in coverages]), eps=cfg.sink_eps,
-                     shortfall=sum(r[3] for r in rows), _sinks=sinks)
+                     shortfall=sum(r[3] for r in rows), _sinks=sinks, _wide=wide)
 
 
 def _stack(rows: list[np.ndarray]) -> np.ndarray:
