@@ -23,12 +23,14 @@ a sixth of a step; docs/benchmarks.md).
 """
 from __future__ import annotations
 
+import ctypes
 import functools
 from dataclasses import dataclass
 
 import numpy as np
 import torch
 
+from sinklens.attention.routes import build
 from sinklens.rule import np_rule
 
 
@@ -141,6 +143,10 @@ def select(received: np.ndarray, coverages: list[np_rule.Coverage], scope: np.nd
     priorities for the control; room: keys the next step adds after these S (an ARM's next token),
     made unblocked with the selection (`Selection.blocked_keys`: a pad per step cost a tiny model's
     step ~35 us, docs/design.md)."""
+    if is_default_top1(cfg):
+        fast = _compiled_top1(received, coverages, scope, cfg.sink_eps, room)
+        if fast is not None:
+            return fast
     rows = [_select_row(received[:, b], cov, scope[b], cfg, None if priority is None else priority[:, b])
             for b, cov in enumerate(coverages)]
     sinks = None if rows[0][2] is None else _stack([r[2] for r in rows])
@@ -162,3 +168,67 @@ def _stack(rows: list[np.ndarray]) -> np.ndarray:
     if len(rows) == 1:
         return rows[0].reshape(rows[0].shape[:1] + (1,) + rows[0].shape[1:])
     return np.stack(rows, axis=1)
+
+
+def is_default_top1(cfg) -> bool:
+    """Whether `cfg` asks for the default selection: the top-1 key per (layer, head) in scaled_sum
+    units, no threshold, share, layer restriction or control (what `_compiled_top1` computes)."""
+    return (cfg.sinks == "topk" and type(cfg.mask_k) is int and cfg.mask_k == 1 and cfg.threshold is None
+            and cfg.fraction is None and cfg.ranking == "per_head" and cfg.control == "none" and cfg.layers is None
+            and cfg.units == "scaled_sum")
+
+
+def _top1_kernel():
+    """The compiled kernel's `sl_top1` (attention/routes/onepass.c), or None where the kernel does not build."""
+    lib = build.load()
+    if lib is None:
+        return None
+    fn = lib.sl_top1
+    if fn.argtypes is None:
+        fn.argtypes = [ctypes.c_int] * 6 + [ctypes.c_void_p] * 6
+        fn.restype = None
+    return fn
+
+
+def _compiled_top1(received: np.ndarray, coverages: list[np_rule.Coverage], scope: np.ndarray, eps: float,
+                   room: int) -> Selection | None:
+    """`select` under the default selection (`is_default_top1`) as one call of the compiled kernel per
+    batch row: the same scores and keys as the numpy path below (tests/test_masking_select.py), for a
+    tiny model's step ~0.2 ms less in place, where a dozen numpy operations each cost their first run's
+    cache misses (docs/design.md, "Per-step bookkeeping"). None where the kernel is not built."""
+    top1 = _top1_kernel()
+    if top1 is None or received.dtype != np.float32:   # (another dtype's product is not made from float32)
+        return None
+    L, B, H, S = received.shape
+    r, scope = _contiguous(received, np.float32), _contiguous(scope, np.bool_)
+    scores = np.empty((L, B, H, S), np.float32)
+    wide = np.zeros((L, B, H, S + room), bool)
+    for b, cov in enumerate(coverages):
+        scale, visible = _coverage_addresses(cov)
+        top1(L, B, H, S, S + room, b, r.ctypes.data, scale, visible, scope[b].ctypes.data, scores.ctypes.data,
+             wide.ctypes.data)
+    return Selection(blocked=torch.from_numpy(wide[..., :S] if room else wide), scores=scores,
+                     visible=_stack([cov.visible[:, None, :] for cov in coverages]), eps=eps,
+                     _wide=wide if room else None)
+
+
+# id(coverage) -> (coverage, its scale and visible arrays as C reads them, their addresses): a coverage
+# recurs at every step of a DLM and with every prefix length of an ARM (the policy caches it), and an
+# array's address (`ndarray.ctypes`, Python code) taken anew cost a tiny model's step ~5-7 us in place
+_ADDRESSES: dict[int, tuple] = {}
+
+
+def _coverage_addresses(cov: np_rule.Coverage) -> tuple[int, int]:
+    """The addresses of `cov`'s scale (L,) float64 and visible (L, S) bool, C-contiguous."""
+    got = _ADDRESSES.get(id(cov))
+    if got is None or got[0] is not cov:
+        if len(_ADDRESSES) >= 1024:
+            _ADDRESSES.clear()
+        scale, visible = _contiguous(cov.scale, np.float64), _contiguous(cov.visible, np.bool_)
+        got = _ADDRESSES[id(cov)] = (cov, scale, visible, scale.ctypes.data, visible.ctypes.data)
+    return got[3], got[4]
+
+
+def _contiguous(a: np.ndarray, dtype) -> np.ndarray:
+    """`a` as a C-contiguous array of `dtype` for C (itself where it is one already: a flag test, no call)."""
+    return a if a.dtype == dtype and a.flags.c_contiguous else np.ascontiguousarray(a, dtype)

@@ -15,6 +15,9 @@
  * over the allowed keys; blocked keys zeroed and each row renormalised over the rest (a row
  * whose visible keys are all blocked keeps them); a learned sink joins the max and the normaliser
  * with no value; a row that may see no key has probabilities 0 and output 0.
+ *
+ * Also here, at the end: `sl_top1`, the sink masking's default selection of the keys to block next
+ * step (sinklens/masking/select.py calls it; it is not part of the attention pass).
  */
 #include <math.h>
 #include <pthread.h>
@@ -458,4 +461,41 @@ int sl_attention(const sl_args *a) {
     free(spans);
     pthread_mutex_destroy(&p.lock);
     return rc;
+}
+
+/* The sink masking's default selection for batch row `bi` (sinklens/masking/select.py holds the
+ * semantics; tests/test_masking_select.py holds this equal to it): per (layer l, head h), the
+ * scores of the ranking source r in scaled_sum units, scores[l,bi,h,j] = (float)((double)r * scale[l])
+ * on the visible keys and 0 elsewhere (numpy's float64 product rounded once), and the one key to
+ * block, blocked[l,bi,h,j]: the first of the largest scores among the visible keys in scope, found
+ * as numpy's argmax finds it over those scores with -inf elsewhere (a NaN is the largest; a head
+ * with no such key blocks nothing; a head whose largest is -inf blocks key 0 if it may). A masked
+ * step's ranking is one call here instead of a dozen numpy operations, each of which costs a tiny
+ * model's step ~20-30 us the first time it runs (docs/design.md, "Per-step bookkeeping").
+ * r, scores: (L, B, H, S) float32; blocked: (L, B, H, W) bool, W >= S, zeroed by the caller;
+ * scale: (L,) float64; visible: (L, S) bool of this row; scope: (S,) bool of this row. */
+void sl_top1(int L, int B, int H, int S, int W, int bi, const float *r, const double *scale,
+             const uint8_t *visible, const uint8_t *scope, float *scores, uint8_t *blocked) {
+    for (int l = 0; l < L; l++) {
+        const uint8_t *vis = visible + (int64_t)l * S;
+        for (int h = 0; h < H; h++) {
+            int64_t row = ((int64_t)l * B + bi) * H + h;
+            const float *rr = r + row * S;
+            float *sc = scores + row * S;
+            float best = 0.0f;
+            int at = 0;
+            for (int j = 0; j < S; j++) {
+                float s = vis[j] ? (float)((double)rr[j] * scale[l]) : 0.0f;
+                sc[j] = s;
+                float key = vis[j] && scope[j] ? s : -INFINITY;
+                if (j == 0) {
+                    best = key;
+                } else if (!isnan(best) && !(key <= best)) {   /* numpy: a larger value, or the first NaN */
+                    best = key;
+                    at = j;
+                }
+            }
+            blocked[row * W + at] = vis[at] && scope[at];
+        }
+    }
 }
