@@ -197,8 +197,8 @@ def _compiled_top1(received: np.ndarray, coverages: list[np_rule.Coverage], scop
                    room: int) -> Selection | None:
     """`select` under the default selection (`is_default_top1`) as one call of the compiled kernel per
     batch row: the same scores and keys as the numpy path (tests/test_masking_select.py); a masked
-    tiny-arm step ~60 µs shorter (docs/design.md, "Per-step bookkeeping"). None where the kernel
-    is not built, or the source is not float32."""
+    tiny-arm step 30–64 µs shorter in three paired runs (benchmarks/bench_step_switch.py). None where
+    the kernel is not built, or the source is not float32."""
     top1 = _top1_kernel()
     if top1 is None or received.dtype != np.float32:   # (another dtype's product is not made from float32)
         return None
