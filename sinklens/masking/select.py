@@ -153,17 +153,22 @@ def select(received: np.ndarray, coverages: list[np_rule.Coverage], scope: np.nd
     rows = [_select_row(received[:, b], cov, scope[b], cfg, None if priority is None else priority[:, b])
             for b, cov in enumerate(coverages)]
     sinks = None if rows[0][2] is None else _stack([r[2] for r in rows])
-    if room:
-        L, H, S = rows[0][0].shape
-        wide = np.zeros((L, len(rows), H, S + room), bool)
-        for b, r in enumerate(rows):
-            wide[:, b, :, :S] = r[0]
-        blocked = wide[..., :S]
-    else:
-        wide, blocked = None, _stack([r[0] for r in rows])
-    return Selection(blocked=torch.from_numpy(blocked), scores=_stack([r[1] for r in rows]),
-                     visible=_stack([cov.visible[:, None, :] for cov in coverages]), eps=cfg.sink_eps,
-                     shortfall=sum(r[3] for r in rows), _sinks=sinks, _wide=wide)
+    L, H, S = rows[0][0].shape
+    wide = np.zeros((L, len(rows), H, S + room), bool)
+    for b, r in enumerate(rows):
+        wide[:, b, :, :S] = r[0]
+    return _selection(wide, room, coverages, _stack([r[1] for r in rows]), cfg.sink_eps,
+                      shortfall=sum(r[3] for r in rows), _sinks=sinks)
+
+
+def _selection(wide: np.ndarray, room: int, coverages: list[np_rule.Coverage], scores: np.ndarray, eps: float,
+               **more) -> Selection:
+    """The Selection of keys `wide` (L, B, H, S + room) bool, whose last `room` keys are the next step's
+    (kept for `Selection.blocked_keys`); scores (L, B, H, S); `more`: its other fields."""
+    S = wide.shape[-1] - room
+    return Selection(blocked=torch.from_numpy(wide[..., :S] if room else wide), scores=scores,
+                     visible=_stack([cov.visible[:, None, :] for cov in coverages]), eps=eps,
+                     _wide=wide if room else None, **more)
 
 
 def _stack(rows: list[np.ndarray]) -> np.ndarray:
@@ -210,9 +215,7 @@ def _compiled_top1(received: np.ndarray, coverages: list[np_rule.Coverage], scop
         scale, visible = _coverage_addresses(cov)
         top1(L, B, H, S, S + room, b, r.ctypes.data, scale, visible, scope[b].ctypes.data, scores.ctypes.data,
              wide.ctypes.data)
-    return Selection(blocked=torch.from_numpy(wide[..., :S] if room else wide), scores=scores,
-                     visible=_stack([cov.visible[:, None, :] for cov in coverages]), eps=eps,
-                     _wide=wide if room else None)
+    return _selection(wide, room, coverages, scores, eps)
 
 
 # id(coverage) -> (coverage, its scale and visible arrays as C reads them, their addresses): a coverage

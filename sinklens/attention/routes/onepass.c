@@ -476,6 +476,7 @@ int sl_attention(const sl_args *a) {
  * scale: (L,) float64; visible: (L, S) bool of this row; scope: (S,) bool of this row. */
 void sl_top1(int L, int B, int H, int S, int W, int bi, const float *r, const double *scale,
              const uint8_t *visible, const uint8_t *scope, float *scores, uint8_t *blocked) {
+    if (S < 1) return;   /* no key: nothing to score or block (key 0 below must exist) */
     for (int l = 0; l < L; l++) {
         const uint8_t *vis = visible + (int64_t)l * S;
         for (int h = 0; h < H; h++) {
