@@ -382,3 +382,46 @@ def test_compiled_tile_heights_past_512_keys(causal):
         outs[route] = out, req.received
     assert (outs["compiled"][0] - outs["exact"][0]).abs().max() <= 2e-5
     assert (outs["compiled"][1] - outs["exact"][1]).abs().max() <= 1e-4
+
+
+@pytest.mark.parametrize("products", ["loops", "blas"])
+@pytest.mark.parametrize("case", [CASES[1], CASES[3], CASES[8]], ids=lambda c: f"{c[0]}-q{c[2]}")
+def test_compiled_reads_queries_keys_and_values_as_a_model_hands_them(case, products, monkeypatch):
+    """A model hands the attention function views of its projections, (B, S, heads, D) seen as
+    (B, heads, S, D): a head's rows heads * D apart. The kernel's own products read them where they lie;
+    the BLAS path copies keys and values into rows D apart first (compiled._rows). Either way the
+    numbers are those of the same tensors laid out densely, bit for bit, and the exact route's."""
+    import sinklens.attention.routes.compiled as compiled
+
+    if build.load() is None:
+        pytest.skip(f"the compiled kernel is unavailable here: {build.reason()}")
+    monkeypatch.setattr(compiled, "SMALL_WORK", 1 << 40 if products == "loops" else -1)
+    module, q, k, v, mask, req_kw, _ = make(case, torch.float32)
+    as_model = [t.transpose(1, 2).contiguous().transpose(1, 2) for t in (q, k, v)]   # equal values, model strides
+    assert all(t.stride(2) == t.shape[1] * t.shape[3] for t in as_model) and torch.equal(as_model[1], k)
+    got = {}
+    for name, (q_, k_, v_) in {"dense": (q, k, v), "as_model": as_model}.items():
+        req = AttentionRequest(route="compiled", **req_kw)
+        out, _ = sinklens_attention(module, q_, k_, v_, mask, scaling=0.3, sinklens=req)
+        got[name] = out, captures(req)
+    assert torch.equal(got["dense"][0], got["as_model"][0])
+    assert got["dense"][1].keys() == got["as_model"][1].keys()
+    for key, x in got["dense"][1].items():
+        assert torch.equal(x, got["as_model"][1][key]), key
+    ref_out, ref = run("exact", case, torch.float32, chunk=5)
+    assert (got["as_model"][0] - ref_out).abs().max() <= 2e-5
+
+
+def test_the_blas_path_hands_the_kernel_keys_in_rows_d_apart():
+    """compiled._rows(dense=True) copies a (B, S, heads, D) view into rows D apart (BLAS packs a layer's
+    keys anew for every tile: from rows heads * D apart a SmolLM2 forward at S = 4096 took ~4 % longer);
+    without it, or where rows already lie D apart, the tensor is kept as it is."""
+    import sinklens.attention.routes.compiled as compiled
+
+    view = torch.randn(1, 40, 3, 8).transpose(1, 2)               # (B, H, S, D), rows 24 floats apart
+    dense, strides = compiled._rows(view, dense=True)
+    assert strides[2] == 8 and torch.equal(dense, view)
+    kept, strides = compiled._rows(view)
+    assert kept.data_ptr() == view.data_ptr() and strides[2] == 24
+    already = torch.randn(1, 3, 40, 8)
+    assert compiled._rows(already, dense=True)[0].data_ptr() == already.data_ptr()
