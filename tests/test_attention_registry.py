@@ -45,6 +45,8 @@ def layout_mask(layout: str, s_q: int, s_k: int) -> tuple[torch.Tensor | None, b
         return None, False
     if layout == "block-causal":  # SDAR / LLaDA2: blocks of 4 see themselves and every earlier block
         m = j // 4 <= q_pos // 4
+    elif layout == "holes":  # causal, keys 5-9 hidden from every query (pads inside the sequence)
+        m = (j <= q_pos) & ((j < 5) | (j >= 10))
     elif layout == "window":  # a causal sliding window of 5 keys
         m = (j <= q_pos) & (j > q_pos - 5)
     elif layout == "padded-causal":  # row 0 left-padded by 3: its first queries see no key
@@ -61,7 +63,8 @@ def layout_mask(layout: str, s_q: int, s_k: int) -> tuple[torch.Tensor | None, b
 
 
 # (layout, kv heads, S_q, extras): extras from "block" (blocked keys), "keep" (keep_self), "groups",
-# "sinks", "softcap", "readouts" (diagonal and distance), "maps", "every" (one head blocks every key)
+# "sinks", "softcap", "readouts" (diagonal and distance), "diagonal" (alone), "maps", "every" (one head
+# blocks every key)
 CASES = [
     ("causal", 2, 23, ()), ("causal", 6, 23, ("groups", "readouts")), ("bidirectional", 1, 23, ("block",)),
     ("block-causal", 2, 23, ("block", "groups")), ("window", 3, 23, ("readouts",)),
@@ -72,6 +75,7 @@ CASES = [
     ("causal", 2, 23, ("block",)), ("causal", 3, 23, ("block", "keep")),  # blocking without a mask (triton's)
     ("bidirectional", 2, 23, ("block", "keep", "groups")),
     ("bidirectional", 2, 23, ("block", "every")), ("causal", 2, 1, ("block", "every")),  # one mask row per head
+    ("holes", 2, 23, ("groups",)), ("holes", 2, 23, ("diagonal", "softcap")),  # masked keys inside the rows' spans
     ("causal", 2, 23, ("maps",)),  # last: test_choose_route_by_declarations reads it as the maps case
 ]
 DTYPES = (torch.float32, torch.bfloat16)
@@ -106,7 +110,7 @@ def make(case, dtype, seed=0, d=16):
     req = dict(capture=True, query_mask=qmask, blocked=blocked, keep_self="keep" in extras,
                query_groups=torch.arange(s_q).remainder(3).expand(2, s_q) - 1 if "groups" in extras else None,
                num_groups=2 if "groups" in extras else 0,
-               diagonal="readouts" in extras, distance="readouts" in extras,
+               diagonal="readouts" in extras or "diagonal" in extras, distance="readouts" in extras,
                map_slices=((0, 1),) if "maps" in extras else ())
     return fake_module(h, kv, causal, kind, kwargs.get("s_aux")), q, k, v, mask, req, kwargs
 
@@ -425,3 +429,4 @@ def test_the_blas_path_hands_the_kernel_keys_in_rows_d_apart():
     assert kept.data_ptr() == view.data_ptr() and strides[2] == 24
     already = torch.randn(1, 3, 40, 8)
     assert compiled._rows(already, dense=True)[0].data_ptr() == already.data_ptr()
+
