@@ -394,7 +394,9 @@ def test_compiled_reads_queries_keys_and_values_as_a_model_hands_them(case, prod
     """A model hands the attention function views of its projections, (B, S, heads, D) seen as
     (B, heads, S, D): a head's rows heads * D apart. The kernel's own products read them where they lie;
     the BLAS path copies keys and values into rows D apart first (compiled._rows). Either way the
-    numbers are those of the same tensors laid out densely, bit for bit, and the exact route's."""
+    numbers are those of the same tensors laid out densely (bit for bit through the kernel's own loops,
+    whose order of operations does not depend on strides; within 1e-6 through BLAS, whose kernels are
+    the CPU's) and the exact route's."""
     import sinklens.attention.routes.compiled as compiled
 
     if build.load() is None:
@@ -408,10 +410,11 @@ def test_compiled_reads_queries_keys_and_values_as_a_model_hands_them(case, prod
         req = AttentionRequest(route="compiled", **req_kw)
         out, _ = sinklens_attention(module, q_, k_, v_, mask, scaling=0.3, sinklens=req)
         got[name] = out, captures(req)
-    assert torch.equal(got["dense"][0], got["as_model"][0])
+    same = torch.equal if products == "loops" else (lambda a, b: bool((a - b).abs().max() <= 1e-6))  # noqa: E731
+    assert same(got["dense"][0], got["as_model"][0])
     assert got["dense"][1].keys() == got["as_model"][1].keys()
     for key, x in got["dense"][1].items():
-        assert torch.equal(x, got["as_model"][1][key]), key
+        assert same(x, got["as_model"][1][key]), key
     ref_out, ref = run("exact", case, torch.float32, chunk=5)
     assert (got["as_model"][0] - ref_out).abs().max() <= 2e-5
 
