@@ -12,7 +12,7 @@ several times cheaper than torch's at these sizes (on a 1.9M-parameter twin the 
 a sixth of a step; docs/benchmarks.md). The default selection (steps 1 and 4 at K = 1, every
 key of the scope a candidate) is one call of the compiled kernel where it builds
 (`_compiled_top1`), bit for bit the numpy path: inside a generation each kind of numpy operation
-costs its first run's cache misses: in place, `select` takes ~120 µs so against ~185 µs.
+costs its first run's cache misses, and in place `select` takes ~120 µs this way against ~185 µs in numpy.
 
 1. Scores in the configured units (rule/spec.py; default `scaled_sum`, the same as the report's).
 2. Eq. 3 sinks: score_j − mean of the other visible keys ≥ ε.
