@@ -311,10 +311,12 @@ def test_a_trace_holds_only_the_readout_columns_its_run_records(tmp_path):
 
 # ---- a sampler's steps (the writer as the sampler's hook: `after_step`) --------------------------
 
-def _events(seed=0, steps=T):
+def _events(seed=0, steps=T, grow=False, name_rows=True):
     """StepEvents as a sampler hands them over: (B, S) canvas tensors, a request whose captures were
     recorded layer by layer (received, the masked / unmasked groups, what blocking took, maps, a
-    learned sink, two readouts), padding in row 0, the query rows named per row."""
+    learned sink, two readouts), padding in row 0, the query rows named per row. grow: step t's
+    canvas is S + t long (an ARM's canvas gains a token a step); name_rows=False: no query rows named
+    (the real positions are the rows)."""
     import torch
 
     from sinklens.attention.request import AttentionRequest
@@ -324,6 +326,7 @@ def _events(seed=0, steps=T):
     g = torch.Generator().manual_seed(seed)
     out = []
     for t in range(steps):
+        S = globals()["S"] + (t if grow else 0)
         real = torch.tensor([[False] * 2 + [True] * (S - 2), [True] * S])
         is_masked = torch.rand(B, S, generator=g) < 0.5
         # every other step a query row is in no group: received is then not the groups' sum and is
@@ -344,7 +347,7 @@ def _events(seed=0, steps=T):
         out.append(StepEvent(step=t, tokens=torch.randint(0, 500, (B, S), generator=g),
                              is_masked=is_masked, revealed=torch.rand(B, S, generator=g) < 0.2,
                              logits=None, attention=req, attention_mask=real,
-                             query_positions=[torch.nonzero(r).squeeze(1) for r in real],
+                             query_positions=[torch.nonzero(r).squeeze(1) for r in real] if name_rows else None,
                              edited=torch.rand(B, S, generator=g) < 0.1))
     return out
 
@@ -359,13 +362,16 @@ def _traced(path, events, hook=True, **writer_args):
     return path
 
 
+@pytest.mark.parametrize("grow,name_rows", [(False, True), (True, True), (True, False)],
+                         ids=["one-length", "growing", "growing-real-rows"])
 @pytest.mark.parametrize("flush_steps", [1, 2, T])
-def test_a_samplers_steps_are_written_as_write_step_writes_them(tmp_path, flush_steps):
-    """The hook holds a sampler's tensors and converts a whole group when it writes it; the file is
-    the one `write_step` writes from the same steps converted one by one, byte for byte: every
-    column (received left out exactly where it is the groups' sum), the token strings, the
-    record batches and their checksums."""
-    events = _events()
+def test_a_samplers_steps_are_written_as_write_step_writes_them(tmp_path, flush_steps, grow, name_rows):
+    """The hook holds a sampler's tensors and converts a whole group when it writes it (steps of one
+    length: one stack per column; steps whose canvas grows, as an ARM's: one concatenation); the file
+    is the one `write_step` writes from the same steps converted one by one, byte for byte: every
+    column (received left out exactly where it is the groups' sum), the token strings, the record
+    batches and their checksums."""
+    events = _events(grow=grow, name_rows=name_rows)
     held = _traced(tmp_path / "held.arrow", events, flush_steps=flush_steps)
     each = _traced(tmp_path / "each.arrow", events, hook=False, flush_steps=flush_steps)
     assert held.read_bytes() == each.read_bytes()
@@ -376,10 +382,17 @@ def test_a_samplers_steps_are_written_as_write_step_writes_them(tmp_path, flush_
     np.testing.assert_array_equal(t.received_groups(3, 1), e.attention.received_groups[:, 1].transpose(0, 1)
                                   .numpy().astype(np.float16).astype(np.float32))
     np.testing.assert_array_equal(t.blocked(3, 0), np.argwhere(e.attention.blocked[:, 0].numpy()))
-    np.testing.assert_array_equal(t.query_positions(3, 0), np.arange(2, S))
+    np.testing.assert_array_equal(t.query_positions(3, 0), np.arange(2, e.tokens.shape[1]))
     np.testing.assert_array_equal(t.edited(3, 1), e.edited[1].numpy())
     np.testing.assert_array_equal(t.readout("diagonal", 3, 1), e.attention.readout("diagonal")[:, 1].numpy())
     np.testing.assert_array_equal(t.map(3, 1, 2, 1), e.attention.maps[(1, 2)][1].numpy())
+    for e in events:   # each step as the sampler held it, at its own length
+        for row in range(B):
+            np.testing.assert_array_equal(t.tokens(e.step, row), e.tokens[row].numpy())
+            np.testing.assert_array_equal(t.is_masked(e.step, row), e.is_masked[row].numpy())
+            if e.step % 2:   # stored (where it is the groups' sum the reader sums the stored groups)
+                np.testing.assert_array_equal(t.received(e.step, row), e.attention.received[:, row].numpy()
+                                              .astype(np.float16).astype(np.float32))
 
 
 def test_a_held_step_is_not_changed_by_the_sampler_changing_its_tensors(tmp_path):
