@@ -155,6 +155,74 @@ def test_planted_massive_activation_is_read_back_from_a_model():
     assert (ma.ratio[0] > 10).all()
 
 
+@pytest.mark.parametrize("shape", [(1, 300, 576), (2, 7, 37), (1, 3, 5), (1, 4, 8)])
+def test_the_compiled_hidden_pass_is_torchs_norm_topk_and_gather(shape):
+    """onepass.c's `sl_hidden_top` (the hidden-state readouts on the CPU) against what it stands in for:
+    torch.topk of |h| gives the same channels, in the same order, and gather the same values; the
+    norm agrees within float32 rounding; |h| lands in the scratch buffer the median then selects
+    from. Widths that are and are not multiples of 8, fewer channels than HIDDEN_TOP_CHANNELS,
+    a planted massive channel."""
+    from sinklens.attention import readouts as R
+    from sinklens.attention.routes import build
+
+    if build.load() is None:
+        pytest.skip("the compiled kernel does not build here")
+    g = torch.Generator().manual_seed(0)
+    h = torch.randn(*shape, generator=g)
+    h[0, :, shape[2] // 2] *= 40                        # a massive activation
+    k = min(R.HIDDEN_TOP_CHANNELS, shape[2])
+    mag = torch.empty_like(h)
+    norm, top, values = R._compiled_hidden_top(h, mag, k)
+    want = h.abs().topk(k, dim=-1).indices
+    assert torch.equal(top, want.int())
+    assert torch.equal(values, h.gather(-1, want))
+    torch.testing.assert_close(norm, h.norm(dim=-1), rtol=1e-6, atol=0)
+    assert torch.equal(mag, h.abs())
+    assert torch.equal(R._median_rows(mag.flatten(1), scratch=True), h.abs().flatten(1).median(-1).values)
+
+
+def test_the_compiled_hidden_pass_orders_ties_by_channel_and_leaves_nan_to_torch():
+    """Equal magnitudes: the lower channel first (sign apart: |-3| = |3|). A NaN anywhere: no answer,
+    so the readout takes torch's path, which orders a NaN as the largest."""
+    from sinklens.attention import readouts as R
+    from sinklens.attention.routes import build
+
+    if build.load() is None:
+        pytest.skip("the compiled kernel does not build here")
+    h = torch.zeros(1, 2, 19)
+    h[0, 0, [2, 9, 11, 17]] = torch.tensor([3.0, -3.0, 1.0, 3.0])
+    _, top, values = R._compiled_hidden_top(h, torch.empty_like(h), 4)
+    assert top[0, 0].tolist() == [2, 9, 17, 11] and values[0, 0].tolist() == [3.0, -3.0, 3.0, 1.0]
+    assert top[0, 1].tolist() == [0, 1, 2, 3]           # all zero: the first channels
+    for at in (4, 18):                                  # in a group of 8, and in the tail
+        bad = h.clone()
+        bad[0, 1, at] = float("nan")
+        assert R._compiled_hidden_top(bad, torch.empty_like(bad), 4) is None
+
+
+def test_hidden_readouts_are_the_same_with_and_without_the_compiled_pass(monkeypatch):
+    """A model's hidden-state readouts through the kernel's pass equal torch's path: channels, values
+    and the median exactly, the norms within float32 rounding."""
+    from sinklens.attention import readouts as R
+
+    model = massive_llama()
+    ids = torch.tensor([[1, 2, 3, 4, 6, 7, 9, 11]])
+
+    def readouts():
+        req = AttentionRequest(capture=True, hidden_norms=True)
+        with torch.no_grad(), readout_hooks(model, req):
+            model(ids, sinklens=req)
+        return {n: req.readout(n) for n in ("hidden_norm", "hidden_top_channels", "hidden_top_values",
+                                            "hidden_median_abs")}
+
+    fast = readouts()
+    monkeypatch.setattr(R, "_compiled_hidden_top", lambda *a: None)
+    slow = readouts()
+    for name in ("hidden_top_channels", "hidden_top_values", "hidden_median_abs"):
+        assert torch.equal(fast[name], slow[name]), name
+    torch.testing.assert_close(fast["hidden_norm"], slow["hidden_norm"], rtol=1e-6, atol=0)
+
+
 def _eager_maps(model, ids):
     """transformers' eager attention maps (L tuples of (B, H, S, S)) of the wrapped model."""
     before = model.model.config._attn_implementation

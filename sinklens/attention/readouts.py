@@ -13,11 +13,13 @@ None of these changes what the model computes: hooks only read the layer outputs
 """
 from __future__ import annotations
 
+import ctypes
 from contextlib import contextmanager
 
 import numpy as np
 import torch
 
+from sinklens.attention.routes import build
 from sinklens.rule import np_rule
 from sinklens.rule.spec import DEFAULT_EPS, DEFAULT_UNITS, layer_visibilities
 
@@ -86,13 +88,18 @@ def readout_hooks(model, req):
                 mag = req._scratch.get("hidden_abs")  # one |h| buffer for all layers (fresh pages cost: reduce.SkewScratch)
                 if mag is None or mag.shape != hf.shape or mag.device != hf.device:
                     mag = req._scratch["hidden_abs"] = torch.empty_like(hf)
-                top = torch.abs(hf, out=mag).topk(min(HIDDEN_TOP_CHANNELS, hf.shape[-1]), dim=-1).indices   # (B, S, k)
-                req.record_readout("hidden_norm", layer, hf.norm(dim=-1), aligned=False)
-                req.record_readout("hidden_top_channels", layer, top.int(), aligned=False)
-                req.record_readout("hidden_top_values", layer, hf.gather(-1, top), aligned=False)
+                k = min(HIDDEN_TOP_CHANNELS, hf.shape[-1])
+                got = _compiled_hidden_top(hf, mag, k)   # (norm, channels, values), mag = |h|; or None
+                if got is None:
+                    top = torch.abs(hf, out=mag).topk(k, dim=-1).indices   # (B, S, k)
+                    got = hf.norm(dim=-1), top.int(), hf.gather(-1, top)
+                req.record_readout("hidden_norm", layer, got[0], aligned=False)
+                req.record_readout("hidden_top_channels", layer, got[1], aligned=False)
+                req.record_readout("hidden_top_values", layer, got[2], aligned=False)
                 # Sun et al. 2024's massive-activation ratio divides by the median magnitude of all
-                # activations: one number per layer (the rows this forward computed)
-                req.record_readout("hidden_median_abs", layer, _median_rows(mag.flatten(1)), aligned=False)
+                # activations: one number per layer (the rows this forward computed); mag is scratch
+                req.record_readout("hidden_median_abs", layer, _median_rows(mag.flatten(1), scratch=True),
+                                   aligned=False)
             if layer in lens:
                 req._lens_hidden[layer] = h.detach()
         return hook
@@ -110,16 +117,42 @@ def readout_hooks(model, req):
             hd.remove()
 
 
-def _median_rows(x: torch.Tensor) -> torch.Tensor:
+def _compiled_hidden_top(hf: torch.Tensor, mag: torch.Tensor, k: int):
+    """(norm (B, S), channels (B, S, k) int32, their values (B, S, k)) of the hidden states hf (B, S, D),
+    with mag (B, S, D) filled with |hf|, in one pass of the compiled kernel (onepass.c
+    `sl_hidden_top`): torch's norm, topk and gather give the same channels and values, the norm within
+    float32 rounding (tests/test_readouts.py). None where the kernel is not built, hf is not a
+    contiguous float32 CPU tensor, or holds a NaN (torch's path orders it)."""
+    if hf.device.type != "cpu" or hf.dtype != torch.float32 or not hf.is_contiguous() or not mag.is_contiguous():
+        return None
+    lib = build.load()
+    if lib is None:
+        return None
+    fn = lib.sl_hidden_top
+    if fn.argtypes is None:
+        fn.argtypes = [ctypes.c_int64, ctypes.c_int, ctypes.c_int] + [ctypes.c_void_p] * 5
+        fn.restype = ctypes.c_int
+    B, S, D = hf.shape
+    norm, top, values = torch.empty(B, S), torch.empty(B, S, k, dtype=torch.int32), torch.empty(B, S, k)
+    if fn(B * S, D, k, hf.data_ptr(), mag.data_ptr(), norm.data_ptr(), top.data_ptr(), values.data_ptr()):
+        return None
+    return norm, top, values
+
+
+def _median_rows(x: torch.Tensor, scratch: bool = False) -> torch.Tensor:
     """(B,) torch.median of each row of x (B, N): the lower middle element. On the CPU by numpy's
     selection (np.partition), the same element at a fifteenth of torch's time there (measured: 0.36
-    against 5.6 ms for 512 x 512 activations, which made it most of the hidden-state readouts' cost)."""
+    against 5.6 ms for 512 x 512 activations, which made it most of the hidden-state readouts' cost).
+    scratch: x is the caller's buffer, whose order may change: selected in place, with no copy."""
     if x.device.type != "cpu" or x.dtype not in (torch.float32, torch.float64):
         return x.median(dim=-1).values
     a = x.detach().numpy()
     if np.isnan(a).any():   # torch's median is NaN there, numpy's selection would not say so
         return x.median(dim=-1).values
     k = (x.shape[1] - 1) // 2
+    if scratch:
+        a.partition(k, axis=-1)
+        return torch.from_numpy(a[:, k].copy())
     return torch.from_numpy(np.partition(a, k, axis=-1)[:, k].copy())
 
 
