@@ -612,26 +612,3 @@ def test_a_bfloat16_or_grad_capture_is_held_and_written_as_float():
     np.testing.assert_array_equal(_np(g), g.detach().numpy())
     f = torch.randn(4)
     assert np.shares_memory(_np(f), f.numpy())
-
-
-def test_a_traced_generations_token_strings_are_the_tokenizers_generation_after_generation(tmp_path):
-    """Each trace stores the string of every token id it holds, as the model's tokenizer gives it; a
-    model asks its tokenizer for an id once (`SinkModel.token_strings`): later traces reuse what
-    earlier ones decoded."""
-    import torch
-
-    from sinklens.experiments.twins import LOAD, arm_sampler, heldout_prompt
-
-    m = sinklens.load("tiny-arm", **LOAD)
-    convert, asked = m.tokenizer.convert_ids_to_tokens, []
-    m.tokenizer.convert_ids_to_tokens = lambda ids: asked.extend(ids) or convert(ids)
-    decoded_before: set[int] = set()
-    for i in range(3):
-        ids = torch.tensor([m.apply_chat_template(heldout_prompt(i))])
-        m.generate(ids, trace=tmp_path / f"t{i}.arrow", **dict(arm_sampler(), max_new_tokens=6, eos_token_id=[]))
-        t = open_trace(tmp_path / f"t{i}.arrow")
-        held = sorted({int(x) for s in t.steps for x in t.tokens(s)})
-        assert t.decode(held) == [s or "" for s in convert(held)]
-        assert len(asked) == len(set(asked)) and not set(asked) & decoded_before   # each id asked once
-        decoded_before |= set(asked)
-        asked.clear()

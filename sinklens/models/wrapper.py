@@ -38,17 +38,6 @@ class SinkModel:
         self.num_heads = config.num_attention_heads
         self.num_kv_heads = getattr(config, "num_key_value_heads", None) or self.num_heads  # encoders: no GQA
         self.max_length = config.max_position_embeddings
-        self._token_strings: dict[int, str] = {}  # id -> its string, as `token_strings` has decoded it
-
-    def token_strings(self, ids: list[int]) -> list[str]:
-        """The tokenizer's string of each token id ("" where it has none), each id decoded once per
-        model: a trace per generation decodes its prompt's ids and the new ones it writes (~0.6 ms of a
-        16-step tiny-model generation when asked of the tokenizer each time)."""
-        known = self._token_strings
-        missing = [i for i in dict.fromkeys(ids) if i not in known]
-        if missing:
-            known.update(zip(missing, [t or "" for t in self.tokenizer.convert_ids_to_tokens(missing)]))
-        return [known[i] for i in ids]
 
     @property
     def is_diffusion(self) -> bool:

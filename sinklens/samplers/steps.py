@@ -200,8 +200,7 @@ def open_trace_writer(trace, model, sampler: str, args: dict, input_ids: torch.T
     tok = getattr(model, "tokenizer", None)
     decode = None
     if tok is not None:
-        decode = getattr(model, "token_strings", None) or (
-            lambda ids: [t or "" for t in tok.convert_ids_to_tokens([int(i) for i in ids])])
+        decode = lambda ids: [t or "" for t in tok.convert_ids_to_tokens([int(i) for i in ids])]  # noqa: E731
     if isinstance(trace, (str, os.PathLike)):
         if not replaceable(trace):
             raise ValueError(f"trace={os.fspath(trace)!r} exists and is not a trace; not overwriting it (choose "
