@@ -256,6 +256,18 @@ def test_the_kernels_lane_sums_without_shuffles_give_the_same_numbers(monkeypatc
             assert (out - ref_out).abs().max() <= 2e-5
             for key, want in captures(ref).items():
                 assert (captures(req)[key] - want).abs().max() <= 2e-5, key
+        # the q / k / v readouts' pass sums its lanes the same way (sl_qkv_readouts)
+        from sinklens.attention import readouts as R
+        g = torch.Generator().manual_seed(0)
+        q = torch.randn(1, 4, 19, 64, generator=g)
+        k, v = torch.randn(2, 1, 2, 19, 64, generator=g)
+        fast = AttentionRequest(capture=True, value_norms=True, qk_norms=True)
+        assert R._compiled_vectors(fast, 0, q, k, v, None)
+        monkeypatch.setattr(R, "_compiled_vectors", lambda *a: False)
+        slow = AttentionRequest(capture=True, value_norms=True, qk_norms=True)
+        R.record_vectors(slow, 0, q, k, v, None)
+        for name in slow.readout_names:
+            torch.testing.assert_close(fast.readout(name), slow.readout(name), rtol=1e-5, atol=1e-6)
     finally:
         monkeypatch.undo()
         build.reset()

@@ -71,6 +71,46 @@ def test_capture_readouts_equal_the_written_out_formulas(causal, h_kv, chunk):
         assert torch.allclose(got, ref, atol=1e-5), (name, (got - ref).abs().max())
 
 
+@pytest.mark.parametrize("h_kv,d", [(4, 8), (2, 12), (1, 64)])
+@pytest.mark.parametrize("rows", ["all", "masked"])
+@pytest.mark.parametrize("asked", ["both", "values", "qk"])
+def test_the_compiled_qkv_pass_is_the_torch_readouts(h_kv, d, rows, asked, monkeypatch):
+    """onepass.c's `sl_qkv_readouts` against the torch code it stands in for (`record_vectors`): value
+    and key norms, cos(q, k) and the query norm within float32 rounding, over query groups, head
+    sizes that are and are not multiples of 8, q / k / v as a model hands them (views of its
+    (B, S, heads, D) projections), weighted query rows with a zero query among them, and each
+    readout asked alone."""
+    from sinklens.attention import readouts as R
+    from sinklens.attention.routes import build
+
+    if build.load() is None:
+        pytest.skip("the compiled kernel does not build here")
+    g = torch.Generator().manual_seed(1)
+    B, H, S = 2, 4, 11
+    q = torch.randn(B, S, H, d, generator=g).transpose(1, 2)          # (B, H, S, D) views
+    k = torch.randn(B, S, h_kv, d, generator=g).transpose(1, 2)
+    v = torch.randn(B, S, h_kv, d, generator=g).transpose(1, 2)
+    q[0, :, 3] = 0.0                                                   # a zero query row: its direction is 0
+    weight = None
+    if rows == "masked":
+        weight = torch.ones(B, S, dtype=torch.bool)
+        weight[1, :4] = False
+    options = {"both": dict(value_norms=True, qk_norms=True), "values": dict(value_norms=True),
+               "qk": dict(qk_norms=True)}[asked]
+
+    def readouts():
+        req = AttentionRequest(capture=True, **options)
+        R.record_vectors(req, 0, q, k, v, weight)
+        return {name: req.readout(name) for name in req.readout_names}
+
+    fast = readouts()
+    monkeypatch.setattr(R, "_compiled_vectors", lambda *a: False)
+    slow = readouts()
+    assert fast.keys() == slow.keys() and len(fast) == {"both": 4, "values": 1, "qk": 3}[asked]
+    for name in slow:
+        torch.testing.assert_close(fast[name], slow[name], rtol=1e-5, atol=1e-6)
+
+
 def test_planted_diagonal_head_and_low_norm_value_sink_are_read_back():
     """Head 0: each query its own key (orthogonal keys, q_i = 6 k_i): a diagonal head. Head 1: every
     query aligned with key 0, whose value is 20x shorter than the others: a low-norm value sink."""

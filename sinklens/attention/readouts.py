@@ -39,6 +39,8 @@ def record_vectors(req, layer: int, query: torch.Tensor, key: torch.Tensor, valu
     query (B, H, S_q, D), key and value (B, H_kv, S_k, D) as the attention function gets them
     (after RoPE, before the GQA repeat); weight (B, S_q) float real query rows or None (all).
     """
+    if _compiled_vectors(req, layer, query, key, value, weight):
+        return
     b, h, s_q, d = query.shape
     h_kv, s_k = key.shape[1], key.shape[2]
     per_head = lambda t: t.repeat_interleave(h // h_kv, dim=1)  # noqa: E731  kv head -> its query heads, (B, H, S_k)
@@ -58,6 +60,41 @@ def record_vectors(req, layer: int, query: torch.Tensor, key: torch.Tensor, valu
         req.record_readout("key_norm", layer, per_head(k_norm))
         req.record_readout("qk_cos", layer, cos)
         req.record_readout("query_norm", layer, torch.einsum("bhq,bq->bh", q_norm, w) / n, aligned=False)
+
+
+def _compiled_vectors(req, layer: int, query: torch.Tensor, key: torch.Tensor, value: torch.Tensor,
+                      weight: torch.Tensor | None) -> bool:
+    """`record_vectors` in one call of the compiled kernel (onepass.c `sl_qkv_readouts`): the same
+    readouts within float32 rounding (tests/test_readouts.py). False, recording nothing, where the
+    kernel is not built or the tensors are not float32 CPU tensors with unit stride along D."""
+    if not all([t.device.type == "cpu" and t.dtype == torch.float32 and t.stride(-1) == 1
+                for t in (query, key, value)]):
+        return False
+    lib = build.load()
+    if lib is None:
+        return False
+    fn = lib.sl_qkv_readouts
+    if fn.argtypes is None:
+        fn.argtypes = [ctypes.c_int] * 6 + [ctypes.c_void_p] * 3 + [ctypes.c_int64 * 9] + [ctypes.c_void_p] * 5
+        fn.restype = ctypes.c_int
+    b, h, s_q, d = query.shape
+    h_kv, s_k = key.shape[1], key.shape[2]
+    w = None if weight is None else weight.to(torch.float32).contiguous()
+    strides = (ctypes.c_int64 * 9)(*query.stride()[:3], *key.stride()[:3], *value.stride()[:3])  # (batch, head, row)
+    value_norm = torch.empty(b, h, s_k) if req.value_norms else None
+    key_norm, cos, query_norm = (torch.empty(b, h, s_k), torch.empty(b, h, s_k), torch.empty(b, h)) \
+        if req.qk_norms else (None, None, None)
+    ptr = lambda t: None if t is None else t.data_ptr()  # noqa: E731
+    if fn(b, h, h_kv, s_q, s_k, d, query.data_ptr(), key.data_ptr(), value.data_ptr(), strides, ptr(w),
+          ptr(value_norm), ptr(key_norm), ptr(cos), ptr(query_norm)):
+        return False
+    if value_norm is not None:
+        req.record_readout("value_norm", layer, value_norm)
+    if key_norm is not None:
+        req.record_readout("key_norm", layer, key_norm)
+        req.record_readout("qk_cos", layer, cos)
+        req.record_readout("query_norm", layer, query_norm, aligned=False)
+    return True
 
 
 def decoder_layers(model) -> list:
