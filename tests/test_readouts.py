@@ -199,8 +199,7 @@ def test_planted_massive_activation_is_read_back_from_a_model():
 def test_the_compiled_hidden_pass_is_torchs_norm_topk_and_gather(shape):
     """onepass.c's `sl_hidden_top` (the hidden-state readouts on the CPU) against what it stands in for:
     torch.topk of |h| gives the same channels, in the same order, and gather the same values; the
-    norm agrees within float32 rounding; |h| lands in the scratch buffer the median then selects
-    from. Widths that are and are not multiples of 8, fewer channels than HIDDEN_TOP_CHANNELS,
+    norm agrees within float32 rounding; |h| lands in the buffer the median then selects from. Widths that are and are not multiples of 8, fewer channels than HIDDEN_TOP_CHANNELS,
     a planted massive channel."""
     from sinklens.attention import readouts as R
     from sinklens.attention.routes import build
@@ -218,7 +217,7 @@ def test_the_compiled_hidden_pass_is_torchs_norm_topk_and_gather(shape):
     assert torch.equal(values, h.gather(-1, want))
     torch.testing.assert_close(norm, h.norm(dim=-1), rtol=1e-6, atol=0)
     assert torch.equal(mag, h.abs())
-    assert torch.equal(R._median_rows(mag.flatten(1), scratch=True), h.abs().flatten(1).median(-1).values)
+    assert torch.equal(R._median_rows(mag.flatten(1)), h.abs().flatten(1).median(-1).values)
 
 
 def test_the_compiled_hidden_pass_orders_ties_by_channel_and_leaves_nan_to_torch():
