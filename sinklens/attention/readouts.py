@@ -2,10 +2,13 @@
 
 Two homes, both inside the one forward pass that captures received attention:
 - per layer inside the attention function (`record_vectors`; diagonal and distance ride the
-  chunk loop in reduce.py): value norms, key norms, the q·k angle, the query norm;
+  capture route's own pass): value norms, key norms, the q·k angle, the query norm;
 - per decoder layer through forward hooks (`readout_hooks`, registered with the documented
   `nn.Module.register_forward_hook` for the length of one forward and removed after it): the
   residual stream's norm and its largest channels, and the hidden states the logit lens reads.
+On the CPU, in float32, both are one call each of the compiled route's C library (onepass.c
+`sl_qkv_readouts`, `sl_hidden_top`), which reads each tensor once or twice where torch's dozen
+calls read it each time; the torch code below is their definition and their fallback.
   The lens runs after the forward (`finish_lens`), when every layer's received attention is known
   and the step's sink positions can be found with the rule module.
 

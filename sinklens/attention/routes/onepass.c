@@ -593,7 +593,7 @@ int sl_hidden_top(int64_t rows, int d, int k, const float *h, float *mag, float 
  *   q_dir = sum_i w_i q_i / max(|q_i|, 1e-30) / n;  qk_cos[b, h, j] = k_j . q_dir / max(|k_j|, 1e-30);
  *   query_norm[b, h] = sum_i w_i |q_i| / n.
  * value_norm NULL: not asked; key_norm NULL: no q . k readouts (qk_cos, query_norm unused). torch's
- * dozen calls for these took a SmolLM2 layer 0.76 ms at S = 256 (1.65 at 1024), mostly per call. */
+ * dozen calls for these took a SmolLM2 layer 0.37 ms against this pass' 0.11 at S = 256. */
 static inline float dot_d(const float *a, const float *b, int d) {
     v8f acc = splat(0.0f);
     int c = 0;
