@@ -73,13 +73,10 @@ def _compiled_vectors(req, layer: int, query: torch.Tensor, key: torch.Tensor, v
     if not all([t.device.type == "cpu" and t.dtype == torch.float32 and t.stride(-1) == 1
                 for t in (query, key, value)]):
         return False
-    lib = build.load()
-    if lib is None:
+    fn = build.function("sl_qkv_readouts", [ctypes.c_int] * 6 + [ctypes.c_void_p] * 3 + [ctypes.c_int64 * 9]
+                        + [ctypes.c_void_p] * 5, ctypes.c_int)
+    if fn is None:
         return False
-    fn = lib.sl_qkv_readouts
-    if fn.argtypes is None:
-        fn.argtypes = [ctypes.c_int] * 6 + [ctypes.c_void_p] * 3 + [ctypes.c_int64 * 9] + [ctypes.c_void_p] * 5
-        fn.restype = ctypes.c_int
     b, h, s_q, d = query.shape
     h_kv, s_k = key.shape[1], key.shape[2]
     w = None if weight is None else weight.to(torch.float32).contiguous()
@@ -164,13 +161,10 @@ def _compiled_hidden_top(hf: torch.Tensor, mag: torch.Tensor, k: int):
     contiguous float32 CPU tensor, or holds a NaN (torch's path orders it)."""
     if hf.device.type != "cpu" or hf.dtype != torch.float32 or not hf.is_contiguous() or not mag.is_contiguous():
         return None
-    lib = build.load()
-    if lib is None:
+    fn = build.function("sl_hidden_top", [ctypes.c_int64, ctypes.c_int, ctypes.c_int] + [ctypes.c_void_p] * 5,
+                        ctypes.c_int)
+    if fn is None:
         return None
-    fn = lib.sl_hidden_top
-    if fn.argtypes is None:
-        fn.argtypes = [ctypes.c_int64, ctypes.c_int, ctypes.c_int] + [ctypes.c_void_p] * 5
-        fn.restype = ctypes.c_int
     B, S, D = hf.shape
     norm, top, values = torch.empty(B, S), torch.empty(B, S, k, dtype=torch.int32), torch.empty(B, S, k)
     if fn(B * S, D, k, hf.data_ptr(), mag.data_ptr(), norm.data_ptr(), top.data_ptr(), values.data_ptr()):

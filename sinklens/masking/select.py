@@ -188,14 +188,7 @@ def is_default_top1(cfg) -> bool:
 
 def _top1_kernel():
     """The compiled kernel's `sl_top1` (attention/routes/onepass.c), or None where the kernel does not build."""
-    lib = build.load()
-    if lib is None:
-        return None
-    fn = lib.sl_top1
-    if fn.argtypes is None:
-        fn.argtypes = [ctypes.c_int] * 6 + [ctypes.c_void_p] * 6
-        fn.restype = None
-    return fn
+    return build.function("sl_top1", [ctypes.c_int] * 6 + [ctypes.c_void_p] * 6)
 
 
 def _compiled_top1(received: np.ndarray, coverages: list[np_rule.Coverage], scope: np.ndarray, eps: float,

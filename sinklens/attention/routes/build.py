@@ -153,6 +153,18 @@ def load() -> ctypes.CDLL | None:
     return lib
 
 
+def function(name: str, argtypes: list, restype=None):
+    """The library's C function `name` with its signature (set at the first call), or None where the
+    library does not build (`load`)."""
+    lib = load()
+    if lib is None:
+        return None
+    fn = getattr(lib, name)
+    if fn.argtypes is None:
+        fn.argtypes, fn.restype = argtypes, restype
+    return fn
+
+
 def reason() -> str:
     """Why `load()` gave None ('' when it loaded or was not tried)."""
     return _state.get("reason", "")
