@@ -34,6 +34,11 @@ LENS_TOPK = 5            # tokens kept per (lens layer, position): the top of th
 LENS_MAX_POSITIONS = 8   # default lens positions per step: the sink positions flagged in the most heads
 LENS_LOGITS = 1 << 24    # at most this many logits per LM-head call of the lens (64 MB in float32)
 
+# The C passes' signatures (onepass.c), made once: these run at every layer of every step
+_STRIDES = ctypes.c_int64 * 9   # q's, k's, v's (batch, head, row) strides
+_QKV_ARGS = [ctypes.c_int] * 6 + [ctypes.c_void_p] * 3 + [_STRIDES] + [ctypes.c_void_p] * 5
+_HIDDEN_ARGS = [ctypes.c_int64, ctypes.c_int, ctypes.c_int] + [ctypes.c_void_p] * 5
+
 
 def record_vectors(req, layer: int, query: torch.Tensor, key: torch.Tensor, value: torch.Tensor,
                    weight: torch.Tensor | None) -> None:
@@ -73,14 +78,13 @@ def _compiled_vectors(req, layer: int, query: torch.Tensor, key: torch.Tensor, v
     if not all([t.device.type == "cpu" and t.dtype == torch.float32 and t.stride(-1) == 1
                 for t in (query, key, value)]):
         return False
-    fn = build.function("sl_qkv_readouts", [ctypes.c_int] * 6 + [ctypes.c_void_p] * 3 + [ctypes.c_int64 * 9]
-                        + [ctypes.c_void_p] * 5, ctypes.c_int)
+    fn = build.function("sl_qkv_readouts", _QKV_ARGS, ctypes.c_int)
     if fn is None:
         return False
     b, h, s_q, d = query.shape
     h_kv, s_k = key.shape[1], key.shape[2]
     w = None if weight is None else weight.to(torch.float32).contiguous()
-    strides = (ctypes.c_int64 * 9)(*query.stride()[:3], *key.stride()[:3], *value.stride()[:3])  # (batch, head, row)
+    strides = _STRIDES(*query.stride()[:3], *key.stride()[:3], *value.stride()[:3])
     value_norm = torch.empty(b, h, s_k) if req.value_norms else None
     key_norm, cos, query_norm = (torch.empty(b, h, s_k), torch.empty(b, h, s_k), torch.empty(b, h)) \
         if req.qk_norms else (None, None, None)
@@ -161,8 +165,7 @@ def _compiled_hidden_top(hf: torch.Tensor, mag: torch.Tensor, k: int):
     contiguous float32 CPU tensor, or holds a NaN (torch's path orders it)."""
     if hf.device.type != "cpu" or hf.dtype != torch.float32 or not hf.is_contiguous() or not mag.is_contiguous():
         return None
-    fn = build.function("sl_hidden_top", [ctypes.c_int64, ctypes.c_int, ctypes.c_int] + [ctypes.c_void_p] * 5,
-                        ctypes.c_int)
+    fn = build.function("sl_hidden_top", _HIDDEN_ARGS, ctypes.c_int)
     if fn is None:
         return None
     B, S, D = hf.shape

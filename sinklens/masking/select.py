@@ -186,9 +186,12 @@ def is_default_top1(cfg) -> bool:
             and cfg.units == "scaled_sum")
 
 
+_TOP1_ARGS = [ctypes.c_int] * 6 + [ctypes.c_void_p] * 6   # sl_top1's signature, made once (it runs every masked step)
+
+
 def _top1_kernel():
     """The compiled kernel's `sl_top1` (attention/routes/onepass.c), or None where the kernel does not build."""
-    return build.function("sl_top1", [ctypes.c_int] * 6 + [ctypes.c_void_p] * 6)
+    return build.function("sl_top1", _TOP1_ARGS)
 
 
 def _compiled_top1(received: np.ndarray, coverages: list[np_rule.Coverage], scope: np.ndarray, eps: float,
