@@ -53,7 +53,7 @@ from transformers import LlamaConfig, LlamaForCausalLM, Qwen3Config, Qwen3ForCau
 
 import sinklens.attention as sa
 
-from common import machine, paired  # benchmarks/common.py, beside this script
+from common import beside_busy, machine, paired  # benchmarks/common.py, beside this script
 
 
 def random_llama(layers: int, causal: bool) -> LlamaForCausalLM:
@@ -182,11 +182,19 @@ def main() -> None:
     p.add_argument("--base", default="plain", help="the mode the ratios divide by (one of --modes)")
     p.add_argument("--breakdown", action="store_true", help="after each row, the readouts' share of one forward (cProfile)")
     p.add_argument("--readout-route", default="auto", help="the capture route of the readout modes")
+    p.add_argument("--beside-busy", action="store_true", help="run beside a second process spinning on one core")
     args = p.parse_args()
     if args.base not in args.modes:
         p.error(f"--base {args.base} must be one of --modes {args.modes}")
     READOUT_ROUTE[0] = args.readout_route
     print(machine())
+    with beside_busy(args.beside_busy):
+        table(args)
+    print("load average (1, 5, 15 min) at end: %.2f %.2f %.2f" % os.getloadavg())
+
+
+def table(args) -> None:
+    """The timed table: every model and length, the modes back to back in rotating order each round."""
     clock = time.process_time if args.clock == "cpu" else time.perf_counter
     print(f"clock: {args.clock}, {args.threads} torch thread(s), {args.repeats} rounds (times: best; ratios: median of the rounds' ± its standard error (range))")
     torch.set_num_threads(args.threads)
@@ -219,7 +227,6 @@ def main() -> None:
             if args.breakdown:
                 print(f"  {name} S={s} all, {breakdown(model, ids, mask)}", flush=True)
         del model
-    print("load average (1, 5, 15 min) at end: %.2f %.2f %.2f" % os.getloadavg())
 
 
 if __name__ == "__main__":

@@ -60,7 +60,7 @@ from sinklens.masking.policy import SinkMaskingPolicy
 from sinklens.trace.writer import TraceWriter
 from sinklens.train.model import ModelConfig, build_model, param_count, save_llada_folder
 
-from common import machine, paired  # benchmarks/common.py, beside this script
+from common import beside_busy, machine, paired  # benchmarks/common.py, beside this script
 
 CFG = ModelConfig(n_layers=6, d_model=512, n_heads=8, mlp_hidden=1376, vocab_size=8192, max_len=512)
 MASK_ID, EOS_ID, PAD_ID = 8191, 8190, 8189
@@ -219,6 +219,7 @@ def main() -> None:
     ap.add_argument("--calls", action="store_true", help="only the Python calls per step of the twins (cProfile)")
     ap.add_argument("--models", nargs="+", choices=("tiny-dlm", "tiny-arm", LARGE), default=None,
                     help="which models (default: all three)")
+    ap.add_argument("--beside-busy", action="store_true", help="run beside a second process spinning on one core")
     args = ap.parse_args()
     if args.calls:
         return calls_per_step(args.threads)
@@ -228,7 +229,7 @@ def main() -> None:
     torch.set_num_threads(args.threads)
     torch.set_grad_enabled(False)
     load = os.getloadavg()
-    with tempfile.TemporaryDirectory() as tmp:
+    with tempfile.TemporaryDirectory() as tmp, beside_busy(args.beside_busy):
         folder = os.path.join(tmp, "bench-llada")
         make_folder(folder)
         names = args.models or ["tiny-dlm", "tiny-arm", LARGE]

@@ -7,10 +7,13 @@ times prints the same) and the range of the rounds.
 """
 from __future__ import annotations
 
+import contextlib
 import os
 import platform
 import random
 import statistics
+import subprocess
+import sys
 
 import torch
 
@@ -34,6 +37,22 @@ def machine() -> str:
     model = model or platform.processor() or platform.machine()
     return (f"cpu: {model}; {os.cpu_count()} cores; isa: {isa or '?'}; torch {torch.__version__}; compiled route: {kernel}\n"
             "load average (1, 5, 15 min) at start: %.2f %.2f %.2f" % os.getloadavg())
+
+
+@contextlib.contextmanager
+def beside_busy(on: bool = True):
+    """With `on`: a second process spinning on one core for the duration (`--beside-busy`), so a table
+    says how its ratios move under contention; it is stopped on the way out, error or not."""
+    if not on:
+        yield
+        return
+    busy = subprocess.Popen([sys.executable, "-c", "while True: pass"])
+    print(f"beside a busy process (pid {busy.pid}: one core spinning in Python)", flush=True)
+    try:
+        yield
+    finally:
+        busy.kill()
+        busy.wait()
 
 
 def paired(mode: list[float], base: list[float], resamples: int = 2000) -> str:
