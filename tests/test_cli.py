@@ -267,6 +267,11 @@ def _cases(d, fx):
         (["generate", "--model", llada, "--prompt", "hi"], 2, "has no tokenizer: pass --input-ids"),
         (["generate", "--model", llada, "--input-ids", "1,x"], 2, "argument --input-ids: must be comma-separated"),
         (["trace", "--model", llada, *ids, "--out", str(d)], 2, "is a folder"),
+        # a place no file can be made (even by root): the flag is named, not only the OS' words
+        (["trace", "--model", llada, *ids, "--out", "/proc/t.arrow"], 2,
+         "--out /proc/t.arrow: No such file or directory: /proc/t.arrow"),
+        (["report", str(d / "ok.arrow"), "--out", "/proc/sinklens-report"], 2,
+         "--out /proc/sinklens-report: No such file or directory: /proc/sinklens-report"),
         (["trace", "--model", llada, *ids, "--out", str(d / "t.arrow"), "--map-slices", "99:0"], 2,
          "--map-slices 99:0: the model has 2 layers"),
         (["eval", "--model", llada, "--task", "nope", "--out", str(d / "e1")], 2, "unknown task 'nope'"),
