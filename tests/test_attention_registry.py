@@ -84,10 +84,10 @@ DTYPES = (torch.float32, torch.bfloat16)
 ROUTES = [r.name for r in REGISTRY if r.name not in ("plain", "exact")] + ["compiled-blas"]
 
 
-def make(case, dtype, seed=0, d=16):
+def make(case, dtype, seed=0, d=16, s_k=23):
     layout, kv, s_q, extras = case
     g = torch.Generator().manual_seed(seed)
-    h, s_k = 6, 23
+    h = 6
     q = (torch.randn(2, h, s_q, d, generator=g) * 1.5).to(dtype)
     k = (torch.randn(2, kv, s_k, d, generator=g) * 1.5).to(dtype)
     v = torch.randn(2, kv, s_k, d, generator=g).to(dtype)
@@ -115,8 +115,8 @@ def make(case, dtype, seed=0, d=16):
     return fake_module(h, kv, causal, kind, kwargs.get("s_aux")), q, k, v, mask, req, kwargs
 
 
-def run(route, case, dtype, chunk=None, d=16):
-    module, q, k, v, mask, req_kw, kwargs = make(case, dtype, d=d)
+def run(route, case, dtype, chunk=None, d=16, s_k=23):
+    module, q, k, v, mask, req_kw, kwargs = make(case, dtype, d=d, s_k=s_k)
     req = AttentionRequest(route="exact" if route == "exact-whole" else route, query_chunk=chunk, **req_kw)
     out, _ = sinklens_attention(module, q, k, v, mask, scaling=0.3, sinklens=req, **kwargs)
     return out.float(), req
@@ -376,6 +376,32 @@ def test_compiled_tiles_of_any_height_give_the_same_numbers(case, monkeypatch):
     assert got.keys() == want.keys()
     for key in want:
         assert (got[key] - want[key]).abs().max() <= 2e-5, key
+
+
+TALL_CASES = [("causal", 2, 200, ("block", "groups", "readouts")), ("cached", 3, 150, ("block", "keep")),
+              ("block-causal", 2, 200, ("block", "groups")), ("window", 2, 200, ("readouts",)),
+              ("holes", 2, 200, ("groups", "softcap")), ("padded-causal", 2, 200, ("block", "sinks")),
+              ("padded-bidirectional", 1, 200, ("block", "groups"))]
+
+
+@pytest.mark.parametrize("case", TALL_CASES, ids=lambda c: c[0])
+def test_compiled_blas_tiles_of_rows_with_different_spans_give_the_same_numbers(case, monkeypatch):
+    """Through BLAS a tile's one product covers the keys its last rows see and each row reads its own
+    span of it: on every masked layout, with 150-200 rows in one tile (the first seeing a few keys, the
+    last all), the output and every capture are the exact route's."""
+    import sinklens.attention.routes.compiled as compiled
+
+    if build.load() is None:
+        pytest.skip(f"the compiled kernel is unavailable here: {build.reason()}")
+    monkeypatch.setattr(compiled, "SMALL_WORK", -1)
+    s_k = 200
+    out, req = run("compiled", case, torch.float32, s_k=s_k)
+    ref_out, ref = run("exact", case, torch.float32, chunk=37, s_k=s_k)
+    assert (out - ref_out).abs().max() <= 2e-5
+    got, want = captures(req), captures(ref)
+    assert got.keys() == want.keys()
+    for key in want:
+        assert (got[key] - want[key]).abs().max() <= 1e-4, key
 
 
 @pytest.mark.parametrize("causal", [False, True], ids=["bidirectional", "causal"])
