@@ -1,6 +1,6 @@
 """The README's first screen says what a new user will see: its Python example runs as printed and
 answers what its comment says, its figure's caption describes the trace `make demo` draws it from,
-and the page stays short (≤ 10 kB)."""
+and the page stays short (≤ 10 kB); docs/benchmarks.md stays a reference, not a log (≤ 400 lines)."""
 from __future__ import annotations
 
 import contextlib
@@ -12,8 +12,10 @@ import numpy as np
 
 import sinklens
 
-README = Path(__file__).resolve().parents[1] / "README.md"
+REPO = Path(__file__).resolve().parents[1]
+README = REPO / "README.md"
 MAX_BYTES = 10_000
+BENCHMARKS_MAX_LINES = 400
 
 
 def _python_example() -> str:
@@ -24,6 +26,12 @@ def _python_example() -> str:
 
 def test_the_readme_stays_short():
     assert README.stat().st_size <= MAX_BYTES, f"README.md is {README.stat().st_size} bytes (at most {MAX_BYTES})"
+
+
+def test_the_benchmarks_doc_stays_a_reference():
+    """One current table per measurement: earlier runs live in git history, not in the file."""
+    lines = (REPO / "docs" / "benchmarks.md").read_text(encoding="utf-8").count("\n")
+    assert lines <= BENCHMARKS_MAX_LINES, f"docs/benchmarks.md has {lines} lines (at most {BENCHMARKS_MAX_LINES})"
 
 
 def test_the_readme_python_example_runs_and_prints_the_answer_its_comment_shows(tmp_path, monkeypatch):
