@@ -28,6 +28,21 @@ def test_the_readme_stays_short():
     assert README.stat().st_size <= MAX_BYTES, f"README.md is {README.stat().st_size} bytes (at most {MAX_BYTES})"
 
 
+def test_the_readme_limitations_are_at_most_15_one_line_bullets_each_linking_its_doc():
+    text = README.read_text(encoding="utf-8")
+    section = text.split("## Known limitations", 1)[1].split("\n## ", 1)[0]
+    lines = [line for line in section.strip().splitlines() if line.strip()]
+    assert all(line.startswith("- ") for line in lines), "one line per limitation"
+    assert 0 < len(lines) <= 15
+    assert all(re.search(r"\]\(docs/[\w./#-]+\)\.?$", line) for line in lines), "each ends with a link to its doc"
+
+
+def test_every_file_the_readme_links_exists():
+    links = re.findall(r"\]\(([^)#\s]+)(?:#[^)]*)?\)", README.read_text(encoding="utf-8"))
+    local = [link for link in links if "://" not in link]
+    assert local and [link for link in local if not (REPO / link).exists()] == []
+
+
 def test_the_benchmarks_doc_stays_a_reference():
     """One current table per measurement: earlier runs live in git history, not in the file."""
     lines = (REPO / "docs" / "benchmarks.md").read_text(encoding="utf-8").count("\n")
