@@ -106,15 +106,17 @@ def main(argv: list[str] | None = None) -> int:
             raise
         code, message = logs.describe(e)
         out = getattr(args, "out", None)
-        if isinstance(e, OSError) and out and e.filename is not None and _under(os.fspath(e.filename), out):
+        if isinstance(e, OSError) and out and _under(e.filename, out):
             message = f"--out {out}: {message}"   # the flag the path came from, not only the OS' words
         hint = " (--debug shows the traceback)" if code == 1 and not isinstance(e, OSError) else ""
         print(f"sinklens {args.command}: error: {message}{hint}", file=sys.stderr)
         return code
 
 
-def _under(path: str, folder: str) -> bool:
-    """Whether `path` is `folder` or lies inside it."""
+def _under(path, folder) -> bool:
+    """Whether `path` (an OS error's filename: text, bytes or None) is `folder` or lies inside it."""
+    if not isinstance(path, str) or not isinstance(folder, (str, os.PathLike)):
+        return False
     path, folder = os.path.abspath(path), os.path.abspath(folder)
     return path == folder or path.startswith(folder.rstrip(os.sep) + os.sep)
 

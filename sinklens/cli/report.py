@@ -15,6 +15,7 @@ import os
 import time
 
 from sinklens.cli.fields import add_config_flags, flag_values
+from sinklens.cli.types import out_folder
 
 PAGE_PREFIX = "html_"   # PageOptions.max_mb -> --html-max-mb
 
@@ -61,7 +62,8 @@ def run(args: argparse.Namespace) -> int:
     from sinklens.report.report import build_report
 
     since = time.time()
-    rep = build_report(args.traces, args.out, labels=args.labels, options=options(args))
+    with out_folder(args.out):
+        rep = build_report(args.traces, args.out, labels=args.labels, options=options(args))
     if args.json:
         from sinklens.cli.logs import print_json
 
@@ -117,7 +119,8 @@ def run_corpus(args: argparse.Namespace, corpora: list[str]) -> int:
         raise CliError(f"--control {args.control} is not a corpus file, but the report is on a corpus; give the "
                        "control's corpus.jsonl (the same prompts and flags with --random-init SEED)")
     since = time.time()
-    rep = build_corpus_report(corpora[0], args.out, figures=args.figures, control=args.control)
+    with out_folder(args.out):
+        rep = build_corpus_report(corpora[0], args.out, figures=args.figures, control=args.control)
     if args.json:
         from sinklens.cli.logs import print_json
 

@@ -7,8 +7,10 @@ from __future__ import annotations
 
 import argparse
 import difflib
+import os
 import re
 import sys
+from contextlib import contextmanager
 from pathlib import Path
 
 
@@ -129,6 +131,20 @@ def check_out(path: str | None, folder: bool) -> None:
             if not parent.is_dir():
                 raise CliError(f"--out {path!r}: {str(parent)!r} is a file, not a folder")
             return
+
+
+@contextmanager
+def out_folder(path: str):
+    """--out made before the work, so that a place no folder can be made fails now and not after the
+    work; removed again when the work fails and leaves it empty (bad input writes nothing)."""
+    made = not os.path.exists(path)
+    os.makedirs(path, exist_ok=True)
+    try:
+        yield
+    except BaseException:
+        if made and os.path.isdir(path) and not os.listdir(path):
+            os.rmdir(path)
+        raise
 
 
 def add_common_flags(p: argparse.ArgumentParser) -> None:
