@@ -31,3 +31,15 @@ def test_verbose_says_what_was_read_and_the_timings(tmp_path, capsys):
     assert "index.html:" in err and " MB in " in err
     assert main(["report", str(trace), "--out", str(tmp_path / "q"), "--no-figures"]) == 0
     assert "3 steps × 2 layers" not in capsys.readouterr().err   # not without -v
+
+
+def test_an_out_no_folder_can_be_made_at_is_refused_before_the_analysis(tmp_path, capsys, monkeypatch):
+    """/proc takes no new folder, even from root: refused in one line naming --out, and no trace is read."""
+    import sinklens.report.report as report
+
+    trace = _trace(tmp_path / "t.arrow")
+    monkeypatch.setattr(report, "build_report", lambda *a, **k: (_ for _ in ()).throw(AssertionError("analysed")))
+    assert main(["report", str(trace), "--out", "/proc/sinklens-no-report"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err == ["sinklens report: error: --out /proc/sinklens-no-report: No such file or directory: "
+                   "/proc/sinklens-no-report"]
