@@ -612,3 +612,34 @@ def test_a_bfloat16_or_grad_capture_is_held_and_written_as_float():
     np.testing.assert_array_equal(_np(g), g.detach().numpy())
     f = torch.randn(4)
     assert np.shares_memory(_np(f), f.numpy())
+
+
+@pytest.mark.parametrize("stacked", [True, False], ids=["stacked", "per-step"])
+def test_new_token_strings_are_found_alike_in_small_and_large_groups(tmp_path, monkeypatch, stacked):
+    """A group's new token ids (whose strings the batch stores) are found by Python sets in a small
+    group and by numpy in a large one: both give the same ids in the same order (by the step that
+    first holds them, ascending within it; never an id seen before or a negative one), group after
+    group, and that order is a step at a time's."""
+    import sinklens.trace.writer as writer_module
+
+    rng = np.random.default_rng(0)
+    groups = []
+    for g in range(6):
+        steps = [rng.integers(-3, 40 + 30 * g, size=(2, 5 + (0 if stacked else t))) for t in range(4)]
+        groups.append(np.stack(steps) if stacked else steps)
+    found = {}
+    for name, small in (("sets", 2**62), ("numpy", -1)):
+        monkeypatch.setattr(writer_module, "SMALL_IDS", small)
+        w = TraceWriter(tmp_path / f"{name}.arrow", decode=lambda ids: [str(i) for i in ids])
+        found[name] = [w._new_ids(group) for group in groups]
+        w.close()
+    assert found["sets"] == found["numpy"]
+    seen, want = set(), []
+    for group in groups:   # a step at a time, by hand
+        new = []
+        for step in group:
+            fresh = sorted({int(i) for i in np.ravel(step)} - seen - set(range(-3, 0)))
+            new += fresh
+            seen |= set(fresh)
+        want.append(new)
+    assert found["sets"] == want and any(want[1:]) and sum(map(len, want)) == len(seen)

@@ -56,6 +56,7 @@ FLUSH_STEPS = 64
 FLUSH_SECONDS = 1.0
 FLUSH_BYTES = 64 * 2**20
 SINK_BUFFER = 2**20  # bytes gathered before they reach the file (a group larger than this is written as it comes)
+SMALL_IDS = 2**14  # a group with at most this many token ids finds its new ones in Python sets, a larger one in numpy
 
 
 def _groups_cover_rows(req) -> bool:
@@ -226,7 +227,7 @@ class TraceWriter:
         self.meta.update(schema_version=SCHEMA_VERSION, sinklens_version=__version__, units=STORED_UNITS,
                          received_dtype=received_dtype)
         self.num_steps = 0
-        self._seen = np.zeros(0, dtype=bool)  # token id -> its string is already stored
+        self._seen: set[int] = set()  # the token ids whose strings are stored
         folder = os.path.dirname(self.path)
         if folder and not os.path.isdir(folder):   # the path's own folder, as the CLI's --out makes it
             os.makedirs(folder, exist_ok=True)
@@ -250,29 +251,37 @@ class TraceWriter:
     # ---- metadata -------------------------------------------------------------------------
     def _new_ids(self, tokens: list[np.ndarray] | np.ndarray) -> list[int]:
         """Token ids of steps' `tokens` (a list of per-step arrays, or one (T, ...) array of the steps)
-        whose strings are not stored yet (decoded when written), in one pass: by the step that first
-        holds them, ascending within a step (a step at a time's order)."""
+        whose strings are not stored yet (decoded when written): by the step that first holds them,
+        ascending within a step (a step at a time's order)."""
         if self.decode is None:
             return []
-        if type(tokens) is np.ndarray:   # the group's steps stacked: no per-step work
+        seen = self._seen
+        stacked = type(tokens) is np.ndarray
+        if (tokens.size if stacked else sum([t.size for t in tokens])) <= SMALL_IDS:
+            # a step at a time in Python sets: a small group's dozen numpy calls cost more (each one
+            # the first of its kind in a step of a tiny model: ~15 us)
+            new = []
+            for step in tokens.reshape(len(tokens), -1).tolist() if stacked else [t.ravel().tolist() for t in tokens]:
+                fresh = set(step)
+                fresh.difference_update(seen)
+                if fresh:
+                    fresh = sorted([i for i in fresh if i >= 0])   # no string for a negative id
+                    new += fresh
+                    seen.update(fresh)
+            return new
+        if stacked:   # the group's steps stacked: no per-step work
             ids = tokens.reshape(-1)
             starts = np.arange(len(tokens)) * (tokens.size // max(len(tokens), 1))
         else:
             ids = np.concatenate([t.reshape(-1) for t in tokens])
             starts = np.cumsum([0] + [t.size for t in tokens[:-1]])  # where each step's ids begin
-        where = None
-        if ids.size and int(ids.min()) < 0:  # no string for a negative id
-            where = np.flatnonzero(ids >= 0)
-            ids = ids[where]
-        if ids.size and int(ids.max()) >= len(self._seen):  # grow the table to the largest id seen
-            self._seen = np.concatenate([self._seen, np.zeros(int(ids.max()) + 1 - len(self._seen), dtype=bool)])
-        fresh = np.flatnonzero(~self._seen[ids])  # a step mostly repeats the last one's ids: a lookup, no sets
-        if not fresh.size:
+        unseen = [i for i in np.unique(ids).tolist() if i >= 0 and i not in seen]   # the distinct ids: a few thousand
+        if not unseen:
             return []
-        unique, first = np.unique(ids[fresh], return_index=True)
-        first = fresh[first] if where is None else where[fresh[first]]  # where each new id first occurs
-        new = unique[np.lexsort((unique, np.searchsorted(starts, first, side="right")))].tolist()
-        self._seen[new] = True
+        where = np.flatnonzero(np.isin(ids, unseen))                 # the places of the new ids
+        unique, first = np.unique(ids[where], return_index=True)    # each new id's first place
+        new = unique[np.lexsort((unique, np.searchsorted(starts, where[first], side="right")))].tolist()
+        seen.update(new)
         return new
 
     def _vocab(self, ids: list[int]) -> dict[str, str]:
