@@ -384,19 +384,22 @@ TALL_CASES = [("causal", 2, 200, ("block", "groups", "readouts")), ("cached", 3,
               ("padded-bidirectional", 1, 200, ("block", "groups"))]
 
 
+@pytest.mark.parametrize("d", [16, 8], ids=["packed", "blas"])
 @pytest.mark.parametrize("case", TALL_CASES, ids=lambda c: c[0])
-def test_compiled_blas_tiles_of_rows_with_different_spans_give_the_same_numbers(case, monkeypatch):
-    """Through BLAS a tile's one product covers the keys its last rows see and each row reads its own
-    span of it: on every masked layout, with 150-200 rows in one tile (the first seeing a few keys, the
-    last all), the output and every capture are the exact route's."""
+def test_compiled_tiles_of_rows_with_different_spans_give_the_same_numbers(case, d, monkeypatch):
+    """A tile's products cover the keys its last rows see and each row reads its own span of them: on
+    every masked layout the output and every capture are the exact route's, through BLAS with 150-200
+    rows in one tile (the first seeing a few keys, the last all; D 8) and through the kernel's own
+    products (D 16) in tiles of 48 rows, whose first key is rounded down to a panel of 16 and whose
+    last tile holds a few rows past a multiple of 6."""
     import sinklens.attention.routes.compiled as compiled
 
     if build.load() is None:
         pytest.skip(f"the compiled kernel is unavailable here: {build.reason()}")
     monkeypatch.setattr(compiled, "SMALL_WORK", -1)
     s_k = 200
-    out, req = run("compiled", case, torch.float32, s_k=s_k)
-    ref_out, ref = run("exact", case, torch.float32, chunk=37, s_k=s_k)
+    out, req = run("compiled", case, torch.float32, d=d, s_k=s_k)
+    ref_out, ref = run("exact", case, torch.float32, chunk=37, d=d, s_k=s_k)
     assert (out - ref_out).abs().max() <= 2e-5
     got, want = captures(req), captures(ref)
     assert got.keys() == want.keys()
@@ -404,10 +407,37 @@ def test_compiled_blas_tiles_of_rows_with_different_spans_give_the_same_numbers(
         assert (got[key] - want[key]).abs().max() <= 1e-4, key
 
 
+@pytest.mark.parametrize("d", [16, 48, 64])
+@pytest.mark.parametrize("causal", [False, True], ids=["bidirectional", "causal"])
+def test_compiled_packed_products_over_thousands_of_keys(causal, d):
+    """The kernel's own products at a length where tiles are short (compiled.packed_rows: 42 rows at
+    2800 keys) and the output product walks the keys in blocks: many tiles, a last tile of a few rows,
+    GQA (two query heads on one key head), head sizes of one to four panels; the output and the sums
+    are the exact route's."""
+    import sinklens.attention.routes.compiled as compiled
+
+    if build.load() is None:
+        pytest.skip(f"the compiled kernel is unavailable here: {build.reason()}")
+    s = 2800
+    assert compiled.packed_rows(s) == 42 and s % 42 and (s % 42) % 6
+    g = torch.Generator().manual_seed(12)
+    q = torch.randn(1, 2, s, d, generator=g)
+    k, v = (torch.randn(1, 1, s, d, generator=g) for _ in range(2))
+    module = fake_module(2, 1, causal, None, None)
+    outs = {}
+    for route in ("compiled", "exact"):
+        req = AttentionRequest(capture=True, route=route)
+        out, _ = sinklens_attention(module, q, k, v, None, scaling=d ** -0.5, sinklens=req)
+        outs[route] = out, req.received
+    assert (outs["compiled"][0] - outs["exact"][0]).abs().max() <= 2e-5
+    assert (outs["compiled"][1] - outs["exact"][1]).abs().max() <= 1e-4   # sums of up to 2800 rows
+
+
 @pytest.mark.parametrize("causal", [False, True], ids=["bidirectional", "causal"])
 def test_compiled_tile_heights_past_512_keys(causal):
-    """Past 512 keys a layer whose every row sees every key is walked in tiles of 512 rows, a causal one
-    in tiles of 256 (compiled.tile_rows): both give what the exact route gives."""
+    """Through BLAS (a head size that is not a multiple of 16), past 512 keys a layer whose every row
+    sees every key is walked in tiles of 512 rows, a causal one in tiles of 256 (compiled.tile_rows):
+    both give what the exact route gives."""
     import sinklens.attention.routes.compiled as compiled
 
     if build.load() is None:

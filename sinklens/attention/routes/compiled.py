@@ -1,9 +1,10 @@
 """The "compiled" route: output and captures in one pass of the project's own C kernel (onepass.c).
 
-Per (batch row, head, tile of `tile_rows` query rows): one sgemm for the scores of the keys the tile can
-see, the row max, our vectorised exp and the row sum, one pass that normalises each row and adds it
-to the column sums, one sgemm for the output. One tile's scores (at most 16 MB per thread) are all
-the memory it adds: nothing per layer is bigger than the sums themselves. It records
+Per (batch row, head, tile of query rows): the scores of the keys the tile can see, the row max, our
+vectorised exp and the row sum, one pass that normalises each row and adds it to the column sums,
+then the output. The two products are the kernel's own register-blocked loops over the head's keys
+packed once (head sizes that are multiples of PANEL), BLAS otherwise. One tile's scores are all the
+memory it adds: nothing per layer is bigger than the sums themselves. It records
 everything the exact route does but full maps: query groups, blocked keys with the would-be sums,
 padding / sliding windows / blocks (any mask shared by the heads), learned sinks, soft-capping,
 the diagonal and distance readouts; float32, bfloat16 and float16 inputs (converted to float32; the
@@ -23,16 +24,32 @@ from sinklens.attention.routes.base import Call, Records, Route
 from sinklens.attention.routes.exact import empty_rows_as_plain
 
 def tile_rows(s_k: int, every_key: bool = False) -> int:
-    """Query rows per tile. BLAS packs the keys anew for every sgemm, so a tile must be tall enough to
-    amortise that; a causal tile also computes the scores of the keys its first rows cannot see, which
-    grow with its height. Measured per layer (one thread, the best of 3-7 calls against sdpa's):
-    bidirectional (8 heads, D 64), tiles of 256 / 512 rows cost 1.19 / 1.10x at S = 1024, 1.10 / 1.07x
-    at S = 2048 and 1.08 / 1.04x at S = 4096 (1024 rows: 1.13x at S = 2048); causal (SmolLM2's 9 / 3
-    heads), 0.86 / 0.97x at S = 1024 and 1.00 / 1.04x at S = 2048. `every_key`: every row sees every key
+    """Query rows per tile where BLAS makes the products (head sizes not a multiple of PANEL). BLAS
+    packs the keys anew for every sgemm, so a tile must be tall enough to amortise that; a causal tile
+    also computes the scores of the keys its first rows cannot see, which grow with its height.
+    Measured per layer (one thread, the best of 3-7 calls against sdpa's): bidirectional (8 heads,
+    D 64), tiles of 256 / 512 rows cost 1.19 / 1.10x at S = 1024, 1.10 / 1.07x at S = 2048 and
+    1.08 / 1.04x at S = 4096 (1024 rows: 1.13x at S = 2048); causal (SmolLM2's 9 / 3 heads),
+    0.86 / 0.97x at S = 1024 and 1.00 / 1.04x at S = 2048. `every_key`: every row sees every key
     (bidirectional, no mask), 512 rows; else 256 from 512 keys on. At most 16 MB of scores per thread."""
     if s_k <= 512:
         return 512
     return max(64, min(512 if every_key else 256, 2**22 // s_k))
+
+
+# The kernel's own products work on panels of this many keys (onepass.c `pack_keys`), and on head
+# sizes that are multiples of it (16 output columns at a time)
+PANEL = 16
+
+
+def packed_rows(s_k: int) -> int:
+    """Query rows per tile where the kernel's own products run (keys packed once per head, so a short
+    tile costs no repacking): 48, fewer past ~2700 keys (24 at most from ~5500), so that a tile's
+    scores stay about L2-sized; a multiple of the 6 rows its products take at a time. Measured per
+    layer against sdpa (SmolLM2's 9 / 3 causal heads, D 64, one thread, paired calls): tiles of
+    24 / 48 / 96 / 256 rows 0.59 / 0.62 / 0.68 / 0.75x at S = 512, 0.80 / 0.76 / 0.83 / 0.92x at
+    S = 1024, 0.84 / 0.87 / 0.86 / 0.97x at S = 2048; 24 / 48 / 96 rows 0.93 / 0.89 / 0.91x at S = 4096."""
+    return min(48, max(24, 2**17 // max(s_k, 1))) // 6 * 6
 
 
 # A layer whose largest tile's two products (scores, output) take at most this many multiply-adds runs
@@ -136,6 +153,8 @@ class Compiled(Route):
         if allowed is None and not call.is_causal:   # every row sees every key: no causal waste in a tall tile
             tile = wide_tile
         small = 2 * min(tile, s_q) * s_k * d <= SMALL_WORK
+        if not small and d % PANEL == 0:   # the kernel's own products: short tiles
+            tile = packed_rows(s_k)
         q, qs = _rows(query)
         k, ks = _rows(key, dense=not small)
         v, vs = _rows(value, dense=not small)
