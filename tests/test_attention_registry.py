@@ -79,9 +79,10 @@ CASES = [
     ("causal", 2, 23, ("maps",)),  # last: test_choose_route_by_declarations reads it as the maps case
 ]
 DTYPES = (torch.float32, torch.bfloat16)
-# "compiled-blas": the compiled route with its products through BLAS (these layers are small enough
-# for its own vector loops, compiled.SMALL_WORK)
-ROUTES = [r.name for r in REGISTRY if r.name not in ("plain", "exact")] + ["compiled-blas"]
+# "compiled-packed" / "compiled-blas": the compiled route with its products as its register-blocked loops
+# over packed keys / through BLAS (these layers are small enough for its plain vector loops,
+# compiled.SMALL_WORK; a head size of 16 is one panel, compiled.PANEL)
+ROUTES = [r.name for r in REGISTRY if r.name not in ("plain", "exact")] + ["compiled-packed", "compiled-blas"]
 
 
 def make(case, dtype, seed=0, d=16, s_k=23):
@@ -175,10 +176,12 @@ def test_one_request_remembers_the_routes_of_each_kind_of_layer():
 @pytest.mark.parametrize("case", CASES, ids=lambda c: "-".join([c[0], f"kv{c[1]}", f"q{c[2]}", *c[3]]))
 @pytest.mark.parametrize("name", ROUTES)
 def test_every_route_equals_the_exact_route(name, case, dtype, monkeypatch):
-    if name == "compiled-blas":
+    if name in ("compiled-packed", "compiled-blas"):
         import sinklens.attention.routes.compiled as compiled
 
         monkeypatch.setattr(compiled, "SMALL_WORK", -1)
+        if name == "compiled-blas":
+            monkeypatch.setattr(compiled, "PANEL", 1 << 30)
         name = "compiled"
     route = BY_NAME[name]
     if not route.records.covers(needs_of(case, dtype)):
@@ -213,18 +216,23 @@ def test_every_route_equals_the_exact_route(name, case, dtype, monkeypatch):
         assert ((out - ref_out).abs() <= 1 / 64 + ref_out.abs() / 64).all()
 
 
-@pytest.mark.parametrize("d", [4, 12, 32, 36, 72])
+@pytest.mark.parametrize("d", [4, 12, 32, 36, 48, 72])
 @pytest.mark.parametrize("case", [CASES[1], CASES[2], CASES[7], CASES[8]], ids=lambda c: f"{c[0]}-q{c[2]}")
-@pytest.mark.parametrize("products", ["loops", "blas"])
+@pytest.mark.parametrize("products", ["loops", "packed", "blas"])
 def test_compiled_products_equal_the_exact_route_for_any_head_size(products, case, d, monkeypatch):
-    """The kernel's own products (a tiny layer: 8 keys per group, D in 8 lanes, 32 output columns per
-    pass, scalar tails) and its BLAS ones, at head sizes with and without those tails, with 23 keys (a
-    group of 7 left over) and 1, 7 and 23 query rows."""
+    """The kernel's plain products (a tiny layer: 8 keys per group, D in 8 lanes, 32 output columns per
+    pass, scalar tails), its register-blocked ones (D a multiple of 16: two and three panels) and BLAS',
+    at head sizes with and without those tails, with 23 keys (a group of 7 left over, a panel and a
+    part) and 1, 7 and 23 query rows."""
     import sinklens.attention.routes.compiled as compiled
 
     if build.load() is None:
         pytest.skip(f"the compiled kernel is unavailable here: {build.reason()}")
+    if products == "packed" and d % compiled.PANEL:
+        pytest.skip("the packed products take head sizes that are multiples of 16")
     monkeypatch.setattr(compiled, "SMALL_WORK", 1 << 40 if products == "loops" else -1)
+    if products == "blas":
+        monkeypatch.setattr(compiled, "PANEL", 1 << 30)
     out, req = run("compiled", case, torch.float32, d=d)
     ref_out, ref = run("exact", case, torch.float32, chunk=5, d=d)
     got, want = captures(req), captures(ref)
@@ -456,20 +464,22 @@ def test_compiled_tile_heights_past_512_keys(causal):
     assert (outs["compiled"][1] - outs["exact"][1]).abs().max() <= 1e-4
 
 
-@pytest.mark.parametrize("products", ["loops", "blas"])
+@pytest.mark.parametrize("products", ["loops", "packed", "blas"])
 @pytest.mark.parametrize("case", [CASES[1], CASES[3], CASES[8]], ids=lambda c: f"{c[0]}-q{c[2]}")
 def test_compiled_reads_queries_keys_and_values_as_a_model_hands_them(case, products, monkeypatch):
     """A model hands the attention function views of its projections, (B, S, heads, D) seen as
-    (B, heads, S, D): a head's rows heads * D apart. The kernel's own products read them where they lie;
-    the BLAS path copies keys and values into rows D apart first (compiled._rows). Either way the
-    numbers are those of the same tensors laid out densely (bit for bit through the kernel's own loops,
-    whose order of operations does not depend on strides; within 1e-6 through BLAS, whose kernels are
-    the CPU's) and the exact route's."""
+    (B, heads, S, D): a head's rows heads * D apart. The kernel's plain loops read them where they lie;
+    the packed and BLAS paths copy keys and values into rows D apart first (compiled._rows). Either way
+    the numbers are those of the same tensors laid out densely (bit for bit through the kernel's own
+    loops, plain or packed, whose order of operations does not depend on strides; within 1e-6 through
+    BLAS, whose kernels are the CPU's) and the exact route's."""
     import sinklens.attention.routes.compiled as compiled
 
     if build.load() is None:
         pytest.skip(f"the compiled kernel is unavailable here: {build.reason()}")
     monkeypatch.setattr(compiled, "SMALL_WORK", 1 << 40 if products == "loops" else -1)
+    if products == "blas":
+        monkeypatch.setattr(compiled, "PANEL", 1 << 30)
     module, q, k, v, mask, req_kw, _ = make(case, torch.float32)
     as_model = [t.transpose(1, 2).contiguous().transpose(1, 2) for t in (q, k, v)]   # equal values, model strides
     assert all(t.stride(2) == t.shape[1] * t.shape[3] for t in as_model) and torch.equal(as_model[1], k)
@@ -478,7 +488,7 @@ def test_compiled_reads_queries_keys_and_values_as_a_model_hands_them(case, prod
         req = AttentionRequest(route="compiled", **req_kw)
         out, _ = sinklens_attention(module, q_, k_, v_, mask, scaling=0.3, sinklens=req)
         got[name] = out, captures(req)
-    same = torch.equal if products == "loops" else (lambda a, b: bool((a - b).abs().max() <= 1e-6))  # noqa: E731
+    same = torch.equal if products != "blas" else (lambda a, b: bool((a - b).abs().max() <= 1e-6))  # noqa: E731
     assert same(got["dense"][0], got["as_model"][0])
     assert got["dense"][1].keys() == got["as_model"][1].keys()
     for key, x in got["dense"][1].items():

@@ -45,10 +45,9 @@ PANEL = 16
 def packed_rows(s_k: int) -> int:
     """Query rows per tile where the kernel's own products run (keys packed once per head, so a short
     tile costs no repacking): 48, fewer past ~2700 keys (24 at most from ~5500), so that a tile's
-    scores stay about L2-sized; a multiple of the 6 rows its products take at a time. Measured per
-    layer against sdpa (SmolLM2's 9 / 3 causal heads, D 64, one thread, paired calls): tiles of
-    24 / 48 / 96 / 256 rows 0.59 / 0.62 / 0.68 / 0.75x at S = 512, 0.80 / 0.76 / 0.83 / 0.92x at
-    S = 1024, 0.84 / 0.87 / 0.86 / 0.97x at S = 2048; 24 / 48 / 96 rows 0.93 / 0.89 / 0.91x at S = 4096."""
+    scores stay about L2-sized; a multiple of the 6 rows its products take at a time. Per layer
+    against sdpa (SmolLM2's 9 / 3 causal heads, D 64; `benchmarks/bench_layer.py --tiles`): tiles of
+    24-48 rows were the fastest at S = 512-4096, 96 and 256 rows 3-15 % slower."""
     return min(48, max(24, 2**17 // max(s_k, 1))) // 6 * 6
 
 
@@ -59,6 +58,19 @@ def packed_rows(s_k: int) -> int:
 # S = 36 / 64 / 96, D 32, and slower from S = 128 on: the crossover lies between 36 and 64 (2^17: S <= 45
 # at D 32, a decoding row up to 2048 keys at D 64).
 SMALL_WORK = 1 << 17
+
+# How a layer's two products are made (onepass.c sl_args.products): BLAS; the kernel's plain vector
+# loops (a small layer, SMALL_WORK); its register-blocked loops over keys packed once per head
+PRODUCTS = {"blas": 0, "loops": 1, "packed": 2}
+
+
+def products_for(tile: int, s_q: int, s_k: int, d: int) -> str:
+    """How a layer's products are made: "loops" where the largest tile's two products take at most
+    SMALL_WORK multiply-adds, "packed" where the head size is a multiple of PANEL, else "blas"."""
+    if 2 * min(tile, s_q) * s_k * d <= SMALL_WORK:
+        return "loops"
+    return "packed" if d % PANEL == 0 else "blas"
+
 
 _P = ctypes.c_void_p
 _I, _F, _L = ctypes.c_int, ctypes.c_float, ctypes.c_int64
@@ -74,7 +86,7 @@ class _Args(ctypes.Structure):
                 ("blocked", _P), ("keep_self", _I), ("sinks", _P), ("row_w", _P), ("groups", _P), ("num_groups", _I),
                 ("received", _P), ("unblocked", _P), ("group_sums", _P), ("sink_sums", _P),
                 ("diagonal", _P), ("distance", _P),
-                ("tile", _I), ("threads", _I), ("sgemm", _P), ("blas_threads", _P), ("small", _I)]
+                ("tile", _I), ("threads", _I), ("sgemm", _P), ("blas_threads", _P), ("products", _I)]
 
 
 # The same layout as one struct format (native alignment, as the C compiler lays sl_args out): a layer
@@ -152,9 +164,10 @@ class Compiled(Route):
         _, _, _, _, args, tile, wide_tile, threads, sgemm, blas_threads, groups = _shared(req, s_k)   # (a _Shared)
         if allowed is None and not call.is_causal:   # every row sees every key: no causal waste in a tall tile
             tile = wide_tile
-        small = 2 * min(tile, s_q) * s_k * d <= SMALL_WORK
-        if not small and d % PANEL == 0:   # the kernel's own products: short tiles
+        products = products_for(tile, s_q, s_k, d)
+        if products == "packed":   # no keys packed anew per tile: short tiles
             tile = packed_rows(s_k)
+        small = products == "loops"
         q, qs = _rows(query)
         k, ks = _rows(key, dense=not small)
         v, vs = _rows(value, dense=not small)
@@ -184,7 +197,7 @@ class Compiled(Route):
             # with the distance profile on, the diagonal is its bin 0
             0 if distance is not None or sums.diagonal is None else sums.diagonal.data_ptr(),
             0 if distance is None else distance.sums.data_ptr(),
-            tile, threads, sgemm, blas_threads, int(small))
+            tile, threads, sgemm, blas_threads, PRODUCTS[products])
         if lib.sl_attention(ctypes.byref(args)) != 0:
             return None  # out of memory in C: the torch routes
         sums.store(req, call.module.layer_idx)

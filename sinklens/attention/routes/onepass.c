@@ -33,6 +33,7 @@ typedef void (*sgemm_fn)(const char *ta, const char *tb, const int *m, const int
                          const float *alpha, const float *a, const int *lda, const float *b, const int *ldb,
                          const float *beta, float *c, const int *ldc);
 typedef int (*blas_threads_fn)(int);
+enum { SL_BLAS = 0, SL_LOOPS = 1, SL_PACKED = 2 };   /* sl_args.products (compiled.py PRODUCTS) */
 
 typedef struct {
     int b, h, h_kv, s_q, s_k, d;
@@ -61,8 +62,9 @@ typedef struct {
     int threads;
     sgemm_fn sgemm;
     blas_threads_fn blas_threads;  /* the BLAS' per-thread thread count setter, or NULL */
-    int small;                     /* every tile's products by our own vector loops, no BLAS (compiled.py's SMALL_WORK:
-                                    * a tiny model's layer costs less than BLAS' per-call setup) */
+    int products;                  /* how the products are made (compiled.py chooses): SL_BLAS, SL_LOOPS (a tiny
+                                    * layer, whose arithmetic costs less than BLAS' per-call setup: compiled.py's
+                                    * SMALL_WORK) or SL_PACKED (the head's keys packed once; D a multiple of 16) */
 } sl_args;
 
 /* ---- 8-lane vectors (GCC / Clang vector extensions: the compiler maps them to the machine's registers) */
@@ -432,7 +434,7 @@ static void run_head(const sl_args *a, const span *sp, int bi, int hi_, float *b
     const float sink = a->sinks ? a->sinks[hi_] : 0.0f;
     const int ldo = a->h * d;
     const float one = 1.0f, zero = 0.0f;
-    const int mk = !a->small && d % 16 == 0;   /* the register-blocked products, the head's keys packed at kp */
+    const int mk = a->products == SL_PACKED;   /* the register-blocked products, the head's keys packed at kp */
     if (mk) pack_keys(s_k, d, kh, ldk, kp);
 
     for (int r0 = 0; r0 < s_q; r0 += a->tile) {
@@ -452,7 +454,7 @@ static void run_head(const sl_args *a, const span *sp, int bi, int hi_, float *b
         if (mk) k0 &= ~15;   /* from a panel's first key: the keys before k0 lie outside every row's span */
         const int n = k1 - k0, ls = mk ? (n + 15) & ~15 : n;   /* ls: a row's length in buf (whole panels) */
         /* scores (m, n) row-major = Q (m, D) K[k0:k1]^T: column-major, S^T = K^T' Q^T */
-        if (a->small)
+        if (a->products == SL_LOOPS)
             scores_loop(m, n, d, a->scale, qh + (int64_t)r0 * ldq, ldq, kh + (int64_t)k0 * ldk, ldk, buf);
         else if (mk)
             scores_mk(m, ls / 16, d, a->scale, qh + (int64_t)r0 * ldq, ldq, kp + (int64_t)k0 * d, buf, ls);
@@ -539,7 +541,7 @@ static void run_head(const sl_args *a, const span *sp, int bi, int hi_, float *b
             }
         }
         /* output (m, D) = P (m, n) V[k0:k1] (n, D): column-major, O^T = V^T P^T */
-        if (a->small)
+        if (a->products == SL_LOOPS)
             output_loop(m, n, d, buf, vh + (int64_t)k0 * ldv, ldv, orow, ldo);
         else if (mk)
             output_mk(m, n, d, buf, ls, vh + (int64_t)k0 * ldv, ldv, orow, ldo);
@@ -551,11 +553,11 @@ static void run_head(const sl_args *a, const span *sp, int bi, int hi_, float *b
 static void *worker(void *arg) {
     pool *p = (pool *)arg;
     const sl_args *a = p->a;
-    const int switch_blas = a->blas_threads && !a->small;
+    const int switch_blas = a->blas_threads && a->products == SL_BLAS;
     int old = switch_blas ? a->blas_threads(1) : 0;   /* parallel here, not inside BLAS */
     /* scores (tile rows, S_k) and one row's copy (S_k): a decoding step's one row needs one row's scores */
     const size_t n_buf = (size_t)(a->tile < a->s_q ? a->tile : a->s_q) * (a->s_k + 15);   /* rows of whole panels */
-    const size_t n_kp = a->small ? 0 : (size_t)(a->s_k + 15) / 16 * 16 * a->d;          /* the packed keys */
+    const size_t n_kp = a->products == SL_PACKED ? (size_t)(a->s_k + 15) / 16 * 16 * a->d : 0;   /* the packed keys */
     float *buf = malloc(sizeof(float) * (n_buf + a->s_k + n_kp));
     if (buf) {
         for (;;) {
