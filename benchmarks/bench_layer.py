@@ -4,7 +4,7 @@ SmolLM2-135M's attention shape (9 query heads on 3 key heads, D 64; `--bidirecti
 every row seeing every key), batch 1, float32, random q / k / v laid out as a model hands them (views
 of (B, S, heads, D)). Modes: *sdpa* = `sinklens_attention` without a request (transformers' sdpa);
 *packed* = the compiled route capturing received attention with its register-blocked products over
-keys packed once per head, in tiles of `compiled.packed_rows(S)` rows (the default for these head
+keys packed once per head, in tiles of `compiled.packed_rows` rows (the default for these head
 sizes), or of each height given with `--tiles`; *blas* = the same route with its products through
 BLAS in tiles of `compiled.tile_rows` (the path for head sizes that are not multiples of 16).
 One thread, process CPU time per call; a round calls every mode once in an order that rotates; the
@@ -85,7 +85,7 @@ def main() -> None:
             for r in range(args.rounds):
                 for m in modes[r % len(modes):] + modes[:r % len(modes)]:
                     times[m].append(call(m, module, q, k, v, causal, monkey))
-            label = {"packed": f"packed ({compiled.packed_rows(s)} rows)"}
+            label = {"packed": f"packed ({compiled.packed_rows(s, args.bidirectional)} rows)"}
             print(f"| {s} | " + " | ".join(f"{min(times[m]) * 1e3:.1f}" for m in modes) + " | "
                   + " | ".join(f"{label.get(m, m)} {paired(times[m], times['sdpa'])}" for m in modes[1:]) + " |",
                   flush=True)

@@ -42,13 +42,15 @@ def tile_rows(s_k: int, every_key: bool = False) -> int:
 PANEL = 16
 
 
-def packed_rows(s_k: int) -> int:
+def packed_rows(s_k: int, every_key: bool = False) -> int:
     """Query rows per tile where the kernel's own products run (keys packed once per head, so a short
     tile costs no repacking): 48, fewer past ~2700 keys (24 at most from ~5500), so that a tile's
-    scores stay about L2-sized; a multiple of the 6 rows its products take at a time. Per layer
-    against sdpa (SmolLM2's 9 / 3 causal heads, D 64; `benchmarks/bench_layer.py --tiles`): tiles of
-    24-48 rows were the fastest at S = 512-4096, 96 and 256 rows 3-15 % slower."""
-    return min(48, max(24, 2**17 // max(s_k, 1))) // 6 * 6
+    scores stay about L2-sized; `every_key` (no causal waste in a tall tile) 96, fewer past ~2700
+    keys. A multiple of the 6 rows its products take at a time. Per layer against sdpa
+    (`benchmarks/bench_layer.py --tiles`, D 64): causal tiles of 24-48 rows were the fastest at
+    S = 512-4096, 96 rows 3-15 % slower; bidirectional ones of 96 rows 0-8 % faster than 48."""
+    cap, budget = (96, 2**18) if every_key else (48, 2**17)
+    return min(cap, max(24, budget // max(s_k, 1))) // 6 * 6
 
 
 # A layer whose largest tile's two products (scores, output) take at most this many multiply-adds runs
@@ -162,11 +164,12 @@ class Compiled(Route):
         b, h, s_q, d = query.shape
         h_kv, s_k = key.shape[1], key.shape[2]
         _, _, _, _, args, tile, wide_tile, threads, sgemm, blas_threads, groups = _shared(req, s_k)   # (a _Shared)
-        if allowed is None and not call.is_causal:   # every row sees every key: no causal waste in a tall tile
+        every_key = allowed is None and not call.is_causal   # no causal waste in a tall tile
+        if every_key:
             tile = wide_tile
         products = products_for(tile, s_q, s_k, d)
         if products == "packed":   # no keys packed anew per tile: short tiles
-            tile = packed_rows(s_k)
+            tile = packed_rows(s_k, every_key)
         small = products == "loops"
         q, qs = _rows(query)
         k, ks = _rows(key, dense=not small)

@@ -198,12 +198,13 @@ static void pack_keys(int n, int d, const float *k, int ldk, float *kp) {
  * 16 keys, 12 vector sums held in registers across D */
 static void scores_mk(int m, int np, int d, float scale, const float *q, int ldq, const float *kp, float *s, int lds) {
     const v8f sc = splat(scale);
-    int r = 0;
-    for (; r + 6 <= m; r += 6) {
-        const float *q0 = q + (int64_t)r * ldq, *q1 = q0 + ldq, *q2 = q1 + ldq, *q3 = q2 + ldq, *q4 = q3 + ldq,
-                    *q5 = q4 + ldq;
-        for (int jb = 0; jb < np; jb++) {
-            const float *p = kp + (int64_t)jb * d * 16;
+    for (int jb = 0; jb < np; jb++) {   /* a panel stays in L1 while every row of the tile reads it */
+        const float *panel = kp + (int64_t)jb * d * 16;
+        int r = 0;
+        for (; r + 6 <= m; r += 6) {
+            const float *q0 = q + (int64_t)r * ldq, *q1 = q0 + ldq, *q2 = q1 + ldq, *q3 = q2 + ldq, *q4 = q3 + ldq,
+                        *q5 = q4 + ldq;
+            const float *p = panel;
             v8f a00 = splat(0.0f), a01 = a00, a10 = a00, a11 = a00, a20 = a00, a21 = a00, a30 = a00, a31 = a00,
                 a40 = a00, a41 = a00, a50 = a00, a51 = a00;
             for (int c = 0; c < d; c++, p += 16) {
@@ -224,11 +225,8 @@ static void scores_mk(int m, int np, int d, float scale, const float *q, int ldq
             *(v8fu *)o = a40 * sc; *(v8fu *)(o + 8) = a41 * sc; o += lds;
             *(v8fu *)o = a50 * sc; *(v8fu *)(o + 8) = a51 * sc;
         }
-    }
-    for (; r < m; r++) {   /* the last m % 6 rows one at a time */
-        const float *q0 = q + (int64_t)r * ldq;
-        for (int jb = 0; jb < np; jb++) {
-            const float *p = kp + (int64_t)jb * d * 16;
+        for (; r < m; r++) {   /* the last m % 6 rows one at a time */
+            const float *q0 = q + (int64_t)r * ldq, *p = panel;
             v8f a00 = splat(0.0f), a01 = a00;
             for (int c = 0; c < d; c++, p += 16) {
                 const v8f x = splat(q0[c]);
@@ -452,12 +450,14 @@ static void run_head(const sl_args *a, const span *sp, int bi, int hi_, float *b
             continue;
         }
         if (mk) k0 &= ~15;   /* from a panel's first key: the keys before k0 lie outside every row's span */
-        const int n = k1 - k0, ls = mk ? (n + 15) & ~15 : n;   /* ls: a row's length in buf (whole panels) */
+        /* ls: a row's length in buf: whole panels, and never a multiple of 256 floats (rows 1 KB apart
+         * share L1 sets: the output product reads 6 rows at once) */
+        const int n = k1 - k0, np = (n + 15) / 16, ls = mk ? 16 * np + (np % 16 ? 0 : 16) : n;
         /* scores (m, n) row-major = Q (m, D) K[k0:k1]^T: column-major, S^T = K^T' Q^T */
         if (a->products == SL_LOOPS)
             scores_loop(m, n, d, a->scale, qh + (int64_t)r0 * ldq, ldq, kh + (int64_t)k0 * ldk, ldk, buf);
         else if (mk)
-            scores_mk(m, ls / 16, d, a->scale, qh + (int64_t)r0 * ldq, ldq, kp + (int64_t)k0 * d, buf, ls);
+            scores_mk(m, np, d, a->scale, qh + (int64_t)r0 * ldq, ldq, kp + (int64_t)k0 * d, buf, ls);
         else
             a->sgemm("T", "N", &n, &m, &d, &a->scale, kh + (int64_t)k0 * ldk, &ldk, qh + (int64_t)r0 * ldq, &ldq, &zero, buf, &n);
         for (int r = r0; r < r1; r++) {
@@ -556,7 +556,7 @@ static void *worker(void *arg) {
     const int switch_blas = a->blas_threads && a->products == SL_BLAS;
     int old = switch_blas ? a->blas_threads(1) : 0;   /* parallel here, not inside BLAS */
     /* scores (tile rows, S_k) and one row's copy (S_k): a decoding step's one row needs one row's scores */
-    const size_t n_buf = (size_t)(a->tile < a->s_q ? a->tile : a->s_q) * (a->s_k + 15);   /* rows of whole panels */
+    const size_t n_buf = (size_t)(a->tile < a->s_q ? a->tile : a->s_q) * (a->s_k + 31);   /* rows of whole panels */
     const size_t n_kp = a->products == SL_PACKED ? (size_t)(a->s_k + 15) / 16 * 16 * a->d : 0;   /* the packed keys */
     float *buf = malloc(sizeof(float) * (n_buf + a->s_k + n_kp));
     if (buf) {
