@@ -45,7 +45,7 @@ def call(mode: str, module, q, k, v, causal: bool, monkey: dict) -> float:
             compiled.PANEL = 1 << 30                       # no head size is a multiple: BLAS
         elif "@" in mode:
             rows = int(mode.split("@")[1])
-            compiled.packed_rows = lambda s_k: rows        # noqa: E731  (this height instead)
+            compiled.packed_rows = lambda s_k, every_key=False: rows   # noqa: E731  (this height instead)
     t = time.process_time()
     sinklens_attention(module, q, k, v, None, scaling=q.shape[-1] ** -0.5, is_causal=causal, sinklens=req)
     dt = time.process_time() - t
