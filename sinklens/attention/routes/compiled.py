@@ -48,7 +48,8 @@ def packed_rows(s_k: int, every_key: bool = False) -> int:
     scores stay about L2-sized; `every_key` (no causal waste in a tall tile) 96, fewer past ~2700
     keys. A multiple of the 6 rows its products take at a time. Per layer against sdpa
     (`benchmarks/bench_layer.py --tiles`, D 64): causal tiles of 24-48 rows were the fastest at
-    S = 512-4096, 96 rows 3-15 % slower; bidirectional ones of 96 rows 0-8 % faster than 48."""
+    S = 512-4096, 96 rows 3-15 % slower; bidirectional ones of 48 and 96 rows were within the noise of
+    each other (± 0.04-0.08), and 96 read the head's keys and values half as often."""
     cap, budget = (96, 2**18) if every_key else (48, 2**17)
     return min(cap, max(24, budget // max(s_k, 1))) // 6 * 6
 
