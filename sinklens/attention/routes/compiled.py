@@ -106,7 +106,8 @@ def _rows(t: torch.Tensor, dense: bool = False) -> tuple[torch.Tensor, tuple[int
     projections' (B, S, heads, D) output, a head's rows H_kv * D apart; BLAS packs them anew for every
     tile, and from such rows a whole SmolLM2 forward at S = 4096 took 4.5 ± 1.3 % longer than from a
     copy (one thread, 6 paired rounds; no difference at S = 1024). The copy is 2 S H_kv D floats, which
-    a layer's S^2 work makes nothing. A small layer's own loops read them where they are."""
+    a layer's S^2 work makes nothing. A small layer's own loops read them where they are; the packed
+    products read the keys once, into their panels, so only BLAS needs the keys' copy."""
     t = t if t.dtype == torch.float32 else t.float()
     stride = t.stride()   # one call: a tiny model's layer is a few dozen µs, each call counts
     if stride[3] != 1 or stride[2] < t.shape[3] or (dense and stride[2] != t.shape[3]):
@@ -173,7 +174,7 @@ class Compiled(Route):
             tile = packed_rows(s_k, every_key)
         small = products == "loops"
         q, qs = _rows(query)
-        k, ks = _rows(key, dense=not small)
+        k, ks = _rows(key, dense=products == "blas")
         v, vs = _rows(value, dense=not small)
         causal = allowed is None and call.is_causal and call.attention_mask is None and s_q > 1
         if allowed is not None and not causal:
