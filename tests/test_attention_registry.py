@@ -135,7 +135,7 @@ def call_of(case, dtype) -> Call:
     mods = Modifiers(softcap=kwargs.get("softcap"), sinks=kwargs.get("s_aux")) if kwargs else NO_MODIFIERS
     req = AttentionRequest(**req_kw)
     blocked = None if req.blocked is None else req.blocked[0]
-    return Call(module, q, k, v, mask, None, module.is_causal, 0.3, req, mods, blocked)
+    return Call(module, q, k, v, mask, module.is_causal, 0.3, req, mods, blocked)
 
 
 def needs_of(case, dtype) -> Needs:
@@ -312,14 +312,14 @@ def test_choose_route_by_declarations():
     def first(case, dtype, **over):
         module, q, k, v, mask, req_kw, kwargs = make(case, dtype)
         req = AttentionRequest(**{**req_kw, **over})
-        return [r.name for r in choose_route(Call(module, q, k, v, mask, None, module.is_causal, 0.3, req,
+        return [r.name for r in choose_route(Call(module, q, k, v, mask, module.is_causal, 0.3, req,
                                                   NO_MODIFIERS, None))]
     fp32 = first(CASES[0], torch.float32)
     assert fp32[0] == ("compiled" if build.load() is not None else "exact-whole") and fp32[-1] == "exact"
     assert first(CASES[0], torch.bfloat16)[0] == "lse"
     assert "compiled" not in first(CASES[-1], torch.float32)  # maps
     assert first(CASES[0], torch.float32, route="lse")[0] == "lse"
-    assert [r.name for r in choose_route(Call(*make(CASES[0], torch.float32)[:5], None, True, 0.3,
+    assert [r.name for r in choose_route(Call(*make(CASES[0], torch.float32)[:5], True, 0.3,
                                               AttentionRequest(), NO_MODIFIERS, None))] == ["plain"]
 
 
@@ -333,7 +333,7 @@ def test_without_a_compiler_one_note_line_and_the_torch_routes(monkeypatch, tmp_
         assert build.load() is None and build.load() is None
         err = capfd.readouterr().err.strip().splitlines()
         assert err == [f"sinklens: capture uses the torch routes (no C compiler ({tmp_path / 'no-such-cc'}; set CC))"]
-        assert "compiled" not in [r.name for r in choose_route(Call(*make(CASES[0], torch.float32)[:5], None, True,
+        assert "compiled" not in [r.name for r in choose_route(Call(*make(CASES[0], torch.float32)[:5], True,
                                                                     0.3, AttentionRequest(capture=True), NO_MODIFIERS,
                                                                     None))]
         out, req = run("compiled", CASES[1], torch.float32)   # named, but unavailable: the auto routes

@@ -30,7 +30,6 @@ import torch
 from transformers import AttentionInterface
 from transformers.masking_utils import AttentionMaskInterface, sdpa_mask
 
-from sinklens.attention.masks import allowed_keys
 from sinklens.attention.readouts import record_vectors
 from sinklens.attention.request import AttentionRequest
 from sinklens.attention.routes import Call, Modifiers, choose_route
@@ -108,8 +107,7 @@ def sinklens_attention(
     device = query.device
     if blocked is not None and blocked.device != device:   # (a model spread over devices; the test costs less than .to)
         blocked = blocked.to(device)
-    call = Call(module=module, query=query, key=key, value=value, attention_mask=attention_mask,
-                allowed=allowed_keys(attention_mask, is_causal, s_q, s_k, device), is_causal=is_causal,
+    call = Call(module=module, query=query, key=key, value=value, attention_mask=attention_mask, is_causal=is_causal,
                 scaling=d**-0.5 if scaling is None else scaling, req=req, mods=mods, blocked=blocked, kwargs=kwargs)
     for route in choose_route(call):
         out = route.run(call)

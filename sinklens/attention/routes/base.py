@@ -11,7 +11,10 @@ from dataclasses import dataclass, field, fields
 
 import torch
 
+from sinklens.attention.masks import allowed_keys
 from sinklens.attention.request import AttentionRequest
+
+_UNMADE = object()   # Call._allowed before its first read
 
 
 @dataclass(frozen=True)
@@ -39,13 +42,23 @@ class Call:
     key: torch.Tensor  # (B, H_kv, S_k, D), before the GQA repeat
     value: torch.Tensor  # (B, H_kv, S_k, D)
     attention_mask: torch.Tensor | None  # what transformers passed: (B|1, 1, S_q, S_k) bool or additive, or None
-    allowed: torch.Tensor | None  # (B|1, 1|H, S_q, S_k) bool keys each query may see before blocking; None = every key
     is_causal: bool
     scaling: float
     req: AttentionRequest
     mods: Modifiers
     blocked: torch.Tensor | None  # (B, H, S_k) bool keys blocked in this layer; None: none
     kwargs: dict = field(default_factory=dict)  # what the plain route passes on to the model's own attention
+    _allowed: object = field(default=_UNMADE, repr=False)
+
+    @property
+    def allowed(self) -> torch.Tensor | None:
+        """(B|1, 1|H, S_q, S_k) bool keys each query may see before blocking; None = every key. Made on
+        first read: a causal layer without a mask is (S_q, S_k) bools that the compiled route never reads
+        (it tells the kernel "causal"), and making them cost ~18 ms a layer at S = 4096."""
+        if self._allowed is _UNMADE:
+            self._allowed = allowed_keys(self.attention_mask, self.is_causal, self.query.shape[2], self.key.shape[2],
+                                         self.query.device)
+        return self._allowed
 
     @property
     def blocking(self) -> bool:

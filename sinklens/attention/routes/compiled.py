@@ -159,7 +159,8 @@ class Compiled(Route):
 
     def run(self, call: Call) -> torch.Tensor | None:
         lib = build.load()
-        allowed = call.allowed
+        # without a mask, the kernel knows causal rows itself: the (S_q, S_k) bools are never made
+        allowed = None if call.attention_mask is None else call.allowed
         if allowed is not None and allowed.shape[1] != 1:
             return None  # a per-head mask: the torch routes
         query, key, value, req = call.query, call.key, call.value, call.req
@@ -176,11 +177,8 @@ class Compiled(Route):
         q, qs = _rows(query)
         k, ks = _rows(key, dense=products == "blas")
         v, vs = _rows(value, dense=not small)
-        causal = allowed is None and call.is_causal and call.attention_mask is None and s_q > 1
-        if allowed is not None and not causal:
-            allowed = allowed.contiguous()
-        else:
-            allowed = None
+        causal = allowed is None and call.is_causal and s_q > 1
+        allowed = None if allowed is None else allowed.contiguous()
         blocked = None if call.blocked is None else call.blocked.contiguous()
         sinks = None if call.mods.sinks is None else call.mods.sinks.float().contiguous()
         sums = LayerSums.for_request(req, call.module.layer_idx, b, h, s_q, s_k, call.blocking, query.device,
