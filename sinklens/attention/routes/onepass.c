@@ -414,8 +414,9 @@ typedef struct {
     pthread_mutex_t lock;
 } pool;
 
-/* One (batch row, head): every tile of its query rows. */
-static void run_head(const sl_args *a, const span *sp, int bi, int hi_, float *buf, float *tmp, float *kp) {
+/* One (batch row, head): every tile of its query rows. kp holds the keys of kv head *packed (batch row
+ * times H_kv plus kv head; -1 none): the query heads of one kv head, taken in turn, pack them once. */
+static void run_head(const sl_args *a, const span *sp, int bi, int hi_, float *buf, float *tmp, float *kp, int64_t *packed) {
     const int s_q = a->s_q, s_k = a->s_k, d = a->d, rep = a->h / a->h_kv;
     const int off = s_k - s_q;
     const int kvh = hi_ / rep;
@@ -433,7 +434,10 @@ static void run_head(const sl_args *a, const span *sp, int bi, int hi_, float *b
     const int ldo = a->h * d;
     const float one = 1.0f, zero = 0.0f;
     const int mk = a->products == SL_PACKED;   /* the register-blocked products, the head's keys packed at kp */
-    if (mk) pack_keys(s_k, d, kh, ldk, kp);
+    if (mk && *packed != (int64_t)bi * a->h_kv + kvh) {
+        pack_keys(s_k, d, kh, ldk, kp);
+        *packed = (int64_t)bi * a->h_kv + kvh;
+    }
 
     for (int r0 = 0; r0 < s_q; r0 += a->tile) {
         int r1 = r0 + a->tile < s_q ? r0 + a->tile : s_q, m = r1 - r0;
@@ -560,13 +564,14 @@ static void *worker(void *arg) {
     const size_t n_kp = a->products == SL_PACKED ? (size_t)(a->s_k + 15) / 16 * 16 * a->d : 0;   /* the packed keys */
     float *buf = malloc(sizeof(float) * (n_buf + a->s_k + n_kp));
     if (buf) {
+        int64_t packed = -1;
         for (;;) {
             pthread_mutex_lock(&p->lock);
             int job = p->next++;
             pthread_mutex_unlock(&p->lock);
             if (job >= a->b * a->h) break;
             int bi = job / a->h, hd = job % a->h;
-            run_head(a, p->spans + (int64_t)bi * a->s_q, bi, hd, buf, buf + n_buf, buf + n_buf + a->s_k);
+            run_head(a, p->spans + (int64_t)bi * a->s_q, bi, hd, buf, buf + n_buf, buf + n_buf + a->s_k, &packed);
         }
         free(buf);
     }
