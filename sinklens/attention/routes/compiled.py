@@ -3,7 +3,7 @@
 Per (batch row, head, tile of query rows): the scores of the keys the tile can see, the row max, our
 vectorised exp and the row sum, one pass that normalises each row and adds it to the column sums,
 then the output. The two products are the kernel's own register-blocked loops over the head's keys
-packed once (head sizes that are multiples of PANEL), BLAS otherwise. One tile's scores are all the
+and values packed once (head sizes that are multiples of PANEL), BLAS otherwise. One tile's scores are all the
 memory it adds: nothing per layer is bigger than the sums themselves. It records
 everything the exact route does but full maps: query groups, blocked keys with the would-be sums,
 padding / sliding windows / blocks (any mask shared by the heads), learned sinks, soft-capping,
@@ -43,7 +43,7 @@ PANEL = 16
 
 
 def packed_rows(s_k: int, every_key: bool = False) -> int:
-    """Query rows per tile where the kernel's own products run (keys packed once per head, so a short
+    """Query rows per tile where the kernel's own products run (keys and values packed once per head, so a short
     tile costs no repacking): 48, fewer past ~2700 keys (24 at most from ~5500), so that a tile's
     scores stay about L2-sized; `every_key` (no causal waste in a tall tile) 96, fewer past ~2700
     keys. A multiple of the 6 rows its products take at a time. Per layer against sdpa
@@ -63,7 +63,7 @@ def packed_rows(s_k: int, every_key: bool = False) -> int:
 SMALL_WORK = 1 << 17
 
 # How a layer's two products are made (onepass.c sl_args.products): BLAS; the kernel's plain vector
-# loops (a small layer, SMALL_WORK); its register-blocked loops over keys packed once per head
+# loops (a small layer, SMALL_WORK); its register-blocked loops over keys and values packed once per head
 PRODUCTS = {"blas": 0, "loops": 1, "packed": 2}
 
 
@@ -107,7 +107,7 @@ def _rows(t: torch.Tensor, dense: bool = False) -> tuple[torch.Tensor, tuple[int
     tile, and from such rows a whole SmolLM2 forward at S = 4096 took 4.5 ± 1.3 % longer than from a
     copy (one thread, 6 paired rounds; no difference at S = 1024). The copy is 2 S H_kv D floats, which
     a layer's S^2 work makes nothing. A small layer's own loops read them where they are; the packed
-    products read the keys once, into their panels, so only BLAS needs the keys' copy."""
+    products read the keys and values once, into their panels, so only BLAS needs the copies."""
     t = t if t.dtype == torch.float32 else t.float()
     stride = t.stride()   # one call: a tiny model's layer is a few dozen µs, each call counts
     if stride[3] != 1 or stride[2] < t.shape[3] or (dense and stride[2] != t.shape[3]):
@@ -176,7 +176,7 @@ class Compiled(Route):
         small = products == "loops"
         q, qs = _rows(query)
         k, ks = _rows(key, dense=products == "blas")
-        v, vs = _rows(value, dense=not small)
+        v, vs = _rows(value, dense=products == "blas")
         causal = allowed is None and call.is_causal and s_q > 1
         allowed = None if allowed is None else allowed.contiguous()
         blocked = None if call.blocked is None else call.blocked.contiguous()

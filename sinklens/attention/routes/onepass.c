@@ -7,7 +7,7 @@
  *      would-be sums before blocking, the diagonal and the distance profile);
  *   3. the tile's output from those probabilities.
  * The products (1, 3): where D is a multiple of 16, this file's register-blocked loops over the
- * head's keys packed once (tiles of a few dozen rows, whose scores stay about L2-sized); else one
+ * head's keys and values packed once (tiles of a few dozen rows, whose scores stay about L2-sized); else one
  * sgemm each (tall tiles: BLAS packs the keys anew per call); a tiny layer's, plain vector loops.
  * GQA by indexing (query head h reads kv head h / rep): no key or value is repeated. Work is split
  * over (batch row, head) pairs, whose sums never overlap, so threads need no reduction.
@@ -64,7 +64,7 @@ typedef struct {
     blas_threads_fn blas_threads;  /* the BLAS' per-thread thread count setter, or NULL */
     int products;                  /* how the products are made (compiled.py chooses): SL_BLAS, SL_LOOPS (a tiny
                                     * layer, whose arithmetic costs less than BLAS' per-call setup: compiled.py's
-                                    * SMALL_WORK) or SL_PACKED (the head's keys packed once; D a multiple of 16) */
+                                    * SMALL_WORK) or SL_PACKED (the head's keys and values packed once; D a multiple of 16) */
 } sl_args;
 
 /* ---- 8-lane vectors (GCC / Clang vector extensions: the compiler maps them to the machine's registers) */
@@ -177,7 +177,7 @@ static void output_loop(int m, int n, int d, const float *p, const float *v, int
 
 /* ---- products of a long tile: register-blocked kernels (6 query rows at a time) ---------------
  * BLAS packs the keys anew for every call, so it wants tall tiles, whose scores (rows x keys) leave
- * L2; here the keys are packed once per head and a tile of a few dozen rows keeps its scores in L2
+ * L2; here the keys and values are packed once per head and a tile of a few dozen rows keeps its scores in L2
  * (benchmarks/bench_layer.py times a layer through both). */
 
 /* A 6 x 16 block's step: row i's scalar s_i times the 16 columns (v0, v1), added to a{i}0, a{i}1 (the
@@ -245,10 +245,19 @@ static void scores_mk(int m, int np, int d, float scale, const float *q, int ldq
     }
 }
 
-/* out (m, D) rows ldo apart = P (m, n) rows ldp apart . V (n, D) rows ldv apart, D a multiple of 16:
- * per 6 rows and 16 columns of D, 12 vector sums over a block of keys (a block of V stays in L2 while
- * every row of the tile reads it) */
-static void output_mk(int m, int n, int d, const float *p, int ldp, const float *v, int ldv, float *out, int ldo) {
+/* vp[(cb * n + j) * 16 + l] = V[j][cb * 16 + l]: values in blocks of 16 columns, a block's keys one after
+ * another, so the output product reads a block's keys contiguously (from rows H_kv * D or D floats
+ * apart it took 11-13 % longer per layer at S = 2048-4096, the same products bit for bit) */
+static void pack_values(int n, int d, const float *v, int ldv, float *vp) {
+    for (int cb = 0; cb < d / 16; cb++)
+        for (int j = 0; j < n; j++)
+            memcpy(vp + ((int64_t)cb * n + j) * 16, v + (int64_t)j * ldv + cb * 16, sizeof(float) * 16);
+}
+
+/* out (m, D) rows ldo apart = P (m, keys [k0, k0 + n)) rows ldp apart . V, D a multiple of 16, V packed
+ * by pack_values over all `n_all` keys: per 6 rows and 16 columns of D, 12 vector sums over a block of
+ * keys (a block of V stays in L2 while every row of the tile reads it) */
+static void output_mk(int m, int n, int d, const float *p, int ldp, const float *vp, int n_all, int k0, float *out, int ldo) {
     enum { KEYS = 256 };
     for (int r = 0; r < m; r++) memset(out + (int64_t)r * ldo, 0, sizeof(float) * d);
     for (int j0 = 0; j0 < n; j0 += KEYS) {
@@ -265,8 +274,8 @@ static void output_mk(int m, int n, int d, const float *p, int ldp, const float 
                 v8f a30 = *(v8fu *)(o + 3 * ldo), a31 = *(v8fu *)(o + 3 * ldo + 8);
                 v8f a40 = *(v8fu *)(o + 4 * ldo), a41 = *(v8fu *)(o + 4 * ldo + 8);
                 v8f a50 = *(v8fu *)(o + 5 * ldo), a51 = *(v8fu *)(o + 5 * ldo + 8);
-                const float *vj = v + (int64_t)j0 * ldv + c;
-                for (int j = j0; j < j1; j++, vj += ldv) {
+                const float *vj = vp + ((int64_t)(c / 16) * n_all + k0 + j0) * 16;
+                for (int j = j0; j < j1; j++, vj += 16) {
                     const v8f v0 = *(const v8fu *)vj, v1 = *(const v8fu *)(vj + 8);
                     FMA_6x16(v0, v1, p0[j], p1[j], p2[j], p3[j], p4[j], p5[j]);
                 }
@@ -283,8 +292,8 @@ static void output_mk(int m, int n, int d, const float *p, int ldp, const float 
             for (int c = 0; c < d; c += 16) {
                 float *o = out + (int64_t)r * ldo + c;
                 v8f a0 = *(v8fu *)o, a1 = *(v8fu *)(o + 8);
-                const float *vj = v + (int64_t)j0 * ldv + c;
-                for (int j = j0; j < j1; j++, vj += ldv) {
+                const float *vj = vp + ((int64_t)(c / 16) * n_all + k0 + j0) * 16;
+                for (int j = j0; j < j1; j++, vj += 16) {
                     const v8f x = splat(pr[j]);
                     a0 += x * *(const v8fu *)vj;
                     a1 += x * *(const v8fu *)(vj + 8);
@@ -414,9 +423,11 @@ typedef struct {
     pthread_mutex_t lock;
 } pool;
 
-/* One (batch row, head): every tile of its query rows. kp holds the keys of kv head *packed (batch row
- * times H_kv plus kv head; -1 none): the query heads of one kv head, taken in turn, pack them once. */
-static void run_head(const sl_args *a, const span *sp, int bi, int hi_, float *buf, float *tmp, float *kp, int64_t *packed) {
+/* One (batch row, head): every tile of its query rows. kp and vp hold the keys and values of kv head
+ * *packed (batch row times H_kv plus kv head; -1 none): the query heads of one kv head, taken in turn,
+ * pack them once. */
+static void run_head(const sl_args *a, const span *sp, int bi, int hi_, float *buf, float *tmp, float *kp, float *vp,
+                     int64_t *packed) {
     const int s_q = a->s_q, s_k = a->s_k, d = a->d, rep = a->h / a->h_kv;
     const int off = s_k - s_q;
     const int kvh = hi_ / rep;
@@ -433,9 +444,10 @@ static void run_head(const sl_args *a, const span *sp, int bi, int hi_, float *b
     const float sink = a->sinks ? a->sinks[hi_] : 0.0f;
     const int ldo = a->h * d;
     const float one = 1.0f, zero = 0.0f;
-    const int mk = a->products == SL_PACKED;   /* the register-blocked products, the head's keys packed at kp */
+    const int mk = a->products == SL_PACKED;   /* the register-blocked products, the head's keys packed at kp, values at vp */
     if (mk && *packed != (int64_t)bi * a->h_kv + kvh) {
         pack_keys(s_k, d, kh, ldk, kp);
+        pack_values(s_k, d, vh, ldv, vp);
         *packed = (int64_t)bi * a->h_kv + kvh;
     }
 
@@ -548,7 +560,7 @@ static void run_head(const sl_args *a, const span *sp, int bi, int hi_, float *b
         if (a->products == SL_LOOPS)
             output_loop(m, n, d, buf, vh + (int64_t)k0 * ldv, ldv, orow, ldo);
         else if (mk)
-            output_mk(m, n, d, buf, ls, vh + (int64_t)k0 * ldv, ldv, orow, ldo);
+            output_mk(m, n, d, buf, ls, vp, s_k, k0, orow, ldo);
         else
             a->sgemm("N", "N", &d, &m, &n, &one, vh + (int64_t)k0 * ldv, &ldv, buf, &n, &zero, orow, &ldo);
     }
@@ -562,7 +574,7 @@ static void *worker(void *arg) {
     /* scores (tile rows, S_k) and one row's copy (S_k): a decoding step's one row needs one row's scores */
     const size_t n_buf = (size_t)(a->tile < a->s_q ? a->tile : a->s_q) * (a->s_k + 31);   /* rows of whole panels */
     const size_t n_kp = a->products == SL_PACKED ? (size_t)(a->s_k + 15) / 16 * 16 * a->d : 0;   /* the packed keys */
-    float *buf = malloc(sizeof(float) * (n_buf + a->s_k + n_kp));
+    float *buf = malloc(sizeof(float) * (n_buf + a->s_k + 2 * n_kp));
     if (buf) {
         int64_t packed = -1;
         for (;;) {
@@ -571,7 +583,8 @@ static void *worker(void *arg) {
             pthread_mutex_unlock(&p->lock);
             if (job >= a->b * a->h) break;
             int bi = job / a->h, hd = job % a->h;
-            run_head(a, p->spans + (int64_t)bi * a->s_q, bi, hd, buf, buf + n_buf, buf + n_buf + a->s_k, &packed);
+            run_head(a, p->spans + (int64_t)bi * a->s_q, bi, hd, buf, buf + n_buf, buf + n_buf + a->s_k,
+                     buf + n_buf + a->s_k + n_kp, &packed);
         }
         free(buf);
     }
