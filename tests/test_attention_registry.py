@@ -442,6 +442,30 @@ def test_compiled_packed_products_over_thousands_of_keys(causal, d):
     assert (outs["compiled"][1] - outs["exact"][1]).abs().max() <= 1e-4   # sums of up to 2800 rows
 
 
+def test_a_causal_layer_without_a_mask_makes_no_mask_on_the_compiled_route(monkeypatch):
+    """A causal capture without a mask reaches the kernel as "causal": no (S_q, S_k) bools are made
+    (at S = 4096 they cost a layer ~6 %), and the numbers are the exact route's, which makes them."""
+    import sinklens.attention.routes.base as base
+
+    if build.load() is None:
+        pytest.skip(f"the compiled kernel is unavailable here: {build.reason()}")
+    g = torch.Generator().manual_seed(13)
+    q = torch.randn(1, 2, 300, 16, generator=g)
+    k, v = (torch.randn(1, 1, 300, 16, generator=g) for _ in range(2))
+    module = fake_module(2, 1, True, None, None)
+    made = []
+    real = base.allowed_keys
+    monkeypatch.setattr(base, "allowed_keys", lambda *a, **kw: made.append(a) or real(*a, **kw))
+    outs = {}
+    for route in ("compiled", "exact"):
+        req = AttentionRequest(capture=True, route=route)
+        out, _ = sinklens_attention(module, q, k, v, None, scaling=0.25, sinklens=req)
+        outs[route] = out, req.received
+        assert len(made) == (0 if route == "compiled" else 1)
+    assert (outs["compiled"][0] - outs["exact"][0]).abs().max() <= 2e-5
+    assert (outs["compiled"][1] - outs["exact"][1]).abs().max() <= 1e-4
+
+
 @pytest.mark.parametrize("causal", [False, True], ids=["bidirectional", "causal"])
 def test_compiled_tile_heights_past_512_keys(causal):
     """Through BLAS (a head size that is not a multiple of 16), past 512 keys a layer whose every row

@@ -2,9 +2,9 @@
 
 Per (batch row, head, tile of query rows): the scores of the keys the tile can see, the row max, our
 vectorised exp and the row sum, one pass that normalises each row and adds it to the column sums,
-then the output. The two products are the kernel's own register-blocked loops over the head's keys
-and values packed once (head sizes that are multiples of PANEL), BLAS otherwise. One tile's scores are all the
-memory it adds: nothing per layer is bigger than the sums themselves. It records
+then the output. The two products are the kernel's own register-blocked loops over a kv head's
+keys and values packed once (head sizes that are multiples of PANEL), BLAS otherwise. One tile's
+scores are all the memory it adds: nothing per layer is bigger than the sums themselves. It records
 everything the exact route does but full maps: query groups, blocked keys with the would-be sums,
 padding / sliding windows / blocks (any mask shared by the heads), learned sinks, soft-capping,
 the diagonal and distance readouts; float32, bfloat16 and float16 inputs (converted to float32; the
@@ -43,8 +43,8 @@ PANEL = 16
 
 
 def packed_rows(s_k: int, every_key: bool = False) -> int:
-    """Query rows per tile where the kernel's own products run (keys and values packed once per head, so a short
-    tile costs no repacking): 48, fewer past ~2700 keys (24 at most from ~5500), so that a tile's
+    """Query rows per tile where the kernel's own products run (keys and values packed once per head,
+    so a short tile costs no repacking): 48, fewer past ~2700 keys (24 at most from ~5500), so that a tile's
     scores stay about L2-sized; `every_key` (no causal waste in a tall tile) 96, fewer past ~2700
     keys. A multiple of the 6 rows its products take at a time. Per layer against sdpa
     (`benchmarks/bench_layer.py --tiles`, D 64): causal tiles of 24-48 rows were the fastest at
@@ -63,7 +63,8 @@ def packed_rows(s_k: int, every_key: bool = False) -> int:
 SMALL_WORK = 1 << 17
 
 # How a layer's two products are made (onepass.c sl_args.products): BLAS; the kernel's plain vector
-# loops (a small layer, SMALL_WORK); its register-blocked loops over keys and values packed once per head
+# loops (a small layer, SMALL_WORK); its register-blocked loops over keys and values packed once per
+# kv head
 PRODUCTS = {"blas": 0, "loops": 1, "packed": 2}
 
 

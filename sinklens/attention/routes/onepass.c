@@ -7,8 +7,8 @@
  *      would-be sums before blocking, the diagonal and the distance profile);
  *   3. the tile's output from those probabilities.
  * The products (1, 3): where D is a multiple of 16, this file's register-blocked loops over the
- * head's keys and values packed once (tiles of a few dozen rows, whose scores stay about L2-sized); else one
- * sgemm each (tall tiles: BLAS packs the keys anew per call); a tiny layer's, plain vector loops.
+ * kv head's keys and values packed once (tiles of a few dozen rows, whose scores stay about L2-sized);
+ * else one sgemm each (tall tiles: BLAS packs the keys anew per call); a tiny layer's, plain vector loops.
  * GQA by indexing (query head h reads kv head h / rep): no key or value is repeated. Work is split
  * over (batch row, head) pairs, whose sums never overlap, so threads need no reduction.
  *
@@ -64,7 +64,8 @@ typedef struct {
     blas_threads_fn blas_threads;  /* the BLAS' per-thread thread count setter, or NULL */
     int products;                  /* how the products are made (compiled.py chooses): SL_BLAS, SL_LOOPS (a tiny
                                     * layer, whose arithmetic costs less than BLAS' per-call setup: compiled.py's
-                                    * SMALL_WORK) or SL_PACKED (the head's keys and values packed once; D a multiple of 16) */
+                                    * SMALL_WORK) or SL_PACKED (a kv head's keys and values packed once; D a
+                                    * multiple of 16) */
 } sl_args;
 
 /* ---- 8-lane vectors (GCC / Clang vector extensions: the compiler maps them to the machine's registers) */
@@ -177,8 +178,8 @@ static void output_loop(int m, int n, int d, const float *p, const float *v, int
 
 /* ---- products of a long tile: register-blocked kernels (6 query rows at a time) ---------------
  * BLAS packs the keys anew for every call, so it wants tall tiles, whose scores (rows x keys) leave
- * L2; here the keys and values are packed once per head and a tile of a few dozen rows keeps its scores in L2
- * (benchmarks/bench_layer.py times a layer through both). */
+ * L2; here the keys and values are packed once per kv head and a tile of a few dozen rows keeps its
+ * scores in L2 (benchmarks/bench_layer.py times a layer through both). */
 
 /* A 6 x 16 block's step: row i's scalar s_i times the 16 columns (v0, v1), added to a{i}0, a{i}1 (the
  * caller's 12 accumulators, which the compiler keeps in registers) */
@@ -444,7 +445,7 @@ static void run_head(const sl_args *a, const span *sp, int bi, int hi_, float *b
     const float sink = a->sinks ? a->sinks[hi_] : 0.0f;
     const int ldo = a->h * d;
     const float one = 1.0f, zero = 0.0f;
-    const int mk = a->products == SL_PACKED;   /* the register-blocked products, the head's keys packed at kp, values at vp */
+    const int mk = a->products == SL_PACKED;   /* the register-blocked products: keys packed at kp, values at vp */
     if (mk && *packed != (int64_t)bi * a->h_kv + kvh) {
         pack_keys(s_k, d, kh, ldk, kp);
         pack_values(s_k, d, vh, ldv, vp);
@@ -573,7 +574,8 @@ static void *worker(void *arg) {
     int old = switch_blas ? a->blas_threads(1) : 0;   /* parallel here, not inside BLAS */
     /* scores (tile rows, S_k) and one row's copy (S_k): a decoding step's one row needs one row's scores */
     const size_t n_buf = (size_t)(a->tile < a->s_q ? a->tile : a->s_q) * (a->s_k + 31);   /* rows of whole panels */
-    const size_t n_kp = a->products == SL_PACKED ? (size_t)(a->s_k + 15) / 16 * 16 * a->d : 0;   /* the packed keys */
+    /* the packed keys, and as many floats for the packed values */
+    const size_t n_kp = a->products == SL_PACKED ? (size_t)(a->s_k + 15) / 16 * 16 * a->d : 0;
     float *buf = malloc(sizeof(float) * (n_buf + a->s_k + 2 * n_kp));
     if (buf) {
         int64_t packed = -1;
