@@ -444,7 +444,7 @@ def test_compiled_packed_products_over_thousands_of_keys(causal, d):
 
 def test_a_causal_layer_without_a_mask_makes_no_mask_on_the_compiled_route(monkeypatch):
     """A causal capture without a mask reaches the kernel as "causal": no (S_q, S_k) bools are made
-    (at S = 4096 they cost a layer ~6 %), and the numbers are the exact route's, which makes them."""
+    (work that grows with S^2 in every layer), and the numbers are the exact route's, which makes them."""
     import sinklens.attention.routes.base as base
 
     if build.load() is None:

@@ -54,7 +54,7 @@ class Call:
     def allowed(self) -> torch.Tensor | None:
         """(B|1, 1|H, S_q, S_k) bool keys each query may see before blocking; None = every key. Made on
         first read: a causal layer without a mask is (S_q, S_k) bools that the compiled route never reads
-        (it tells the kernel "causal"), and making them cost ~18 ms a layer at S = 4096."""
+        (it tells the kernel "causal"), work that grows with S^2 in every layer."""
         if self._allowed is _UNMADE:
             self._allowed = allowed_keys(self.attention_mask, self.is_causal, self.query.shape[2], self.key.shape[2],
                                          self.query.device)

@@ -172,9 +172,8 @@ class Compiled(Route):
         if every_key:
             tile = wide_tile
         products = products_for(tile, s_q, s_k, d)
-        if products == "packed":   # no keys packed anew per tile: short tiles
+        if products == "packed":   # no keys or values packed anew per tile: short tiles
             tile = packed_rows(s_k, every_key)
-        small = products == "loops"
         q, qs = _rows(query)
         k, ks = _rows(key, dense=products == "blas")
         v, vs = _rows(value, dense=products == "blas")

@@ -247,8 +247,8 @@ static void scores_mk(int m, int np, int d, float scale, const float *q, int ldq
 }
 
 /* vp[(cb * n + j) * 16 + l] = V[j][cb * 16 + l]: values in blocks of 16 columns, a block's keys one after
- * another, so the output product reads a block's keys contiguously (from rows H_kv * D or D floats
- * apart it took 11-13 % longer per layer at S = 2048-4096, the same products bit for bit) */
+ * another, so the output product reads a block's keys contiguously, not one 64-byte piece of a row
+ * H_kv * D floats long per key (the same sums in the same order: the same bits) */
 static void pack_values(int n, int d, const float *v, int ldv, float *vp) {
     for (int cb = 0; cb < d / 16; cb++)
         for (int j = 0; j < n; j++)
