@@ -194,8 +194,9 @@ def open_trace_writer(trace, model, sampler: str, args: dict, input_ids: torch.T
     from sinklens.trace.schema import replaceable  # pyarrow: loaded when a trace is written, not before
     from sinklens.trace.writer import TraceWriter
 
-    if hasattr(model, "attention_layout"):  # windows, attention blocks: what the sink rule needs
-        layout = layout.with_model_facts(model.attention_layout)
+    facts = getattr(model, "attention_layout", None)  # windows, attention blocks: what the sink rule needs
+    if facts is not None:
+        layout = layout.with_model_facts(facts)
 
     tok = getattr(model, "tokenizer", None)
     decode = None

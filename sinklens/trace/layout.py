@@ -26,7 +26,7 @@ each summed query could see (`visibilities`, sinklens/rule/spec.py).
 from __future__ import annotations
 
 import operator
-from dataclasses import asdict, dataclass, fields
+from dataclasses import dataclass, fields
 
 from sinklens.rule.spec import WINDOW_KINDS, Visibility, layer_visibilities
 
@@ -72,14 +72,18 @@ class TraceLayout:
 
     def with_model_facts(self, facts: dict) -> "TraceLayout":
         """This layout with the model's attention facts filled in where the sampler left them None."""
-        known = {f.name for f in fields(self)}
-        return TraceLayout(**{**{k: v for k, v in facts.items() if k in known and v is not None},
-                              **{k: v for k, v in asdict(self).items() if v is not None}})
+        own = self._values()
+        return TraceLayout(**{**{k: v for k, v in facts.items() if k in own and v is not None},
+                              **{k: v for k, v in own.items() if v is not None}})
 
     def to_meta(self) -> dict:
-        d = asdict(self)
+        d = self._values()
         d["windows"] = None if self.windows is None else list(self.windows)
         return d
+
+    def _values(self) -> dict:
+        """field -> value (`asdict` without its deep copies: every value here is immutable)."""
+        return {f.name: getattr(self, f.name) for f in fields(self)}
 
     @classmethod
     def from_meta(cls, meta: dict) -> "TraceLayout":
