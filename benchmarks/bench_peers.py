@@ -6,7 +6,8 @@ maps) of one forward pass, batch 1, float32, on
 - `bidir`: a random LLaDA-shaped bidirectional Llama (8 layers, d 1024, 16 heads, vocab 8192).
 Routes:
 - plain:     no capture (transformers' sdpa through the sinklens attention): the floor
-- sinklens-exact / sinklens-lse: `AttentionRequest(capture=True, route=...)`
+- sinklens-compiled / -exact / -lse: `AttentionRequest(capture=True, route=...)` (compiled: the
+             one-pass C route, the CPU default where it builds)
 - eager:     transformers' eager attention with `output_attentions=True`, maps column-summed
 - tlens:     TransformerLens (`transformer-lens` 4.x `TransformerBridge` around the HF model),
              `run_with_cache` with only the `hook_pattern` hooks
@@ -38,7 +39,7 @@ from transformers import LlamaConfig, LlamaForCausalLM  # noqa: E402
 import sinklens.attention as sa  # noqa: E402
 from benchmarks.bench_attention import peak_growth  # noqa: E402
 
-ROUTES = ("plain", "sinklens-exact", "sinklens-lse", "eager", "tlens", "nnsight")
+ROUTES = ("plain", "sinklens-compiled", "sinklens-exact", "sinklens-lse", "eager", "tlens", "nnsight")
 
 
 def load(name: str) -> LlamaForCausalLM:

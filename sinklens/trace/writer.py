@@ -278,9 +278,12 @@ class TraceWriter:
         if stacked:   # the group's steps stacked: no per-step work
             ids = tokens.reshape(-1)
             starts = np.arange(len(tokens)) * (tokens.size // max(len(tokens), 1))
-        else:   # where each step's ids begin
-            ids = tokens.values if type(tokens) is EndToEnd else np.concatenate([t.reshape(-1) for t in tokens])
-            starts = np.cumsum([0] + [t.size for t in tokens][:-1])
+        elif type(tokens) is EndToEnd:
+            ids = tokens.values
+            starts = np.cumsum([0] + tokens.sizes[:-1])   # where each step's ids begin
+        else:
+            ids = np.concatenate([t.reshape(-1) for t in tokens])
+            starts = np.cumsum([0] + [t.size for t in tokens[:-1]])
         unseen = [i for i in np.unique(ids).tolist() if i >= 0 and i not in seen]   # the distinct ids: a few thousand
         if not unseen:
             return []
