@@ -4,7 +4,6 @@ shape). No trace semantics here: which columns exist and what they hold is trace
 """
 from __future__ import annotations
 
-import math
 import sys
 
 import numpy as np
@@ -77,47 +76,6 @@ def _stack(xs: list, kinds: set[type] | None = None) -> np.ndarray | None:
     return np.stack(arrays) if len({a.shape for a in arrays}) == 1 else None
 
 
-class EndToEnd:
-    """A column of a group whose steps differ in shape (an ARM's canvas gains a token a step), as its
-    steps' batch-first values end to end in one flat array: the group's Arrow column is that array
-    (`_column`), with no array per step. Iterating gives each step's (B, ...) view, for what needs a
-    step at a time (the blocked triples, the token strings, defaults)."""
-
-    __slots__ = ("values", "shapes", "sizes")
-
-    def __init__(self, values: np.ndarray, shapes: list[tuple[int, ...]]):
-        self.values = values  # (sum of the steps' sizes,)
-        self.shapes = shapes  # each step's batch-first shape (B, ...)
-        self.sizes = [math.prod(shape) for shape in shapes]
-
-    def __len__(self) -> int:
-        return len(self.shapes)
-
-    def __iter__(self):
-        start = 0
-        for shape, size in zip(self.shapes, self.sizes):
-            yield self.values[start:start + size].reshape(shape)
-            start += size
-
-    def lists(self) -> list[list]:
-        """Each step's values as one flat Python list."""
-        flat, out, start = self.values.tolist(), [], 0
-        for size in self.sizes:
-            out.append(flat[start:start + size])
-            start += size
-        return out
-
-
-def _end_to_end(xs: list, layer_axis: int | None) -> EndToEnd:
-    """Steps' arrays or tensors of differing shapes, each held layer first where `layer_axis` is set
-    (see `_batch_first`), as one EndToEnd: one concatenation, which flattens each step's batch-first
-    view (a copy of a view only where B > 1)."""
-    arrays = [_np(x) for x in xs]
-    if layer_axis is not None:
-        arrays = [_batch_first(a, layer_axis) for a in arrays]
-    return EndToEnd(np.concatenate(arrays, axis=None), [a.shape for a in arrays])
-
-
 def _is_sum_of(received: np.ndarray, groups: np.ndarray) -> bool:
     """True when received (B, L, H, S) is the sum of groups (B, G, L, H, S) up to float32 rounding
     (every counted query row in exactly one group: the masked / unmasked split)."""
@@ -185,19 +143,12 @@ def _sums_of_groups(received: np.ndarray, groups: np.ndarray) -> np.ndarray:
 
 def _column(parts, rows: list[int], value_type: pa.DataType) -> pa.Array:
     """A list<value_type> column of a group, one cell per (step, row). parts: one (T, B, ...) array
-    (a diffusion run's steps have one shape: one cast for the group), an EndToEnd (steps of differing
-    shapes, an ARM's: one cast too), or per step a (B, ...) array
+    (a diffusion run's steps have one shape: one cast for the group), or per step a (B, ...) array
     (a cell per row, flat row-major), a list of its rows (None: a null cell) or None (null cells)."""
     if type(parts) is np.ndarray:
         values = parts.reshape(-1)
         offsets = np.arange(sum(rows) + 1, dtype=np.int32) * (values.size // sum(rows))
         return pa.ListArray.from_arrays(pa.array(offsets), pa.array(_as(values, _NUMPY[value_type]), type=value_type))
-    if type(parts) is EndToEnd:   # a cell per (step, row), each row of a step a size / B slice
-        cells = [size // shape[0] if shape[0] else 0 for size, shape in zip(parts.sizes, parts.shapes)]
-        offsets = np.zeros(sum(rows) + 1, dtype=np.int32)
-        np.cumsum(np.repeat(cells, rows), out=offsets[1:])
-        return pa.ListArray.from_arrays(pa.array(offsets), pa.array(_as(parts.values, _NUMPY[value_type]),
-                                                                    type=value_type))
     if _all_none(parts):
         return pa.nulls(sum(rows), pa.list_(value_type))
     cells = [cell for p, b in zip(parts, rows) for cell in ([None] * b if p is None else _rows_of(p))]  # (step, row)

@@ -42,8 +42,8 @@ import pyarrow as pa
 from sinklens._version import __version__
 from sinklens.columns import Column
 from sinklens.rule.spec import STORED_UNITS
-from sinklens.trace.arrays import (EndToEnd, _all_none, _batch_first, _batched, _column, _end_to_end, _held,
-                                   _is_sum_of, _np, _own, _real_positions, _rows_of, _stack, _sums_of_groups)
+from sinklens.trace.arrays import (_all_none, _batch_first, _batched, _column, _held, _is_sum_of, _np, _own,
+                                   _real_positions, _rows_of, _stack, _sums_of_groups)
 from sinklens.trace.readouts import COLUMN_NAMES, COLUMNS
 from sinklens.trace.schema import CHECKSUM_KEY, CORE_COLUMNS, SCHEMA_VERSION, VOCAB_KEY, build_schema
 
@@ -249,25 +249,19 @@ class TraceWriter:
         self._layer_axis = {c.name: c.layer_axis or 1 for c in self.columns if from_request(c)}
 
     # ---- metadata -------------------------------------------------------------------------
-    def _new_ids(self, tokens: list[np.ndarray] | EndToEnd | np.ndarray) -> list[int]:
-        """Token ids of steps' `tokens` (per-step arrays: a list or an EndToEnd; or one (T, ...) array)
+    def _new_ids(self, tokens: list[np.ndarray] | np.ndarray) -> list[int]:
+        """Token ids of steps' `tokens` (a list of per-step arrays, or one (T, ...) array of the steps)
         whose strings are not stored yet (decoded when written): by the step that first holds them,
         ascending within a step (a step at a time's order)."""
         if self.decode is None:
             return []
         seen = self._seen
         stacked = type(tokens) is np.ndarray
-        if type(tokens) is EndToEnd:
-            size, steps = tokens.values.size, tokens.lists
-        elif stacked:
-            size, steps = tokens.size, lambda: tokens.reshape(len(tokens), -1).tolist()
-        else:
-            size, steps = sum([t.size for t in tokens]), lambda: [t.ravel().tolist() for t in tokens]
-        if size <= SMALL_IDS:
+        if (tokens.size if stacked else sum([t.size for t in tokens])) <= SMALL_IDS:
             # a step at a time in Python sets: a small group's dozen numpy calls cost more (each one
             # the first of its kind in a step of a tiny model: ~15 us)
             new = []
-            for step in steps():
+            for step in tokens.reshape(len(tokens), -1).tolist() if stacked else [t.ravel().tolist() for t in tokens]:
                 fresh = set(step)
                 fresh.difference_update(seen)
                 if fresh:
@@ -278,12 +272,9 @@ class TraceWriter:
         if stacked:   # the group's steps stacked: no per-step work
             ids = tokens.reshape(-1)
             starts = np.arange(len(tokens)) * (tokens.size // max(len(tokens), 1))
-        elif type(tokens) is EndToEnd:
-            ids = tokens.values
-            starts = np.cumsum([0] + tokens.sizes[:-1])   # where each step's ids begin
         else:
             ids = np.concatenate([t.reshape(-1) for t in tokens])
-            starts = np.cumsum([0] + [t.size for t in tokens[:-1]])
+            starts = np.cumsum([0] + [t.size for t in tokens[:-1]])  # where each step's ids begin
         unseen = [i for i in np.unique(ids).tolist() if i >= 0 and i not in seen]   # the distinct ids: a few thousand
         if not unseen:
             return []
@@ -452,20 +443,18 @@ class TraceWriter:
     # ---- the group's write ----------------------------------------------------------------
     def _parts(self, steps: list[HeldStep], name: str):
         """Column `name` of the group's steps, batch first: one (T, B, ...) array where every step
-        holds an array of one shape (one stack and one transpose for the group), an EndToEnd where
-        every step holds one of its own shape (an ARM's growing canvas: one concatenation), else a
-        part per step (a (B, ...) array, a list of per-row arrays, or None)."""
+        holds an array of one shape (one stack and one transpose for the group), else a part per step
+        (a (B, ...) array, a list of per-row arrays, or None)."""
         held = [s.cells[name] if name in s.cells else None for s in steps]
         kinds = {type(x) for x in held}   # one pass (a call per step and column was a tenth of a tiny model's step)
         if kinds == {type(None)}:
             return held
         axes = {s.layer_axis[name] if name in s.layer_axis else None for s in steps}
         if len(axes) == 1 and type(None) not in kinds and list not in kinds:
-            axis = axes.pop()
             block = _stack(held, kinds)  # (T, [L,] B, ...)
-            if block is None:
-                return _end_to_end(held, axis)
-            return block if axis is None else _batch_first(block, axis, lead=1)
+            if block is not None:
+                axis = axes.pop()
+                return block if axis is None else _batch_first(block, axis, lead=1)
         parts = [None] * len(held)
         for t, (s, x) in enumerate(zip(steps, held)):
             if type(x) is list:
@@ -501,15 +490,13 @@ class TraceWriter:
         """A declared fill (is_masked, revealed: False; attention_mask: True) where a step gave none."""
         tokens = parts["tokens"]
         for c in self.columns:
-            if c.fill is not None and type(parts[c.name]) is list:   # (an array or an EndToEnd has every step)
+            if c.fill is not None and type(parts[c.name]) is not np.ndarray:
                 parts[c.name] = [np.full(t.shape, c.fill) if p is None else p for p, t in zip(parts[c.name], tokens)]
 
     @staticmethod
     def _derive_received(parts: dict) -> None:
         """received is left out (null: the reader sums the groups, schema 2) where it is their sum."""
         received, groups = parts["received"], parts["received_groups"]
-        if type(groups) is list and _all_none(groups):   # no groups: received is stored (an ARM's)
-            return
         if type(received) is np.ndarray and type(groups) is np.ndarray:  # every step holds both: one test
             derivable = _sums_of_groups(received, groups)
         else:
