@@ -442,9 +442,11 @@ def test_compiled_packed_products_over_thousands_of_keys(causal, d):
     assert (outs["compiled"][1] - outs["exact"][1]).abs().max() <= 1e-4   # sums of up to 2800 rows
 
 
-def test_a_causal_layer_without_a_mask_makes_no_mask_on_the_compiled_route(monkeypatch):
+@pytest.mark.parametrize("softcap", [None, 2.5], ids=["plain", "softcap"])
+def test_a_causal_layer_without_a_mask_makes_no_mask_on_the_compiled_route(monkeypatch, softcap):
     """A causal capture without a mask reaches the kernel as "causal": no (S_q, S_k) bools are made
-    (work that grows with S^2 in every layer), and the numbers are the exact route's, which makes them."""
+    (work that grows with S^2 in every layer), soft-capped or not (no row of it sees no key), and the
+    numbers are the exact route's, which makes them."""
     import sinklens.attention.routes.base as base
 
     if build.load() is None:
@@ -452,14 +454,15 @@ def test_a_causal_layer_without_a_mask_makes_no_mask_on_the_compiled_route(monke
     g = torch.Generator().manual_seed(13)
     q = torch.randn(1, 2, 300, 16, generator=g)
     k, v = (torch.randn(1, 1, 300, 16, generator=g) for _ in range(2))
-    module = fake_module(2, 1, True, None, None)
+    module = fake_module(2, 1, True, None if softcap is None else "gemma2", None)
+    kwargs = {} if softcap is None else {"softcap": softcap}
     made = []
     real = base.allowed_keys
     monkeypatch.setattr(base, "allowed_keys", lambda *a, **kw: made.append(a) or real(*a, **kw))
     outs = {}
     for route in ("compiled", "exact"):
         req = AttentionRequest(capture=True, route=route)
-        out, _ = sinklens_attention(module, q, k, v, None, scaling=0.25, sinklens=req)
+        out, _ = sinklens_attention(module, q, k, v, None, scaling=0.25, sinklens=req, **kwargs)
         outs[route] = out, req.received
         assert len(made) == (0 if route == "compiled" else 1)
     assert (outs["compiled"][0] - outs["exact"][0]).abs().max() <= 2e-5

@@ -205,6 +205,8 @@ class Compiled(Route):
             return None  # out of memory in C: the torch routes
         sums.store(req, call.module.layer_idx)
         out = out if query.dtype == torch.float32 else out.to(query.dtype)
-        if call.mods.softcap is not None and call.allowed is not None:
+        # rows that may see no key: only under a mask, or causal with more queries than keys (no mask
+        # made for a causal layer whose every row sees its own key)
+        if call.mods.softcap is not None and (allowed is not None or s_q > s_k):
             empty_rows_as_plain(out.transpose(1, 2), call.allowed, value, call.mods)
         return out
