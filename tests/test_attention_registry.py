@@ -281,6 +281,36 @@ def test_the_kernels_lane_sums_without_shuffles_give_the_same_numbers(monkeypatc
         build.reset()
 
 
+def test_the_kernels_avx512_blocks_give_the_same_bits(monkeypatch, tmp_path):
+    """Where the CPU has AVX-512 the packed products take 12-row blocks of 16 lanes and exp / max run on 16
+    lanes; every sum keeps its order, so the outputs and captures are the 8-lane build's to the bit
+    (CC="cc -DSL_NO_WIDE" builds that one here, into a cache of its own). Tiles of 23 rows: a 12-row block, a
+    6-row one and single rows; 23 and 300 keys: exp and max with and without 16-lane tails."""
+    import sinklens.attention.routes.compiled as compiled
+    from _kernels import cpu
+
+    if build.load() is None:
+        pytest.skip(f"the compiled kernel is unavailable here: {build.reason()}")
+    if "avx512f" not in cpu()[1]:
+        pytest.skip("no AVX-512 on this CPU: the kernel is built one way only")
+    monkeypatch.setattr(compiled, "SMALL_WORK", -1)
+    runs = {}
+    try:
+        for cc in ("", " -DSL_NO_WIDE"):
+            monkeypatch.setenv("CC", " ".join(build._compiler()) + cc)
+            monkeypatch.setenv("SINKLENS_CACHE", str(tmp_path / (cc.strip() or "wide")))
+            build.reset()
+            assert build.load() is not None
+            runs[cc] = [run("compiled", case, torch.float32, d=64, s_k=s_k) for case in CASES for s_k in (23, 300)]
+    finally:
+        monkeypatch.undo()
+        build.reset()
+    for (out, req), (out8, req8) in zip(runs[""], runs[" -DSL_NO_WIDE"]):
+        assert torch.equal(out, out8)
+        got, want = captures(req), captures(req8)
+        assert got.keys() == want.keys() and all(torch.equal(got[k], want[k]) for k in want)
+
+
 def test_the_packed_arguments_lie_where_the_kernel_reads_them():
     """A layer writes the kernel's `sl_args` with one struct format: each field at its ctypes offset
     (`_Args` mirrors onepass.c field for field), each value read back through the ctypes field."""

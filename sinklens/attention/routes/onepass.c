@@ -194,6 +194,25 @@ static void output_loop(int m, int n, int d, const float *p, const float *v, int
         x_ = splat(s5); a50 += x_ * (v0); a51 += x_ * (v1);      \
     } while (0)
 
+/* Where the CPU has AVX-512, the packed products also take blocks of 12 rows x one 16-lane vector (a panel's
+ * 16 keys, or 16 output columns): 12 sums in registers per load, twice the lanes of the 6 x 16 block's
+ * 8-lane halves. Each element is still one chain of multiply-adds over D (or the keys) in the same order:
+ * the same bits as the 6 x 16 block, which takes the rows past the last 12 (and every row without AVX-512). */
+#if defined(__AVX512F__) && !defined(SL_NO_WIDE)
+#define SL_WIDE 1
+typedef float v16f __attribute__((vector_size(64)));
+typedef float v16fu __attribute__((vector_size(64), aligned(4)));
+typedef int32_t v16i __attribute__((vector_size(64)));
+static inline v16f splat16(float x) { return (v16f){x, x, x, x, x, x, x, x, x, x, x, x, x, x, x, x}; }
+#define FMA_12(v, x)                                                                                       \
+    do {                                                                                                   \
+        b0 += splat16((x)[0]) * (v); b1 += splat16((x)[1]) * (v); b2 += splat16((x)[2]) * (v);             \
+        b3 += splat16((x)[3]) * (v); b4 += splat16((x)[4]) * (v); b5 += splat16((x)[5]) * (v);             \
+        b6 += splat16((x)[6]) * (v); b7 += splat16((x)[7]) * (v); b8 += splat16((x)[8]) * (v);             \
+        b9 += splat16((x)[9]) * (v); b10 += splat16((x)[10]) * (v); b11 += splat16((x)[11]) * (v);         \
+    } while (0)
+#endif
+
 /* kp[(jb * d + c) * 16 + l] = K[jb * 16 + l][c]: keys in panels of 16, a panel's 16 values of one
  * channel side by side; keys past n are 0 */
 static void pack_keys(int n, int d, const float *k, int ldk, float *kp) {
@@ -214,6 +233,24 @@ static void scores_mk(int m, int np, int d, float scale, const float *q, int ldq
     for (int jb = 0; jb < np; jb++) {   /* a panel stays in L1 while every row of the tile reads it */
         const float *panel = kp + (int64_t)jb * d * 16;
         int r = 0;
+#ifdef SL_WIDE
+        for (; r + 12 <= m; r += 12) {
+            const float *qr = q + (int64_t)r * ldq, *p = panel;
+            v16f b0 = splat16(0.0f), b1 = b0, b2 = b0, b3 = b0, b4 = b0, b5 = b0, b6 = b0, b7 = b0, b8 = b0,
+                 b9 = b0, b10 = b0, b11 = b0;
+            for (int c = 0; c < d; c++, p += 16) {
+                const float x[12] = {qr[c], qr[ldq + c], qr[2 * ldq + c], qr[3 * ldq + c], qr[4 * ldq + c],
+                                     qr[5 * ldq + c], qr[6 * ldq + c], qr[7 * ldq + c], qr[8 * ldq + c],
+                                     qr[9 * ldq + c], qr[10 * ldq + c], qr[11 * ldq + c]};
+                const v16f k = *(const v16fu *)p;
+                FMA_12(k, x);
+            }
+            const v16f sc16 = splat16(scale);
+            const v16f rows[12] = {b0, b1, b2, b3, b4, b5, b6, b7, b8, b9, b10, b11};
+            float *o = s + (int64_t)r * lds + jb * 16;
+            for (int i = 0; i < 12; i++, o += lds) *(v16fu *)o = rows[i] * sc16;
+        }
+#endif
         for (; r + 6 <= m; r += 6) {
             const float *q0 = q + (int64_t)r * ldq, *q1 = q0 + ldq, *q2 = q1 + ldq, *q3 = q2 + ldq, *q4 = q3 + ldq,
                         *q5 = q4 + ldq;
@@ -264,6 +301,28 @@ static void output_mk(int m, int n, int d, const float *p, int ldp, const float 
     for (int j0 = 0; j0 < n; j0 += KEYS) {
         const int j1 = j0 + KEYS < n ? j0 + KEYS : n;
         int r = 0;
+#ifdef SL_WIDE
+        for (; r + 12 <= m; r += 12) {
+            const float *pr = p + (int64_t)r * ldp;
+            for (int c = 0; c < d; c += 16) {
+                float *o = out + (int64_t)r * ldo + c;
+                v16f b0 = *(v16fu *)o, b1 = *(v16fu *)(o + ldo), b2 = *(v16fu *)(o + 2 * ldo),
+                     b3 = *(v16fu *)(o + 3 * ldo), b4 = *(v16fu *)(o + 4 * ldo), b5 = *(v16fu *)(o + 5 * ldo),
+                     b6 = *(v16fu *)(o + 6 * ldo), b7 = *(v16fu *)(o + 7 * ldo), b8 = *(v16fu *)(o + 8 * ldo),
+                     b9 = *(v16fu *)(o + 9 * ldo), b10 = *(v16fu *)(o + 10 * ldo), b11 = *(v16fu *)(o + 11 * ldo);
+                const float *vj = vp + ((int64_t)(c / 16) * n_all + k0 + j0) * 16;
+                for (int j = j0; j < j1; j++, vj += 16) {
+                    const float x[12] = {pr[j], pr[ldp + j], pr[2 * ldp + j], pr[3 * ldp + j], pr[4 * ldp + j],
+                                         pr[5 * ldp + j], pr[6 * ldp + j], pr[7 * ldp + j], pr[8 * ldp + j],
+                                         pr[9 * ldp + j], pr[10 * ldp + j], pr[11 * ldp + j]};
+                    const v16f v = *(const v16fu *)vj;
+                    FMA_12(v, x);
+                }
+                const v16f rows[12] = {b0, b1, b2, b3, b4, b5, b6, b7, b8, b9, b10, b11};
+                for (int i = 0; i < 12; i++) *(v16fu *)(o + i * ldo) = rows[i];
+            }
+        }
+#endif
         for (; r + 6 <= m; r += 6) {
             const float *p0 = p + (int64_t)r * ldp, *p1 = p0 + ldp, *p2 = p1 + ldp, *p3 = p2 + ldp, *p4 = p3 + ldp,
                         *p5 = p4 + ldp;
@@ -328,6 +387,27 @@ static inline v8f exp8(v8f x) {
     return (v8f)(bits & ~small);
 }
 
+#ifdef SL_WIDE
+/* exp8's arithmetic on 16 lanes: the same bits lane by lane */
+static inline v16f exp16(v16f x) {
+    const v16f magic = splat16(12582912.0f);
+    v16i small = x < splat16(-87.3f);
+    v16f t = x * splat16(1.44269504f) + magic;
+    v16f n = t - magic;
+    v16f r = x - n * splat16(0.693145752f) - n * splat16(1.42860677e-6f);
+    v16f p = splat16(1.0f / 5040) * r + splat16(1.0f / 720);
+    p = p * r + splat16(1.0f / 120);
+    p = p * r + splat16(1.0f / 24);
+    p = p * r + splat16(1.0f / 6);
+    p = p * r + splat16(0.5f);
+    p = p * r + splat16(1.0f);
+    p = p * r + splat16(1.0f);
+    v16i ni = (v16i)t - (v16i)magic;
+    v16i bits = (v16i)p + (ni << 23);
+    return (v16f)(bits & ~small);
+}
+#endif
+
 static inline float exp1(float x) {
     v8f v = exp8(splat(x));
     return v[0];
@@ -344,6 +424,13 @@ static inline v8f tail8(const float *s, int n, float fill) {
 static float exp_sum(float *s, int n, float m) {
     v8f acc = splat(0.0f), mm = splat(m);
     int j = 0;
+#ifdef SL_WIDE
+    for (const v16f mm16 = splat16(m); j + 16 <= n; j += 16) {   /* the sum in exp8's order: the same bits */
+        *(v16fu *)(s + j) = exp16(*(v16fu *)(s + j) - mm16);
+        acc += *(v8fu *)(s + j);
+        acc += *(v8fu *)(s + j + 8);
+    }
+#endif
     for (; j + 8 <= n; j += 8) {
         v8f e = exp8(*(v8fu *)(s + j) - mm);
         *(v8fu *)(s + j) = e;
@@ -362,6 +449,16 @@ static float exp_sum(float *s, int n, float m) {
 static float row_max(const float *s, int n) {
     v8f acc = splat(-INFINITY);
     int j = 0;
+#ifdef SL_WIDE
+    v16f acc16 = splat16(-INFINITY);
+    for (; j + 16 <= n; j += 16) {
+        v16f x = *(const v16fu *)(s + j);
+        acc16 = (v16f)(((v16i)x & (x > acc16)) | ((v16i)acc16 & ~(x > acc16)));
+    }
+    acc = (v8f){acc16[0], acc16[1], acc16[2], acc16[3], acc16[4], acc16[5], acc16[6], acc16[7]};
+    v8f hi = {acc16[8], acc16[9], acc16[10], acc16[11], acc16[12], acc16[13], acc16[14], acc16[15]};
+    acc = select8(hi > acc, hi, acc);
+#endif
     for (; j + 8 <= n; j += 8) {
         v8f x = *(const v8fu *)(s + j);
         acc = select8(x > acc, x, acc);
