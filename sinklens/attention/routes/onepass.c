@@ -369,43 +369,26 @@ static void output_mk(int m, int n, int d, const float *p, int ldp, const float 
 /* exp(x) for x <= 0 (scores minus their row max): 2^n * p(r), r = x - n ln2 in [-ln2/2, ln2/2],
  * p the degree-7 Taylor polynomial (relative error < 1e-7 there); 0 below -87.3 (and for -inf or
  * NaN from a masked score), where float32 leaves the normal range. */
-static inline v8f exp8(v8f x) {
-    const v8f magic = splat(12582912.0f);               /* 1.5 * 2^23: adding it rounds to an integer */
-    v8i small = x < splat(-87.3f);
-    v8f t = x * splat(1.44269504f) + magic;
-    v8f n = t - magic;
-    v8f r = x - n * splat(0.693145752f) - n * splat(1.42860677e-6f);
-    v8f p = splat(1.0f / 5040) * r + splat(1.0f / 720);
-    p = p * r + splat(1.0f / 120);
-    p = p * r + splat(1.0f / 24);
-    p = p * r + splat(1.0f / 6);
-    p = p * r + splat(0.5f);
-    p = p * r + splat(1.0f);
-    p = p * r + splat(1.0f);
-    v8i ni = (v8i)t - (v8i)magic;
-    v8i bits = (v8i)p + (ni << 23);
-    return (v8f)(bits & ~small);
-}
+#define EXP_BODY(V, VI, SPLAT)                                                       \
+    const V magic = SPLAT(12582912.0f);   /* 1.5 * 2^23: adding it rounds to an integer */ \
+    VI small = x < SPLAT(-87.3f);                                                    \
+    V t = x * SPLAT(1.44269504f) + magic;                                            \
+    V n = t - magic;                                                                 \
+    V r = x - n * SPLAT(0.693145752f) - n * SPLAT(1.42860677e-6f);                   \
+    V p = SPLAT(1.0f / 5040) * r + SPLAT(1.0f / 720);                                \
+    p = p * r + SPLAT(1.0f / 120);                                                   \
+    p = p * r + SPLAT(1.0f / 24);                                                    \
+    p = p * r + SPLAT(1.0f / 6);                                                     \
+    p = p * r + SPLAT(0.5f);                                                         \
+    p = p * r + SPLAT(1.0f);                                                         \
+    p = p * r + SPLAT(1.0f);                                                         \
+    VI ni = (VI)t - (VI)magic;                                                       \
+    VI bits = (VI)p + (ni << 23);                                                    \
+    return (V)(bits & ~small);
 
+static inline v8f exp8(v8f x) { EXP_BODY(v8f, v8i, splat) }
 #ifdef SL_WIDE
-/* exp8's arithmetic on 16 lanes: the same bits lane by lane */
-static inline v16f exp16(v16f x) {
-    const v16f magic = splat16(12582912.0f);
-    v16i small = x < splat16(-87.3f);
-    v16f t = x * splat16(1.44269504f) + magic;
-    v16f n = t - magic;
-    v16f r = x - n * splat16(0.693145752f) - n * splat16(1.42860677e-6f);
-    v16f p = splat16(1.0f / 5040) * r + splat16(1.0f / 720);
-    p = p * r + splat16(1.0f / 120);
-    p = p * r + splat16(1.0f / 24);
-    p = p * r + splat16(1.0f / 6);
-    p = p * r + splat16(0.5f);
-    p = p * r + splat16(1.0f);
-    p = p * r + splat16(1.0f);
-    v16i ni = (v16i)t - (v16i)magic;
-    v16i bits = (v16i)p + (ni << 23);
-    return (v16f)(bits & ~small);
-}
+static inline v16f exp16(v16f x) { EXP_BODY(v16f, v16i, splat16) }   /* the same bits lane by lane */
 #endif
 
 static inline float exp1(float x) {
