@@ -214,7 +214,7 @@ def test_short_prompts_equal_official(models, case, traced, tmp_path):
         route = "lse" if case["name"] in NEAR_TIE else "auto"
         kwargs |= dict(trace=tmp_path / "run.arrow",
                        capture=CaptureOptions(map_slices=((1, 2),), map_steps=(0,), route=route))
-    steps = StepLogits()
+    steps = StepLogits() if case["name"] in NEAR_TIE else None   # (the other cases run without a hook)
     torch.manual_seed(case["seed"])
     out = models[case["family"]].generate(torch.tensor(case["input_ids"]), am, hook=steps, **kwargs)
     history = [h.tolist() for h in out.history]
