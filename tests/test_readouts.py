@@ -6,6 +6,7 @@ References nobody here wrote: the attention probabilities of transformers' eager
 logit lens at the last layer is the model's head), Python's `statistics` for the k·σ rule; and
 planted ground truth: a low-norm value sink, a massive activation, a k·σ outlier, a diagonal head.
 """
+import ctypes
 import json
 import statistics
 
@@ -18,6 +19,7 @@ import _planted
 from sinklens.analysis import ArraySource, analyze
 from sinklens.attention import ATTENTION_NAME, AttentionRequest
 from sinklens.attention.function import sinklens_attention
+from sinklens.attention import readouts as R
 from sinklens.attention.readouts import readout_hooks
 from sinklens.rule import np_rule
 from sinklens.trace.readouts import COLUMN_NAMES, ReadoutOptions
@@ -80,7 +82,6 @@ def test_the_compiled_qkv_pass_is_the_torch_readouts(h_kv, d, rows, asked, monke
     sizes that are and are not multiples of 8, q / k / v as a model hands them (views of its
     (B, S, heads, D) projections), weighted query rows with a zero query among them, and each
     readout asked alone."""
-    from sinklens.attention import readouts as R
     from sinklens.attention.routes import build
 
     if build.load() is None:
@@ -199,9 +200,9 @@ def test_planted_massive_activation_is_read_back_from_a_model():
 def test_the_compiled_hidden_pass_is_torchs_norm_topk_and_gather(shape):
     """onepass.c's `sl_hidden_top` (the hidden-state readouts on the CPU) against what it stands in for:
     torch.topk of |h| gives the same channels, in the same order, and gather the same values; the
-    norm agrees within float32 rounding; |h| lands in the buffer the median then selects from. Widths that are and are not multiples of 8, fewer channels than HIDDEN_TOP_CHANNELS,
-    a planted massive channel."""
-    from sinklens.attention import readouts as R
+    norm agrees within float32 rounding; the median of |h| (`sl_median_abs`) is torch.median's element.
+    Widths that are and are not multiples of 8, fewer channels than HIDDEN_TOP_CHANNELS, a planted
+    massive channel."""
     from sinklens.attention.routes import build
 
     if build.load() is None:
@@ -210,39 +211,61 @@ def test_the_compiled_hidden_pass_is_torchs_norm_topk_and_gather(shape):
     h = torch.randn(*shape, generator=g)
     h[0, :, shape[2] // 2] *= 40                        # a massive activation
     k = min(R.HIDDEN_TOP_CHANNELS, shape[2])
-    mag = torch.empty_like(h)
-    norm, top, values = R._compiled_hidden_top(h, mag, k)
+    norm, top, values, median = R._compiled_hidden_top(h, k)
     want = h.abs().topk(k, dim=-1).indices
     assert torch.equal(top, want.int())
     assert torch.equal(values, h.gather(-1, want))
     torch.testing.assert_close(norm, h.norm(dim=-1), rtol=1e-6, atol=0)
-    assert torch.equal(mag, h.abs())
-    assert torch.equal(R._median_rows(mag.flatten(1)), h.abs().flatten(1).median(-1).values)
+    assert torch.equal(median, h.abs().flatten(1).median(-1).values)
+    assert torch.equal(R._median_rows(h.abs().flatten(1)), h.abs().flatten(1).median(-1).values)
+
+
+@pytest.mark.parametrize("n", [1, 2, 3, 8, 1001, 70_000])
+def test_the_compiled_median_is_torchs_element(n):
+    """`sl_median_abs` (a radix select on the bits of |x|) against torch.median of |x|, bit for bit, on
+    rows that stress a select: every value equal, zeros of both signs, many ties in one bin of the first
+    pass, infinities, subnormals, magnitudes spread over the whole exponent range; odd and even lengths
+    (the lower middle element)."""
+    from sinklens.attention.routes import build
+
+    if build.load() is None:
+        pytest.skip("the compiled kernel does not build here")
+    fn = build.function("sl_median_abs", R._MEDIAN_ARGS, ctypes.c_int)
+    g = torch.Generator().manual_seed(n)
+    rows = [torch.zeros(n), -torch.zeros(n), torch.full((n,), -2.5),
+            torch.randn(n, generator=g), torch.randn(n, generator=g) * 1e-40,           # subnormals
+            torch.exp(torch.randn(n, generator=g) * 40).clamp(max=3e38) * torch.sign(torch.randn(n, generator=g)),
+            (torch.randint(0, 3, (n,), generator=g) - 1) * (1 + torch.rand(n, generator=g) * 2**-12),  # one bin's ties
+            torch.where(torch.rand(n, generator=g) < 0.5, torch.tensor(float("inf")), torch.randn(n, generator=g))]
+    x = torch.stack(rows).contiguous()                                           # (rows, n)
+    out = torch.empty(len(rows))
+    assert fn(len(rows), n, x.data_ptr(), out.data_ptr()) == 0
+    assert torch.equal(out, x.abs().median(-1).values)
+    x[3, n // 2] = float("nan")
+    assert fn(len(rows), n, x.data_ptr(), out.data_ptr()) == 1                   # NaN: torch's path
 
 
 def test_the_compiled_hidden_pass_orders_ties_by_channel_and_leaves_nan_to_torch():
     """Equal magnitudes: the lower channel first (sign apart: |-3| = |3|). A NaN anywhere: no answer,
     so the readout takes torch's path, which orders a NaN as the largest."""
-    from sinklens.attention import readouts as R
     from sinklens.attention.routes import build
 
     if build.load() is None:
         pytest.skip("the compiled kernel does not build here")
     h = torch.zeros(1, 2, 19)
     h[0, 0, [2, 9, 11, 17]] = torch.tensor([3.0, -3.0, 1.0, 3.0])
-    _, top, values = R._compiled_hidden_top(h, torch.empty_like(h), 4)
+    _, top, values, _ = R._compiled_hidden_top(h, 4)
     assert top[0, 0].tolist() == [2, 9, 17, 11] and values[0, 0].tolist() == [3.0, -3.0, 3.0, 1.0]
     assert top[0, 1].tolist() == [0, 1, 2, 3]           # all zero: the first channels
     for at in (4, 18):                                  # in a group of 8, and in the tail
         bad = h.clone()
         bad[0, 1, at] = float("nan")
-        assert R._compiled_hidden_top(bad, torch.empty_like(bad), 4) is None
+        assert R._compiled_hidden_top(bad, 4) is None
 
 
 def test_hidden_readouts_are_the_same_with_and_without_the_compiled_pass(monkeypatch):
     """A model's hidden-state readouts through the kernel's pass equal torch's path: channels, values
     and the median exactly, the norms within float32 rounding."""
-    from sinklens.attention import readouts as R
 
     model = massive_llama()
     ids = torch.tensor([[1, 2, 3, 4, 6, 7, 9, 11]])

@@ -38,6 +38,7 @@ LENS_LOGITS = 1 << 24    # at most this many logits per LM-head call of the lens
 _STRIDES = ctypes.c_int64 * 9   # q's, k's, v's (batch, head, row) strides
 _QKV_ARGS = [ctypes.c_int] * 6 + [ctypes.c_void_p] * 3 + [_STRIDES] + [ctypes.c_void_p] * 5
 _HIDDEN_ARGS = [ctypes.c_int64, ctypes.c_int, ctypes.c_int] + [ctypes.c_void_p] * 5
+_MEDIAN_ARGS = [ctypes.c_int64, ctypes.c_int64, ctypes.c_void_p, ctypes.c_void_p]
 
 
 def record_vectors(req, layer: int, query: torch.Tensor, key: torch.Tensor, value: torch.Tensor,
@@ -126,20 +127,18 @@ def readout_hooks(model, req):
             h = output[0] if isinstance(output, tuple) else output     # (B, S, D) the residual stream after the layer
             if req.hidden_norms:
                 hf = h.float()
-                mag = req._scratch.get("hidden_abs")  # one |h| buffer for all layers (fresh pages cost: reduce.SkewScratch)
-                if mag is None or mag.shape != hf.shape or mag.device != hf.device:
-                    mag = req._scratch["hidden_abs"] = torch.empty_like(hf)
                 k = min(HIDDEN_TOP_CHANNELS, hf.shape[-1])
-                got = _compiled_hidden_top(hf, mag, k)   # (norm, channels, values), mag = |h|; or None
+                got = _compiled_hidden_top(hf, k)   # (norm, channels, values, median |h|), or None
                 if got is None:
-                    top = torch.abs(hf, out=mag).topk(k, dim=-1).indices   # (B, S, k)
-                    got = hf.norm(dim=-1), top.int(), hf.gather(-1, top)
+                    mag = hf.abs()
+                    top = mag.topk(k, dim=-1).indices   # (B, S, k)
+                    got = hf.norm(dim=-1), top.int(), hf.gather(-1, top), _median_rows(mag.flatten(1))
                 req.record_readout("hidden_norm", layer, got[0], aligned=False)
                 req.record_readout("hidden_top_channels", layer, got[1], aligned=False)
                 req.record_readout("hidden_top_values", layer, got[2], aligned=False)
                 # Sun et al. 2024's massive-activation ratio divides by the median magnitude of all
                 # activations: one number per layer (the rows this forward computed)
-                req.record_readout("hidden_median_abs", layer, _median_rows(mag.flatten(1)), aligned=False)
+                req.record_readout("hidden_median_abs", layer, got[3], aligned=False)
             if layer in lens:
                 req._lens_hidden[layer] = h.detach()
         return hook
@@ -157,22 +156,25 @@ def readout_hooks(model, req):
             hd.remove()
 
 
-def _compiled_hidden_top(hf: torch.Tensor, mag: torch.Tensor, k: int):
-    """(norm (B, S), channels (B, S, k) int32, their values (B, S, k)) of the hidden states hf (B, S, D),
-    with mag (B, S, D) filled with |hf|, in one pass of the compiled kernel (onepass.c
-    `sl_hidden_top`): torch's norm, topk and gather give the same channels and values, the norm within
-    float32 rounding (tests/test_readouts.py). None where the kernel is not built, hf is not a
-    contiguous float32 CPU tensor, or holds a NaN (torch's path orders it)."""
-    if hf.device.type != "cpu" or hf.dtype != torch.float32 or not hf.is_contiguous() or not mag.is_contiguous():
+def _compiled_hidden_top(hf: torch.Tensor, k: int):
+    """(norm (B, S), channels (B, S, k) int32, their values (B, S, k), median |h| (B,)) of the hidden
+    states hf (B, S, D) by two passes of the compiled kernel (onepass.c `sl_hidden_top`, `sl_median_abs`),
+    which only read hf: torch's norm, topk, gather and median give the same channels, values and median,
+    the norm within float32 rounding (tests/test_readouts.py). None where the kernel is not built, hf is
+    not a contiguous float32 CPU tensor, or holds a NaN (torch's path orders it)."""
+    if hf.device.type != "cpu" or hf.dtype != torch.float32 or not hf.is_contiguous():
         return None
     fn = build.function("sl_hidden_top", _HIDDEN_ARGS, ctypes.c_int)
     if fn is None:
         return None
     B, S, D = hf.shape
     norm, top, values = torch.empty(B, S), torch.empty(B, S, k, dtype=torch.int32), torch.empty(B, S, k)
-    if fn(B * S, D, k, hf.data_ptr(), mag.data_ptr(), norm.data_ptr(), top.data_ptr(), values.data_ptr()):
+    if fn(B * S, D, k, hf.data_ptr(), None, norm.data_ptr(), top.data_ptr(), values.data_ptr()):
         return None
-    return norm, top, values
+    median = torch.empty(B)
+    if build.function("sl_median_abs", _MEDIAN_ARGS, ctypes.c_int)(B, S * D, hf.data_ptr(), median.data_ptr()):
+        return None
+    return norm, top, values, median
 
 
 def _median_rows(x: torch.Tensor) -> torch.Tensor:

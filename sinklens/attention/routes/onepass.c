@@ -21,7 +21,8 @@
  *
  * Also here, at the end, two passes that are not part of attention: `sl_top1`, the sink masking's
  * default selection of the keys to block next step (sinklens/masking/select.py), and
- * `sl_hidden_top` and `sl_qkv_readouts`, the hidden-state and q / k / v readouts (attention/readouts.py).
+ * `sl_hidden_top`, `sl_median_abs` and `sl_qkv_readouts`, the hidden-state and q / k / v readouts
+ * (attention/readouts.py).
  */
 #include <math.h>
 #include <pthread.h>
@@ -738,7 +739,7 @@ void sl_top1(int L, int B, int H, int S, int W, int bi, const float *r, const do
 }
 
 /* ---- the hidden-state readouts' pass (sinklens/attention/readouts.py calls it; not part of attention)
- * Per row of h (rows, d) float32, in one read: mag = |h|, norm = sqrt(sum of h^2) and the k <= 8
+ * Per row of h (rows, d) float32, in one read: mag = |h| (NULL: not stored), norm = sqrt(sum of h^2) and the k <= 8
  * channels of the largest |h| with their values of h, largest first, the lower channel first among
  * equal magnitudes. torch's abs + topk + norm + gather read the activations four times (at S = 1024 a
  * SmolLM2 layer's 2.4 MB, past L2 each time: 1.5 ms against this pass' 0.7 ms).
@@ -769,14 +770,14 @@ int sl_hidden_top(int64_t rows, int d, int k, const float *h, float *mag, float 
     int full = d / 8 * 8;   /* channels in whole groups of 8 */
     for (int64_t r = 0; r < rows; r++) {
         const float *x = h + r * d;
-        float *m = mag + r * d;
+        float *m = mag ? mag + r * d : NULL;
         /* 1. |h|, the sum of squares and each lane's largest |h|, without a branch */
         v8f acc = splat(0.0f), lane_max = splat(-1.0f);
         v8i nan = {0};
         for (int c = 0; c < full; c += 8) {
             v8f v = *(const v8fu *)(x + c);
             v8f a = (v8f)((v8i)v & abs_bits);
-            *(v8fu *)(m + c) = a;
+            if (m) *(v8fu *)(m + c) = a;
             acc += v * v;
             nan |= (v8i)(v != v);
             lane_max = select8((v8i)(a > lane_max), a, lane_max);
@@ -784,7 +785,7 @@ int sl_hidden_top(int64_t rows, int d, int k, const float *h, float *mag, float 
         float sum = 0.0f;
         int tail_nan = 0;
         for (int c = full; c < d; c++) {
-            m[c] = fabsf(x[c]);
+            if (m) m[c] = fabsf(x[c]);
             sum += x[c] * x[c];
             tail_nan |= x[c] != x[c];
         }
@@ -807,16 +808,57 @@ int sl_hidden_top(int64_t rows, int d, int k, const float *h, float *mag, float 
         }
         v8f b8 = splat(bound);
         for (int c = 0; c < full; c += 8) {
-            v8f a = *(const v8fu *)(m + c);
+            v8f a = (v8f)((v8i)*(const v8fu *)(x + c) & abs_bits);
             if (any8((v8i)(a >= b8)))
                 for (int l = 0; l < 8; l++) top_insert(a[l], c + l, k, best, at);
         }
-        for (int c = full; c < d; c++) top_insert(m[c], c, k, best, at);
+        for (int c = full; c < d; c++) top_insert(fabsf(x[c]), c, k, best, at);
         for (int i = 0; i < k; i++) {
             top[r * k + i] = at[i];
             vals[r * k + i] = x[at[i]];
         }
     }
+    return 0;
+}
+
+/* ---- the median magnitude of each row (attention/readouts.py, the hidden-state readouts) ----------
+ * out[r] = the lower middle of |x| over row r's n floats (rank (n - 1) / 2 from the smallest: the element
+ * torch.median returns), exactly, by a radix select on the bits: with the sign cleared, a float's bits
+ * order as its value. One pass counts the top 16 bits of every magnitude; a second counts the low 16
+ * bits of those in the bin that holds the rank; the two bins are the element's bits. x is only read
+ * (a partitioned copy of a layer's activations is megabytes of fresh pages). Returns 1 where a row
+ * holds a NaN (torch's median is NaN there: the caller takes its path), 2 without memory. */
+int sl_median_abs(int64_t rows, int64_t n, const float *x, float *out) {
+    if (n < 1) return 1;
+    uint32_t *count = malloc(65536 * sizeof *count);
+    if (!count) return 2;
+    for (int64_t r = 0; r < rows; r++) {
+        const uint32_t *u = (const uint32_t *)(x + r * n);
+        int64_t rank = (n - 1) / 2;
+        uint32_t nan = 0;
+        memset(count, 0, 65536 * sizeof *count);
+        for (int64_t i = 0; i < n; i++) {
+            uint32_t a = u[i] & 0x7fffffffu;
+            nan |= a > 0x7f800000u;
+            count[a >> 16]++;
+        }
+        if (nan) {
+            free(count);
+            return 1;
+        }
+        uint32_t hi = 0;
+        while (rank >= count[hi]) rank -= count[hi++];
+        memset(count, 0, 65536 * sizeof *count);
+        for (int64_t i = 0; i < n; i++) {
+            uint32_t a = u[i] & 0x7fffffffu;
+            if (a >> 16 == hi) count[a & 0xffffu]++;
+        }
+        uint32_t lo = 0;
+        while (rank >= count[lo]) rank -= count[lo++];
+        uint32_t bits = hi << 16 | lo;
+        memcpy(out + r, &bits, sizeof bits);
+    }
+    free(count);
     return 0;
 }
 
