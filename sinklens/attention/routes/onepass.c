@@ -508,8 +508,8 @@ typedef struct {
 /* One (batch row, head): every tile of its query rows. kp and vp hold the keys and values of kv head
  * *packed (batch row times H_kv plus kv head; -1 none): the query heads of one kv head, taken in turn,
  * pack them once. */
-static void run_head(const sl_args *a, const span *sp, int bi, int hi_, float *buf, float *tmp, float *kp, float *vp,
-                     int64_t *packed) {
+static void run_head(const sl_args *a, const span *sp, int bi, int hi_, float *buf, float *tmp, float *rinv, float *kp,
+                     float *vp, int64_t *packed) {
     const int s_q = a->s_q, s_k = a->s_k, d = a->d, rep = a->h / a->h_kv;
     const int off = s_k - s_q;
     const int kvh = hi_ / rep;
@@ -562,6 +562,7 @@ static void run_head(const sl_args *a, const span *sp, int bi, int hi_, float *b
             float *s = buf + (int64_t)(r - r0) * ls;
             const int pos = r + off;
             const int lo = sp[r].lo - k0, hi = sp[r].hi - k0;
+            rinv[r - r0] = 1.0f;
             if (hi <= lo) { memset(s, 0, sizeof(float) * ls); continue; }
             float w = a->row_w ? a->row_w[(int64_t)bi * s_q + r] : 1.0f;
             int64_t g = a->groups ? a->groups[(int64_t)bi * s_q + r] : -1;
@@ -619,23 +620,24 @@ static void run_head(const sl_args *a, const span *sp, int bi, int hi_, float *b
                 inv = 1.0f / z;
                 if (a->sink_sums) a->sink_sums[bh] += w * sink_e * inv;
             }
-            /* one pass: normalise the row and add it to the column sums */
-            float *rc = rcv && w != 0.0f ? rcv + k0 + lo : NULL;
-            float *gs = a->group_sums && g >= 0 && w != 0.0f
+            /* the row stays unnormalised (the output is scaled by 1 / Z after its product): one pass reads
+             * it into the column sums, weighted by w / Z */
+            rinv[r - r0] = inv;
+            if (w == 0.0f) continue;
+            const float c = w * inv;
+            float *rc = rcv ? rcv + k0 + lo : NULL;
+            float *gs = a->group_sums && g >= 0
                 ? a->group_sums + (((int64_t)bi * a->num_groups + g) * a->h + hi_) * s_k + k0 + lo : NULL;
             if (rc && gs) {
-                for (int j = 0; j < len; j++) { float p = e[j] * inv; e[j] = p; rc[j] += w * p; gs[j] += w * p; }
+                for (int j = 0; j < len; j++) { float p = c * e[j]; rc[j] += p; gs[j] += p; }
             } else if (rc || gs) {
                 float *to = rc ? rc : gs;
-                for (int j = 0; j < len; j++) { float p = e[j] * inv; e[j] = p; to[j] += w * p; }
-            } else {
-                for (int j = 0; j < len; j++) e[j] *= inv;
+                for (int j = 0; j < len; j++) to[j] += c * e[j];
             }
-            if (w == 0.0f) continue;
-            if (a->diagonal && pos >= k0 + lo && pos < k0 + hi) a->diagonal[bh] += w * e[pos - k0 - lo];
+            if (a->diagonal && pos >= k0 + lo && pos < k0 + hi) a->diagonal[bh] += c * e[pos - k0 - lo];
             if (dist) {   /* offsets j - pos of this row's keys are contiguous: one vector add */
                 float *dd = dist + (k0 + lo - pos + s_k - 1);
-                for (int j = 0; j < len; j++) dd[j] += w * e[j];
+                for (int j = 0; j < len; j++) dd[j] += c * e[j];
             }
         }
         /* output (m, D) = P (m, n) V[k0:k1] (n, D): column-major, O^T = V^T P^T */
@@ -645,6 +647,10 @@ static void run_head(const sl_args *a, const span *sp, int bi, int hi_, float *b
             output_mk(m, n, d, buf, ls, vp, s_k, k0, orow, ldo);
         else
             a->sgemm("N", "N", &d, &m, &n, &one, vh + (int64_t)k0 * ldv, &ldv, buf, &n, &zero, orow, &ldo);
+        for (int r = 0; r < m; r++) {   /* each row's 1 / Z */
+            float *o = orow + (int64_t)r * ldo;
+            for (int c = 0; c < d; c++) o[c] *= rinv[r];
+        }
     }
 }
 
@@ -657,7 +663,8 @@ static void *worker(void *arg) {
     const size_t n_buf = (size_t)(a->tile < a->s_q ? a->tile : a->s_q) * (a->s_k + 31);   /* rows of whole panels */
     /* the packed keys, and as many floats for the packed values */
     const size_t n_kp = a->products == SL_PACKED ? (size_t)(a->s_k + 15) / 16 * 16 * a->d : 0;
-    float *buf = malloc(sizeof(float) * (n_buf + a->s_k + 2 * n_kp));
+    const size_t n_rows = (size_t)(a->tile < a->s_q ? a->tile : a->s_q);   /* a tile's 1 / Z per row */
+    float *buf = malloc(sizeof(float) * (n_buf + a->s_k + n_rows + 2 * n_kp));
     if (buf) {
         int64_t packed = -1;
         for (;;) {
@@ -666,8 +673,8 @@ static void *worker(void *arg) {
             pthread_mutex_unlock(&p->lock);
             if (job >= a->b * a->h) break;
             int bi = job / a->h, hd = job % a->h;
-            run_head(a, p->spans + (int64_t)bi * a->s_q, bi, hd, buf, buf + n_buf, buf + n_buf + a->s_k,
-                     buf + n_buf + a->s_k + n_kp, &packed);
+            float *rows = buf + n_buf + a->s_k, *kp = rows + n_rows;
+            run_head(a, p->spans + (int64_t)bi * a->s_q, bi, hd, buf, buf + n_buf, rows, kp, kp + n_kp, &packed);
         }
         free(buf);
     }
