@@ -172,6 +172,15 @@ class AttentionRequest(ReadoutInstructions):
         sums.given.add(layer)
         return sums.views[layer]
 
+    def all_layer_sums(self, name: str, shape: tuple[int, ...], device) -> tuple[torch.Tensor, ...]:
+        """`layer_sums` for every layer at once (a route that plans a forward's buffers at its first layer):
+        the `num_layers` views of a new zeroed (L, *shape) buffer, every layer counted as handed one (a
+        layer that asks `layer_sums` for this capture again starts a new buffer)."""
+        whole = torch.zeros((self.num_layers,) + tuple(shape), dtype=torch.float32, device=device)
+        views = whole.unbind(0)
+        self._sums[name] = _Sums(whole, views, tuple(shape), device, set(range(self.num_layers)))
+        return views
+
     def _whole(self, name: str, per_layer: dict[int, torch.Tensor]) -> torch.Tensor | None:
         """The (L, ...) buffer of `layer_sums(name, ...)` where `per_layer` is its every layer's view, else None."""
         sums = self._sums.get(name)

@@ -1,14 +1,16 @@
 """The "compiled" route: output and captures in one pass of the project's own C kernel (onepass.c).
 
 Per (batch row, head, tile of query rows): the scores of the keys the tile can see, the row max, our
-vectorised exp and the row sum, one pass that normalises each row and adds it to the column sums,
-then the output. The two products are the kernel's own register-blocked loops over a kv head's
-keys and values packed once (head sizes that are multiples of PANEL), BLAS otherwise. One tile's
-scores are all the memory it adds: nothing per layer is bigger than the sums themselves. It records
-everything the exact route does but full maps: query groups, blocked keys with the would-be sums,
-padding / sliding windows / blocks (any mask shared by the heads), learned sinks, soft-capping,
-the diagonal and distance readouts; float32, bfloat16 and float16 inputs (converted to float32; the
-output is rounded back). CPU only; built on first use (build.py), else unavailable in one note line.
+vectorised exp and the row sum, one pass that adds each row weighted by 1 / (its sum) to the column
+sums, then the output from the unnormalised rows, scaled by the same 1 / sum. The two products are the
+kernel's own register-blocked loops over a kv head's keys and values packed once (head sizes that
+are multiples of PANEL), BLAS otherwise. One tile's scores are all the memory it adds: nothing per
+layer is bigger than the sums themselves. It records everything the exact route does but full maps:
+query groups, blocked keys with the would-be sums, padding / sliding windows / blocks (any mask shared
+by the heads), learned sinks, soft-capping, the diagonal and distance readouts; float32, bfloat16 and
+float16 inputs (converted to float32; the output is rounded back). CPU only; built on first use
+(build.py), else unavailable in one note line. A forward's capture buffers are made at its first layer
+for all its layers (`_Plan`).
 """
 from __future__ import annotations
 
@@ -19,7 +21,7 @@ from typing import NamedTuple
 
 import torch
 
-from sinklens.attention.reduce import LayerSums
+from sinklens.attention.reduce import LayerSums, row_weights
 from sinklens.attention.routes import build
 from sinklens.attention.routes.base import Call, Records, Route
 from sinklens.attention.routes.exact import empty_rows_as_plain
@@ -172,6 +174,59 @@ def _shared(req, s_k: int) -> _Shared:
     return shared
 
 
+class _Plan(NamedTuple):
+    """A forward's capture buffers for all its layers, made at its first layer (kept on the request):
+    per layer the views the request records and their addresses for the kernel. A tiny twin's layer
+    paid ~15 µs making its buffers one by one (`LayerSums.for_request`), a fifth of its capture. For
+    what every layer of a forward shares (received, its query groups, the would-be sums of blocked
+    keys, the rows' weights); a layer of another shape or that asks for more (learned sinks, in-pass
+    readouts, keys right-aligned, maps) makes its own."""
+
+    shape: tuple[int, int, int, int]   # (B, H, S_q, S_k) of the layers it serves
+    received: tuple | None             # per layer (B, H, S_k) views; None: not asked
+    groups: tuple | None               # per layer (B, G, H, S_k) views
+    unblocked: list                    # [per layer (B, H, S_k) views], made at the first layer that blocks
+    addresses: list                    # per layer [received, unblocked, groups] data pointers (0: none)
+    weight: int                        # the query rows' weights (B, S_q) float, 0: every row counts
+    weight_tensor: torch.Tensor | None  # ... kept alive for C
+    ran: set                           # layers run with it: one run again is a new forward (a new plan)
+
+
+def _plan(req, layer: int, shape: tuple[int, int, int, int], device) -> _Plan | None:
+    """The forward's `_Plan` for `layer` of `shape` (B, H, S_q, S_k), made at its first layer; None where
+    the layer makes its own buffers (the request asks for more than a plan holds, or the layer's shape
+    is not the plan's)."""
+    if (req.num_layers is None or layer >= req.num_layers or req.num_keys is not None or req.diagonal
+            or req.distance or req.map_slices):
+        return None
+    plan = req._scratch.get("plan")
+    if plan is None or layer in plan.ran:   # the forward's first layer (or a second forward with this request)
+        b, h, _, s_k = shape
+        received = req.all_layer_sums("received", (b, h, s_k), device) if req.capture else None
+        groups = (req.all_layer_sums("groups", (b, req.num_groups, h, s_k), device)
+                  if req.query_groups is not None else None)
+        weight, _ = row_weights(req, device, groups=False)
+        addresses = [[0 if received is None else received[l].data_ptr(), 0,
+                      0 if groups is None else groups[l].data_ptr()] for l in range(req.num_layers)]
+        plan = req._scratch["plan"] = _Plan(shape, received, groups, [], addresses,
+                                            0 if weight is None else weight.data_ptr(), weight, set())
+    elif plan.shape != shape:
+        return None
+    plan.ran.add(layer)
+    return plan
+
+
+def _unblocked(req, plan: _Plan, layer: int, device) -> int:
+    """The address of `layer`'s would-be sums in the plan, its buffer made at the first layer that blocks."""
+    if not plan.unblocked:
+        b, h, _, s_k = plan.shape
+        views = req.all_layer_sums("unblocked", (b, h, s_k), device)
+        plan.unblocked.append(views)
+        for l, v in enumerate(views):
+            plan.addresses[l][1] = v.data_ptr()
+    return plan.addresses[layer][1]
+
+
 class Compiled(Route):
     name = "compiled"
     records = Records(groups=True, blocking=True, keep_self=True, masks=True, maps=False, learned_sinks=True,
@@ -204,29 +259,42 @@ class Compiled(Route):
         allowed = None if allowed is None else allowed.contiguous()
         blocked = None if call.blocked is None else call.blocked.contiguous()
         sinks = None if call.mods.sinks is None else call.mods.sinks.float().contiguous()
-        sums = LayerSums.for_request(req, call.module.layer_idx, b, h, s_q, s_k, call.blocking, query.device,
-                                     sinks is not None, group_of=False)
+        layer, blocking = call.module.layer_idx, call.blocking
+        plan = None if sinks is not None else _plan(req, layer, (b, h, s_q, s_k), query.device)
         out = torch.empty(b, s_q, h, d, dtype=torch.float32)
-        distance = sums.distance
-        # a buffer not asked for is NULL to the kernel (inline tests: a helper call per pointer counts here)
+        if plan is not None:   # the forward's buffers, made at its first layer
+            received, unblocked, group_sums = plan.addresses[layer]
+            if blocking:
+                unblocked = _unblocked(req, plan, layer, query.device)
+            weight, learned_sink, diagonal, distance = plan.weight, 0, 0, 0
+        else:
+            sums = LayerSums.for_request(req, layer, b, h, s_q, s_k, blocking, query.device, sinks is not None,
+                                         group_of=False)
+            # a buffer not asked for is NULL to the kernel (inline tests: a helper call per pointer counts here)
+            received = 0 if sums.received is None else sums.received.data_ptr()
+            unblocked = 0 if sums.unblocked is None else sums.unblocked.data_ptr()
+            group_sums = 0 if sums.groups is None else sums.groups.data_ptr()
+            weight = 0 if sums.weight is None else sums.weight.data_ptr()
+            learned_sink = 0 if sums.learned_sink is None else sums.learned_sink.data_ptr()
+            # with the distance profile on, the diagonal is its bin 0
+            distance = 0 if sums.distance is None else sums.distance.sums.data_ptr()
+            diagonal = 0 if distance or sums.diagonal is None else sums.diagonal.data_ptr()
         _PACK.pack_into(
             args, 0, b, h, h_kv, s_q, s_k, d, call.scaling, call.mods.softcap or 0.0,
             q.data_ptr(), k.data_ptr(), v.data_ptr(), out.data_ptr(), *qs, *ks, *vs,
             int(causal), 0 if allowed is None else allowed.data_ptr(),
             0 if allowed is None or allowed.shape[0] == 1 else s_q * s_k,
             0 if blocked is None else blocked.data_ptr(), int(req.keep_self), 0 if sinks is None else sinks.data_ptr(),
-            0 if sums.weight is None else sums.weight.data_ptr(), groups, req.num_groups,
-            0 if sums.received is None else sums.received.data_ptr(),
-            0 if sums.unblocked is None else sums.unblocked.data_ptr(),
-            0 if sums.groups is None else sums.groups.data_ptr(),
-            0 if sums.learned_sink is None else sums.learned_sink.data_ptr(),
-            # with the distance profile on, the diagonal is its bin 0
-            0 if distance is not None or sums.diagonal is None else sums.diagonal.data_ptr(),
-            0 if distance is None else distance.sums.data_ptr(),
+            weight, groups, req.num_groups, received, unblocked, group_sums, learned_sink, diagonal, distance,
             tile, threads, sgemm, blas_threads, PRODUCTS[products])
         if lib.sl_attention(ctypes.byref(args)) != 0:
             return None  # out of memory in C: the torch routes
-        sums.store(req, call.module.layer_idx)
+        if plan is None:
+            sums.store(req, layer)
+        else:
+            req.record(layer, received=None if plan.received is None else plan.received[layer],
+                       unblocked=plan.unblocked[0][layer] if blocking else None,
+                       groups=None if plan.groups is None else plan.groups[layer])
         out = out if query.dtype == torch.float32 else out.to(query.dtype)
         # rows that may see no key: only under a mask, or causal with more queries than keys (no mask
         # made for a causal layer whose every row sees its own key)

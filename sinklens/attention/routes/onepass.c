@@ -2,10 +2,11 @@
  *
  * Per (batch row, query head, tile of `tile` query rows):
  *   1. the tile's scores against the keys [k0, k1) some row of the tile can see;
- *   2. per row: softcap, row max, exp and row sum (vectorised, our own exp), then one pass that
- *      normalises the row and adds it to the column sums (all rows, its query group, the
+ *   2. per row: softcap, row max, exp and row sum Z (vectorised, our own exp), then one pass that
+ *      reads the row, weighted by 1 / Z, into the column sums (all rows, its query group, the
  *      would-be sums before blocking, the diagonal and the distance profile);
- *   3. the tile's output from those probabilities.
+ *   3. the tile's output from the unnormalised rows, each output row then scaled by its 1 / Z
+ *      (the rows are never written back normalised: one store per probability fewer).
  * The products (1, 3): where D is a multiple of 16, this file's register-blocked loops over the
  * kv head's keys and values packed once (tiles of a few dozen rows, whose scores stay about L2-sized);
  * else one sgemm each (tall tiles: BLAS packs the keys anew per call); a tiny layer's, plain vector loops.
