@@ -7,6 +7,7 @@ import torch
 
 import sinklens
 from sinklens.attention.request import AttentionRequest
+from sinklens.attention.routes import build
 from sinklens.experiments.twins import LOAD
 
 torch.set_num_threads(1)
@@ -32,14 +33,22 @@ def _per_layer(m, ids, **req):
     return _forward(m, ids, num_layers=0, **req)
 
 
-def test_whole_buffers_equal_per_layer_buffers(dlm):
+@pytest.mark.parametrize("rows", ["all", "masked"])
+def test_whole_buffers_equal_per_layer_buffers(dlm, rows):
+    """The compiled route's per-forward plan (`compiled._Plan`: every layer's buffers made at the first)
+    against per-layer buffers: received, groups and the would-be sums, with every row counted or a query
+    mask (the rows' weights, made once per forward)."""
     ids = _ids(dlm)
     groups = (ids % 2).long()
     blocked = torch.zeros(dlm.num_layers, 2, dlm.num_heads, ids.shape[1], dtype=torch.bool)
     blocked[..., 3] = True
     kw = dict(query_groups=groups, num_groups=2, blocked=blocked)
+    if rows == "masked":
+        kw["query_mask"] = torch.rand(ids.shape, generator=torch.Generator().manual_seed(1)) < 0.6
     whole, per = _forward(dlm, ids, **kw), _per_layer(dlm, ids, **kw)
     assert whole.num_layers == dlm.num_layers and not per._sums
+    if build.load() is not None:   # the compiled route ran: its plan made the buffers, per-layer calls none
+        assert "plan" in whole._scratch and "plan" not in per._scratch
     for name in ("received", "received_unblocked", "received_groups"):
         a, b = getattr(whole, name), getattr(per, name)
         assert a.shape == b.shape and torch.equal(a, b), name
