@@ -37,7 +37,7 @@ LENS_LOGITS = 1 << 24    # at most this many logits per LM-head call of the lens
 # The C passes' signatures (onepass.c), made once: these run at every layer of every step
 _STRIDES = ctypes.c_int64 * 9   # q's, k's, v's (batch, head, row) strides
 _QKV_ARGS = [ctypes.c_int] * 6 + [ctypes.c_void_p] * 3 + [_STRIDES] + [ctypes.c_void_p] * 5
-_HIDDEN_ARGS = [ctypes.c_int64, ctypes.c_int, ctypes.c_int] + [ctypes.c_void_p] * 5
+_HIDDEN_ARGS = [ctypes.c_int64, ctypes.c_int, ctypes.c_int] + [ctypes.c_void_p] * 4
 _MEDIAN_ARGS = [ctypes.c_int64, ctypes.c_int64, ctypes.c_void_p, ctypes.c_void_p]
 
 
@@ -169,7 +169,7 @@ def _compiled_hidden_top(hf: torch.Tensor, k: int):
         return None
     B, S, D = hf.shape
     norm, top, values = torch.empty(B, S), torch.empty(B, S, k, dtype=torch.int32), torch.empty(B, S, k)
-    if fn(B * S, D, k, hf.data_ptr(), None, norm.data_ptr(), top.data_ptr(), values.data_ptr()):
+    if fn(B * S, D, k, hf.data_ptr(), norm.data_ptr(), top.data_ptr(), values.data_ptr()):
         return None
     median = torch.empty(B)
     if build.function("sl_median_abs", _MEDIAN_ARGS, ctypes.c_int)(B, S * D, hf.data_ptr(), median.data_ptr()):

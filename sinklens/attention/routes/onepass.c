@@ -20,7 +20,7 @@
  * whose visible keys are all blocked keeps them); a learned sink joins the max and the normaliser
  * with no value; a row that may see no key has probabilities 0 and output 0.
  *
- * Also here, at the end, two passes that are not part of attention: `sl_top1`, the sink masking's
+ * Also here, at the end, passes that are not part of attention: `sl_top1`, the sink masking's
  * default selection of the keys to block next step (sinklens/masking/select.py), and
  * `sl_hidden_top`, `sl_median_abs` and `sl_qkv_readouts`, the hidden-state and q / k / v readouts
  * (attention/readouts.py).
@@ -747,7 +747,7 @@ void sl_top1(int L, int B, int H, int S, int W, int bi, const float *r, const do
 }
 
 /* ---- the hidden-state readouts' pass (sinklens/attention/readouts.py calls it; not part of attention)
- * Per row of h (rows, d) float32, in one read: mag = |h| (NULL: not stored), norm = sqrt(sum of h^2) and the k <= 8
+ * Per row of h (rows, d) float32, in one read: norm = sqrt(sum of h^2) and the k <= 8
  * channels of the largest |h| with their values of h, largest first, the lower channel first among
  * equal magnitudes. torch's abs + topk + norm + gather read the activations four times (at S = 1024 a
  * SmolLM2 layer's 2.4 MB, past L2 each time: 1.5 ms against this pass' 0.7 ms).
@@ -771,21 +771,19 @@ static inline void top_insert(float a, int c, int k, float *best, int *at) {
     at[i] = c;
 }
 
-int sl_hidden_top(int64_t rows, int d, int k, const float *h, float *mag, float *norm, int32_t *top, float *vals) {
+int sl_hidden_top(int64_t rows, int d, int k, const float *h, float *norm, int32_t *top, float *vals) {
     if (k < 1 || k > 8 || k > d) return 1;
     const v8i abs_bits = {0x7fffffff, 0x7fffffff, 0x7fffffff, 0x7fffffff,
                           0x7fffffff, 0x7fffffff, 0x7fffffff, 0x7fffffff};
     int full = d / 8 * 8;   /* channels in whole groups of 8 */
     for (int64_t r = 0; r < rows; r++) {
         const float *x = h + r * d;
-        float *m = mag ? mag + r * d : NULL;
-        /* 1. |h|, the sum of squares and each lane's largest |h|, without a branch */
+        /* 1. the sum of squares and each lane's largest |h|, without a branch */
         v8f acc = splat(0.0f), lane_max = splat(-1.0f);
         v8i nan = {0};
         for (int c = 0; c < full; c += 8) {
             v8f v = *(const v8fu *)(x + c);
             v8f a = (v8f)((v8i)v & abs_bits);
-            if (m) *(v8fu *)(m + c) = a;
             acc += v * v;
             nan |= (v8i)(v != v);
             lane_max = select8((v8i)(a > lane_max), a, lane_max);
@@ -793,7 +791,6 @@ int sl_hidden_top(int64_t rows, int d, int k, const float *h, float *mag, float 
         float sum = 0.0f;
         int tail_nan = 0;
         for (int c = full; c < d; c++) {
-            if (m) m[c] = fabsf(x[c]);
             sum += x[c] * x[c];
             tail_nan |= x[c] != x[c];
         }
