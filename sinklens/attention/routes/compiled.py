@@ -54,7 +54,8 @@ def l2_bytes() -> int:
             try:
                 if (index / "level").read_text().strip() == "2":
                     size = (index / "size").read_text().strip().upper()   # "2048K"
-                    _L2 = int(size[:-1]) * {"K": 1 << 10, "M": 1 << 20}[size[-1]] if size[-1] in "KM" else int(size)
+                    unit = _UNITS.get(size[-1:])   # (an empty or unitless size: no unit, int() reads or refuses it)
+                    _L2 = int(size[:-1]) * unit if unit else int(size)
                     break
             except (OSError, ValueError):
                 break
@@ -62,6 +63,7 @@ def l2_bytes() -> int:
 
 
 _L2: int | None = None
+_UNITS = {"K": 1 << 10, "M": 1 << 20}
 
 
 def packed_rows(s_k: int, every_key: bool = False, l2: int | None = None) -> int:
