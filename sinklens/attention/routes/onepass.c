@@ -206,6 +206,7 @@ typedef float v16f __attribute__((vector_size(64)));
 typedef float v16fu __attribute__((vector_size(64), aligned(4)));
 typedef int32_t v16i __attribute__((vector_size(64)));
 static inline v16f splat16(float x) { return (v16f){x, x, x, x, x, x, x, x, x, x, x, x, x, x, x, x}; }
+static inline v16f select16(v16i mask, v16f a, v16f b) { return (v16f)(((v16i)a & mask) | ((v16i)b & ~mask)); }
 #define FMA_12(v, x)                                                                                       \
     do {                                                                                                   \
         b0 += splat16((x)[0]) * (v); b1 += splat16((x)[1]) * (v); b2 += splat16((x)[2]) * (v);             \
@@ -438,7 +439,7 @@ static float row_max(const float *s, int n) {
     v16f acc16 = splat16(-INFINITY);
     for (; j + 16 <= n; j += 16) {
         v16f x = *(const v16fu *)(s + j);
-        acc16 = (v16f)(((v16i)x & (x > acc16)) | ((v16i)acc16 & ~(x > acc16)));
+        acc16 = select16(x > acc16, x, acc16);
     }
     acc = (v8f){acc16[0], acc16[1], acc16[2], acc16[3], acc16[4], acc16[5], acc16[6], acc16[7]};
     v8f hi = {acc16[8], acc16[9], acc16[10], acc16[11], acc16[12], acc16[13], acc16[14], acc16[15]};
