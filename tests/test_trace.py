@@ -311,12 +311,13 @@ def test_a_trace_holds_only_the_readout_columns_its_run_records(tmp_path):
 
 # ---- a sampler's steps (the writer as the sampler's hook: `after_step`) --------------------------
 
-def _events(seed=0, steps=T, grow=False, name_rows=True):
+def _events(seed=0, steps=T, grow=False, name_rows=True, split=True):
     """StepEvents as a sampler hands them over: (B, S) canvas tensors, a request whose captures were
     recorded layer by layer (received, the masked / unmasked groups, what blocking took, maps, a
     learned sink, two readouts), padding in row 0, the query rows named per row. grow: step t's
     canvas is S + t long (an ARM's canvas gains a token a step); name_rows=False: no query rows named
-    (the real positions are the rows)."""
+    (the real positions are the rows); split=False: no query groups (an ARM's trace: received stored
+    at every step)."""
     import torch
 
     from sinklens.attention.request import AttentionRequest
@@ -333,13 +334,13 @@ def _events(seed=0, steps=T, grow=False, name_rows=True):
         # stored; else the file leaves it out
         query_groups = masked_unmasked_groups(is_masked, real)
         query_groups[1, -1] = -1 if t % 2 else query_groups[1, -1]
-        req = AttentionRequest(capture=True, map_slices=((1, 2),), query_mask=real, query_groups=query_groups,
-                               num_groups=G)
+        req = AttentionRequest(capture=True, map_slices=((1, 2),), query_mask=real,
+                               query_groups=query_groups if split else None, num_groups=G if split else 0)
         req.blocked = torch.rand(L, B, H, S, generator=g) < 0.1
         for layer in range(L):
             groups = torch.rand(B, G, H, S, generator=g)
             received = groups.sum(1) + (0.5 if t % 2 else 0.0)
-            req.record(layer, received=received, unblocked=received + 1, groups=groups,
+            req.record(layer, received=received, unblocked=received + 1, groups=groups if split else None,
                        maps={2: torch.rand(B, S, S, generator=g)} if layer == 1 else None,
                        learned_sink=torch.rand(B, H, generator=g))
             req.record_readout("value_norm", layer, torch.rand(B, H, S, generator=g))
@@ -362,25 +363,28 @@ def _traced(path, events, hook=True, **writer_args):
     return path
 
 
-@pytest.mark.parametrize("grow,name_rows", [(False, True), (True, True), (True, False)],
-                         ids=["one-length", "growing", "growing-real-rows"])
+@pytest.mark.parametrize("grow,name_rows,split", [(False, True, True), (True, True, True), (True, False, True),
+                                                  (True, True, False)],
+                         ids=["one-length", "growing", "growing-real-rows", "growing-no-groups"])
 @pytest.mark.parametrize("flush_steps", [1, 2, T])
-def test_a_samplers_steps_are_written_as_write_step_writes_them(tmp_path, flush_steps, grow, name_rows):
+def test_a_samplers_steps_are_written_as_write_step_writes_them(tmp_path, flush_steps, grow, name_rows, split):
     """The hook holds a sampler's tensors and converts a whole group when it writes it (steps of one
     length: one stack per column; steps whose canvas grows, as an ARM's: one concatenation); the file
     is the one `write_step` writes from the same steps converted one by one, byte for byte: every
     column (received left out exactly where it is the groups' sum), the token strings, the record
     batches and their checksums."""
-    events = _events(grow=grow, name_rows=name_rows)
+    events = _events(grow=grow, name_rows=name_rows, split=split)
     held = _traced(tmp_path / "held.arrow", events, flush_steps=flush_steps)
     each = _traced(tmp_path / "each.arrow", events, hook=False, flush_steps=flush_steps)
     assert held.read_bytes() == each.read_bytes()
     t = open_trace(held)
     t.verify()
-    assert t.table().column("received").null_count == B * len(range(0, T, 2))  # the steps where it is the sum
+    # received is left out at the steps where it is the groups' sum (without groups: never)
+    assert t.table().column("received").null_count == (B * len(range(0, T, 2)) if split else 0)
     e = events[3]
-    np.testing.assert_array_equal(t.received_groups(3, 1), e.attention.received_groups[:, 1].transpose(0, 1)
-                                  .numpy().astype(np.float16).astype(np.float32))
+    if split:
+        np.testing.assert_array_equal(t.received_groups(3, 1), e.attention.received_groups[:, 1].transpose(0, 1)
+                                      .numpy().astype(np.float16).astype(np.float32))
     np.testing.assert_array_equal(t.blocked(3, 0), np.argwhere(e.attention.blocked[:, 0].numpy()))
     np.testing.assert_array_equal(t.query_positions(3, 0), np.arange(2, e.tokens.shape[1]))
     np.testing.assert_array_equal(t.edited(3, 1), e.edited[1].numpy())
@@ -390,7 +394,7 @@ def test_a_samplers_steps_are_written_as_write_step_writes_them(tmp_path, flush_
         for row in range(B):
             np.testing.assert_array_equal(t.tokens(e.step, row), e.tokens[row].numpy())
             np.testing.assert_array_equal(t.is_masked(e.step, row), e.is_masked[row].numpy())
-            if e.step % 2:   # stored (where it is the groups' sum the reader sums the stored groups)
+            if e.step % 2 or not split:   # stored (where it is the groups' sum the reader sums the groups)
                 np.testing.assert_array_equal(t.received(e.step, row), e.attention.received[:, row].numpy()
                                               .astype(np.float16).astype(np.float32))
 
