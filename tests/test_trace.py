@@ -647,3 +647,58 @@ def test_new_token_strings_are_found_alike_in_small_and_large_groups(tmp_path, m
             seen |= set(fresh)
         want.append(new)
     assert found["sets"] == want and any(want[1:]) and sum(map(len, want)) == len(seen)
+
+
+class _Keep:
+    """A hook that keeps each step's received attention as the capture recorded it. rows: it asks to
+    sum every other query row; groups: it puts every other row in a group and leaves the rest out."""
+
+    wants_attention = True
+
+    def __init__(self, rows=False, groups=False, every=False):
+        self.rows, self.groups, self.every, self.received = rows, groups, every, []
+
+    def before_step(self, step, tokens, is_masked, attention_mask=None):
+        import torch
+
+        from sinklens.attention.request import AttentionRequest
+        even = (torch.arange(tokens.shape[1]) % 2 == 0)[None].expand_as(tokens)   # (B, S)
+        if self.every:   # the padding rows too, which no group holds
+            return AttentionRequest(query_mask=torch.ones_like(even))
+        if self.rows:    # every other real row
+            return AttentionRequest(query_mask=even & attention_mask.bool())
+        if self.groups:
+            return AttentionRequest(query_groups=torch.where(even, is_masked.long(), -1), num_groups=2)
+        return None
+
+    def after_step(self, event):
+        self.received.append(event.attention.received.clone())   # (L, B, H, S)
+
+
+@pytest.mark.parametrize("hook", ["none", "rows", "groups", "padding"])
+def test_a_diffusion_trace_reads_back_the_received_attention_the_capture_recorded(tmp_path, hook):
+    """With the masked / unmasked split (the default for a diffusion model) the file leaves `received`
+    out where it is the groups' sum, and what the reader reads is what the capture recorded, at every
+    step: the sampler's groups (every summed row in one), a hook's own query rows (every other row,
+    each in the sampler's groups: still their sum), and rows no group holds: a hook's own groups that
+    leave half the rows out, or a hook summing the padding rows too (received is stored)."""
+    import torch
+
+    from sinklens.experiments.twins import LOAD, dlm_sampler, heldout_prompt
+
+    m = sinklens.load("tiny-dlm", **LOAD)
+    keep = _Keep(rows=hook == "rows", groups=hook == "groups", every=hook == "padding")
+    a, b = m.apply_chat_template(heldout_prompt(0)), m.apply_chat_template(heldout_prompt(1))
+    P = max(len(a), len(b))   # two prompts, left-padded: the padding rows are in no group
+    ids = torch.tensor([[m.pad_id] * (P - len(p)) + p for p in (a, b)])
+    mask = torch.tensor([[0] * (P - len(p)) + [1] * len(p) for p in (a, b)])
+    assert len(a) != len(b)
+    out = m.generate(ids, attention_mask=mask, trace=tmp_path / "t.arrow", hook=keep, **dlm_sampler())
+    t = open_trace(tmp_path / "t.arrow")
+    assert len(t.steps) == out.num_steps == len(keep.received)
+    stored = hook in ("groups", "padding")
+    assert t.table().column("received").null_count == (0 if stored else 2 * out.num_steps)
+    for step, rec in zip(t.steps, keep.received):
+        for row in range(2):
+            want = rec[:, row].numpy().astype(np.float16).astype(np.float32)   # (L, H, S), stored as float16
+            np.testing.assert_allclose(t.received(step, row), want, rtol=2e-3, atol=1e-3)

@@ -34,6 +34,9 @@ class AttentionRequest(ReadoutInstructions):
     query_mask: torch.Tensor | None = None  # (B, S_q) bool: real query rows; None = all real
     query_groups: torch.Tensor | None = None  # (B, S_q) long: group id per query row, -1 = none
     num_groups: int = 0  # number of query groups (e.g. 2 for masked / unmasked)
+    # every summed query row is in a group (set where the groups were built so: the sampler's masked /
+    # unmasked split): received is then the groups' sum, which a trace leaves out without comparing them
+    groups_cover_rows: bool = False
     map_slices: tuple[tuple[int, int], ...] = ()  # (layer, head) pairs whose full maps are kept
     blocked: torch.Tensor | None = None  # (L, B, H, S_k) bool: key j blocked for head h of layer l
     keep_self: bool = False  # a blocked key still receives attention from its own query
@@ -242,7 +245,8 @@ class AttentionRequest(ReadoutInstructions):
     def first_rows(self, rows: int) -> AttentionRequest:
         """A copy restricted to the first `rows` batch rows, instructions and captures alike
         (CFG runs a doubled batch and records only its conditional half)."""
-        out = AttentionRequest(capture=self.capture, num_groups=self.num_groups, map_slices=self.map_slices,
+        out = AttentionRequest(capture=self.capture, num_groups=self.num_groups, groups_cover_rows=self.groups_cover_rows,
+                               map_slices=self.map_slices,
                                keep_self=self.keep_self, query_chunk=self.query_chunk, route=self.route,
                                **{f: getattr(self, f) for f in self.READOUT_FIELDS})
         out.query_mask = None if self.query_mask is None else self.query_mask[:rows]

@@ -57,6 +57,9 @@ def build_request(
     if query_mask is not None and req.query_mask is None:
         req.query_mask = query_mask
     if query_groups is not None and req.query_groups is None:
+        # the groups put every row of `query_mask` in one (masked_unmasked_groups): they cover the summed
+        # rows unless a hook chose other rows
+        req.groups_cover_rows = req.query_mask is query_mask
         req.query_groups = query_groups
         req.num_groups = len(QUERY_GROUP_NAMES)
     for name, value in capture.readouts().items():     # mechanism readouts: the options' own fields

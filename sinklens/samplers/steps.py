@@ -118,7 +118,8 @@ class Steps:
         if self.hooks:
             own = tokens is self._fed_from   # the copy taken at `instructions`: no one else holds it
             fed = self._fed if own else tokens
-            fresh = (*fresh, "tokens") if own else fresh
+            # commit_prob is made here for this event alone; the copy taken at `instructions` is the hooks' own
+            fresh = (*fresh, "commit_prob", "tokens") if own else (*fresh, "commit_prob")
             req = self._req if attention is None else attention
             chosen = after if committed is None else committed
             prob = None if chosen is None or not self.hooks.want_commit_prob else commit_probabilities(logits, revealed, chosen,

@@ -404,6 +404,8 @@ class TraceWriter:
             for name in self._layer_axis:
                 x = request_capture(req, name)
                 cells[name] = x if x is None else _held(x, copy=name == "blocked")
+            if req.groups_cover_rows and cells.get("received_groups") is not None:
+                cells["received"] = None   # the groups' sum: the reader derives it (schema 2)
         layer_axis = self._layer_axis
         if req is not None:
             maps = {k: _held(m) for k, m in req.maps.items()} if req.maps else None

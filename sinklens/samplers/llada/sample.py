@@ -121,6 +121,7 @@ def sample(model, input_ids, config: LLaDAConfig, attention_mask=None, *, trace=
                     _, idx = torch.topk(confidence[j], k=int(schedule[j, i]))
                     transfer[j, idx] = True
                 x[transfer] = x0[transfer]
+                # mask_index and transfer are made for this step alone and never changed after it
                 run.step(x, mask_index, logits.float(), transfer, after=x, attention=req, block=(start, end),
-                         attention_mask=real)
+                         attention_mask=real, fresh=("is_masked", "revealed"))
     return run.output(x, num_steps=c.steps)
