@@ -210,3 +210,33 @@ def test_commit_probabilities_reach_every_hook_unless_all_hooks_decline_them():
             assert all(p is not None and torch.isfinite(p).sum() == 1 for p in probs)  # one token per step
         else:
             assert all(p is None for p in probs)
+
+
+@pytest.mark.parametrize("settings", [{}, {"cfg_scale": 1.0}, {"temperature": 0.7}, {"remasking": "random"}],
+                         ids=["greedy", "cfg", "sampled", "random-remasking"])
+def test_a_samplers_own_probabilities_are_the_commit_probabilities_of_its_logits(settings):
+    """LLaDA's low-confidence remasking hands the step the probabilities it ranked on (`probs`):
+    commit_prob is then read from them, not made again. Whatever the settings, it is what
+    `commit_probabilities` makes from the step's logits and committed tokens (up to float32
+    rounding; NaN at the same places), and None at no step that commits."""
+    from sinklens.samplers.steps import commit_probabilities
+
+    m = sinklens.load("tiny-dlm", dtype="float32")
+    ids = torch.tensor([m.apply_chat_template("Max has 29 cards. He finds 22 more. How many cards now?")])
+
+    class Seen:
+        def __init__(self):
+            self.events = []
+
+        def after_step(self, event):
+            self.events.append((event.logits.clone(), event.revealed.clone(), event.commit_prob))
+
+    seen = Seen()
+    torch.manual_seed(0)
+    out = m.generate(ids, steps=8, gen_length=8, block_length=8, hook=seen, **settings)
+    assert len(seen.events) == 8
+    for logits, revealed, prob in seen.events:
+        want = commit_probabilities(logits, revealed, out.sequences)   # committed tokens are never changed later
+        assert prob is not None and want is not None
+        assert torch.equal(prob.isnan(), want.isnan()) and int((~prob.isnan()).sum()) == 1
+        torch.testing.assert_close(prob, want, rtol=1e-5, atol=1e-7, equal_nan=True)

@@ -101,7 +101,7 @@ class Steps:
     def step(self, tokens: torch.Tensor, is_masked: torch.Tensor, logits: torch.Tensor, revealed: torch.Tensor, *,
              after: torch.Tensor | None = None, committed: torch.Tensor | None = None,
              attention: AttentionRequest | None = None, grow: bool = False, fresh: tuple[str, ...] = (),
-             **event) -> None:
+             probs: torch.Tensor | None = None, **event) -> None:
         """End the step: the hooks (trace writer included) get its `StepEvent`, `after` (the canvas
         after the step) joins the history, the bar moves, the counter advances.
 
@@ -111,7 +111,10 @@ class Steps:
         ids the step wrote at `revealed` (default: `after`); attention: the step's request when the
         sampler changed it after `request` (CFG's conditional half); grow: a step beyond `total`
         (a sampler whose step count is not known ahead); fresh: the event fields the sampler made for
-        this step alone and never changes after it (`StepEvent.fresh`: kept without a copy); event:
+        this step alone and never changes after it (`StepEvent.fresh`: kept without a copy); probs:
+        (B, S) float32, where the sampler has them, the probabilities softmax(logits) gave the tokens
+        it committed at `revealed` (LLaDA's low-confidence remasking ranks on them): commit_prob reads
+        them there instead of making them again from the logits; event:
         further StepEvent fields (block, attention_mask, query_positions, edited)."""
         if after is not None:
             self.history.append(after.clone())
@@ -122,8 +125,10 @@ class Steps:
             fresh = (*fresh, "commit_prob", "tokens") if own else (*fresh, "commit_prob")
             req = self._req if attention is None else attention
             chosen = after if committed is None else committed
-            prob = None if chosen is None or not self.hooks.want_commit_prob else commit_probabilities(logits, revealed, chosen,
-                                                                    event.get("query_positions"))
+            prob = None
+            if chosen is not None and self.hooks.want_commit_prob:
+                prob = (commit_probabilities(logits, revealed, chosen, event.get("query_positions")) if probs is None
+                        else probabilities_at(probs, revealed))
             self.hooks.after_step(StepEvent(step=self.index, tokens=fed, is_masked=is_masked, revealed=revealed,
                                             logits=logits, attention=req, commit_prob=prob,
                                             fresh=fresh,
@@ -140,6 +145,14 @@ class Steps:
         return GenerateOutput(sequences=sequences, history=self.history,
                               num_steps=self.index if num_steps is None else num_steps,
                               trace_path=None if self.writer is None else self.writer.path)
+
+
+def probabilities_at(probs: torch.Tensor, revealed: torch.Tensor) -> torch.Tensor | None:
+    """(B, S) float32: `probs` (B, S) at the revealed positions, NaN elsewhere; None when the step
+    commits nothing (as `commit_probabilities`, from probabilities the sampler made already)."""
+    if not bool(revealed.any()):
+        return None
+    return torch.where(revealed, probs, float("nan"))
 
 
 def commit_probabilities(logits: torch.Tensor, revealed: torch.Tensor, chosen: torch.Tensor,

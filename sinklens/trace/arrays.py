@@ -4,6 +4,7 @@ shape). No trace semantics here: which columns exist and what they hold is trace
 """
 from __future__ import annotations
 
+import functools
 import sys
 from dataclasses import dataclass
 
@@ -183,6 +184,29 @@ def _sums_of_groups(received: np.ndarray, groups: np.ndarray) -> np.ndarray:
     return ok
 
 
+# A group's columns of one shape share their Arrow offsets, null columns and, where every position is
+# real, the query rows: made once per shape for the process (Arrow arrays are immutable), where each
+# group made its own (each pyarrow call the first of its kind since the last group: a trace of a tiny
+# model's generation paid ~30 us apiece).
+@functools.lru_cache(maxsize=64)
+def _even_offsets(cells: int, width: int) -> pa.Array:
+    """The offsets of `cells` list cells of `width` values each."""
+    return pa.array(np.arange(cells + 1, dtype=np.int32) * width)
+
+
+@functools.lru_cache(maxsize=64)
+def _nulls(cells: int, value_type: pa.DataType) -> pa.Array:
+    """A column of `cells` null list<value_type> cells."""
+    return pa.nulls(cells, pa.list_(value_type))
+
+
+@functools.lru_cache(maxsize=64)
+def _every_position(cells: int, width: int) -> pa.Array:
+    """query_positions of `cells` rows whose `width` positions are all real: 0 .. width - 1 each."""
+    return pa.ListArray.from_arrays(_even_offsets(cells, width),
+                                    pa.array(np.tile(np.arange(width, dtype=np.int32), cells)))
+
+
 def _column(parts, rows: list[int], value_type: pa.DataType) -> pa.Array:
     """A list<value_type> column of a group, one cell per (step, row). parts: one (T, B, ...) array
     (a diffusion run's steps have one shape: one cast for the group), or per step a (B, ...) array
@@ -192,10 +216,11 @@ def _column(parts, rows: list[int], value_type: pa.DataType) -> pa.Array:
                                         pa.array(_as(parts.values, _NUMPY[value_type]), type=value_type))
     if type(parts) is np.ndarray:
         values = parts.reshape(-1)
-        offsets = np.arange(sum(rows) + 1, dtype=np.int32) * (values.size // sum(rows))
-        return pa.ListArray.from_arrays(pa.array(offsets), pa.array(_as(values, _NUMPY[value_type]), type=value_type))
+        cells = sum(rows)
+        return pa.ListArray.from_arrays(_even_offsets(cells, values.size // cells),
+                                        pa.array(_as(values, _NUMPY[value_type]), type=value_type))
     if _all_none(parts):
-        return pa.nulls(sum(rows), pa.list_(value_type))
+        return _nulls(sum(rows), value_type)
     cells = [cell for p, b in zip(parts, rows) for cell in ([None] * b if p is None else _rows_of(p))]  # (step, row)
     return _list_column(cells, value_type)
 
@@ -213,6 +238,8 @@ def _real_positions(masks) -> pa.Array:
     if type(masks) is not np.ndarray:
         return _list_column([np.flatnonzero(row) for m in masks for row in _rows_of(m)], pa.int32())
     real = masks.reshape(-1, masks.shape[-1])  # (T * B, S)
+    if real.all():
+        return _every_position(*real.shape)
     row, position = np.nonzero(real)
     offsets = np.zeros(len(real) + 1, dtype=np.int32)
     np.cumsum(np.bincount(row, minlength=len(real)), out=offsets[1:])

@@ -29,6 +29,7 @@ building (numpy to Arrow) is trace/arrays.py's.
 """
 from __future__ import annotations
 
+import functools
 import json
 import os
 import time
@@ -66,6 +67,12 @@ def _groups_cover_rows(req) -> bool:
     if req.query_mask is not None:
         covered = covered | ~req.query_mask.bool()
     return bool(covered.all())
+
+
+@functools.lru_cache(maxsize=64)
+def _row_column(rows: tuple[int, ...]) -> pa.Array:
+    """The `row` column of a group whose steps have these batch sizes (made once per group shape)."""
+    return pa.array(np.concatenate([np.arange(b, dtype=np.int32) for b in rows]))
 
 
 RAGGED = ("query_positions", "blocked")  # per-row lists of varying length (query rows; blocked triples)
@@ -488,8 +495,8 @@ class TraceWriter:
         self._fill_defaults(parts)
         self._derive_received(parts)
         columns = {"query_positions": self._query_column(parts, rows),
-                   "step": pa.array(np.repeat(np.array([s.step for s in steps], dtype=np.int32), rows)),
-                   "row": pa.array(np.concatenate([np.arange(b, dtype=np.int32) for b in rows])),
+                   "step": pa.array([s.step for s in steps for _ in range(s.rows)], type=pa.int32()),
+                   "row": _row_column(tuple(rows)),
                    "maps": self._maps_column(steps)}
         # a sampler's blocked keys arrive as (B, L, H, S) bool: the file holds (layer, head, position) triples
         parts["blocked"] = [[np.argwhere(row) for row in _rows_of(b)] if type(b) is np.ndarray else b

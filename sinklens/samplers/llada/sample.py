@@ -121,7 +121,9 @@ def sample(model, input_ids, config: LLaDAConfig, attention_mask=None, *, trace=
                     _, idx = torch.topk(confidence[j], k=int(schedule[j, i]))
                     transfer[j, idx] = True
                 x[transfer] = x0[transfer]
-                # mask_index and transfer are made for this step alone and never changed after it
+                # mask_index and transfer are made for this step alone and never changed after it; x0_p holds
+                # the committed tokens' probabilities (low confidence, float32: as the trace stores them)
+                probs = x0_p if remasking == "low_confidence" and x0_p.dtype == torch.float32 else None
                 run.step(x, mask_index, logits.float(), transfer, after=x, attention=req, block=(start, end),
-                         attention_mask=real, fresh=("is_masked", "revealed"))
+                         attention_mask=real, fresh=("is_masked", "revealed"), probs=probs)
     return run.output(x, num_steps=c.steps)
