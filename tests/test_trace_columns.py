@@ -240,3 +240,16 @@ def test_a_samplers_own_probabilities_are_the_commit_probabilities_of_its_logits
         assert prob is not None and want is not None
         assert torch.equal(prob.isnan(), want.isnan()) and int((~prob.isnan()).sum()) == 1
         torch.testing.assert_close(prob, want, rtol=1e-5, atol=1e-7, equal_nan=True)
+
+
+def test_an_arm_step_reveals_nothing_in_the_canvas_fed_so_has_no_commit_probabilities():
+    """The ARM sampler tells the step it commits nothing (`commits=False`: its token is appended
+    after the canvas fed), so no commit_prob is made; that holds because its `revealed` is empty at
+    every step, which this checks, with a hook that wants the probabilities."""
+    m = sinklens.load("tiny-arm", dtype="float32")
+    ids = torch.tensor([m.apply_chat_template("Max has 29 cards. He finds 22 more. How many cards now?")])
+    seen = []
+    out = m.generate(ids, max_new_tokens=6, eos_token_id=[],
+                     hook=lambda event: seen.append((event.revealed.clone(), event.commit_prob)))
+    assert out.num_steps == len(seen) == 6
+    assert all(not revealed.any() and prob is None for revealed, prob in seen)

@@ -101,7 +101,7 @@ class Steps:
     def step(self, tokens: torch.Tensor, is_masked: torch.Tensor, logits: torch.Tensor, revealed: torch.Tensor, *,
              after: torch.Tensor | None = None, committed: torch.Tensor | None = None,
              attention: AttentionRequest | None = None, grow: bool = False, fresh: tuple[str, ...] = (),
-             probs: torch.Tensor | None = None, **event) -> None:
+             probs: torch.Tensor | None = None, commits: bool = True, **event) -> None:
         """End the step: the hooks (trace writer included) get its `StepEvent`, `after` (the canvas
         after the step) joins the history, the bar moves, the counter advances.
 
@@ -114,7 +114,8 @@ class Steps:
         this step alone and never changes after it (`StepEvent.fresh`: kept without a copy); probs:
         (B, S) float32, where the sampler has them, the probabilities softmax(logits) gave the tokens
         it committed at `revealed` (LLaDA's low-confidence remasking ranks on them): commit_prob reads
-        them there instead of making them again from the logits; event:
+        them there instead of making them again from the logits; commits=False: the step reveals
+        nothing in the canvas fed (an ARM appends its token after it), so no commit_prob; event:
         further StepEvent fields (block, attention_mask, query_positions, edited)."""
         if after is not None:
             self.history.append(after.clone())
@@ -126,7 +127,7 @@ class Steps:
             req = self._req if attention is None else attention
             chosen = after if committed is None else committed
             prob = None
-            if chosen is not None and self.hooks.want_commit_prob:
+            if commits and chosen is not None and self.hooks.want_commit_prob:
                 prob = (commit_probabilities(logits, revealed, chosen, event.get("query_positions")) if probs is None
                         else probabilities_at(probs, revealed))
             self.hooks.after_step(StepEvent(step=self.index, tokens=fed, is_masked=is_masked, revealed=revealed,

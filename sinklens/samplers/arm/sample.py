@@ -131,9 +131,10 @@ def sample(model, input_ids, config: ARMConfig, attention_mask=None, *, trace=No
             fed, seq = seq, torch.cat([seq, nxt[:, None]], dim=1)
             am = torch.cat([am, torch.ones(B, 1, dtype=am.dtype, device=device)], dim=1)
             # every tensor of the event but the canvas is made for this step alone (and the canvas is never
-            # changed in place: `seq` is a new tensor each step)
+            # changed in place: `seq` is a new tensor each step); nothing of the canvas fed is revealed (the
+            # token is appended after it): no commit probabilities
             run.step(fed, not_masked, logits, torch.zeros_like(real), after=seq, attention=req, attention_mask=real,
-                     query_positions=query_positions, fresh=ARM_FRESH)
+                     query_positions=query_positions, fresh=ARM_FRESH, commits=False)
             if stop and bool(finished.all()):
                 break
     return run.output(seq)
