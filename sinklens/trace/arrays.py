@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import functools
 import sys
-from dataclasses import dataclass
 
 import numpy as np
 import pyarrow as pa
@@ -78,47 +77,6 @@ def _stack(xs: list, kinds: set[type] | None = None) -> np.ndarray | None:
     return np.stack(arrays) if len({a.shape for a in arrays}) == 1 else None
 
 
-@dataclass
-class Ragged:
-    """A group's column whose steps differ in shape (an ARM's canvas grows a position a step), as one
-    flat array: `values` holds every (step, row) cell flat row-major, one after another; `offsets`
-    (cells + 1,) int32 where each cell starts."""
-
-    values: np.ndarray
-    offsets: np.ndarray
-    cells: list[int]  # per step: its cells (B; query_positions: its rows)
-
-    def steps(self) -> list[np.ndarray]:
-        """Each step's values (views)."""
-        starts = self.offsets[np.cumsum([0] + self.cells)].tolist()
-        return [self.values[a:b] for a, b in zip(starts[:-1], starts[1:])]
-
-
-def _ragged(held: list, axis: int | None) -> Ragged | None:
-    """The steps' cells of one column as a `Ragged` (None where a step's cell is missing): one
-    concatenation for the group where a step at a time cost a conversion and a row list per step and
-    column (a tenth of a tiny ARM's step). held: per step a tensor / array batch first, or layer first
-    with its layer axis going `axis` places on (`_batch_first`), or a list of per-row 1-D cells
-    (query_positions)."""
-    per_row = type(held[0]) is list
-    if per_row and not all([type(step) is list for step in held]):
-        return None
-    items = [_np(r) for step in held for r in step] if per_row else [_np(x) for x in held]
-    if any([x is None for x in items]):
-        return None
-    if per_row:
-        cells = [len(step) for step in held]
-        sizes = [x.size for x in items]
-    else:
-        cells = [x.shape[axis > 0] if axis else x.shape[0] for x in items]  # B of each step
-        if axis and cells.count(1) < len(cells):  # a row's cell is contiguous only batch first (B = 1: as held)
-            items = [_batch_first(x, axis) for x in items]
-        sizes = [x.size // b for x, b in zip(items, cells) for _ in range(b)]
-    offsets = np.zeros(len(sizes) + 1, dtype=np.int32)
-    np.cumsum(sizes, out=offsets[1:])
-    return Ragged(np.concatenate(items, axis=None), offsets, cells)
-
-
 def _is_sum_of(received: np.ndarray, groups: np.ndarray) -> bool:
     """True when received (B, L, H, S) is the sum of groups (B, G, L, H, S) up to float32 rounding
     (every counted query row in exactly one group: the masked / unmasked split)."""
@@ -186,8 +144,8 @@ def _sums_of_groups(received: np.ndarray, groups: np.ndarray) -> np.ndarray:
 
 # A group's columns of one shape share their Arrow offsets, null columns and, where every position is
 # real, the query rows: made once per shape for the process (Arrow arrays are immutable), where each
-# group made its own (each pyarrow call the first of its kind since the last group: a trace of a tiny
-# model's generation paid ~30 us apiece).
+# group made its own: 0.4 % of a traced tiny-dlm step (paired in one process, 400 rounds), where each
+# pyarrow call is the first of its kind since the last group.
 @functools.lru_cache(maxsize=64)
 def _even_offsets(cells: int, width: int) -> pa.Array:
     """The offsets of `cells` list cells of `width` values each."""
@@ -211,9 +169,6 @@ def _column(parts, rows: list[int], value_type: pa.DataType) -> pa.Array:
     """A list<value_type> column of a group, one cell per (step, row). parts: one (T, B, ...) array
     (a diffusion run's steps have one shape: one cast for the group), or per step a (B, ...) array
     (a cell per row, flat row-major), a list of its rows (None: a null cell) or None (null cells)."""
-    if type(parts) is Ragged:
-        return pa.ListArray.from_arrays(pa.array(parts.offsets),
-                                        pa.array(_as(parts.values, _NUMPY[value_type]), type=value_type))
     if type(parts) is np.ndarray:
         values = parts.reshape(-1)
         cells = sum(rows)
@@ -227,14 +182,7 @@ def _column(parts, rows: list[int], value_type: pa.DataType) -> pa.Array:
 
 def _real_positions(masks) -> pa.Array:
     """The query_positions column where no step names them: each row's real positions (its
-    attention mask's). masks: (T, B, S) in one pass, a Ragged, or per step (B, S)."""
-    if type(masks) is Ragged:
-        real = np.flatnonzero(masks.values)                                    # where in the flat values
-        cell = np.searchsorted(masks.offsets, real, side="right") - 1          # which (step, row) cell
-        offsets = np.zeros(len(masks.offsets), dtype=np.int32)
-        np.cumsum(np.bincount(cell, minlength=len(masks.offsets) - 1), out=offsets[1:])
-        position = (real - masks.offsets[cell]).astype(np.int32)
-        return pa.ListArray.from_arrays(pa.array(offsets), pa.array(position, type=pa.int32()))
+    attention mask's). masks: (T, B, S) in one pass, or per step (B, S)."""
     if type(masks) is not np.ndarray:
         return _list_column([np.flatnonzero(row) for m in masks for row in _rows_of(m)], pa.int32())
     real = masks.reshape(-1, masks.shape[-1])  # (T * B, S)
