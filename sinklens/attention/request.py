@@ -245,8 +245,8 @@ class AttentionRequest(ReadoutInstructions):
     def first_rows(self, rows: int) -> AttentionRequest:
         """A copy restricted to the first `rows` batch rows, instructions and captures alike
         (CFG runs a doubled batch and records only its conditional half)."""
-        out = AttentionRequest(capture=self.capture, num_groups=self.num_groups, groups_cover_rows=self.groups_cover_rows,
-                               map_slices=self.map_slices,
+        out = AttentionRequest(capture=self.capture, num_groups=self.num_groups, map_slices=self.map_slices,
+                               groups_cover_rows=self.groups_cover_rows,
                                keep_self=self.keep_self, query_chunk=self.query_chunk, route=self.route,
                                **{f: getattr(self, f) for f in self.READOUT_FIELDS})
         out.query_mask = None if self.query_mask is None else self.query_mask[:rows]
