@@ -19,11 +19,15 @@ Parts:
   sampler ranked on (`Steps.step(probs=...)`, LLaDA's low-confidence remasking: off);
 - `trace-writer`: traced generations, the trace writer (on) against a writer that opens the file
   and keeps nothing (off): what holding and writing the steps costs in all.
+- `flat-columns`: traced generations, a group's columns whose steps differ in shape (an ARM's
+  growing canvas) joined in torch into one tensor each (`arrays._flat`, on) against converted step
+  by step in numpy (off).
 
     PYTHONPATH=. python benchmarks/bench_step_switch.py --part kernel-selection [--rounds 600]
     PYTHONPATH=. python benchmarks/bench_step_switch.py --part numpy-ops --ops 30 [--rounds 200]
     PYTHONPATH=. python benchmarks/bench_step_switch.py --part sampler-probs --model tiny-dlm --rounds 300
     PYTHONPATH=. python benchmarks/bench_step_switch.py --part trace-writer --model tiny-arm --rounds 300
+    PYTHONPATH=. python benchmarks/bench_step_switch.py --part flat-columns --model tiny-arm --rounds 300
 """
 from __future__ import annotations
 
@@ -104,12 +108,19 @@ def switch(part: str, ops: int, folder: str):
             writer_module.TraceWriter = writer if on else KeepNothing
             return {"trace": trace}
         return kwargs, lambda: setattr(writer_module, "TraceWriter", writer)
+    if part == "flat-columns":
+        flat = writer_module._flat
+
+        def kwargs(m, on: bool):
+            writer_module._flat = flat if on else (lambda *args: None)
+            return {"trace": trace}
+        return kwargs, lambda: setattr(writer_module, "_flat", flat)
     return (lambda m, on: {"hook": NumpyOps(ops if on else 0)}), lambda: None
 
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--part", choices=("kernel-selection", "numpy-ops", "sampler-probs", "trace-writer"), required=True)
+    ap.add_argument("--part", choices=("kernel-selection", "numpy-ops", "sampler-probs", "trace-writer", "flat-columns"), required=True)
     ap.add_argument("--model", choices=("tiny-arm", "tiny-dlm"), default="tiny-arm")
     ap.add_argument("--ops", type=int, default=30, help="numpy-ops: operations a step")
     ap.add_argument("--rounds", type=int, default=600)

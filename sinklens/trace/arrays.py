@@ -5,7 +5,9 @@ shape). No trace semantics here: which columns exist and what they hold is trace
 from __future__ import annotations
 
 import functools
+import itertools
 import sys
+from typing import NamedTuple
 
 import numpy as np
 import pyarrow as pa
@@ -77,6 +79,67 @@ def _stack(xs: list, kinds: set[type] | None = None) -> np.ndarray | None:
     return np.stack(arrays) if len({a.shape for a in arrays}) == 1 else None
 
 
+class Flat(NamedTuple):
+    """A group's column whose steps differ in shape (an ARM's canvas grows a position a step), made from
+    the sampler's CPU tensors: every (step, row) cell flat row-major, one after another, in one tensor."""
+
+    values: object       # (N,) torch tensor: the cells one after another
+    sizes: list[int]     # each cell's length, in (step, row) order
+    rows: list[int]      # each step's cells (B; query_positions: its rows)
+
+    def steps(self) -> list[np.ndarray]:
+        """Each step's values (numpy views): the token ids of each step, for the vocabulary."""
+        return self._split(self.values.numpy(), [sum(self.sizes[c - b:c]) for b, c in
+                                                 zip(self.rows, itertools.accumulate(self.rows))])
+
+    def cells(self) -> list[np.ndarray]:
+        """Each (step, row) cell's values (numpy views)."""
+        return self._split(self.values.numpy(), self.sizes)
+
+    @staticmethod
+    def _split(values: np.ndarray, lengths: list[int]) -> list[np.ndarray]:
+        ends = list(itertools.accumulate(lengths))
+        return [values[e - n:e] for n, e in zip(lengths, ends)]
+
+
+def _flat(held: list, axis: int | None) -> Flat | None:
+    """The steps' cells of one column as a `Flat`, through torch alone (None where a step holds anything
+    but CPU tensors of the first one's dtype). held: per step a tensor batch first, or layer first with
+    its layer axis going `axis` places on (`_batch_first`), or a list of per-row 1-D tensors
+    (query_positions). Why torch: inside a generation the sampler's own torch ops are in the caches,
+    while each numpy or pyarrow routine is the first of its kind since the forward, which cost 50-190 µs
+    a routine on the tiny twins (a cumsum: 170 µs, then 7 µs). Built per step and converted in numpy,
+    a tiny ARM's 16-step group cost as much."""
+    torch = sys.modules.get("torch")
+    if torch is None or not held:
+        return None
+    first = held[0][0] if type(held[0]) is list and held[0] else held[0]
+    dtype = getattr(first, "dtype", None)
+    if dtype is None or dtype is torch.bfloat16:
+        return None
+    flat, sizes, rows = [], [], []
+    for x in held:
+        cells = x if type(x) is list else [x.movedim(0, axis) if axis else x]
+        for c in cells:
+            if type(c) is not torch.Tensor or c.dtype is not dtype or not c.is_cpu or c.requires_grad:
+                return None
+            flat.append(c.reshape(-1))
+        if type(x) is list:
+            sizes += [c.numel() for c in cells]
+            rows.append(len(cells))
+        else:
+            b = cells[0].shape[0]
+            sizes += [cells[0].numel() // b] * b if b else []
+            rows.append(b)
+    return Flat(torch.cat(flat), sizes, rows)
+
+
+def _int32(values: list[int]) -> np.ndarray:
+    """values as an int32 array: through torch where a sampler loaded it (`_flat`: warm inside a generation)."""
+    torch = sys.modules.get("torch")
+    return np.array(values, dtype=np.int32) if torch is None else torch.tensor(values, dtype=torch.int32).numpy()
+
+
 def _is_sum_of(received: np.ndarray, groups: np.ndarray) -> bool:
     """True when received (B, L, H, S) is the sum of groups (B, G, L, H, S) up to float32 rounding
     (every counted query row in exactly one group: the masked / unmasked split)."""
@@ -117,6 +180,7 @@ def _list_column(rows: list[np.ndarray | None], value_type: pa.DataType) -> pa.A
 
 
 _NUMPY = {pa.float16(): np.float16, pa.float32(): np.float32, pa.int32(): np.int32, pa.bool_(): np.bool_}
+_TORCH = {pa.float16(): "float16", pa.float32(): "float32", pa.int32(): "int32", pa.bool_(): "bool"}  # torch dtypes by name
 
 
 def _as(values: np.ndarray, dtype) -> np.ndarray:
@@ -155,7 +219,13 @@ def _even_offsets(cells: int, width: int) -> pa.Array:
 @functools.lru_cache(maxsize=64)
 def _nulls(cells: int, value_type: pa.DataType) -> pa.Array:
     """A column of `cells` null list<value_type> cells."""
-    return pa.nulls(cells, pa.list_(value_type))
+    return _typed_nulls(cells, pa.list_(value_type))
+
+
+@functools.lru_cache(maxsize=64)
+def _typed_nulls(cells: int, arrow_type: pa.DataType) -> pa.Array:
+    """A column of `cells` null cells of `arrow_type`."""
+    return pa.nulls(cells, arrow_type)
 
 
 @functools.lru_cache(maxsize=64)
@@ -168,7 +238,13 @@ def _every_position(cells: int, width: int) -> pa.Array:
 def _column(parts, rows: list[int], value_type: pa.DataType) -> pa.Array:
     """A list<value_type> column of a group, one cell per (step, row). parts: one (T, B, ...) array
     (a diffusion run's steps have one shape: one cast for the group), or per step a (B, ...) array
-    (a cell per row, flat row-major), a list of its rows (None: a null cell) or None (null cells)."""
+    (a cell per row, flat row-major), a list of its rows (None: a null cell) or None (null cells), or a
+    `Flat` (steps of differing shapes, one tensor: converted in torch, the same bits as `_as`)."""
+    if type(parts) is Flat:
+        torch = sys.modules["torch"]
+        values = parts.values.to(getattr(torch, _TORCH[value_type])).numpy()
+        offsets = _int32([0, *itertools.accumulate(parts.sizes)])
+        return pa.ListArray.from_arrays(pa.array(offsets), pa.array(values, type=value_type))
     if type(parts) is np.ndarray:
         values = parts.reshape(-1)
         cells = sum(rows)
@@ -182,7 +258,9 @@ def _column(parts, rows: list[int], value_type: pa.DataType) -> pa.Array:
 
 def _real_positions(masks) -> pa.Array:
     """The query_positions column where no step names them: each row's real positions (its
-    attention mask's). masks: (T, B, S) in one pass, or per step (B, S)."""
+    attention mask's). masks: (T, B, S) in one pass, a `Flat`, or per step (B, S)."""
+    if type(masks) is Flat:
+        return _list_column([np.flatnonzero(cell) for cell in masks.cells()], pa.int32())
     if type(masks) is not np.ndarray:
         return _list_column([np.flatnonzero(row) for m in masks for row in _rows_of(m)], pa.int32())
     real = masks.reshape(-1, masks.shape[-1])  # (T * B, S)

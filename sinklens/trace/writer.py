@@ -43,8 +43,9 @@ import pyarrow as pa
 from sinklens._version import __version__
 from sinklens.columns import Column
 from sinklens.rule.spec import STORED_UNITS
-from sinklens.trace.arrays import (_all_none, _batch_first, _batched, _column, _held, _is_sum_of, _np, _own,
-                                   _real_positions, _rows_of, _stack, _sums_of_groups)
+from sinklens.trace.arrays import (Flat, _all_none, _batch_first, _batched, _column, _flat, _held, _int32,
+                                   _is_sum_of, _np, _own, _real_positions, _rows_of, _stack, _sums_of_groups,
+                                   _typed_nulls)
 from sinklens.trace.readouts import COLUMN_NAMES, COLUMNS
 from sinklens.trace.schema import CHECKSUM_KEY, CORE_COLUMNS, SCHEMA_VERSION, VOCAB_KEY, build_schema
 
@@ -256,12 +257,14 @@ class TraceWriter:
         self._layer_axis = {c.name: c.layer_axis or 1 for c in self.columns if from_request(c)}
 
     # ---- metadata -------------------------------------------------------------------------
-    def _new_ids(self, tokens: list[np.ndarray] | np.ndarray) -> list[int]:
-        """Token ids of steps' `tokens` (a list of per-step arrays, or one (T, ...) array of the steps)
-        whose strings are not stored yet (decoded when written): by the step that first holds them,
-        ascending within a step (a step at a time's order)."""
+    def _new_ids(self, tokens: list[np.ndarray] | np.ndarray | Flat) -> list[int]:
+        """Token ids of steps' `tokens` (a list of per-step arrays, one (T, ...) array of the steps, or a
+        `Flat`) whose strings are not stored yet (decoded when written): by the step that first holds
+        them, ascending within a step (a step at a time's order)."""
         if self.decode is None:
             return []
+        if type(tokens) is Flat:
+            tokens = tokens.steps()
         seen = self._seen
         stacked = type(tokens) is np.ndarray
         if (tokens.size if stacked else sum([t.size for t in tokens])) <= SMALL_IDS:
@@ -450,20 +453,24 @@ class TraceWriter:
         self._start(_np(cells["tokens"]), layers_heads, [n for n in COLUMN_NAMES if cells.get(n) is not None])
 
     # ---- the group's write ----------------------------------------------------------------
-    def _parts(self, steps: list[HeldStep], name: str):
+    def _parts(self, steps: list[HeldStep], name: str, flat: bool = True):
         """Column `name` of the group's steps, batch first: one (T, B, ...) array where every step
-        holds an array of one shape (one stack and one transpose for the group), else a part per step
-        (a (B, ...) array, a list of per-row arrays, or None)."""
+        holds an array of one shape (one stack and one transpose for the group); where the steps are a
+        sampler's tensors of differing shapes (an ARM's growing canvas) and `flat`, one `Flat`; else a
+        part per step (a (B, ...) array, a list of per-row arrays, or None)."""
         held = [s.cells[name] if name in s.cells else None for s in steps]
         kinds = {type(x) for x in held}   # one pass (a call per step and column was a tenth of a tiny model's step)
         if kinds == {type(None)}:
             return held
         axes = {s.layer_axis[name] if name in s.layer_axis else None for s in steps}
-        if len(axes) == 1 and type(None) not in kinds and list not in kinds:
-            block = _stack(held, kinds)  # (T, [L,] B, ...)
+        if len(axes) == 1 and type(None) not in kinds:
+            axis = axes.pop()
+            block = None if list in kinds else _stack(held, kinds)  # (T, [L,] B, ...)
             if block is not None:
-                axis = axes.pop()
                 return block if axis is None else _batch_first(block, axis, lead=1)
+            cells = _flat(held, axis) if flat else None
+            if cells is not None:
+                return cells
         parts = [None] * len(held)
         for t, (s, x) in enumerate(zip(steps, held)):
             if type(x) is list:
@@ -479,11 +486,17 @@ class TraceWriter:
             return
         steps, self._pending, self._pending_bytes = self._pending, [], 0
         rows = [s.rows for s in steps]
-        parts = {name: self._parts(steps, name) for name in self._schema.names if name not in ("step", "row", "maps")}
+        # blocked stays a part per step (its rows become triples below), and so does received where
+        # groups were recorded (`_derive_received` compares the two)
+        parts = {"received_groups": self._parts(steps, "received_groups", flat=False)}
+        groups = parts["received_groups"]
+        steady = ("blocked",) if type(groups) is list and _all_none(groups) else ("blocked", "received")
+        parts.update((name, self._parts(steps, name, flat=name not in steady)) for name in self._schema.names
+                     if name not in ("step", "row", "maps", "received_groups"))
         self._fill_defaults(parts)
         self._derive_received(parts)
         columns = {"query_positions": self._query_column(parts, rows),
-                   "step": pa.array([s.step for s in steps for _ in range(s.rows)], type=pa.int32()),
+                   "step": pa.array(_int32([s.step for s in steps for _ in range(s.rows)])),
                    "row": _row_column(tuple(rows)),
                    "maps": self._maps_column(steps)}
         # a sampler's blocked keys arrive as (B, L, H, S) bool: the file holds (layer, head, position) triples
@@ -499,13 +512,15 @@ class TraceWriter:
         """A declared fill (is_masked, revealed: False; attention_mask: True) where a step gave none."""
         tokens = parts["tokens"]
         for c in self.columns:
-            if c.fill is not None and type(parts[c.name]) is not np.ndarray:
+            if c.fill is not None and type(parts[c.name]) is list:
                 parts[c.name] = [np.full(t.shape, c.fill) if p is None else p for p, t in zip(parts[c.name], tokens)]
 
     @staticmethod
     def _derive_received(parts: dict) -> None:
         """received is left out (null: the reader sums the groups, schema 2) where it is their sum."""
         received, groups = parts["received"], parts["received_groups"]
+        if type(groups) is list and _all_none(groups):  # no groups: nothing to derive received from
+            return
         if type(received) is np.ndarray and type(groups) is np.ndarray:  # every step holds both: one test
             derivable = _sums_of_groups(received, groups)
         else:
@@ -518,6 +533,8 @@ class TraceWriter:
     @staticmethod
     def _query_column(parts: dict, rows: list[int]) -> pa.Array:
         """query_positions, each step's own or its rows' real positions (their attention mask's)."""
+        if type(parts["query_positions"]) is Flat:
+            return _column(parts["query_positions"], rows, pa.int32())
         if _all_none(parts["query_positions"]):
             return _real_positions(parts["attention_mask"])
         return _column([[np.flatnonzero(r) for r in _rows_of(m)] if q is None else q
@@ -539,7 +556,7 @@ class TraceWriter:
     def _maps_column(self, steps: list[HeldStep]) -> pa.Array:
         struct_type = self._schema.field("maps").type
         if not any([s.maps for s in steps]):
-            return pa.nulls(sum(s.rows for s in steps), struct_type)
+            return _typed_nulls(sum([s.rows for s in steps]), struct_type)
         rows = []
         for s in steps:
             for b in range(s.rows):
