@@ -46,7 +46,7 @@ from sinklens.masking.config import MaskingConfig
 from sinklens.masking.policy import SinkMaskingPolicy
 
 from bench_trace import twin_case  # benchmarks/, beside this script
-from common import machine, paired
+from common import cold_routine, machine, paired
 
 
 class NumpyOps:
@@ -159,6 +159,7 @@ def main() -> None:
     se = np.std([np.median(rng.choice(diff, diff.size)) for _ in range(2000)])
     what = args.part if args.part != "numpy-ops" else f"numpy-ops ({args.ops} a step)"
     print(machine())
+    print("cold caches: " + cold_routine(m, case.prompts[0]))
     print(f"{args.model}, {args.rounds} paired rounds, one torch thread, process CPU time")
     print("| part | off µs/step | on µs/step | on − off µs/step | on / off |")
     print("|---|---|---|---|---|")

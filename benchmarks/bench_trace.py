@@ -60,7 +60,7 @@ from sinklens.masking.policy import SinkMaskingPolicy
 from sinklens.trace.writer import TraceWriter
 from sinklens.train.model import ModelConfig, build_model, param_count, save_llada_folder
 
-from common import beside_busy, machine, paired  # benchmarks/common.py, beside this script
+from common import beside_busy, cold_routine, machine, paired  # benchmarks/common.py, beside this script
 
 CFG = ModelConfig(n_layers=6, d_model=512, n_heads=8, mlp_hidden=1376, vocab_size=8192, max_len=512)
 MASK_ID, EOS_ID, PAD_ID = 8191, 8190, 8189
@@ -254,6 +254,7 @@ def main() -> None:
                     per_step[case.name, mode].append(seconds / n)
                     steps.setdefault(case.name, set()).add(n)
                     size[case.name] = size.get(case.name, 0) + nbytes / n
+        colds = [(c, cold_routine(c.model, c.prompts[0])) for c in cases]   # after the rounds: under their load
         peaks = {}  # (mode, malloc setting) -> MB, the large model
         for mode in ("plain", "trace") if args.peaks else ():
             for label, env in MALLOC.items():
@@ -269,6 +270,7 @@ def main() -> None:
     if any(n != LARGE for n in rounds):
         about.append(f"Twins: held-out problems 0-{TWIN_PROMPTS - 1} in turn, their own sampler settings.")
     print(machine())
+    print("cold caches: " + "; ".join(f"{c.name}: {cold}" for c, cold in colds))
     print(" ".join(about) + f" {args.threads} thread(s); rounds: " + ", ".join(f"{c.name} {rounds[c.name]}" for c in cases)
           + f"; process CPU time; load average before / after: {load[0]:.2f} / {os.getloadavg()[0]:.2f}\n")
     print("| model | steps / generation | plain ms/step | capture / plain | trace / plain | mask / plain | "

@@ -14,7 +14,9 @@ import random
 import statistics
 import subprocess
 import sys
+import time
 
+import numpy as np
 import torch
 
 
@@ -65,3 +67,24 @@ def paired(mode: list[float], base: list[float], resamples: int = 2000) -> str:
     rng = random.Random(0)
     se = statistics.stdev(statistics.median(rng.choices(r, k=len(r))) for _ in range(resamples))
     return f"{med:.3f}x ± {se:.3f} ({r[0]:.2f}-{r[-1]:.2f})"
+
+
+def cold_routine(model, ids: torch.Tensor, rounds: int = 40) -> str:
+    """How much this host's caches lose to a forward right now: the median CPU time of one numpy routine
+    (a cumsum of 17 ints) called first after a plain forward of `model` on `ids`, against the same call
+    again. A tiny model's capture, trace writer and masking are many such routines each step and
+    generation, so their ratios move with this figure: the same commit measured 0.1 apart on two days
+    of one host (docs/benchmarks.md), where the load average stayed alike."""
+    a = np.arange(17, dtype=np.int32)
+    first, again = [], []
+    for _ in range(rounds):
+        model.forward_logits(ids)
+        t0 = time.perf_counter_ns()
+        np.cumsum(a)
+        t1 = time.perf_counter_ns()
+        np.cumsum(a)
+        t2 = time.perf_counter_ns()
+        first.append(t1 - t0)
+        again.append(t2 - t1)
+    return (f"a numpy routine's first call after a forward: {statistics.median(first) / 1e3:.0f} µs, "
+            f"called again: {statistics.median(again) / 1e3:.1f} µs (median of {rounds})")
