@@ -73,8 +73,8 @@ def cold_routine(model, ids: torch.Tensor, rounds: int = 40) -> str:
     """How much this host's caches lose to a forward right now: the median CPU time of one numpy routine
     (a cumsum of 17 ints) called first after a plain forward of `model` on `ids`, against the same call
     again. A tiny model's capture, trace writer and masking are many such routines each step and
-    generation, so their ratios move with this figure: the same commit measured 0.1 apart on two days
-    of one host (docs/benchmarks.md), where the load average stayed alike."""
+    generation, so their ratios may move with this figure: the same commit's traced tiny-arm ratio moved
+    0.07 between two runs an hour apart on one VM, at one load average (docs/benchmarks.md)."""
     a = np.arange(17, dtype=np.int32)
     first, again = [], []
     for _ in range(rounds):
