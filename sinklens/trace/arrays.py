@@ -106,10 +106,10 @@ def _flat(held: list, axis: int | None) -> Flat | None:
     """The steps' cells of one column as a `Flat`, through torch alone (None where a step holds anything
     but CPU tensors of the first one's dtype). held: per step a tensor batch first, or layer first with
     its layer axis going `axis` places on (`_batch_first`), or a list of per-row 1-D tensors
-    (query_positions). Why torch: inside a generation the sampler's own torch ops are in the caches,
-    while each numpy or pyarrow routine is the first of its kind since the forward, which cost 50-190 µs
-    a routine on the tiny twins (a cumsum: 170 µs, then 7 µs). Built per step and converted in numpy,
-    a tiny ARM's 16-step group cost as much."""
+    (query_positions). Why torch: inside a generation the torch ops the sampler and the model run every
+    step are in the caches, while a numpy or pyarrow routine is the first of its kind since the forward
+    (in place on the tiny twins a cumsum took 170 µs, then 7 µs): the same join in numpy gained a traced
+    tiny ARM nothing, this one 0.98× (docs/design.md, the seventh pass)."""
     torch = sys.modules.get("torch")
     if torch is None or not held:
         return None

@@ -490,8 +490,8 @@ class TraceWriter:
         # groups were recorded (`_derive_received` compares the two)
         parts = {"received_groups": self._parts(steps, "received_groups", flat=False)}
         groups = parts["received_groups"]
-        steady = ("blocked",) if type(groups) is list and _all_none(groups) else ("blocked", "received")
-        parts.update((name, self._parts(steps, name, flat=name not in steady)) for name in self._schema.names
+        per_step = ("blocked",) if type(groups) is list and _all_none(groups) else ("blocked", "received")
+        parts.update((name, self._parts(steps, name, flat=name not in per_step)) for name in self._schema.names
                      if name not in ("step", "row", "maps", "received_groups"))
         self._fill_defaults(parts)
         self._derive_received(parts)
