@@ -229,6 +229,12 @@ def _typed_nulls(cells: int, arrow_type: pa.DataType) -> pa.Array:
 
 
 @functools.lru_cache(maxsize=64)
+def _row_column(rows: tuple[int, ...]) -> pa.Array:
+    """The `row` column of a group whose steps have these batch sizes (made once per group shape)."""
+    return pa.array(np.concatenate([np.arange(b, dtype=np.int32) for b in rows]))
+
+
+@functools.lru_cache(maxsize=64)
 def _every_position(cells: int, width: int) -> pa.Array:
     """query_positions of `cells` rows whose `width` positions are all real: 0 .. width - 1 each."""
     return pa.ListArray.from_arrays(_even_offsets(cells, width),

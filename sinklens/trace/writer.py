@@ -29,7 +29,6 @@ building (numpy to Arrow) is trace/arrays.py's.
 """
 from __future__ import annotations
 
-import functools
 import json
 import os
 import time
@@ -44,8 +43,8 @@ from sinklens._version import __version__
 from sinklens.columns import Column
 from sinklens.rule.spec import STORED_UNITS
 from sinklens.trace.arrays import (Flat, _all_none, _batch_first, _batched, _column, _flat, _held, _int32,
-                                   _is_sum_of, _np, _own, _real_positions, _rows_of, _stack, _sums_of_groups,
-                                   _typed_nulls)
+                                   _is_sum_of, _np, _own, _real_positions, _row_column, _rows_of, _stack,
+                                   _sums_of_groups, _typed_nulls)
 from sinklens.trace.readouts import COLUMN_NAMES, COLUMNS
 from sinklens.trace.schema import CHECKSUM_KEY, CORE_COLUMNS, SCHEMA_VERSION, VOCAB_KEY, build_schema
 
@@ -68,12 +67,6 @@ def _groups_cover_rows(req) -> bool:
     if req.query_mask is not None:
         covered = covered | ~req.query_mask.bool()
     return bool(covered.all())
-
-
-@functools.lru_cache(maxsize=64)
-def _row_column(rows: tuple[int, ...]) -> pa.Array:
-    """The `row` column of a group whose steps have these batch sizes (made once per group shape)."""
-    return pa.array(np.concatenate([np.arange(b, dtype=np.int32) for b in rows]))
 
 
 RAGGED = ("query_positions", "blocked")  # per-row lists of varying length (query rows; blocked triples)
